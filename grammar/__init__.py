@@ -1,0 +1,1 @@
+"""The Lark grammar of reduction programs, shipped as package data (synth.grammar)."""

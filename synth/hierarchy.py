@@ -1,0 +1,126 @@
+"""Reduction groups (SPEC section 3) and synthesis hierarchies (SPEC section 4).
+
+A request reduces over a set R of axes; devices agreeing on every other axis form one
+reduction group. A synthesis hierarchy names the levels a program is written over and gives
+each group member a position per level; its rank in the group is the mixed-radix number of
+its position, outermost first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from synth.errors import UsageError
+from synth.names import product
+from synth.placement import Placement
+
+HIERARCHY_KINDS = ("merged", "split", "system")
+
+
+@dataclass(frozen=True)
+class HierarchyLevel:
+    """A level of a synthesis hierarchy: its name in program text, its size (members per
+    parent), the system level it lives in, and the reduced axes whose digits make it up."""
+
+    name: str
+    size: int
+    system_level: int
+    axes: tuple[int, ...]
+
+
+def parse_reduce(text: str, placement_axes: tuple[str, ...]) -> tuple[str, ...]:
+    """`data` or `data,model` into axis names in axis order, each known and named once."""
+    names = [part.strip() for part in str(text).split(",") if part.strip()]
+    if not names:
+        raise UsageError(f"--reduce {text!r} names no axis: give one or more of {', '.join(placement_axes)}")
+    for name in names:
+        if name not in placement_axes:
+            raise UsageError(f"--reduce: unknown axis {name!r}; the axes are {', '.join(placement_axes)}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--reduce {text!r} names an axis twice")
+    return tuple(name for name in placement_axes if name in names)
+
+
+@dataclass(frozen=True)
+class SynthesisHierarchy:
+    """The hierarchy a program is written over, for one placement and one request."""
+
+    placement: Placement
+    reduce_axes: tuple[str, ...]
+    kind: str
+    levels: tuple[HierarchyLevel, ...]
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(level.name for level in self.levels)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(level.size for level in self.levels)
+
+    @property
+    def group_size(self) -> int:
+        """N, the number of members of each reduction group."""
+        return product(self.sizes)
+
+    def level_index(self, name: str) -> int:
+        for index, level in enumerate(self.levels):
+            if level.name == name:
+                return index
+        known = ", ".join(self.level_names) or "none: the reduction group has one member"
+        raise UsageError(f"unknown level {name!r} in the {self.kind} hierarchy; its levels are {known}")
+
+    @cached_property
+    def positions(self) -> np.ndarray:
+        """`positions[rank, i]`: the device's position p_i at hierarchy level i."""
+        digits = self.placement.digits
+        result = np.zeros((self.placement.device_count, len(self.levels)), dtype=np.int64)
+        for i, level in enumerate(self.levels):
+            radices = [self.placement.matrix[a][level.system_level] for a in level.axes]
+            result[:, i] = np.ravel_multi_index(tuple(digits[:, a, level.system_level] for a in level.axes), radices)
+        return result
+
+    @cached_property
+    def member_ranks(self) -> np.ndarray:
+        """`member_ranks[rank]`: the device's rank inside its reduction group."""
+        if not self.levels:
+            return np.zeros(self.placement.device_count, dtype=np.int64)
+        return np.ravel_multi_index(tuple(self.positions.T), self.sizes)
+
+    @cached_property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """Each reduction group as global ranks, indexed by member rank; groups in the order
+        of the other axes' coordinates (row-major)."""
+        result = []
+        for group in self.placement.groups_over(self.reduce_axes):
+            ordered = [0] * len(group)
+            for rank in group:
+                ordered[int(self.member_ranks[rank])] = rank
+            result.append(tuple(ordered))
+        return tuple(result)
+
+
+def build_hierarchy(placement: Placement, reduce_axes: tuple[str, ...], kind: str = "merged") -> SynthesisHierarchy:
+    """SPEC section 4: `merged` (default), `split` or `system`."""
+    if kind not in HIERARCHY_KINDS:
+        raise UsageError(f"unknown hierarchy {kind!r}: choose one of {', '.join(HIERARCHY_KINDS)}")
+    reduced = tuple(placement.axis_index(name) for name in reduce_axes)
+    if not reduced:
+        raise UsageError("a reduction request needs at least one axis")
+    matrix, levels = placement.matrix, []
+    for l, level_name in enumerate(placement.level_names):
+        factor = product(matrix[a][l] for a in reduced)
+        if kind == "merged" and factor > 1:
+            levels.append(HierarchyLevel(level_name, factor, l, reduced))
+        elif kind == "system":
+            # Every system level, restricted to the group: a level the group does not span has
+            # size 1 and adds no distinct instruction; names stay those of the system.
+            levels.append(HierarchyLevel(level_name, factor, l, reduced))
+        elif kind == "split":
+            for a in reduced:
+                if matrix[a][l] > 1:
+                    levels.append(HierarchyLevel(f"{level_name}.{placement.axis_names[a]}", matrix[a][l], l, (a,)))
+    return SynthesisHierarchy(placement, tuple(placement.axis_names[a] for a in reduced), kind, tuple(levels))

@@ -1,0 +1,302 @@
+"""Placements (SPEC section 2): parallelism matrices of axis factors per system level.
+
+`M[a][l]` is how many of level l's units axis a spans. Every column multiplies to the level
+size and every row to the axis size. The matrices are enumerated as models of a Z3 formula
+over prime exponents (products become sums, so the formula stays linear), with user
+constraints added to the same formula.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import z3
+
+from synth.errors import NoSolutionError, UsageError
+from synth.names import Sized, parse_sized_list, product
+from synth.topology import Topology
+
+Axis = Sized
+
+
+def parse_axes(text: str) -> tuple[Axis, ...]:
+    """`data=8,model=4` (or `8,4`, named a0, a1) into ordered axes."""
+    return parse_sized_list(text, "axis", "a")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One parallelism matrix on one system, with the device <-> axis-coordinate maps."""
+
+    level_names: tuple[str, ...]
+    level_sizes: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    axis_sizes: tuple[int, ...]
+    matrix: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self):
+        check_matrix(self.matrix, self.level_sizes, self.axis_sizes, self.axis_names, self.level_names)
+
+    @property
+    def device_count(self) -> int:
+        return product(self.level_sizes)
+
+    def axis_index(self, name: str) -> int:
+        if name not in self.axis_names:
+            raise UsageError(f"unknown axis {name!r}: the axes are {', '.join(self.axis_names)}")
+        return self.axis_names.index(name)
+
+    def to_text(self) -> str:
+        """The matrix as compact JSON, the form `--placement` takes."""
+        return json.dumps([list(row) for row in self.matrix], separators=(",", ":"))
+
+    @cached_property
+    def digits(self) -> np.ndarray:
+        """`digits[rank, a, l]` = d_{a,l}: the digit of level coordinate c_l that belongs to axis a."""
+        ranks = np.arange(self.device_count, dtype=np.int64)
+        coords = np.stack(np.unravel_index(ranks, self.level_sizes), axis=1) if self.level_sizes else ranks[:, None]
+        result = np.zeros((self.device_count, len(self.axis_sizes), len(self.level_sizes)), dtype=np.int64)
+        for level in range(len(self.level_sizes)):
+            radices = [self.matrix[a][level] for a in range(len(self.axis_sizes))]
+            split = np.stack(np.unravel_index(coords[:, level], radices), axis=1)
+            result[:, :, level] = split
+        return result
+
+    @cached_property
+    def axis_coordinates(self) -> np.ndarray:
+        """`axis_coordinates[rank, a]` = x_a, the device's index along axis a."""
+        result = np.zeros((self.device_count, len(self.axis_sizes)), dtype=np.int64)
+        for a in range(len(self.axis_sizes)):
+            result[:, a] = np.ravel_multi_index(tuple(self.digits[:, a, :].T), self.matrix[a])
+        return result
+
+    def rank_of(self, coordinates) -> int:
+        """The global rank of the device with these axis coordinates."""
+        matches = np.nonzero((self.axis_coordinates == np.asarray(coordinates)).all(axis=1))[0]
+        return int(matches[0])
+
+    def axis_groups(self, axis: str) -> list[list[int]]:
+        """For one axis: the rank lists of devices that agree on every other axis, each ordered
+        by the axis index, the lists ordered by the other axes' coordinates (row-major)."""
+        return self.groups_over((axis,))
+
+    def groups_over(self, axes: tuple[str, ...]) -> list[list[int]]:
+        """Devices that agree on every axis outside `axes`, each list ordered row-major over `axes`."""
+        inside = [self.axis_index(name) for name in axes]
+        outside = [a for a in range(len(self.axis_sizes)) if a not in inside]
+        coords = self.axis_coordinates
+        key_outside = _row_major(coords[:, outside], [self.axis_sizes[a] for a in outside])
+        key_inside = _row_major(coords[:, inside], [self.axis_sizes[a] for a in inside])
+        order = np.lexsort((key_inside, key_outside))
+        group_size = product(self.axis_sizes[a] for a in inside)
+        return [list(map(int, chunk)) for chunk in order.reshape(-1, group_size)]
+
+
+def _row_major(coords: np.ndarray, sizes: list[int]) -> np.ndarray:
+    if not sizes:
+        return np.zeros(coords.shape[0], dtype=np.int64)
+    return np.ravel_multi_index(tuple(coords.T), sizes)
+
+
+def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=None) -> None:
+    """SPEC section 2's rules, each violation named with the row or column at fault."""
+    axis_names = axis_names or [f"a{i}" for i in range(len(axis_sizes))]
+    level_names = level_names or [f"l{i}" for i in range(len(level_sizes))]
+    if len(matrix) != len(axis_sizes):
+        raise UsageError(f"placement has {len(matrix)} rows but there are {len(axis_sizes)} axes ({', '.join(axis_names)}): give one row per axis")
+    for a, row in enumerate(matrix):
+        if len(row) != len(level_sizes):
+            raise UsageError(f"placement row {a} ({axis_names[a]}) has {len(row)} entries but there are {len(level_sizes)} levels ({', '.join(level_names)}): give one column per level")
+        for value in row:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UsageError(f"placement entry {value!r} in row {a} ({axis_names[a]}) is not a positive integer")
+        if product(row) != axis_sizes[a]:
+            raise UsageError(f"placement row {a} ({axis_names[a]}) multiplies to {product(row)}, not the axis size {axis_sizes[a]}")
+    for level, size in enumerate(level_sizes):
+        column = product(matrix[a][level] for a in range(len(axis_sizes)))
+        if column != size:
+            raise UsageError(f"placement column {level} ({level_names[level]}) multiplies to {column}, not the level size {size}")
+
+
+def parse_matrix(text: str) -> tuple[tuple[int, ...], ...]:
+    """`[[1,2,2],[2,1,2]]` into a tuple matrix (validated against a system by Placement)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        raise UsageError(f"invalid placement {text!r}: write a JSON list of rows, e.g. '[[1,2,2],[2,1,2]]'") from None
+    if not isinstance(value, list) or not value or not all(isinstance(row, list) and row for row in value):
+        raise UsageError(f"invalid placement {text!r}: write a JSON list of rows, e.g. '[[1,2,2],[2,1,2]]'")
+    return tuple(tuple(row) for row in value)
+
+
+def make_placement(topology: Topology, axes: tuple[Axis, ...], matrix) -> Placement:
+    check_axes_fit(topology, axes)
+    return Placement(topology.level_names, topology.sizes, tuple(a.name for a in axes), tuple(a.size for a in axes), tuple(tuple(row) for row in matrix))
+
+
+def check_axes_fit(topology: Topology, axes: tuple[Axis, ...]) -> None:
+    total = product(a.size for a in axes)
+    if total != topology.device_count:
+        spec = ",".join(f"{a.name}={a.size}" for a in axes)
+        raise UsageError(
+            f"axes {spec} multiply to {total} but {topology.name} has {topology.device_count} devices: the axis sizes must multiply to the device count"
+        )
+
+
+# --- user constraints -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inside:
+    """Keep `axis` inside one unit of `level` and below: factor 1 at every outer level."""
+
+    axis: str
+    level: str
+
+
+@dataclass(frozen=True)
+class Factor:
+    """Fix `axis`'s factor at `level` to `value`."""
+
+    axis: str
+    level: str
+    value: int
+
+
+Constraint = Inside | Factor
+
+_INSIDE = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z_]\w*)\s*\Z")
+_FACTOR = re.compile(r"\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*\Z")
+
+
+def parse_inside(text: str) -> Inside:
+    """`model=node`: the model axis stays inside one node."""
+    match = _INSIDE.match(text)
+    if not match:
+        raise UsageError(f"invalid --inside {text!r}: write AXIS=LEVEL, e.g. model=node")
+    return Inside(match[1], match[2])
+
+
+def parse_factor(text: str) -> Factor:
+    """`model.gpu=4`: the model axis spans 4 units of level gpu."""
+    match = _FACTOR.match(text)
+    if not match:
+        raise UsageError(f"invalid --factor {text!r}: write AXIS.LEVEL=N, e.g. model.gpu=4")
+    return Factor(match[1], match[2], int(match[3]))
+
+
+# --- enumeration ----------------------------------------------------------------------------------
+
+
+def _prime_factors(n: int) -> dict[int, int]:
+    factors, p = {}, 2
+    while p * p <= n:
+        while n % p == 0:
+            factors[p] = factors.get(p, 0) + 1
+            n //= p
+        p += 1
+    if n > 1:
+        factors[n] = factors.get(n, 0) + 1
+    return factors
+
+
+def enumerate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[Placement]:
+    """Every parallelism matrix satisfying SPEC section 2 and the constraints, as models of a
+    Z3 formula; sorted (lexicographically by matrix) so every run lists them in one order."""
+    check_axes_fit(topology, axes)
+    level_sizes, axis_sizes = topology.sizes, tuple(a.size for a in axes)
+    axis_names = tuple(a.name for a in axes)
+    n_axes, n_levels = len(axes), len(level_sizes)
+    primes = sorted(set().union(*(_prime_factors(n) for n in level_sizes + axis_sizes)))
+    solver = z3.Solver()
+    exponent = {}
+    for p in primes:
+        for a in range(n_axes):
+            for l in range(n_levels):
+                variable = z3.Int(f"e_{p}_{a}_{l}")
+                exponent[p, a, l] = variable
+                solver.add(variable >= 0)
+        for l in range(n_levels):
+            solver.add(z3.Sum([exponent[p, a, l] for a in range(n_axes)]) == _prime_factors(level_sizes[l]).get(p, 0))
+        for a in range(n_axes):
+            solver.add(z3.Sum([exponent[p, a, l] for l in range(n_levels)]) == _prime_factors(axis_sizes[a]).get(p, 0))
+    for constraint in constraints:
+        _add_constraint(solver, exponent, primes, constraint, topology, axis_names)
+    results = []
+    while solver.check() == z3.sat:
+        model = solver.model()
+        values = {key: model.eval(var, model_completion=True).as_long() for key, var in exponent.items()}
+        matrix = tuple(
+            tuple(product(p ** values[p, a, l] for p in primes) for l in range(n_levels)) for a in range(n_axes)
+        )
+        results.append(matrix)
+        solver.add(z3.Or([var != values[key] for key, var in exponent.items()]) if exponent else z3.BoolVal(False))
+    if not results:
+        described = "; ".join(_describe(c) for c in constraints)
+        raise NoSolutionError(f"no placement of these axes on {topology.name} satisfies the constraints ({described}): relax one")
+    return [Placement(topology.level_names, level_sizes, axis_names, axis_sizes, m) for m in sorted(results)]
+
+
+def _describe(constraint: Constraint) -> str:
+    if isinstance(constraint, Inside):
+        return f"--inside {constraint.axis}={constraint.level}"
+    return f"--factor {constraint.axis}.{constraint.level}={constraint.value}"
+
+
+def _add_constraint(solver, exponent, primes, constraint, topology: Topology, axis_names) -> None:
+    if constraint.axis not in axis_names:
+        raise UsageError(f"{_describe(constraint)}: unknown axis {constraint.axis!r}; the axes are {', '.join(axis_names)}")
+    a = axis_names.index(constraint.axis)
+    l = topology.level_index(constraint.level)
+    if isinstance(constraint, Inside):
+        for outer in range(l):
+            for p in primes:
+                solver.add(exponent[p, a, outer] == 0)
+        return
+    if constraint.value < 1:
+        raise UsageError(f"{_describe(constraint)}: a factor must be a positive integer")
+    wanted = _prime_factors(constraint.value)
+    if any(p not in primes for p in wanted):
+        raise NoSolutionError(f"{_describe(constraint)}: {constraint.value} does not divide the level or axis sizes, so no placement has it")
+    for p in primes:
+        solver.add(exponent[p, a, l] == wanted.get(p, 0))
+
+
+def enumerate_placements_direct(level_sizes, axis_sizes) -> list[tuple[tuple[int, ...], ...]]:
+    """Every parallelism matrix by direct search over divisors: the test oracle for the Z3 path."""
+    n_axes, n_levels = len(axis_sizes), len(level_sizes)
+    results = []
+
+    def fill(a: int, l: int, remaining_levels, remaining_axes, rows):
+        if l == n_levels:
+            if a == n_axes - 1:
+                if all(r == 1 for r in remaining_levels):
+                    results.append(tuple(tuple(row) for row in rows))
+                return
+            if remaining_axes[a] != 1:
+                return
+            fill(a + 1, 0, remaining_levels, remaining_axes, rows)
+            return
+        # The last axis takes whatever the column needs; earlier axes try each divisor.
+        if a == n_axes - 1:
+            candidates = [remaining_levels[l]]
+        else:
+            candidates = [d for d in range(1, remaining_levels[l] + 1) if remaining_levels[l] % d == 0]
+        for d in candidates:
+            if remaining_axes[a] % d:
+                continue
+            rows[a][l] = d
+            new_levels = list(remaining_levels)
+            new_levels[l] //= d
+            new_axes = list(remaining_axes)
+            new_axes[a] //= d
+            fill(a, l + 1, new_levels, new_axes, rows)
+        rows[a][l] = 0
+
+    if product(level_sizes) == product(axis_sizes):
+        fill(0, 0, list(level_sizes), list(axis_sizes), [[0] * n_levels for _ in range(n_axes)])
+    return sorted(results)

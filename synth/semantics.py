@@ -1,0 +1,280 @@
+"""The meaning of a program (SPEC sections 5 and 7) as a state machine over group members.
+
+A member's state is `None` (empty) or `(lo, hi, sets, length)`: the chunk range [lo, hi),
+for each chunk the set of members summed into it (an int bitmask over member ranks), and
+the range length in chunks of the real hierarchy.
+
+The same machine runs in two modes:
+
+* explicit (the test oracle): one member per reduction-group member, N chunks.
+* quotient (the search's state): every level of size >= 2 is shrunk to size 2. A member's
+  state depends on its position only through which of its digits are zero (roots and
+  masters are the zero positions; a ReduceScatter block follows the member's own digit), so
+  the size-2 instance has one member per zero-pattern and decides validity exactly as the
+  real one; `length` keeps the real range length for costs. Its size is 2^k for k levels,
+  whatever the device count. Tests check it against the explicit mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import product as cartesian
+
+from synth.errors import InvalidProgramError, UsageError
+from synth.language import Program, Step, collective_names, form_names
+from synth.names import product
+
+QUOTIENT_CAP = 2
+
+
+class StepFailure(Exception):
+    """A step's precondition does not hold; the message says which members and why."""
+
+
+# --- forms: which members talk in one step (SPEC section 5) ----------------------------------
+
+
+def _positions(sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Positions of all members, indexed by member rank (mixed radix, outermost first)."""
+    return list(cartesian(*(range(size) for size in sizes)))
+
+
+def _grouped(sizes, level, key, include) -> tuple[tuple[int, ...], ...]:
+    groups: dict[tuple, list[int]] = {}
+    for rank, position in enumerate(_positions(sizes)):
+        if include(position):
+            groups.setdefault(key(position), []).append(rank)
+    return tuple(tuple(members) for members in groups.values() if len(members) > 1)
+
+
+def inside_group(sizes, level):
+    """Members agreeing on every level outer than `level`."""
+    return _grouped(sizes, level, lambda p: p[:level], lambda p: True), tuple(range(level, len(sizes)))
+
+
+def parallel(sizes, level):
+    """Members agreeing on every level but `level`."""
+    return _grouped(sizes, level, lambda p: p[:level] + p[level + 1:], lambda p: True), (level,)
+
+
+def master(sizes, level):
+    """Among members at position 0 on every inner level, those agreeing on the outer levels."""
+    return _grouped(sizes, level, lambda p: p[:level], lambda p: not any(p[level + 1:])), (level,)
+
+
+FORMS = {"InsideGroup": inside_group, "Parallel": parallel, "Master": master}
+
+
+# --- collectives (SPEC section 7) --------------------------------------------------------------
+
+
+def _same_range_disjoint(states, collective):
+    first = states[0]
+    for index, state in enumerate(states):
+        if state is None:
+            raise StepFailure(f"{collective} needs every member to hold data, member {index} of the group is empty")
+        if state[:2] != first[:2]:
+            raise StepFailure(
+                f"{collective} needs one range on every member; member 0 holds [{first[0]},{first[1]}) and member {index} holds [{state[0]},{state[1]})"
+            )
+    unions = []
+    for chunk, sets in enumerate(zip(*(state[2] for state in states))):
+        union = 0
+        for contributors in sets:
+            if union & contributors:
+                raise StepFailure(f"{collective} would count data twice in chunk {first[0] + chunk}")
+            union |= contributors
+        unions.append(union)
+    return first[0], first[1], tuple(unions), first[3]
+
+
+def all_reduce(states, real_k):
+    reduced = _same_range_disjoint(states, "AllReduce")
+    return [reduced] * len(states)
+
+
+def reduce_scatter(states, real_k):
+    lo, hi, unions, length = _same_range_disjoint(states, "ReduceScatter")
+    k = len(states)
+    if (hi - lo) % k or length % real_k:
+        raise StepFailure(f"ReduceScatter over {real_k} members cannot split a range of {length} chunks evenly")
+    block = (hi - lo) // k
+    return [(lo + i * block, lo + (i + 1) * block, unions[i * block:(i + 1) * block], length // real_k) for i in range(k)]
+
+
+def all_gather(states, real_k):
+    for index, state in enumerate(states):
+        if state is None:
+            raise StepFailure(f"AllGather needs every member to hold data, member {index} of the group is empty")
+    first = states[0]
+    for index in range(1, len(states)):
+        previous, state = states[index - 1], states[index]
+        if state[3] != first[3] or state[1] - state[0] != first[1] - first[0]:
+            raise StepFailure("AllGather needs equal range lengths on every member")
+        if state[0] != previous[1]:
+            raise StepFailure(
+                f"AllGather needs member {index}'s range to start where member {index - 1}'s ends; they hold [{previous[0]},{previous[1]}) and [{state[0]},{state[1]})"
+            )
+    sets = tuple(chunk for state in states for chunk in state[2])
+    joined = (first[0], states[-1][1], sets, first[3] * real_k)
+    return [joined] * len(states)
+
+
+def reduce(states, real_k):
+    reduced = _same_range_disjoint(states, "Reduce")
+    return [reduced] + [None] * (len(states) - 1)
+
+
+def broadcast(states, real_k):
+    if states[0] is None:
+        raise StepFailure("Broadcast needs data on its root (the group's first member), which is empty")
+    return [states[0]] * len(states)
+
+
+COLLECTIVES = {
+    "AllReduce": all_reduce,
+    "ReduceScatter": reduce_scatter,
+    "AllGather": all_gather,
+    "Reduce": reduce,
+    "Broadcast": broadcast,
+}
+REDUCING = frozenset({"AllReduce", "ReduceScatter", "Reduce"})
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """What a step does, independent of how it is spelled: a collective and its groups.
+    Two steps with equal instructions are the same instruction (SPEC section 5)."""
+
+    collective: str
+    groups: tuple[tuple[int, ...], ...]
+    varying_levels: tuple[int, ...]
+    real_group_size: int
+
+
+def _check_alphabet() -> None:
+    for name in collective_names():
+        if name not in COLLECTIVES:
+            raise RuntimeError(f"the grammar names collective {name!r}, which has no meaning in synth/semantics.py")
+    for name in form_names():
+        if name not in FORMS:
+            raise RuntimeError(f"the grammar names form {name!r}, which has no meaning in synth/semantics.py")
+
+
+# --- the machine ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    step: Step
+    before: tuple
+    after: tuple
+
+
+class Semantics:
+    """The state machine for one synthesis hierarchy (its level names and sizes)."""
+
+    def __init__(self, level_names: tuple[str, ...], real_sizes: tuple[int, ...], quotient: bool = True):
+        _check_alphabet()
+        self.level_names = tuple(level_names)
+        self.real_sizes = tuple(real_sizes)
+        self.quotient = quotient
+        self.sizes = tuple(min(size, QUOTIENT_CAP) for size in real_sizes) if quotient else self.real_sizes
+        self.member_count = product(self.sizes)
+        self.real_member_count = product(self.real_sizes)
+        self.full_mask = (1 << self.member_count) - 1
+
+    @cached_property
+    def initial(self) -> tuple:
+        n = self.member_count
+        return tuple((0, n, tuple(1 << rank for _ in range(n)), self.real_member_count) for rank in range(n))
+
+    @cached_property
+    def goal(self) -> tuple:
+        n = self.member_count
+        full = (0, n, (self.full_mask,) * n, self.real_member_count)
+        return (full,) * n
+
+    @cached_property
+    def instructions(self) -> dict[Step, Instruction]:
+        """Every spelling of the grammar's alphabet on this hierarchy and its instruction."""
+        result = {}
+        for collective in collective_names():
+            for form in form_names():
+                for level, name in enumerate(self.level_names):
+                    groups, varying = FORMS[form](self.sizes, level)
+                    real_k = product(self.real_sizes[i] for i in varying)
+                    result[Step(collective, form, name)] = Instruction(collective, tuple(sorted(groups)), varying, real_k)
+        return result
+
+    @cached_property
+    def alphabet(self) -> tuple[tuple[Step, Instruction], ...]:
+        """One spelling per distinct instruction (the first in grammar order); instructions whose
+        groups all have one member do nothing and are left out."""
+        seen, result = set(), []
+        for step, instruction in self.instructions.items():
+            key = (instruction.collective, instruction.groups)
+            if not instruction.groups or key in seen:
+                continue
+            seen.add(key)
+            result.append((step, instruction))
+        return tuple(result)
+
+    def instruction_of(self, step: Step) -> Instruction:
+        if step.level not in self.level_names:
+            known = ", ".join(self.level_names) or "none (the reduction group has one member)"
+            raise UsageError(f"unknown level {step.level!r} in step {step}: the synthesis hierarchy's levels are {known}")
+        return self.instructions[step]
+
+    def apply(self, state: tuple, instruction: Instruction) -> tuple:
+        """The state after one instruction; StepFailure when a precondition fails."""
+        if not instruction.groups:
+            raise StepFailure("every group of this form has one member, so the step does nothing")
+        members = list(state)
+        operation = COLLECTIVES[instruction.collective]
+        for group in instruction.groups:
+            results = operation([state[m] for m in group], instruction.real_group_size)
+            for member, result in zip(group, results):
+                members[member] = result
+        new_state = tuple(members)
+        if new_state == state:
+            raise StepFailure("the step changes nothing (a no-op)")
+        return new_state
+
+    def run(self, program: Program) -> list[StepTrace]:
+        """Check a program against SPEC section 7; InvalidProgramError names the failing step."""
+        state, trace = self.initial, []
+        for index, step in enumerate(program.steps):
+            instruction = self.instruction_of(step)
+            if state == self.goal:
+                raise InvalidProgramError(
+                    f"step {index + 1} {step}: the goal was already reached after step {index}; drop the remaining steps",
+                    index,
+                )
+            try:
+                new_state = self.apply(state, instruction)
+            except StepFailure as failure:
+                raise InvalidProgramError(f"step {index + 1} {step} is invalid: {failure}", index) from None
+            trace.append(StepTrace(step, state, new_state))
+            state = new_state
+        if state != self.goal:
+            raise InvalidProgramError(
+                f"the program ends before the goal: {self.describe_shortfall(state)}", len(program.steps)
+            )
+        return trace
+
+    def describe_shortfall(self, state: tuple) -> str:
+        empty = sum(1 for member in state if member is None)
+        partial = sum(1 for member in state if member is not None and member[:2] != (0, self.member_count))
+        missing = sum(
+            1 for member in state if member is not None for sets in member[2] if sets != self.full_mask
+        )
+        parts = []
+        if empty:
+            parts.append(f"{empty} member(s) hold nothing")
+        if partial:
+            parts.append(f"{partial} member(s) hold only part of the buffer")
+        if missing:
+            parts.append(f"{missing} held chunk(s) still miss contributions")
+        return "; ".join(parts) or "the state differs from the goal"

@@ -1,0 +1,1 @@
+"""Built-in topology descriptions, shipped as package data (synth.topologies)."""
