@@ -1,0 +1,336 @@
+"""Systems: a tree of levels, outermost first, with the link figures the simulator needs.
+
+A topology comes from a TOML file (built-in by name, or a path) or from a bare `--levels`
+list, which has sizes only: enough for placements and synthesis, not for costs.
+Every figure carries its source, so a reader can check where a number came from.
+
+The file format (`load_topology`; built-ins live in `topologies/<name>.toml`)::
+
+    name = "dgx-a100-x4"               # required: letters, digits, '_', '-', '.'
+    description = "4 DGX A100 nodes"   # optional
+
+    [[levels]]                         # required, one table per level, outermost first
+    name = "node"                      # required, an identifier unique in the file
+    size = 4                           # required, children per parent, a positive integer
+    bandwidth = { value = "25 GB/s", source = "..." }  # per device, one direction
+    latency = { value = "5 us", source = "..." }
+    uplinks = { count = 8, bandwidth = "200 Gb/s", source = "..." }
+
+    [[levels]]
+    name = "gpu"
+    size = 8
+    bandwidth = { value = "300 GB/s", source = "..." }
+    latency = { value = "1 us", source = "..." }
+
+`bandwidth` is what one device gets when it alone talks to a device in another unit of
+this level (inside the same parent): for a DGX A100 node level, one GPU's own 200 Gb/s NIC,
+not the node's NIC total divided by its GPUs. `latency` is the per-message latency of that
+path. `uplinks` (optional) are the links each unit of the level shares to reach the rest of
+the system: a node's NIC pool, a rack's spine uplinks; `bandwidth` there is per link.
+Link figures are optional as a group, so a file may describe a bare hierarchy, but a level
+with one of bandwidth and latency must have both, and uplinks need them too. Every figure
+needs a non-empty `source`: a spec sheet, a paper, or `estimate: ...` saying how it was
+guessed. Values carry units (see synth.units); bare numbers are refused, so a figure can be
+checked against its source as written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from synth.errors import UsageError
+from synth.names import MAX_DEVICES, check_name, parse_sized_list, product
+from synth.units import BANDWIDTH_EXAMPLE, TIME_EXAMPLE, parse_bandwidth, parse_time
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number in SI base units (bytes/s, seconds) and where it comes from."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Uplinks:
+    """The shared links through which every unit of a level reaches the rest of the system
+    (a node's NICs, a rack's uplinks to the spine): `count` links of `bandwidth` each."""
+
+    count: int
+    bandwidth: Figure  # bytes/s, per link, one direction
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the system tree: `size` children per parent.
+
+    `bandwidth` (bytes/s, per device, one direction) and `latency` (seconds) describe the
+    interconnect that joins the units of this level inside their parent, i.e. the links a
+    message crosses when its endpoints differ at this level but agree on every outer one.
+    `uplinks`, when given, are the links each unit of this level shares to reach units
+    outside it (a node's NICs on the `node` level).
+    """
+
+    name: str
+    size: int
+    bandwidth: Figure | None = None
+    latency: Figure | None = None
+    uplinks: Uplinks | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    description: str
+    levels: tuple[Level, ...]
+    source_path: str | None = None
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(level.name for level in self.levels)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(level.size for level in self.levels)
+
+    @property
+    def device_count(self) -> int:
+        return product(self.sizes)
+
+    @property
+    def has_link_figures(self) -> bool:
+        """True when every level has bandwidth and latency, so costs can be computed."""
+        return all(level.bandwidth is not None and level.latency is not None for level in self.levels)
+
+    def level_index(self, name: str) -> int:
+        for index, level in enumerate(self.levels):
+            if level.name == name:
+                return index
+        raise UsageError(f"unknown level {name!r}: this system has levels {', '.join(self.level_names)}")
+
+
+def check_levels(levels: tuple[Level, ...], where: str) -> None:
+    """The structural rules of SPEC section 1 shared by every way of building a topology."""
+    if not levels:
+        raise UsageError(f"{where}: a system needs at least one level")
+    seen = set()
+    for level in levels:
+        check_name(level.name, "level")
+        if level.name in seen:
+            raise UsageError(f"{where}: level name {level.name!r} appears twice; level names must be unique")
+        seen.add(level.name)
+        if not isinstance(level.size, int) or isinstance(level.size, bool) or level.size < 1:
+            raise UsageError(f"{where}: level {level.name!r} has size {level.size!r}; sizes must be positive integers")
+    devices = product(level.size for level in levels)
+    if devices > MAX_DEVICES:
+        raise UsageError(
+            f"{where}: {devices} devices is more than this tool handles ({MAX_DEVICES}); describe a smaller system"
+        )
+
+
+def topology_from_levels(text: str) -> Topology:
+    """A bare hierarchy from `rack=2,node=4,gpu=8` (or `2,4,8`): sizes, no link figures."""
+    sized = parse_sized_list(text, "level", "l")
+    levels = tuple(Level(item.name, item.size) for item in sized)
+    check_levels(levels, f"--levels {text}")
+    return Topology(name=f"levels({text})", description="bare hierarchy from --levels", levels=levels)
+
+
+# ---------------------------------------------------------------------------------------
+# TOML loader
+
+_TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+_TOP_KEYS = ("name", "description", "levels")
+_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks")
+_FIGURE_KEYS = ("value", "source")
+_UPLINK_KEYS = ("count", "bandwidth", "source")
+_SOURCE_HINT = 'source = "spec sheet, paper, or estimate: how it was guessed"'
+
+
+def _builtin_dir():
+    """The directory of built-in topology files: package data when installed, else the
+    repository's `topologies/` beside `synth/` (a source checkout run without installing)."""
+    try:
+        directory = resources.files("synth.topologies")
+        if any(entry.name.endswith(".toml") for entry in directory.iterdir()):
+            return directory
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    return Path(__file__).resolve().parent.parent / "topologies"
+
+
+def builtin_topology_names() -> list[str]:
+    """Names accepted by `load_topology` without a path, sorted."""
+    directory = _builtin_dir()
+    try:
+        entries = list(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(entry.name[: -len(".toml")] for entry in entries if entry.name.endswith(".toml"))
+
+
+def _builtin_list() -> str:
+    names = builtin_topology_names()
+    return ", ".join(names) if names else "(none installed)"
+
+
+def load_topology(spec: str | os.PathLike) -> Topology:
+    """A topology from a built-in name (`dgx-a100-x4`) or a path to a TOML file.
+
+    A spec ending in `.toml` or containing a path separator is a path; anything else is a
+    built-in name first and a path only if no built-in has that name.
+    """
+    text_spec = os.fspath(spec)
+    looks_like_path = text_spec.endswith(".toml") or "/" in text_spec or os.sep in text_spec
+    if not looks_like_path and text_spec in builtin_topology_names():
+        entry = _builtin_dir() / f"{text_spec}.toml"
+        where = f"topologies/{text_spec}.toml"
+        text = entry.read_text(encoding="utf-8")
+        return _parse_topology(text, where, str(entry))
+    path = Path(text_spec)
+    if not path.is_file():
+        if looks_like_path or path.exists():
+            problem = f"no topology file {text_spec!r}" if not path.exists() else f"{text_spec!r} is not a file"
+            raise UsageError(f"{problem}: give a path to a TOML file or a built-in name: {_builtin_list()}")
+        raise UsageError(f"unknown topology {text_spec!r}: use a built-in name ({_builtin_list()}) or a path to a .toml file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{text_spec}: cannot read the file ({_one_line(error)}); give a readable UTF-8 TOML file") from None
+    return _parse_topology(text, text_spec, str(path.resolve()))
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _toml_loads(text: str, where: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise UsageError(f"{where}: reading TOML needs Python 3.11 or the 'tomli' package") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{where}: not valid TOML: {_one_line(error)}") from None
+
+
+def _field_error(where: str, field: str, message: str) -> UsageError:
+    return UsageError(f"{where}: {field}: {message}")
+
+
+def _check_keys(table: dict, allowed: tuple[str, ...], where: str, field: str) -> None:
+    for key in table:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"allowed keys are {', '.join(allowed)}"
+            name = f"{field}.{key}" if field else str(key)
+            raise _field_error(where, name, f"unknown key; {hint}")
+
+
+def _require(table: dict, key: str, where: str, field: str, example: str):
+    if key not in table:
+        raise _field_error(where, f"{field}.{key}" if field else key, f"missing; add e.g. {example}")
+    return table[key]
+
+
+def _string(value, where: str, field: str, example: str) -> str:
+    if not isinstance(value, str):
+        raise _field_error(where, field, f"{value!r} is not a string; write e.g. {example}")
+    return value
+
+
+def _positive_int(value, where: str, field: str, example: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _field_error(where, field, f"{value!r} is not a positive integer; write e.g. {example}")
+    return value
+
+
+def _source(table: dict, where: str, field: str) -> str:
+    source = _require(table, "source", where, field, _SOURCE_HINT)
+    source = _string(source, where, f"{field}.source", _SOURCE_HINT)
+    if not source.strip():
+        raise _field_error(where, f"{field}.source", f"is empty; every figure needs one, e.g. {_SOURCE_HINT}")
+    return " ".join(source.split())
+
+
+def _figure(value, parse, example: str, where: str, field: str) -> Figure:
+    form = f'{field.rsplit(".", 1)[-1]} = {{ value = "{example}", {_SOURCE_HINT} }}'
+    if not isinstance(value, dict):
+        raise _field_error(where, field, f"{value!r} is not a table with value and source; write e.g. {form}")
+    _check_keys(value, _FIGURE_KEYS, where, field)
+    quantity = _require(value, "value", where, field, f'value = "{example}"')
+    number = parse(quantity, where=f"{where}: {field}.value")
+    return Figure(number, _source(value, where, field))
+
+
+def _uplinks(value, where: str, field: str) -> Uplinks:
+    form = f'uplinks = {{ count = 8, bandwidth = "200 Gb/s", {_SOURCE_HINT} }}'
+    if not isinstance(value, dict):
+        raise _field_error(where, field, f"{value!r} is not a table; write e.g. {form}")
+    _check_keys(value, _UPLINK_KEYS, where, field)
+    count = _positive_int(_require(value, "count", where, field, "count = 8"), where, f"{field}.count", "count = 8")
+    quantity = _require(value, "bandwidth", where, field, 'bandwidth = "200 Gb/s"')
+    bandwidth = parse_bandwidth(quantity, where=f"{where}: {field}.bandwidth")
+    return Uplinks(count, Figure(bandwidth, _source(value, where, field)))
+
+
+def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
+    field = f"levels[{index}]"
+    if not isinstance(table, dict):
+        raise _field_error(where, field, 'is not a table; write each level as [[levels]] with name = "gpu" and size = 8')
+    _check_keys(table, _LEVEL_KEYS, where, field)
+    name = _string(_require(table, "name", where, field, 'name = "gpu"'), where, f"{field}.name", 'name = "gpu"')
+    try:
+        check_name(name, "level")
+    except UsageError as error:
+        raise _field_error(where, f"{field}.name", str(error)) from None
+    if name in seen:
+        raise _field_error(
+            where, f"{field}.name", f"level name {name!r} is also levels[{seen[name]}].name; level names must be unique"
+        )
+    seen[name] = index
+    size = _positive_int(_require(table, "size", where, field, "size = 8"), where, f"{field}.size", "size = 8")
+    has_bandwidth, has_latency = "bandwidth" in table, "latency" in table
+    if has_bandwidth != has_latency:
+        missing, present = ("latency", "bandwidth") if has_bandwidth else ("bandwidth", "latency")
+        example = (
+            f'latency = {{ value = "{TIME_EXAMPLE}", source = "..." }}'
+            if missing == "latency"
+            else f'bandwidth = {{ value = "{BANDWIDTH_EXAMPLE}", source = "..." }}'
+        )
+        raise _field_error(where, f"{field}.{missing}", f"missing while {present} is given; add e.g. {example} or drop {present}")
+    if "uplinks" in table and not has_bandwidth:
+        raise _field_error(where, f"{field}.uplinks", "given without the level's bandwidth and latency; add them or drop uplinks")
+    bandwidth = latency = uplinks = None
+    if has_bandwidth:
+        bandwidth = _figure(table["bandwidth"], parse_bandwidth, BANDWIDTH_EXAMPLE, where, f"{field}.bandwidth")
+        latency = _figure(table["latency"], parse_time, TIME_EXAMPLE, where, f"{field}.latency")
+    if "uplinks" in table:
+        uplinks = _uplinks(table["uplinks"], where, f"{field}.uplinks")
+    return Level(name, size, bandwidth, latency, uplinks)
+
+
+def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
+    """Validate a whole document; `where` prefixes every message so the user finds the line."""
+    document = _toml_loads(text, where)
+    _check_keys(document, _TOP_KEYS, where, "")
+    name = _string(_require(document, "name", where, "", 'name = "my-cluster"'), where, "name", 'name = "my-cluster"')
+    if not _TOPOLOGY_NAME.match(name):
+        raise _field_error(where, "name", f"{name!r} is not a topology name; use letters, digits, '_', '-' and '.', e.g. \"my-cluster\"")
+    description = _string(document.get("description", ""), where, "description", 'description = "2 nodes of 8 GPUs"')
+    raw_levels = _require(document, "levels", where, "", '[[levels]] tables with name and size')
+    if not isinstance(raw_levels, list) or not raw_levels:
+        raise _field_error(where, "levels", 'needs at least one level; write each as [[levels]] with name = "gpu" and size = 8')
+    seen: dict[str, int] = {}
+    levels = tuple(_level(table, index, where, seen) for index, table in enumerate(raw_levels))
+    check_levels(levels, where)
+    return Topology(name=name, description=" ".join(description.split()), levels=levels, source_path=source_path)
