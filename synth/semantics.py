@@ -1,8 +1,9 @@
 """The meaning of a program (SPEC sections 5 and 7) as a state machine over group members.
 
 A member's state is `None` (empty) or `(lo, hi, sets, length)`: the chunk range [lo, hi),
-for each chunk the set of members summed into it (an int bitmask over member ranks), and
-the range length in chunks of the real hierarchy.
+`sets`, one int holding for each chunk c the set of members summed into it as a bitmask in
+bits [c*N, (c+1)*N) (so unions and disjointness tests over all chunks are single integer
+operations), and the range length in chunks of the real hierarchy.
 
 The same machine runs in two modes:
 
@@ -71,43 +72,46 @@ FORMS = {"InsideGroup": inside_group, "Parallel": parallel, "Master": master}
 
 def _same_range_disjoint(states, collective):
     first = states[0]
+    union = total = 0
     for index, state in enumerate(states):
         if state is None:
             raise StepFailure(f"{collective} needs every member to hold data, member {index} of the group is empty")
-        if state[:2] != first[:2]:
+        if state[0] != first[0] or state[1] != first[1]:
             raise StepFailure(
                 f"{collective} needs one range on every member; member 0 holds [{first[0]},{first[1]}) and member {index} holds [{state[0]},{state[1]})"
             )
-    unions = []
-    for chunk, sets in enumerate(zip(*(state[2] for state in states))):
-        union = 0
-        for contributors in sets:
-            if union & contributors:
-                raise StepFailure(f"{collective} would count data twice in chunk {first[0] + chunk}")
-            union |= contributors
-        unions.append(union)
-    return first[0], first[1], tuple(unions), first[3]
+        union |= state[2]
+        total += state[2].bit_count()
+    # Chunks sit in disjoint bit fields, so per-chunk disjointness is one count on the whole.
+    if union.bit_count() != total:
+        raise StepFailure(f"{collective} would count some member's data twice")
+    return first[0], first[1], union, first[3]
 
 
-def all_reduce(states, real_k):
+def all_reduce(states, real_k, field):
     reduced = _same_range_disjoint(states, "AllReduce")
     return [reduced] * len(states)
 
 
-def reduce_scatter(states, real_k):
-    lo, hi, unions, length = _same_range_disjoint(states, "ReduceScatter")
+def reduce_scatter(states, real_k, field):
+    lo, hi, union, length = _same_range_disjoint(states, "ReduceScatter")
     k = len(states)
     if (hi - lo) % k or length % real_k:
         raise StepFailure(f"ReduceScatter over {real_k} members cannot split a range of {length} chunks evenly")
     block = (hi - lo) // k
-    return [(lo + i * block, lo + (i + 1) * block, unions[i * block:(i + 1) * block], length // real_k) for i in range(k)]
+    mask = (1 << (block * field)) - 1
+    return [
+        (lo + i * block, lo + (i + 1) * block, union & (mask << ((lo + i * block) * field)), length // real_k)
+        for i in range(k)
+    ]
 
 
-def all_gather(states, real_k):
+def all_gather(states, real_k, field):
     for index, state in enumerate(states):
         if state is None:
             raise StepFailure(f"AllGather needs every member to hold data, member {index} of the group is empty")
     first = states[0]
+    union = first[2]
     for index in range(1, len(states)):
         previous, state = states[index - 1], states[index]
         if state[3] != first[3] or state[1] - state[0] != first[1] - first[0]:
@@ -116,17 +120,17 @@ def all_gather(states, real_k):
             raise StepFailure(
                 f"AllGather needs member {index}'s range to start where member {index - 1}'s ends; they hold [{previous[0]},{previous[1]}) and [{state[0]},{state[1]})"
             )
-    sets = tuple(chunk for state in states for chunk in state[2])
-    joined = (first[0], states[-1][1], sets, first[3] * real_k)
+        union |= state[2]
+    joined = (first[0], states[-1][1], union, first[3] * real_k)
     return [joined] * len(states)
 
 
-def reduce(states, real_k):
+def reduce(states, real_k, field):
     reduced = _same_range_disjoint(states, "Reduce")
     return [reduced] + [None] * (len(states) - 1)
 
 
-def broadcast(states, real_k):
+def broadcast(states, real_k, field):
     if states[0] is None:
         raise StepFailure("Broadcast needs data on its root (the group's first member), which is empty")
     return [states[0]] * len(states)
@@ -188,12 +192,14 @@ class Semantics:
     @cached_property
     def initial(self) -> tuple:
         n = self.member_count
-        return tuple((0, n, tuple(1 << rank for _ in range(n)), self.real_member_count) for rank in range(n))
+        return tuple(
+            (0, n, sum(1 << (chunk * n + rank) for chunk in range(n)), self.real_member_count) for rank in range(n)
+        )
 
     @cached_property
     def goal(self) -> tuple:
         n = self.member_count
-        full = (0, n, (self.full_mask,) * n, self.real_member_count)
+        full = (0, n, (1 << (n * n)) - 1, self.real_member_count)
         return (full,) * n
 
     @cached_property
@@ -234,7 +240,7 @@ class Semantics:
         members = list(state)
         operation = COLLECTIVES[instruction.collective]
         for group in instruction.groups:
-            results = operation([state[m] for m in group], instruction.real_group_size)
+            results = operation([state[m] for m in group], instruction.real_group_size, self.member_count)
             for member, result in zip(group, results):
                 members[member] = result
         new_state = tuple(members)
@@ -264,11 +270,17 @@ class Semantics:
             )
         return trace
 
+    def chunk_sets(self, member) -> list[int]:
+        """The contributor bitmask of each chunk a member holds, in range order."""
+        lo, hi, sets, _ = member
+        n = self.member_count
+        return [(sets >> (chunk * n)) & self.full_mask for chunk in range(lo, hi)]
+
     def describe_shortfall(self, state: tuple) -> str:
         empty = sum(1 for member in state if member is None)
         partial = sum(1 for member in state if member is not None and member[:2] != (0, self.member_count))
         missing = sum(
-            1 for member in state if member is not None for sets in member[2] if sets != self.full_mask
+            1 for member in state if member is not None for sets in self.chunk_sets(member) if sets != self.full_mask
         )
         parts = []
         if empty:

@@ -1,0 +1,167 @@
+"""The enumerator: every valid program up to a length, one per distinct instruction sequence.
+
+Syntax-guided: programs grow one step at a time over the grammar's alphabet of instructions
+(deduplicated by group sets, SPEC section 5). Pruning rules, each switchable for the ablation
+benchmark:
+
+* invalid steps and no-op steps end a branch (by SPEC section 7 no extension is valid);
+* dead prefixes: a Z3 query over an abstract state says the goal is out of reach in the
+  steps that remain (synth/pruning.py);
+* shared suffixes: the number of valid completions of (state, steps left) is memoized, so a
+  prefix that reaches an already-seen state reuses its suffixes instead of re-exploring them.
+
+Programs come out shortest first, then in alphabet order, from a generator, so a caller can
+stop early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from synth.errors import UsageError
+from synth.hierarchy import SynthesisHierarchy
+from synth.language import Program
+from synth.pruning import DeadPrefixOracle
+from synth.semantics import Semantics, StepFailure
+
+# Beyond this, the number of programs is astronomically large on any real hierarchy.
+MAX_PROGRAM_LENGTH = 12
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    max_len: int = 5
+    prune_dead: bool = True
+    share_suffixes: bool = True
+    quotient: bool = True
+
+
+@dataclass
+class SearchStats:
+    """What the search did: for the ablation table and progress display."""
+
+    expanded: int = 0  # (state, steps left) pairs whose successors were computed
+    steps_applied: int = 0  # instruction applications tried
+    pruned_dead: int = 0  # (state, steps left) pairs cut by the dead-prefix oracle
+    z3_queries: int = 0
+    programs: int = 0
+    distinct_states: set = field(default_factory=set)
+
+
+def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Semantics:
+    return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
+
+
+class Enumerator:
+    """Enumerates valid programs over one synthesis hierarchy."""
+
+    def __init__(self, semantics: Semantics, options: SearchOptions = SearchOptions(),
+                 on_progress: Callable[[SearchStats], None] | None = None):
+        if options.max_len < 1:
+            raise UsageError(f"--max-len {options.max_len}: give a length of at least 1")
+        if options.max_len > MAX_PROGRAM_LENGTH:
+            raise UsageError(
+                f"--max-len {options.max_len} cannot finish: the number of programs grows exponentially; use at most {MAX_PROGRAM_LENGTH}"
+            )
+        self.semantics = semantics
+        self.options = options
+        self.alphabet = semantics.alphabet
+        self.stats = SearchStats()
+        self.on_progress = on_progress
+        self.oracle = DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient) if options.prune_dead else None
+        self._successors: dict[tuple, list[tuple[int, tuple]]] = {}
+        self._counts: dict[tuple[tuple, int], int] = {}
+
+    def successors(self, state: tuple) -> list[tuple[int, tuple]]:
+        """Valid, non-no-op steps from a state: (alphabet index, next state)."""
+        if self.options.share_suffixes:
+            cached = self._successors.get(state)
+            if cached is not None:
+                return cached
+        result = []
+        for index, (_, instruction) in enumerate(self.alphabet):
+            self.stats.steps_applied += 1
+            try:
+                result.append((index, self.semantics.apply(state, instruction)))
+            except StepFailure:
+                continue
+        if self.options.share_suffixes:
+            self._successors[state] = result
+        return result
+
+    def count(self, state: tuple, remaining: int) -> int:
+        """How many programs of exactly `remaining` more steps first reach the goal at their end."""
+        goal = self.semantics.goal
+        if state == goal:
+            return 1 if remaining == 0 else 0
+        if remaining == 0:
+            return 0
+        key = (state, remaining)
+        if self.options.share_suffixes and key in self._counts:
+            return self._counts[key]
+        if self.oracle is not None and not self.oracle.reachable(state, remaining):
+            self.stats.pruned_dead += 1
+            self.stats.z3_queries = self.oracle.queries
+            total = 0
+        else:
+            self.stats.expanded += 1
+            self.stats.distinct_states.add(state)
+            if self.on_progress is not None and self.stats.expanded % 2000 == 0:
+                self.on_progress(self.stats)
+            total = sum(self.count(next_state, remaining - 1) for _, next_state in self.successors(state))
+        if self.options.share_suffixes:
+            self._counts[key] = total
+        return total
+
+    def _paths(self, state: tuple, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
+        if remaining == 0:
+            if state == self.semantics.goal:
+                yield list(prefix)
+            return
+        if state == self.semantics.goal:
+            return
+        for index, next_state in self.successors(state):
+            if self.count(next_state, remaining - 1) == 0:
+                continue
+            prefix.append(index)
+            yield from self._paths(next_state, remaining - 1, prefix)
+            prefix.pop()
+
+    def programs(self) -> Iterator[Program]:
+        """Every valid program up to `max_len` steps, shortest first."""
+        for length in range(1, self.options.max_len + 1):
+            if self.count(self.semantics.initial, length) == 0:
+                continue
+            for path in self._paths(self.semantics.initial, length, []):
+                self.stats.programs += 1
+                yield Program(tuple(self.alphabet[i][0] for i in path))
+
+    def total(self) -> int:
+        """The number of valid programs up to `max_len`, without listing them."""
+        return sum(self.count(self.semantics.initial, length) for length in range(1, self.options.max_len + 1))
+
+
+def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:
+    """Generator over every valid program for a hierarchy (see Enumerator)."""
+    semantics = semantics_for(hierarchy, options.pop("quotient", True))
+    return Enumerator(semantics, SearchOptions(max_len=max_len, **options)).programs()
+
+
+def brute_force_programs(semantics: Semantics, max_len: int) -> list[Program]:
+    """Every sequence over the alphabet, checked one by one: the completeness oracle."""
+    from itertools import product as sequences
+
+    from synth.errors import InvalidProgramError
+
+    found = []
+    steps = [step for step, _ in semantics.alphabet]
+    for length in range(1, max_len + 1):
+        for sequence in sequences(steps, repeat=length):
+            program = Program(tuple(sequence))
+            try:
+                semantics.run(program)
+            except InvalidProgramError:
+                continue
+            found.append(program)
+    return found
