@@ -1,0 +1,52 @@
+"""The `synth` command line: parse, dispatch, and turn every user error into one line and an
+exit code (2 for usage or input errors, 1 for "no program / invalid program")."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from synth import __version__
+from synth.errors import SynthError, UsageError
+
+# Command groups, in the order of the data flow; each module exposes register(subparsers).
+COMMAND_MODULES = ("synth.commands.synthesis",)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2 through our own path."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="synth", description="Synthesize, prove, simulate and export hierarchical collective programs.")
+    parser.add_argument("--version", action="version", version=f"synth {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "handler", None):
+            parser.print_help(sys.stderr)
+            return 2
+        return args.handler(args) or 0
+    except SynthError as error:
+        print(f"synth: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("synth: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
