@@ -1,0 +1,126 @@
+import numpy as np
+import pytest
+
+from synth.errors import NoSolutionError, UsageError
+from synth.placement import (Factor, Inside, enumerate_placements, enumerate_placements_direct, make_placement,
+                             parse_axes, parse_factor, parse_inside, parse_matrix)
+from synth.topology import topology_from_levels
+
+
+@pytest.mark.parametrize("levels, axes", [
+    ("2,2,4", "4,4"),
+    ("rack=2,server=2,cpu=2,gpu=4", "data=8,model=4"),
+    ("node=4,gpu=8", "data=8,model=4"),
+    ("a=6,b=4", "x=2,y=3,z=4"),
+    ("a=12", "x=3,y=4"),
+    ("a=2,b=3,c=2", "x=12"),
+    ("a=4,b=4", "x=2,y=2,z=4"),
+])
+def test_z3_enumeration_matches_direct_search(levels, axes):
+    topology = topology_from_levels(levels)
+    parsed = parse_axes(axes)
+    z3_matrices = [p.matrix for p in enumerate_placements(topology, parsed)]
+    direct = enumerate_placements_direct(topology.sizes, tuple(a.size for a in parsed))
+    assert z3_matrices == direct
+    assert len(set(z3_matrices)) == len(z3_matrices)
+
+
+def test_spec_example_has_four_placements():
+    assert len(enumerate_placements(topology_from_levels("2,2,4"), parse_axes("4,4"))) == 4
+
+
+def test_matrix_rules_hold_for_every_placement():
+    topology = topology_from_levels("rack=2,server=2,cpu=2,gpu=4")
+    for placement in enumerate_placements(topology, parse_axes("data=8,model=4")):
+        m = np.array(placement.matrix)
+        assert tuple(m.prod(axis=0)) == topology.sizes
+        assert tuple(m.prod(axis=1)) == (8, 4)
+
+
+def test_identity_placement_numbers_ranks_row_major_over_axes():
+    # Axes kept in order (data outer, model inner) gives rank = row-major index (device mesh order).
+    placement = make_placement(topology_from_levels("node=4,gpu=8"), parse_axes("data=8,model=4"), [[4, 2], [1, 4]])
+    coords = placement.axis_coordinates
+    assert (coords[:, 0] * 4 + coords[:, 1] == np.arange(32)).all()
+
+
+def test_device_to_axis_coordinates_follow_spec_digits():
+    # levels 2,2,4; M = [[1,2,2],[2,1,2]]: c_gpu splits into (d_a0, d_a1) with radices (2, 2).
+    placement = make_placement(topology_from_levels("server=2,cpu=2,gpu=4"), parse_axes("4,4"), [[1, 2, 2], [2, 1, 2]])
+    # device (server=1, cpu=0, gpu=3): gpu 3 -> d_a0=1, d_a1=1; x_a0 = (cpu 0, gpu 1) -> 1; x_a1 = (server 1, gpu 1) -> 3
+    rank = 1 * 8 + 0 * 4 + 3
+    assert placement.axis_coordinates[rank].tolist() == [1, 3]
+    assert placement.rank_of([1, 3]) == rank
+
+
+def test_axis_groups_partition_devices_and_agree_on_other_axes():
+    placement = make_placement(topology_from_levels("server=2,cpu=2,gpu=4"), parse_axes("4,4"), [[1, 2, 2], [2, 1, 2]])
+    for axis in ("a0", "a1"):
+        groups = placement.axis_groups(axis)
+        assert sorted(r for g in groups for r in g) == list(range(16))
+        other = 1 - placement.axis_index(axis)
+        for group in groups:
+            assert len({placement.axis_coordinates[r, other] for r in group}) == 1
+            assert [placement.axis_coordinates[r, placement.axis_index(axis)] for r in group] == list(range(4))
+
+
+def test_constraints_inside_and_factor():
+    topology = topology_from_levels("node=4,gpu=8")
+    axes = parse_axes("data=8,model=4")
+    inside = enumerate_placements(topology, axes, [Inside("model", "gpu")])
+    assert [p.matrix for p in inside] == [((4, 2), (1, 4))]
+    fixed = enumerate_placements(topology, axes, [Factor("model", "gpu", 2)])
+    assert all(p.matrix[1][1] == 2 for p in fixed) and fixed
+    everything = enumerate_placements(topology, axes)
+    assert {p.matrix for p in fixed} == {p.matrix for p in everything if p.matrix[1][1] == 2}
+
+
+def test_constraint_parsing():
+    assert parse_inside("model=node") == Inside("model", "node")
+    assert parse_factor("model.gpu=4") == Factor("model", "gpu", 4)
+    for bad in ("model", "model=", "1x=gpu"):
+        with pytest.raises(UsageError):
+            parse_inside(bad)
+    for bad in ("model=4", "model.gpu", "model.gpu=x"):
+        with pytest.raises(UsageError):
+            parse_factor(bad)
+
+
+@pytest.mark.parametrize("axes, constraints, error", [
+    ("data=8,model=5", [], UsageError),
+    ("data=8,model=4", [Inside("pipe", "gpu")], UsageError),
+    ("data=8,model=4", [Inside("model", "rack")], UsageError),
+    ("data=8,model=4", [Factor("model", "gpu", 3)], NoSolutionError),
+    ("data=8,model=4", [Inside("model", "gpu"), Factor("model", "node", 2)], NoSolutionError),
+    ("data=8,model=4", [Factor("model", "gpu", 0)], UsageError),
+])
+def test_impossible_requests_are_explained(axes, constraints, error):
+    with pytest.raises(error) as caught:
+        enumerate_placements(topology_from_levels("node=4,gpu=8"), parse_axes(axes), constraints)
+    assert "\n" not in str(caught.value) and str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["", "x", "[1,2]", "[[1,2],[2", "[[]]", "{}"])
+def test_bad_matrix_text(text):
+    with pytest.raises(UsageError):
+        parse_matrix(text)
+
+
+@pytest.mark.parametrize("matrix, fragment", [
+    ([[1, 2, 2]], "rows"),
+    ([[1, 2], [2, 1]], "entries"),
+    ([[1, 2, 2], [2, 1, 3]], "multiplies"),
+    ([[2, 1, 2], [2, 1, 2]], "column"),
+    ([[1, 2, 2], [2, 1, 2.0]], "positive integer"),
+    ([[0, 2, 2], [2, 1, 2]], "positive integer"),
+])
+def test_bad_matrices_name_the_fault(matrix, fragment):
+    with pytest.raises(UsageError) as caught:
+        make_placement(topology_from_levels("server=2,cpu=2,gpu=4"), parse_axes("4,4"), matrix)
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["data=0", "data=x", "1data=4", "data=4,data=2", "data=-2", ""])
+def test_bad_axes(text):
+    with pytest.raises(UsageError):
+        parse_axes(text)

@@ -1,0 +1,121 @@
+import itertools
+
+import pytest
+
+from synth.errors import UsageError
+from synth.hierarchy import build_hierarchy
+from synth.language import parse_program
+from synth.placement import enumerate_placements, make_placement, parse_axes
+from synth.search import Enumerator, SearchOptions, brute_force_programs, enumerate_programs
+from synth.semantics import Semantics
+from synth.topology import topology_from_levels
+
+
+def names_for(sizes):
+    return tuple(f"l{i}" for i in range(len(sizes)))
+
+
+def texts(programs):
+    return [str(p) for p in programs]
+
+
+@pytest.mark.parametrize("sizes", [(2, 2), (2, 3), (4,), (2, 2, 2), (3, 2, 2)])
+def test_pruned_search_equals_brute_force(sizes):
+    """Completeness: every sequence over the alphabet, checked one by one, gives the same set."""
+    semantics = Semantics(names_for(sizes), sizes, quotient=False)
+    brute = set(texts(brute_force_programs(semantics, 3)))
+    found = texts(Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=3)).programs())
+    assert len(found) == len(set(found))
+    assert set(found) == brute
+
+
+@pytest.mark.parametrize("sizes, max_len", [((2, 2), 5), ((2, 3), 5), ((2, 2, 2), 4), ((2, 1, 3), 4)])
+@pytest.mark.parametrize("quotient", [False, True])
+def test_each_pruning_rule_keeps_every_program(sizes, max_len, quotient):
+    baseline = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=False),
+                                SearchOptions(max_len=max_len, prune_dead=False, share_suffixes=False)).programs())
+    for prune_dead, share in itertools.product([False, True], repeat=2):
+        options = SearchOptions(max_len=max_len, prune_dead=prune_dead, share_suffixes=share)
+        found = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=quotient), options).programs())
+        assert found == baseline
+
+
+@pytest.mark.parametrize("sizes", [(3, 2), (4, 2), (3, 3), (2, 2, 3), (2, 4, 2), (6,), (1, 3)])
+def test_quotient_state_finds_exactly_the_explicit_programs(sizes):
+    max_len = 4 if len(sizes) > 2 else 5
+    explicit = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=False), SearchOptions(max_len=max_len)).programs())
+    quotient = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=True), SearchOptions(max_len=max_len)).programs())
+    assert quotient == explicit
+
+
+def test_every_emitted_program_is_valid_under_the_explicit_semantics():
+    sizes = (2, 3, 2)
+    explicit = Semantics(names_for(sizes), sizes, quotient=False)
+    for program in Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=4)).programs():
+        explicit.run(program)
+
+
+def paper_hierarchy():
+    placement = make_placement(topology_from_levels("server=2,cpu=2,gpu=4"), parse_axes("4,4"), [[1, 2, 2], [2, 1, 2]])
+    return build_hierarchy(placement, ("a0",))
+
+
+@pytest.mark.parametrize("text", [
+    "AllReduce(InsideGroup(cpu))",
+    "AllReduce(InsideGroup(gpu)); AllReduce(Parallel(cpu))",
+    "Reduce(InsideGroup(gpu)); AllReduce(Master(cpu)); Broadcast(InsideGroup(gpu))",
+    "ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(cpu)); AllGather(InsideGroup(gpu))",
+])
+def test_the_well_known_strategies_are_found(text):
+    found = texts(enumerate_programs(paper_hierarchy(), max_len=3))
+    assert text in found
+
+
+def test_one_spelling_per_instruction():
+    # Parallel and InsideGroup of the innermost level are the same instruction: only the first spelling appears.
+    found = texts(enumerate_programs(paper_hierarchy(), max_len=3))
+    assert not any("Parallel(gpu)" in t or "Master(gpu)" in t for t in found)
+
+
+def test_programs_come_shortest_first_and_the_generator_stops_early():
+    generator = enumerate_programs(paper_hierarchy(), max_len=5)
+    first = [next(generator) for _ in range(5)]
+    assert [len(p) for p in first] == sorted(len(p) for p in first)
+    assert str(first[0]) == "AllReduce(InsideGroup(cpu))"
+
+
+def test_total_counts_without_listing():
+    enumerator = Enumerator(Semantics(("cpu", "gpu"), (2, 2)), SearchOptions(max_len=4))
+    assert enumerator.total() == sum(1 for _ in Enumerator(Semantics(("cpu", "gpu"), (2, 2)), SearchOptions(max_len=4)).programs())
+
+
+def test_every_placement_and_request_gives_programs_that_the_explicit_semantics_accepts():
+    topology = topology_from_levels("node=2,gpu=4")
+    for placement in enumerate_placements(topology, parse_axes("data=4,model=2")):
+        for reduce in (("data",), ("model",), ("data", "model")):
+            for kind in ("merged", "split", "system"):
+                hierarchy = build_hierarchy(placement, reduce, kind)
+                explicit = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=False)
+                programs = list(enumerate_programs(hierarchy, max_len=3))
+                assert programs, (placement.matrix, reduce, kind)
+                for program in programs:
+                    explicit.run(program)
+
+
+def test_split_hierarchy_reduces_one_axis_before_another():
+    placement = make_placement(topology_from_levels("node=2,gpu=4"), parse_axes("data=4,model=2"), [[2, 2], [1, 2]])
+    hierarchy = build_hierarchy(placement, ("data", "model"), "split")
+    assert hierarchy.level_names == ("node.data", "gpu.data", "gpu.model")
+    found = texts(enumerate_programs(hierarchy, max_len=3))
+    assert "AllReduce(InsideGroup(gpu.model)); AllReduce(Parallel(gpu.data)); AllReduce(Parallel(node.data))" in found
+
+
+@pytest.mark.parametrize("max_len", [0, -1, 13])
+def test_lengths_that_cannot_finish_or_make_no_sense_are_refused(max_len):
+    with pytest.raises(UsageError):
+        Enumerator(Semantics(("a",), (2,)), SearchOptions(max_len=max_len))
+
+
+def test_parsed_program_matches_enumerated_spelling():
+    program = parse_program("ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(cpu)); AllGather(InsideGroup(gpu))")
+    assert program in list(enumerate_programs(paper_hierarchy(), max_len=3))
