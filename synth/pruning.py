@@ -84,25 +84,36 @@ class DeadPrefixOracle:
             for _, instruction in alphabet
         }
         self.classes = tuple(sorted(classes))
+        self.class_of = tuple(
+            self.classes.index((instruction.collective,
+                                max(len(instruction.groups[0]) - 1, 0).bit_length() if use_quotient_sizes else _growth(instruction)))
+            for _, instruction in alphabet
+        )
         self.queries = 0
         self._facts: dict[tuple, AbstractState] = {}
 
-    def reachable(self, state: tuple, remaining: int) -> bool:
+    def first_steps(self, state: tuple, remaining: int) -> frozenset[int]:
+        """The instruction classes that can begin a completion of `remaining` steps (empty:
+        the prefix is dead). Instructions of other classes need not even be applied."""
         facts = self._facts.get(state)
         if facts is None:
             facts = self._facts[state] = abstract(state, self.member_count)
-        before = _reachable.cache_info().misses
-        answer = _reachable(self.classes, facts, remaining)
-        self.queries += _reachable.cache_info().misses - before
+        before = _first_steps.cache_info().misses
+        answer = _first_steps(self.classes, facts, remaining)
+        self.queries += _first_steps.cache_info().misses - before
         return answer
 
 
+ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
+
+
 @lru_cache(maxsize=None)
-def _reachable(classes: tuple[tuple[str, int], ...], facts: AbstractState, remaining: int) -> bool:
+def _first_steps(classes: tuple[tuple[str, int], ...], facts: AbstractState, remaining: int) -> frozenset[int]:
+    """One Z3 formula per (classes, abstract state, steps left), asked once per first class."""
     if facts.need < 0:
-        return False  # a chunk nobody holds can never come back
+        return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:
-        return facts.need == 0 and not facts.partial and not facts.empty
+        return ALL if facts.need == 0 and not facts.partial and not facts.empty else frozenset()
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
 
@@ -130,4 +141,4 @@ def _reachable(classes: tuple[tuple[str, int], ...], facts: AbstractState, remai
         solver.add(z3.Or(widens))
     if facts.empty:
         solver.add(z3.Or(fills))
-    return solver.check() == z3.sat
+    return frozenset(i for i in range(len(classes)) if solver.check(choice[0] == i) == z3.sat)

@@ -17,7 +17,7 @@ stop early.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from synth.errors import UsageError
 from synth.hierarchy import SynthesisHierarchy
@@ -46,7 +46,6 @@ class SearchStats:
     pruned_dead: int = 0  # (state, steps left) pairs cut by the dead-prefix oracle
     z3_queries: int = 0
     programs: int = 0
-    distinct_states: set = field(default_factory=set)
 
 
 def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Semantics:
@@ -70,24 +69,33 @@ class Enumerator:
         self.stats = SearchStats()
         self.on_progress = on_progress
         self.oracle = DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient) if options.prune_dead else None
-        self._successors: dict[tuple, list[tuple[int, tuple]]] = {}
+        self._next: dict[tuple, dict[int, tuple | None]] = {}
         self._counts: dict[tuple[tuple, int], int] = {}
 
-    def successors(self, state: tuple) -> list[tuple[int, tuple]]:
-        """Valid, non-no-op steps from a state: (alphabet index, next state)."""
-        if self.options.share_suffixes:
-            cached = self._successors.get(state)
-            if cached is not None:
-                return cached
+    def _allowed(self, state: tuple, remaining: int) -> frozenset[int] | None:
+        """Instruction classes worth trying (None: all of them, when dead-prefix pruning is off)."""
+        return self.oracle.first_steps(state, remaining) if self.oracle is not None else None
+
+    def successors(self, state: tuple, remaining: int) -> list[tuple[int, tuple]]:
+        """Valid, non-no-op steps from a state that may still lead to the goal in `remaining`
+        steps: (alphabet index, next state)."""
+        allowed = self._allowed(state, remaining)
+        known = self._next.setdefault(state, {}) if self.options.share_suffixes else {}
         result = []
         for index, (_, instruction) in enumerate(self.alphabet):
-            self.stats.steps_applied += 1
-            try:
-                result.append((index, self.semantics.apply(state, instruction)))
-            except StepFailure:
+            if allowed is not None and self.oracle.class_of[index] not in allowed:
                 continue
-        if self.options.share_suffixes:
-            self._successors[state] = result
+            if index in known:
+                next_state = known[index]
+            else:
+                self.stats.steps_applied += 1
+                try:
+                    next_state = self.semantics.apply(state, instruction)
+                except StepFailure:
+                    next_state = None
+                known[index] = next_state
+            if next_state is not None:
+                result.append((index, next_state))
         return result
 
     def count(self, state: tuple, remaining: int) -> int:
@@ -100,16 +108,16 @@ class Enumerator:
         key = (state, remaining)
         if self.options.share_suffixes and key in self._counts:
             return self._counts[key]
-        if self.oracle is not None and not self.oracle.reachable(state, remaining):
+        if self.oracle is not None and not self.oracle.first_steps(state, remaining):
             self.stats.pruned_dead += 1
-            self.stats.z3_queries = self.oracle.queries
             total = 0
         else:
             self.stats.expanded += 1
-            self.stats.distinct_states.add(state)
             if self.on_progress is not None and self.stats.expanded % 2000 == 0:
                 self.on_progress(self.stats)
-            total = sum(self.count(next_state, remaining - 1) for _, next_state in self.successors(state))
+            total = sum(self.count(next_state, remaining - 1) for _, next_state in self.successors(state, remaining))
+        if self.oracle is not None:
+            self.stats.z3_queries = self.oracle.queries
         if self.options.share_suffixes:
             self._counts[key] = total
         return total
@@ -121,7 +129,7 @@ class Enumerator:
             return
         if state == self.semantics.goal:
             return
-        for index, next_state in self.successors(state):
+        for index, next_state in self.successors(state, remaining):
             if self.count(next_state, remaining - 1) == 0:
                 continue
             prefix.append(index)
