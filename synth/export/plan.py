@@ -1,0 +1,197 @@
+"""Rank-level plans: what every global rank calls at every step, shared by all exporters.
+
+`synth.lowering` writes a program once, in member ranks of one reduction group. Runnable code
+needs the opposite view: for each global rank, which communicator it joins, as which rank
+inside it, and which part of its buffer it passes. This module makes that view once so the
+torch script, the C file and the JSON plan cannot disagree; offsets, counts and roots come
+from the lowering unchanged (nothing here re-derives the semantics).
+
+A communicator set is the set of groups one step calls at once, over every reduction group:
+an NCCL split of the world communicator with color = group index and key = member index
+(so the root, the first member, is rank 0 inside its communicator). Steps with equal sets
+share one set, across every program of a plan, so a batch builds each communicator once;
+each program also names the set of its reduction groups, which checks and baselines use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.errors import UsageError
+from synth.hierarchy import SynthesisHierarchy
+from synth.language import Program
+from synth.lowering import lower
+from synth.names import check_name
+
+ITEMSIZE = 4  # float32, the type every export uses (as nccl-tests' default)
+DTYPE = "float32"
+
+
+@dataclass(frozen=True)
+class CommunicatorSet:
+    """Disjoint groups of global ranks, each ordered root first; ranks in no group are idle."""
+
+    groups: tuple[tuple[int, ...], ...]
+
+    def color(self, rank: int) -> int | None:
+        for index, group in enumerate(self.groups):
+            if rank in group:
+                return index
+        return None
+
+    def colors(self, world_size: int) -> tuple[int | None, ...]:
+        result: list[int | None] = [None] * world_size
+        for index, group in enumerate(self.groups):
+            for rank in group:
+                result[rank] = index
+        return tuple(result)
+
+    def keys(self, world_size: int) -> tuple[int | None, ...]:
+        result: list[int | None] = [None] * world_size
+        for group in self.groups:
+            for key, rank in enumerate(group):
+                result[rank] = key
+        return tuple(result)
+
+
+@dataclass(frozen=True)
+class RankCall:
+    """One rank's call in one step: its group (color), its rank in it (key), the chunk range
+    [lo, hi) the call spans (GroupCall's meaning) and the root's key for Reduce/Broadcast."""
+
+    color: int
+    key: int
+    size: int
+    lo: int
+    hi: int
+    root: int | None
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """A call's in-place pointers as NCCL takes them, in elements from the buffer start."""
+
+    offset: int
+    count: int
+    send_offset: int
+    send_count: int
+    recv_offset: int
+    recv_count: int
+
+
+def call_buffers(collective: str, call: RankCall, chunk_count: int) -> Buffers:
+    """Element offsets and counts of one call: ReduceScatter keeps block `key` of the range,
+    AllGather contributes block `key` to it (NCCL's in-place layout), the others act on it."""
+    offset, count = call.lo * chunk_count, (call.hi - call.lo) * chunk_count
+    block = count // call.size
+    if collective == "ReduceScatter":
+        return Buffers(offset, count, offset, count, offset + call.key * block, block)
+    if collective == "AllGather":
+        return Buffers(offset, count, offset + call.key * block, block, offset, count)
+    return Buffers(offset, count, offset, count, offset, count)
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    text: str
+    collective: str
+    communicator: int
+    calls: tuple[RankCall | None, ...]  # indexed by global rank; None: idle in this step
+
+
+@dataclass(frozen=True)
+class ProgramPlan:
+    label: str
+    text: str  # canonical printed form
+    chunks: int  # N, the reduction group size
+    reduction: int  # communicator set of the reduction groups (check and baseline)
+    steps: tuple[PlanStep, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    world_size: int
+    communicators: tuple[CommunicatorSet, ...]
+    programs: tuple[ProgramPlan, ...]
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """A program to plan, with the hierarchy it is written over and a label for reports."""
+
+    hierarchy: SynthesisHierarchy
+    program: Program
+    label: str = ""
+
+
+def check_hierarchy_names(hierarchy: SynthesisHierarchy) -> None:
+    """Names reach generated files: refuse anything but identifiers, whoever built the objects."""
+    placement = hierarchy.placement
+    for name in placement.level_names:
+        check_name(name, "level")
+    for name in placement.axis_names:
+        check_name(name, "axis")
+    for level in hierarchy.levels:
+        for part in level.name.split("."):
+            check_name(part, "hierarchy level")
+
+
+def build_plan(entries) -> Plan:
+    """Lower every entry (InvalidProgramError if one is not valid) and map it to global ranks,
+    interning equal communicator sets across all programs of the plan."""
+    entries = list(entries)
+    if not entries:
+        raise UsageError("nothing to export: give at least one program")
+    world_size = entries[0].hierarchy.placement.device_count
+    interned: dict[tuple, int] = {}
+    communicators: list[CommunicatorSet] = []
+
+    def intern(groups) -> int:
+        key = tuple(sorted(tuple(group) for group in groups))
+        if key not in interned:
+            interned[key] = len(communicators)
+            communicators.append(CommunicatorSet(key))
+        return interned[key]
+
+    programs = []
+    for entry in entries:
+        hierarchy = entry.hierarchy
+        check_hierarchy_names(hierarchy)
+        if hierarchy.placement.device_count != world_size:
+            raise UsageError(
+                f"one plan runs on one world: {entry.label or entry.program} needs "
+                f"{hierarchy.placement.device_count} devices, the first entry {world_size}"
+            )
+        if hierarchy.group_size < 2:
+            raise UsageError(f"reducing over {','.join(hierarchy.reduce_axes)} involves one device per group: there is nothing to run")
+        lowered = lower(entry.program, hierarchy)
+        reduction = intern(hierarchy.groups)
+        steps = []
+        for lowered_step in lowered.steps:
+            groups, calls = [], [None] * world_size
+            for reduction_group in hierarchy.groups:
+                for call in lowered_step.calls:
+                    ranks = tuple(int(reduction_group[m]) for m in call.members)
+                    groups.append(ranks)
+                    root = 0 if lowered_step.collective in ("Reduce", "Broadcast") else None
+                    for key, rank in enumerate(ranks):
+                        calls[rank] = (ranks, key, call.lo, call.hi, root)
+            index = intern(groups)
+            comm = communicators[index]
+            rank_calls = []
+            for value in calls:
+                if value is None:
+                    rank_calls.append(None)
+                    continue
+                ranks, key, lo, hi, root = value
+                rank_calls.append(RankCall(comm.groups.index(ranks), key, len(ranks), lo, hi, root))
+            steps.append(PlanStep(str(lowered_step.step), lowered_step.collective, index, tuple(rank_calls)))
+        programs.append(ProgramPlan(entry.label, str(entry.program), hierarchy.group_size, reduction, tuple(steps)))
+    return Plan(world_size, tuple(communicators), tuple(programs))
+
+
+def buffer_count(nbytes: int, chunks: int) -> int:
+    """Elements per device: the smallest multiple of `chunks` elements holding `nbytes` (so
+    every chunk is whole elements), at least one element per chunk."""
+    per_chunk = max(1, -(-nbytes // (ITEMSIZE * chunks)))
+    return per_chunk * chunks

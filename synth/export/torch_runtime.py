@@ -1,0 +1,284 @@
+"""Runtime of exported torch scripts: copied verbatim into every script after its header,
+followed by the plan as a JSON literal. It imports torch and the standard library only, so a
+script runs on a cluster where synth is not installed.
+
+    torchrun --nproc-per-node N SCRIPT [--backend nccl|gloo] [--bytes S ...] [-b MIN -e MAX -f F]
+             [--iters I] [--warmup W] [--check] [--json-out PATH]
+
+Every rank creates every communicator of the plan once, in plan order (torch requires all
+ranks to create all groups in one order), then runs each program in place on one buffer,
+step by step: each rank makes the one call the plan gives it, with the plan's chunk range,
+its block for ReduceScatter/AllGather, and the root as a rank inside the group; idle ranks
+skip the step. With --check the result is compared with a plain all_reduce of the same input
+over the reduction groups; a mismatch makes the exit code 1. Rows follow nccl-tests:
+algbw = S / t and busbw = algbw * 2(n-1)/n with n the reduction group size; t is the slowest
+rank's mean time per run.
+"""
+
+import argparse
+import inspect
+import json
+import os
+import re
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+ITEMSIZE = 4
+_SIZE = re.compile(r"\s*(\d+)\s*(k|K|M|G|T|Ki|Mi|Gi|Ti)?B?\s*\Z")
+_SCALE = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def parse_size(text):
+    """'1048576', '64KiB', '32MiB', '1MB' (k M G decimal, Ki Mi Gi binary) into bytes."""
+    match = _SIZE.match(text)
+    if not match or int(match.group(1)) < 1:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: give bytes, e.g. 1048576 or 32MiB")
+    return int(match.group(1)) * _SCALE[match.group(2)]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description="Run synthesized collective programs (see the header).")
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default=None,
+                        help="default: nccl when CUDA is available, else gloo")
+    parser.add_argument("--bytes", type=parse_size, action="append", default=[], metavar="S",
+                        help="buffer size per device; repeatable (default 32MiB)")
+    parser.add_argument("-b", "--minbytes", type=parse_size, help="smallest size of a sweep (nccl-tests -b)")
+    parser.add_argument("-e", "--maxbytes", type=parse_size, help="largest size of a sweep (nccl-tests -e)")
+    parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep factor (nccl-tests -f, default 2)")
+    parser.add_argument("--iters", type=int, default=20, help="timed runs per size (default 20)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs before timing (default 5)")
+    parser.add_argument("--check", action="store_true", help="compare with a plain all_reduce; exit 1 on mismatch")
+    parser.add_argument("--json-out", metavar="PATH", help="rank 0 writes every row here as JSON")
+    args = parser.parse_args(argv)
+    if args.iters < 1 or args.warmup < 0 or args.stepfactor < 2:
+        parser.error("--iters must be >= 1, --warmup >= 0 and -f >= 2")
+    if (args.minbytes is None) != (args.maxbytes is None):
+        parser.error("give -b and -e together")
+    if args.minbytes is not None and args.bytes:
+        parser.error("give either --bytes or -b/-e/-f")
+    return args
+
+
+def sizes_of(args):
+    if args.minbytes is not None:
+        if args.minbytes > args.maxbytes:
+            raise SystemExit(f"-b {args.minbytes} is larger than -e {args.maxbytes}")
+        sizes, size = [], args.minbytes
+        while size <= args.maxbytes:
+            sizes.append(size)
+            size *= args.stepfactor
+        return sizes
+    return args.bytes or [32 * 2**20]
+
+
+def element_count(nbytes, chunks):
+    """The smallest multiple of `chunks` elements holding nbytes: chunks are whole elements."""
+    per_chunk = max(1, -(-nbytes // (ITEMSIZE * chunks)))
+    return per_chunk * chunks
+
+
+_NEW_GROUP = inspect.signature(dist.new_group).parameters
+
+
+def _named(description):
+    """Keep the member order the plan gives (group rank = key) and name the group, where
+    this torch version has those options."""
+    options = {"group_desc": description} if "group_desc" in _NEW_GROUP else {}
+    if "sort_ranks" in _NEW_GROUP:
+        options["sort_ranks"] = False
+    return options
+
+
+class Communicators:
+    """Every communicator set of the plan, created once by every rank in plan order; each
+    rank keeps the one group it belongs to (None where it is idle)."""
+
+    def __init__(self, plan, backend, rank):
+        self.rank = rank
+        self.groups = []
+        # split_group numbers each group by global rank; the check below guards that order.
+        split = backend == "nccl" and hasattr(dist, "split_group")
+        for index, comm in enumerate(plan["communicators"]):
+            mine = None
+            if split:
+                # NCCL: ncclCommSplit of the world communicator, one call per set.
+                mine = dist.split_group(split_ranks=comm, group_desc=f"synth_comm{index}")
+            else:
+                for color, ranks in enumerate(comm):
+                    group = dist.new_group(ranks=ranks, **_named(f"synth_comm{index}_{color}"))
+                    if rank in ranks:
+                        mine = group
+            if mine is not None:
+                key = [ranks for ranks in comm if rank in ranks][0].index(rank)
+                if dist.get_group_rank(mine, rank) != key:
+                    raise RuntimeError(f"communicator {index}: rank {rank} got group rank "
+                                       f"{dist.get_group_rank(mine, rank)}, the plan needs {key}")
+            self.groups.append(mine)
+
+    def __getitem__(self, index):
+        return self.groups[index]
+
+
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_GROUP_ROOTS = "group_dst" in inspect.signature(dist.reduce).parameters
+
+
+def run_step(step, buffer, chunk, comms, rank):
+    call = step["calls"][rank]
+    if call is None:
+        return  # idle in this step (a Master step's non-masters)
+    color, key, size, lo, hi, root = call
+    group = comms[step["comm"]]
+    span = buffer[lo * chunk:hi * chunk]
+    block = (hi - lo) * chunk // size
+    collective = step["op"]
+    if collective == "AllReduce":
+        dist.all_reduce(span, group=group)
+    elif collective == "ReduceScatter":
+        _REDUCE_SCATTER(span[key * block:(key + 1) * block], span, group=group)
+    elif collective == "AllGather":
+        _ALL_GATHER(span, span[key * block:(key + 1) * block], group=group)
+    elif collective == "Reduce":
+        if _GROUP_ROOTS:
+            dist.reduce(span, group=group, group_dst=root)
+        else:
+            dist.reduce(span, dst=dist.get_global_rank(group, root), group=group)
+    elif collective == "Broadcast":
+        if _GROUP_ROOTS:
+            dist.broadcast(span, group=group, group_src=root)
+        else:
+            dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
+    else:
+        raise RuntimeError(f"unknown collective {collective!r}")
+
+
+def run_program(program, buffer, chunk, comms, rank):
+    for step in program["steps"]:
+        run_step(step, buffer, chunk, comms, rank)
+
+
+def fill(buffer, rank):
+    """Small integers (exact in float32 sums), different per rank and per element."""
+    index = torch.arange(buffer.numel(), dtype=torch.int64)
+    values = (index * 7 + rank * 13 + (index // 5) * rank) % 17 - 8
+    buffer.copy_(values.to(buffer.dtype))
+
+
+def wrong_elements(program, count, comms, rank, device):
+    """Run the program once on fresh data and count elements differing from an all_reduce."""
+    buffer = torch.empty(count, dtype=torch.float32, device=device)
+    fill(buffer, rank)
+    expected = buffer.clone()
+    dist.all_reduce(expected, group=comms[program["reduction"]])
+    run_program(program, buffer, count // program["chunks"], comms, rank)
+    wrong = torch.tensor([int((buffer != expected).sum())], dtype=torch.int64, device=device)
+    dist.all_reduce(wrong)  # over the world, so every rank returns the same verdict
+    return int(wrong.item())
+
+
+def timed(run, iters, warmup, device):
+    """Mean seconds per run, of the slowest rank."""
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        run()
+    synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        run()
+    synchronize()
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed.item())
+
+
+def row(nbytes, count, seconds, n, wrong):
+    algbw = nbytes / seconds / 1e9
+    busbw = algbw * 2 * (n - 1) / n
+    return {"bytes": nbytes, "count": count, "time_us": seconds * 1e6, "algbw_gbs": algbw,
+            "busbw_gbs": busbw, "wrong": wrong}
+
+
+def format_row(values):
+    wrong = "N/A" if values["wrong"] is None else str(values["wrong"])
+    return (f"{values['bytes']:>14} {values['count']:>12} {'float':>6} {'sum':>6} {values['time_us']:>11.2f} "
+            f"{values['algbw_gbs']:>9.3f} {values['busbw_gbs']:>9.3f} {wrong:>7}")
+
+
+HEADER = (f"#{'size':>13} {'count':>12} {'type':>6} {'redop':>6} {'time':>11} {'algbw':>9} {'busbw':>9} {'#wrong':>7}\n"
+          f"#{'(B)':>13} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>11} {'(GB/s)':>9} {'(GB/s)':>9} {'':>7}")
+
+
+def main(plan, argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if "RANK" not in os.environ:
+        print(f"run this script with torchrun --nproc-per-node {plan['world_size']} (one process per device)",
+              file=sys.stderr)
+        return 2
+    if backend == "nccl":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != plan["world_size"]:
+        if rank == 0:
+            print(f"this script was generated for {plan['world_size']} devices but runs on {world}: "
+                  f"use torchrun --nproc-per-node {plan['world_size']} (times the number of nodes)", file=sys.stderr)
+        dist.destroy_process_group()
+        return 2
+    comms = Communicators(plan, backend, rank)
+    sizes = sizes_of(args)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"# {len(plan['programs'])} program(s) on {world} ranks, backend {backend}, "
+        f"{args.iters} iteration(s) after {args.warmup} warm-up run(s)")
+    results, baselines, failed = [], {}, []
+    for index, program in enumerate(plan["programs"]):
+        n = program["chunks"]
+        groups = plan["communicators"][program["reduction"]]
+        say(f"#\n# program {index}{' (' + program['label'] + ')' if program['label'] else ''}: {program['text']}")
+        say(f"# {len(groups)} reduction group(s) of n = {n} ranks; the buffer is cut into {n} chunks")
+        say(HEADER)
+        for nbytes in sizes:
+            count = element_count(nbytes, n)
+            if count * ITEMSIZE != nbytes:
+                say(f"# {nbytes} B is not {n} chunks of whole float32 elements: rounded up to {count * ITEMSIZE} B")
+            wrong = wrong_elements(program, count, comms, rank, device) if args.check else None
+            if wrong:
+                failed.append(index)
+            buffer = torch.zeros(count, dtype=torch.float32, device=device)
+            seconds = timed(lambda: run_program(program, buffer, count // n, comms, rank), args.iters, args.warmup, device)
+            values = row(count * ITEMSIZE, count, seconds, n, wrong)
+            results.append(dict(values, program=index))
+            say(format_row(values))
+            baselines.setdefault((program["reduction"], count), (n, []))[1].append(index)
+    say("#\n# baseline: one all_reduce over each reduction group (the default all-reduce)")
+    say(HEADER)
+    baseline_rows = []
+    for (reduction, count), (n, programs) in sorted(baselines.items()):
+        buffer = torch.zeros(count, dtype=torch.float32, device=device)
+        group = comms[reduction]
+        seconds = timed(lambda: dist.all_reduce(buffer, group=group), args.iters, args.warmup, device)
+        values = row(count * ITEMSIZE, count, seconds, n, None)
+        baseline_rows.append(dict(values, programs=sorted(set(programs))))
+        say(format_row(values) + f"   (programs {','.join(map(str, sorted(set(programs))))})")
+    if failed:
+        say(f"# CHECK FAILED for program(s) {','.join(map(str, sorted(set(failed))))}")
+    elif args.check:
+        say("# check passed: every program equals the all_reduce over its reduction groups")
+    if rank == 0 and args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as handle:
+            json.dump({"backend": backend, "world_size": world, "iters": args.iters, "warmup": args.warmup,
+                       "checked": args.check, "results": results, "baselines": baseline_rows}, handle, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 1 if failed else 0

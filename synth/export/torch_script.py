@@ -1,0 +1,76 @@
+"""Export to a standalone torch.distributed script (one program, or a batch of several).
+
+The script is a header of comments, the runtime in synth/export/torch_runtime.py copied
+verbatim, and the plan as a Python string literal of JSON (repr of json.dumps): user text
+only ever reaches the file as data, never as code. A batch puts several programs, possibly
+over different placements of the same world, in one script, because starting torchrun is the
+slow part on a small machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+from synth.export.plan import Plan
+from synth.export.provenance import Provenance
+
+_COMMENT_SAFE = re.compile(r"[ -~]*\Z")
+
+
+def plan_data(plan: Plan) -> dict:
+    """The plan in the compact form the runtime reads."""
+    return {
+        "world_size": plan.world_size,
+        "communicators": [[list(group) for group in comm.groups] for comm in plan.communicators],
+        "programs": [
+            {
+                "label": program.label,
+                "text": program.text,
+                "chunks": program.chunks,
+                "reduction": program.reduction,
+                "steps": [
+                    {
+                        "text": step.text,
+                        "op": step.collective,
+                        "comm": step.communicator,
+                        "calls": [None if call is None else [call.color, call.key, call.size, call.lo, call.hi, call.root]
+                                  for call in step.calls],
+                    }
+                    for step in program.steps
+                ],
+            }
+            for program in plan.programs
+        ],
+    }
+
+
+def comment(text: str) -> str:
+    """One comment line; anything but printable ASCII is JSON-escaped so it stays one line."""
+    if not _COMMENT_SAFE.match(text) or "\\" in text:
+        text = json.dumps(text, ensure_ascii=True)
+    return f"# {text}".rstrip()
+
+
+def runtime_source() -> str:
+    return resources.files("synth.export").joinpath("torch_runtime.py").read_text(encoding="utf-8")
+
+
+def render(plan: Plan, provenance: Provenance) -> str:
+    n = plan.world_size
+    lines = ["#!/usr/bin/env python3"]
+    lines += [comment(line) for line in provenance.lines()]
+    lines.append(comment(f"Run: torchrun --nproc-per-node {n} THIS_SCRIPT --check   "
+                         f"(or across nodes: torchrun --nnodes NODES --nproc-per-node GPUS_PER_NODE ...; "
+                         f"NODES * GPUS_PER_NODE = {n})"))
+    lines.append(comment(f"{len(plan.programs)} program(s), float32 sum, ranks numbered as torchrun numbers them:"))
+    for index, program in enumerate(plan.programs):
+        label = f" [{program.label}]" if program.label else ""
+        lines.append(comment(f"  {index}{label}: {program.text}"))
+    data = json.dumps(plan_data(plan), sort_keys=True, separators=(",", ":"))
+    return "\n".join(lines) + "\n\n" + runtime_source().rstrip() + "\n\n\n" + (
+        f"PLAN = json.loads({data!r})\n\n"
+        "if __name__ == \"__main__\":\n"
+        "    sys.exit(main(PLAN))\n"
+    )
