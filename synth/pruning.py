@@ -69,7 +69,7 @@ def _growth(instruction) -> int:
 
 
 class DeadPrefixOracle:
-    """Answers `reachable(state, remaining)` with one memoized Z3 query per abstract state.
+    """Answers which instruction classes can begin a completion, one memoized Z3 formula per abstract state.
 
     Instructions enter the query only through (collective, growth), so the query ranges over
     those few classes, and its answers are shared by every oracle with the same classes.

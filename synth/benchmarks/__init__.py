@@ -1,0 +1,1 @@
+"""Benchmarks: each writes its figures under results/ with the command, machine and date."""
