@@ -1,0 +1,127 @@
+"""Export a placement in the forms frameworks take to lay out parallelism axes over ranks.
+
+- per-axis rank lists: for each axis, the groups of ranks that agree on every other axis
+  (what `torch.distributed.new_group` or a launcher config takes);
+- the rank array for `torch.distributed.device_mesh.DeviceMesh(device_type, mesh=...,
+  mesh_dim_names=...)`: `mesh[x_0][x_1]...` is the global rank of the device with those axis
+  coordinates (SPEC section 2);
+- the device permutation for `jax.sharding.Mesh`:
+  `Mesh(np.array(jax.devices())[perm].reshape(axis_sizes), axis_names)`, assuming
+  `jax.devices()` lists devices in global rank order (one process per node, local devices in
+  order), which is how multi-process JAX on GPU clusters numbers them;
+- a Megatron-style order string (e.g. `tp-cp-ep-dp-pp`): the axes from innermost to
+  outermost in rank numbering. It exists only when the placement is a pure permutation of
+  whole axes, i.e. each axis's digits form one contiguous block of the rank's mixed-radix
+  digits; otherwise a statement says which axis is interleaved with which.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.export.provenance import Provenance
+from synth.names import check_name
+from synth.placement import Placement
+
+FORMAT = "synth-mesh"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class AxisOrder:
+    """The Megatron-style order, or why there is none."""
+
+    order: tuple[str, ...] | None  # innermost first
+    statement: str
+
+
+def device_mesh_array(placement: Placement) -> np.ndarray:
+    """`mesh[x_0, x_1, ...]` = global rank of the device with axis coordinates x."""
+    mesh = np.empty(placement.axis_sizes, dtype=np.int64)
+    mesh[tuple(placement.axis_coordinates.T)] = np.arange(placement.device_count)
+    return mesh
+
+
+def jax_permutation(placement: Placement) -> list[int]:
+    """`perm` with `np.array(devices)[perm].reshape(axis_sizes)` = the mesh of devices."""
+    return [int(rank) for rank in device_mesh_array(placement).reshape(-1)]
+
+
+def _digit_sequence(placement: Placement) -> list[tuple[int, int]]:
+    """(axis, level) of every rank digit with radix > 1, most significant first: levels
+    outermost first, inside a level the axes in axis order (SPEC section 2, step 1)."""
+    return [(a, l) for l in range(len(placement.level_sizes)) for a in range(len(placement.axis_sizes))
+            if placement.matrix[a][l] > 1]
+
+
+def axis_order(placement: Placement) -> AxisOrder:
+    names = placement.axis_names
+    sequence = _digit_sequence(placement)
+    outermost_first: list[int] = []
+    for position, (a, level) in enumerate(sequence):
+        if outermost_first and outermost_first[-1] == a:
+            continue
+        if a in outermost_first:
+            first = next(l for b, l in sequence if b == a)
+            between = sorted({names[b] for b, _ in sequence[sequence.index((a, first)) + 1:position] if b != a})
+            return AxisOrder(None, (
+                f"not a permutation of whole axes: axis {names[a]} spans levels "
+                f"{placement.level_names[first]} and {placement.level_names[level]} with axis "
+                f"{', '.join(between)} numbered between its parts, so no order string describes it; "
+                f"use the rank lists or the DeviceMesh array"))
+        outermost_first.append(a)
+    trivial = [a for a in range(len(names)) if a not in outermost_first]
+    order = tuple(names[a] for a in reversed(outermost_first)) + tuple(names[a] for a in trivial)
+    _check_order(placement, order)
+    identity = order == tuple(reversed(names))
+    statement = "a permutation of whole axes" + (
+        ": the identity, the numbering of init_device_mesh(device_type, axis sizes)" if identity else "")
+    return AxisOrder(order, statement)
+
+
+def _check_order(placement: Placement, order: tuple[str, ...]) -> None:
+    """rank = mixed radix of the axis coordinates, `order[0]` least significant."""
+    rank = np.zeros(placement.device_count, dtype=np.int64)
+    stride = 1
+    for name in order:
+        a = placement.axis_index(name)
+        rank += placement.axis_coordinates[:, a] * stride
+        stride *= placement.axis_sizes[a]
+    if not np.array_equal(rank, np.arange(placement.device_count)):
+        raise AssertionError(f"axis order {order} does not number the ranks of {placement.to_text()}")
+
+
+def mesh_document(placement: Placement, provenance: Provenance, metadata: dict) -> dict:
+    for name in placement.axis_names:
+        check_name(name, "axis")
+    order = axis_order(placement)
+    mesh = device_mesh_array(placement)
+    names = list(placement.axis_names)
+    document = {"format": FORMAT, "version": VERSION, "generated_by": provenance.version,
+                "command": provenance.command}
+    document.update(metadata)
+    document["axis_groups"] = {name: placement.axis_groups(name) for name in names}
+    document["torch_device_mesh"] = {
+        "mesh": mesh.tolist(),
+        "mesh_dim_names": names,
+        "usage": f"DeviceMesh(\"cuda\", mesh=torch.tensor(mesh), mesh_dim_names={tuple(names)!r})",
+    }
+    document["jax_mesh"] = {
+        "device_permutation": jax_permutation(placement),
+        "shape": list(placement.axis_sizes),
+        "axis_names": names,
+        "usage": f"Mesh(np.array(jax.devices())[perm].reshape({tuple(placement.axis_sizes)!r}), {tuple(names)!r})",
+    }
+    document["megatron_order"] = {
+        "order": "-".join(order.order) if order.order else None,
+        "innermost_first": list(order.order) if order.order else None,
+        "statement": order.statement,
+    }
+    return document
+
+
+def render(placement: Placement, provenance: Provenance, metadata: dict) -> str:
+    return json.dumps(mesh_document(placement, provenance, metadata), indent=1) + "\n"

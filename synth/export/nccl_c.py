@@ -1,0 +1,98 @@
+"""Export one program to a C source file on the NCCL API.
+
+The file is a header of `//` comments, the runtime of synth/export/nccl_runtime.c, and the
+plan as integer tables and C string literals in place of the runtime's SYNTH_PLAN marker.
+Strings are escaped character by character (anything outside a small safe set becomes an
+octal escape), so no user text can end a literal or a comment.
+
+Build (NCCL and the CUDA runtime from the CUDA toolkit, or from the PyPI wheels):
+
+    gcc -std=c11 -O2 program.c -I$CUDA/include -I$NCCL/include -L$CUDA/lib64 -L$NCCL/lib \\
+        -lnccl -lcudart -o program
+
+Run one process per GPU with RANK/WORLD_SIZE (or under mpirun/srun) and
+SYNTH_NCCL_ID_FILE pointing at a new file on a shared file system; see docs/export.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+from synth.export.plan import Plan
+from synth.export.provenance import Provenance
+
+MARKER = "/* SYNTH_PLAN */"
+OPS = {"AllReduce": "OP_ALL_REDUCE", "ReduceScatter": "OP_REDUCE_SCATTER", "AllGather": "OP_ALL_GATHER",
+       "Reduce": "OP_REDUCE", "Broadcast": "OP_BROADCAST"}
+_SAFE_CHARS = re.compile(r"[A-Za-z0-9 _().;,=:\[\]{}+\-]")
+_COMMENT_SAFE = re.compile(r"[ -~]*\Z")
+
+
+def c_string(text: str) -> str:
+    """A C string literal of `text`: safe characters as they are, every other byte as an
+    octal escape of three digits (so a following digit cannot extend it)."""
+    parts = []
+    for char in text:
+        if _SAFE_CHARS.match(char):
+            parts.append(char)
+        else:
+            parts.extend(f"\\{byte:03o}" for byte in char.encode("utf-8"))
+    return '"' + "".join(parts) + '"'
+
+
+def c_comment(text: str) -> str:
+    """One `//` line: printable ASCII not ending in a backslash and without '??' (either
+    could splice the next line into the comment), else JSON-escaped with '?' as \\u003f."""
+    if not _COMMENT_SAFE.match(text) or text.endswith("\\") or "??" in text:
+        text = json.dumps(text, ensure_ascii=True).replace("?", "\\u003f")
+    return f"// {text}".rstrip()
+
+
+def _table(name: str, rows, width_names: str) -> str:
+    body = ",\n".join("  {" + ", ".join(str(value) for value in row) + "}" for row in rows)
+    return f"static const int {name}[{width_names}] = {{\n{body}\n}};"
+
+
+def render(plan: Plan, provenance: Provenance) -> str:
+    if len(plan.programs) != 1:
+        raise ValueError("a C file holds one program")
+    program = plan.programs[0]
+    world = plan.world_size
+    colors = [[-1 if c is None else c for c in comm.colors(world)] for comm in plan.communicators]
+    keys = [[-1 if k is None else k for k in comm.keys(world)] for comm in plan.communicators]
+
+    def per_rank(step, field):
+        return [-1 if call is None or getattr(call, field) is None else getattr(call, field) for call in step.calls]
+
+    data = [
+        f"#define WORLD_SIZE {world}",
+        f"#define CHUNKS {program.chunks}",
+        f"#define NUM_COMMS {len(plan.communicators)}",
+        f"#define NUM_STEPS {len(program.steps)}",
+        f"#define REDUCTION_COMM {program.reduction}",
+        f"static const char PROGRAM_TEXT[] = {c_string(program.text)};",
+        "// Communicators: color (group index, -1 = NCCL_SPLIT_NOCOLOR) and key (rank inside) per global rank.",
+        _table("COMM_COLOR", colors, "NUM_COMMS][WORLD_SIZE"),
+        _table("COMM_KEY", keys, "NUM_COMMS][WORLD_SIZE"),
+        "// Steps: collective, communicator, and per global rank the chunk range [lo, hi) of its call",
+        "// (-1: idle) and the root's rank inside the communicator (-1: no root).",
+        "static const int STEP_OP[NUM_STEPS] = {" + ", ".join(OPS[step.collective] for step in program.steps) + "};",
+        "static const int STEP_COMM[NUM_STEPS] = {" + ", ".join(str(step.communicator) for step in program.steps) + "};",
+        "static const char *const STEP_TEXT[NUM_STEPS] = {" + ", ".join(c_string(step.text) for step in program.steps) + "};",
+        _table("STEP_LO", [per_rank(step, "lo") for step in program.steps], "NUM_STEPS][WORLD_SIZE"),
+        _table("STEP_HI", [per_rank(step, "hi") for step in program.steps], "NUM_STEPS][WORLD_SIZE"),
+        _table("STEP_ROOT", [per_rank(step, "root") for step in program.steps], "NUM_STEPS][WORLD_SIZE"),
+    ]
+    runtime = resources.files("synth.export").joinpath("nccl_runtime.c").read_text(encoding="utf-8")
+    if runtime.count(MARKER) != 1:
+        raise RuntimeError(f"nccl_runtime.c must hold the marker {MARKER} once")
+    header = [c_comment(line) for line in provenance.lines()]
+    header.append(c_comment(f"Program: {program.text}"))
+    header.append(c_comment(f"{world} ranks (one process per GPU), reduction groups of {program.chunks}, float32 sum."))
+    header.append(c_comment("Build: gcc -std=c11 -O2 THIS.c -I<cuda>/include -I<nccl>/include -L<cuda>/lib64 "
+                            "-L<nccl>/lib -lnccl -lcudart"))
+    header.append(c_comment(f"Run: RANK=r WORLD_SIZE={world} LOCAL_RANK=l SYNTH_NCCL_ID_FILE=/shared/new-path "
+                            "./program --check [--bytes S] [--iters I] [--warmup W]; or under mpirun/srun"))
+    return "\n".join(header) + "\n\n" + runtime.replace(MARKER, "\n".join(data))
