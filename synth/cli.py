@@ -11,7 +11,7 @@ from synth import __version__
 from synth.errors import SynthError, UsageError
 
 # Command groups, in the order of the data flow; each module exposes register(subparsers).
-COMMAND_MODULES = ("synth.commands.synthesis",)
+COMMAND_MODULES = ("synth.commands.synthesis", "synth.commands.simulation", "synth.commands.export")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -53,11 +53,10 @@ Reduce leaves the non-root ranks' range undefined; a later step overwrites it.
 
 from __future__ import annotations
 
-import json
-
+from synth.errors import UsageError
+from synth.export import jsonfmt
 from synth.export.plan import DTYPE, ITEMSIZE, Plan, buffer_count, call_buffers
 from synth.export.provenance import Provenance
-from synth.errors import UsageError
 
 FORMAT = "synth-plan"
 VERSION = 1
@@ -106,4 +105,4 @@ def plan_document(plan: Plan, provenance: Provenance, metadata: dict, nbytes: in
 
 
 def render(plan: Plan, provenance: Provenance, metadata: dict, nbytes: int) -> str:
-    return json.dumps(plan_document(plan, provenance, metadata, nbytes), indent=1) + "\n"
+    return jsonfmt.dumps(plan_document(plan, provenance, metadata, nbytes)) + "\n"

@@ -17,11 +17,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
+from synth.export import jsonfmt
 from synth.export.provenance import Provenance
 from synth.names import check_name
 from synth.placement import Placement
@@ -124,4 +124,4 @@ def mesh_document(placement: Placement, provenance: Provenance, metadata: dict) 
 
 
 def render(placement: Placement, provenance: Provenance, metadata: dict) -> str:
-    return json.dumps(mesh_document(placement, provenance, metadata), indent=1) + "\n"
+    return jsonfmt.dumps(mesh_document(placement, provenance, metadata)) + "\n"

@@ -277,7 +277,7 @@ def main(plan, argv=None):
         say("# check passed: every program equals the all_reduce over its reduction groups")
     if rank == 0 and args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
-            json.dump({"backend": backend, "world_size": world, "iters": args.iters, "warmup": args.warmup,
+            json.dump({"backend": backend, "torch": torch.__version__, "world_size": world, "iters": args.iters, "warmup": args.warmup,
                        "checked": args.check, "results": results, "baselines": baseline_rows}, handle, indent=1)
     dist.barrier()
     dist.destroy_process_group()

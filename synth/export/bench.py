@@ -1,0 +1,117 @@
+"""Benchmark rows from a torch script's report, and the CSV they are written to.
+
+One row per program and buffer size, with the measured time, algbw and busbw (nccl-tests'
+definitions, SPEC section 8), whether the check passed, and the rank by measured time among
+the programs at that size (1 = fastest). The plain all_reduce baseline rows the script also
+measures are kept, unranked. A row carries a simulator prediction when one was made: the
+CSV then gains the predicted columns and the simulator's rank, side by side.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Prediction:
+    seconds: float
+    algbw: float  # bytes/s
+    busbw: float  # bytes/s
+    rank: int  # by predicted time among the programs at this size, 1 = fastest
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    placement: str
+    hierarchy: str
+    role: str  # "synthesized", "default all-reduce" or "baseline all_reduce"
+    program: str
+    nbytes: int
+    count: int
+    seconds: float
+    algbw: float  # bytes/s
+    busbw: float  # bytes/s
+    check: str  # "ok", "FAILED" or "not run"
+    measured_rank: int | None = None
+    prediction: Prediction | None = None
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """What the report cannot know about program i of the plan."""
+
+    placement: str
+    hierarchy: str
+    role: str
+    program: str
+
+
+def rows_from_report(report: dict, entries: list[EntryInfo]) -> list[BenchRow]:
+    rows = []
+    for result in report["results"]:
+        entry = entries[result["program"]]
+        wrong = result["wrong"]
+        rows.append(BenchRow(entry.placement, entry.hierarchy, entry.role, entry.program, result["bytes"],
+                             result["count"], result["time_us"] / 1e6, result["algbw_gbs"] * 1e9,
+                             result["busbw_gbs"] * 1e9, "not run" if wrong is None else ("ok" if wrong == 0 else "FAILED")))
+    rows = _ranked(rows)
+    for result in report["baselines"]:
+        entry = entries[result["programs"][0]]
+        rows.append(BenchRow(entry.placement, entry.hierarchy, "baseline all_reduce", "torch.distributed.all_reduce",
+                             result["bytes"], result["count"], result["time_us"] / 1e6, result["algbw_gbs"] * 1e9,
+                             result["busbw_gbs"] * 1e9, "not run"))
+    return rows
+
+
+def _ranked(rows: list[BenchRow]) -> list[BenchRow]:
+    """Rank by measured time among the rows of one buffer size."""
+    result = list(rows)
+    for nbytes in {row.nbytes for row in rows}:
+        indices = sorted((i for i, row in enumerate(rows) if row.nbytes == nbytes), key=lambda i: rows[i].seconds)
+        for rank, i in enumerate(indices, start=1):
+            result[i] = replace(rows[i], measured_rank=rank)
+    return result
+
+
+def machine_lines() -> list[str]:
+    processor = platform.processor() or platform.machine()
+    return [f"machine: {platform.node()} ({processor}, {os.cpu_count()} cores, {platform.system()} {platform.release()})",
+            f"python: {platform.python_version()}"]
+
+
+def results_path(directory: Path, stem: str = "bench") -> Path:
+    """A new file name under `directory` stamped with the local date and time."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, suffix = directory / f"{base}.csv", 1
+    while path.exists():
+        path, suffix = directory / f"{base}-{suffix}.csv", suffix + 1
+    return path
+
+
+def write_csv(path: Path, rows: list[BenchRow], header: list[str]) -> None:
+    """Comment lines (`# ...`, read with pandas' comment='#'), then one row per measurement."""
+    predicted = any(row.prediction is not None for row in rows)
+    columns = ["placement", "hierarchy", "role", "program", "bytes", "count", "time_us", "algbw_gbs", "busbw_gbs",
+               "check", "measured_rank"]
+    if predicted:
+        columns += ["predicted_time_us", "predicted_algbw_gbs", "predicted_busbw_gbs", "simulator_rank"]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        for line in header:
+            handle.write(f"# {line}\n")
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for row in rows:
+            values = [row.placement, row.hierarchy, row.role, row.program, row.nbytes, row.count,
+                      f"{row.seconds * 1e6:.3f}", f"{row.algbw / 1e9:.6f}", f"{row.busbw / 1e9:.6f}", row.check,
+                      "" if row.measured_rank is None else row.measured_rank]
+            if predicted:
+                p = row.prediction
+                values += ["", "", "", ""] if p is None else [f"{p.seconds * 1e6:.3f}", f"{p.algbw / 1e9:.6f}",
+                                                             f"{p.busbw / 1e9:.6f}", p.rank]
+            writer.writerow(values)
