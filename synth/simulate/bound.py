@@ -1,0 +1,106 @@
+"""A lower bound on the time of any correct all-reduce, per (placement, request, size).
+
+Bytes that must cross a cut. Take the units of one system level and a reduction group of N
+members that meets q >= 2 of them, m = N/q members in each (groups are products, SPEC
+section 3, so every unit it meets holds the same number). Treat each unit's members as one
+party that combines its own data for free: what is left is an all-reduce of S bytes among q
+parties, and any such all-reduce moves at least 2(q-1) * S bytes between parties in total,
+q-1 transfers per element to bring every contribution to a first complete sum and one more
+into each of the other q-1 parties (Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce
+algorithms for clusters of workstations", JPDC 69(2), the bound their ring attains). So the
+busiest of the q units sends at least
+
+    2(q-1)/q * S = 2(N-m)/N * S    (= 2(N-1)/N * S for m = 1: the classic per-device bound)
+
+and, since every unit of a level has the same links, the average over the level's units of
+the bytes all groups send out of them is a bound on the busiest one:
+
+    out >= max( sum over groups of 2(q_g - 1) * S / (units of the level),
+                max over units of (groups crossing it) * S )
+
+the second term because each unit a group crosses must send at least S (the others need its
+contribution to every element, and cannot get it compressed) and receive as many. 2(N-m)/N
+>= 1 whenever 0 < m < N, so the first term is the larger for the uniform groups of SPEC
+section 3; both are kept so the bound stays sound on any group layout.
+
+Capacity of the cut. A message between two members uses the links of the outermost level
+their coordinates differ at, which is never outer than s, the outermost level the group
+spans. So everything a group sends out of a unit of level l goes through its devices' links
+of levels s..l and through the uplinks of the unit and of every unit inside it that holds
+the sender; the unit's exit capacity is the min-cut
+
+    cap(device) = sum over levels s <= j <= l of bandwidth_j   (capped by innermost uplinks)
+    cap(unit at level i) = min(uplinks_i, size_{i+1} * cap(unit at level i+1))
+
+counting every device of the unit (members of other groups too: their traffic is in the sum).
+Entering is symmetric (same links in the other direction, same bytes), so it gives the same
+bound. The time bound is the largest bytes/capacity over the levels, plus one latency of the
+outermost level the group spans: at least one message must cross it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.hierarchy import SynthesisHierarchy
+from synth.simulate.network import check_costable, network_for
+from synth.topology import Topology
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    bytes_per_device: int
+    time_s: float
+    transfer_s: float
+    latency_s: float
+    bottleneck: str  # the cut that gives the bound, e.g. "node units: 1.5 S out through 200 GB/s"
+
+
+def exit_capacity(topology: Topology, level: int, spanned: int = 0) -> float:
+    """Bytes/s that can leave one unit of `level` towards members of groups whose outermost
+    spanned level is `spanned` (the min-cut described in the module docstring)."""
+    levels = topology.levels
+    capacity = sum(levels[j].bandwidth.value for j in range(spanned, level + 1))
+    for inner in range(len(levels) - 1, level - 1, -1):
+        if inner < len(levels) - 1:
+            capacity *= levels[inner + 1].size
+        uplinks = levels[inner].uplinks
+        if uplinks is not None:
+            capacity = min(capacity, uplinks.count * uplinks.bandwidth.value)
+    return capacity
+
+
+def required_bytes(hierarchy: SynthesisHierarchy, topology: Topology, level: int, bytes_per_device: float) -> float:
+    """Bytes that must leave the busiest unit of a system level, summed over groups."""
+    coords = network_for(topology).coords[np.array(hierarchy.groups, dtype=np.int64)]  # [group, member, level]
+    sizes = topology.sizes[: level + 1]
+    unit_ids = np.ravel_multi_index(tuple(np.moveaxis(coords[:, :, : level + 1], -1, 0)), sizes)
+    total, crossing = 0.0, np.zeros(int(np.prod(sizes)), dtype=np.int64)
+    for row in unit_ids:
+        met = np.unique(row)
+        if len(met) >= 2:
+            total += 2 * (len(met) - 1) * bytes_per_device
+            crossing[met] += 1
+    return max(total / len(crossing), float(crossing.max()) * bytes_per_device)
+
+
+def lower_bound(hierarchy: SynthesisHierarchy, topology: Topology, bytes_per_device: int) -> LowerBound:
+    """The time the busiest cut needs for the bytes any correct all-reduce moves across it."""
+    check_costable(topology)
+    if hierarchy.group_size == 1:
+        return LowerBound(bytes_per_device, 0.0, 0.0, 0.0, "")
+    coords = network_for(topology).coords[list(hierarchy.groups[0])]
+    spanned = next(l for l in range(coords.shape[1]) if len(set(coords[:, l])) > 1)
+    best, best_level, best_bytes = 0.0, spanned, 0.0
+    for level in range(spanned, len(topology.levels)):  # outer units hold whole groups
+        needed = required_bytes(hierarchy, topology, level, bytes_per_device)
+        seconds = needed / exit_capacity(topology, level, spanned)
+        if seconds > best:
+            best, best_level, best_bytes = seconds, level, needed
+    latency = topology.levels[spanned].latency.value
+    name = topology.levels[best_level].name
+    described = (f"{name} units: {best_bytes / bytes_per_device:.3g} S out through "
+                 f"{exit_capacity(topology, best_level, spanned) / 1e9:.4g} GB/s")
+    return LowerBound(bytes_per_device, best + latency, best, latency, described)

@@ -1,0 +1,336 @@
+"""How a backend runs one collective call over a group of k members holding B bytes.
+
+An algorithm is a `Plan`: phases that run one after another, each with a latency and a set
+of flows (member index -> member index, as a fraction of B) that run at the same time; a
+phase's transfer time comes from the network (synth/simulate/network.py). B is the call's
+range in bytes: the input of ReduceScatter, the output of AllGather, the buffer otherwise.
+
+Members are in group order (member rank order, SPEC section 5), which puts the members of
+one node next to each other; a "node" is a unit of the second-innermost system level (the
+domain of the innermost interconnect), the whole system for a one-level topology.
+
+NCCL (Simple protocol; Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective
+Communication Operations in MPICH", for the ring and chain algorithms; NCCL docs and
+src/graph/tuning.cc for NCCL's use of them):
+
+* ring AllReduce: 2(k-1) steps, each member sends 2(k-1)/k * B to its ring successor;
+* ring ReduceScatter, AllGather: k-1 steps, (k-1)/k * B to the successor;
+* Broadcast, Reduce: a pipelined chain from (to) the root, k-1 steps, B per hop;
+* tree AllReduce (NCCL 2.4+, double binary tree, src/graph/trees.cc): a chain inside each
+  node and two complementary binary trees over the nodes, each tree carrying B/2 up
+  (reduce) and down (broadcast); latency 2 * ((ppn-1) * intra + depth * inter), NCCL's own
+  formula (src/graph/tuning.cc) with the trees' real depth.
+
+Latency (the alpha-beta model of Thakur et al.): in a pipelined ring or chain, the message a
+member forwards at step s+1 is the one it received at step s, so the last piece of data
+arrives after the sum of the hop latencies along its path, not after steps x the slowest
+hop. A ring of `nsteps` steps pays the largest sum over `nsteps` consecutive hops; for a ring
+through n nodes that is NCCL's own (nsteps - nInter) * intraLat + nInter * interLat
+(src/graph/tuning.cc). A hop's latency is that of the outermost level its two ends differ at.
+NCCL opens one channel per NIC and rotates each channel's
+ring inside the node, so each channel enters and leaves a node through a different GPU
+(NCCL topology-aware rings, src/graph/rings.cc / search.cc): a hop between nodes is spread
+over the node's members, each carrying an equal share through its own link. This is why
+one NCCL all-reduce over a multi-node group is already hierarchical in its traffic.
+
+gloo, as torch.distributed's ProcessGroupGloo calls it (gloo/*.cc, torch
+ProcessGroupGloo.cpp): rings in rank order without channels (a hop between nodes uses the
+one pair of processes), so nothing is spread:
+
+* AllReduce: gloo::allreduce ring (reduce-scatter then all-gather to the ring neighbour);
+* ReduceScatter: not bandwidth-optimal: ProcessGroupGloo::reduce_scatter_tensor_coalesced
+  clones the input and all-reduces the whole clone, then keeps its block (extra memory B);
+* AllGather: gloo::allgather ring, into a flat scratch output of size B (extra memory B);
+* Broadcast: gloo::broadcast binomial tree, ceil(log2 k) rounds of B;
+* Reduce: gloo::reduce ring reduce-scatter, then every member sends its block to the root.
+
+`Backend` keeps the per-collective algorithm table, the per-call launch cost and a per-
+collective bandwidth efficiency (the fraction of link bandwidth the implementation reaches,
+1.0 by default), so calibration can replace any of them with measured figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from synth.errors import UsageError
+
+Flow = tuple[int, int, float]  # (from member index, to member index, fraction of B)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What an algorithm needs to know about the members of one call."""
+
+    size: int
+    nodes: tuple[tuple[int, ...], ...]  # member indices of each node, in member order
+    hop_latency: tuple[tuple[float, ...], ...]  # s, [a][b]: latency of a message from a to b
+    outer_latency: float  # s, latency of the outermost level the group spans
+    inner_latency: float  # s, latency of the innermost level (hops inside a node)
+
+    @cached_property
+    def _node_index(self) -> dict[int, int]:
+        return {member: index for index, node in enumerate(self.nodes) for member in node}
+
+    def node_of(self, member: int) -> int:
+        return self._node_index[member]
+
+
+@dataclass(frozen=True)
+class Phase:
+    latency_s: float
+    flows: tuple[Flow, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One algorithm for one call: phases in order, and scratch memory per member."""
+
+    algorithm: str
+    phases: tuple[Phase, ...]
+    extra_memory: float = 0.0  # scratch bytes per member, as a fraction of B
+
+
+Algorithm = Callable[[Layout], Plan]
+
+
+# --- building blocks --------------------------------------------------------------------------
+
+
+def _hop(layout: Layout, a: int, b: int, fraction: float, spread: bool) -> list[Flow]:
+    """A hop a -> b carrying `fraction` of B. Between nodes with channels (`spread`), the hop
+    is split evenly over the nodes' members: the j-th member of a's node sends to the j-th
+    of b's, as NCCL's per-NIC channels do."""
+    node_a, node_b = layout.node_of(a), layout.node_of(b)
+    if not spread or node_a == node_b:
+        return [(a, b, fraction)]
+    senders, receivers = layout.nodes[node_a], layout.nodes[node_b]
+    width = min(len(senders), len(receivers))
+    return [(senders[j], receivers[j], fraction / width) for j in range(width)]
+
+
+def _ring(layout: Layout, fraction: float, spread: bool, step: int = 1) -> tuple[Flow, ...]:
+    k = layout.size
+    flows: list[Flow] = []
+    for member in range(k):
+        flows += _hop(layout, member, (member + step) % k, fraction, spread)
+    return tuple(flows)
+
+
+def _ring_latency(layout: Layout, nsteps: int, step: int = 1) -> float:
+    """The slowest path of `nsteps` consecutive ring hops (the critical chunk's path)."""
+    k = layout.size
+    hops = np.array([layout.hop_latency[m][(m + step) % k] for m in range(k)])
+    laps = -(-nsteps // k) + 1
+    running = np.concatenate(([0.0], np.cumsum(np.tile(hops, laps))))
+    return float(np.max(running[nsteps:nsteps + k] - running[:k]))
+
+
+def _chain_latency(layout: Layout) -> float:
+    return sum(layout.hop_latency[m][m + 1] for m in range(layout.size - 1))
+
+
+def _chain(layout: Layout, toward_root: bool, spread: bool) -> tuple[Flow, ...]:
+    flows: list[Flow] = []
+    for member in range(layout.size - 1):
+        a, b = (member + 1, member) if toward_root else (member, member + 1)
+        flows += _hop(layout, a, b, 1.0, spread)
+    return tuple(flows)
+
+
+def btree_parent(n: int, rank: int) -> int:
+    """Parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (ncclGetBtree,
+    src/graph/trees.cc); -1 for the root."""
+    if rank == 0:
+        return -1
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    up = (rank ^ bit) | (bit << 1)
+    return rank ^ bit if up >= n else up
+
+
+def dtree_parents(n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """NCCL's double binary tree (ncclGetDtree): the btree, and its mirror (n even) or its
+    shift by one rank (n odd), so that a rank is a leaf in at least one of them."""
+    first = tuple(btree_parent(n, r) for r in range(n))
+    if n % 2:
+        second = tuple(-1 if (u := btree_parent(n, (r - 1) % n)) == -1 else (u + 1) % n for r in range(n))
+    else:
+        second = tuple(-1 if (u := btree_parent(n, n - 1 - r)) == -1 else n - 1 - u for r in range(n))
+    return first, second
+
+
+def tree_depth(parents: tuple[int, ...]) -> int:
+    def depth(rank: int) -> int:
+        steps = 0
+        while parents[rank] != -1:
+            rank, steps = parents[rank], steps + 1
+        return steps
+
+    return max((depth(r) for r in range(len(parents))), default=0)
+
+
+# --- NCCL ----------------------------------------------------------------------------------------
+
+
+def nccl_ring_all_reduce(layout: Layout) -> Plan:
+    k = layout.size
+    flows = _ring(layout, 2 * (k - 1) / k, spread=True)
+    return Plan("ring", (Phase(_ring_latency(layout, 2 * (k - 1)), flows),))
+
+
+def nccl_tree_all_reduce(layout: Layout) -> Plan:
+    """Chain inside each node, double binary tree over nodes, B/2 per tree each way."""
+    flows: list[Flow] = []
+    for node in layout.nodes:
+        for a, b in zip(node, node[1:]):
+            flows += [(b, a, 1.0), (a, b, 1.0)]  # both trees share the chain: 2 x B/2 each way
+    node_count = len(layout.nodes)
+    trees = dtree_parents(node_count) if node_count > 1 else ()
+    for parents in trees:
+        for child, parent in enumerate(parents):
+            if parent == -1:
+                continue
+            head_child, head_parent = layout.nodes[child][0], layout.nodes[parent][0]
+            flows += _hop(layout, head_child, head_parent, 0.5, spread=True)
+            flows += _hop(layout, head_parent, head_child, 0.5, spread=True)
+    per_node = max(len(node) for node in layout.nodes)
+    depth = max((tree_depth(parents) for parents in trees), default=0)
+    latency = 2 * ((per_node - 1) * layout.inner_latency + depth * layout.outer_latency)
+    return Plan("tree", (Phase(latency, tuple(flows)),))
+
+
+def nccl_ring_reduce_scatter(layout: Layout) -> Plan:
+    k = layout.size
+    return Plan("ring", (Phase(_ring_latency(layout, k - 1), _ring(layout, (k - 1) / k, spread=True)),))
+
+
+def nccl_ring_all_gather(layout: Layout) -> Plan:
+    k = layout.size
+    return Plan("ring", (Phase(_ring_latency(layout, k - 1), _ring(layout, (k - 1) / k, spread=True)),))
+
+
+def nccl_chain_broadcast(layout: Layout) -> Plan:
+    flows = _chain(layout, toward_root=False, spread=True)
+    return Plan("chain", (Phase(_chain_latency(layout), flows),))
+
+
+def nccl_chain_reduce(layout: Layout) -> Plan:
+    flows = _chain(layout, toward_root=True, spread=True)
+    return Plan("chain", (Phase(_chain_latency(layout), flows),))
+
+
+# --- gloo ----------------------------------------------------------------------------------------
+
+
+def gloo_ring_all_reduce(layout: Layout) -> Plan:
+    k = layout.size
+    flows = _ring(layout, 2 * (k - 1) / k, spread=False, step=-1)  # gloo sends to rank - 1
+    return Plan("ring", (Phase(_ring_latency(layout, 2 * (k - 1), step=-1), flows),))
+
+
+def gloo_reduce_scatter(layout: Layout) -> Plan:
+    """torch's gloo reduce_scatter: a full ring all-reduce of a clone of the input."""
+    plan = gloo_ring_all_reduce(layout)
+    return Plan("allreduce+copy", plan.phases, extra_memory=1.0)
+
+
+def gloo_ring_all_gather(layout: Layout) -> Plan:
+    k = layout.size
+    flows = _ring(layout, (k - 1) / k, spread=False)
+    return Plan("ring", (Phase(_ring_latency(layout, k - 1), flows),), extra_memory=1.0)
+
+
+def gloo_binomial_broadcast(layout: Layout) -> Plan:
+    """Round i: members 0..2^i-1 send B to member + 2^i (gloo/broadcast.cc, root 0)."""
+    k, phases, span = layout.size, [], 1
+    while span < k:
+        flows = tuple((sender, sender + span, 1.0) for sender in range(span) if sender + span < k)
+        phases.append(Phase(max(layout.hop_latency[a][b] for a, b, _ in flows), flows))
+        span <<= 1
+    return Plan("binomial", tuple(phases))
+
+
+def gloo_ring_reduce(layout: Layout) -> Plan:
+    """Ring reduce-scatter, then every member sends its reduced block to the root (gloo/reduce.cc)."""
+    k = layout.size
+    scatter = Phase(_ring_latency(layout, k - 1, step=-1), _ring(layout, (k - 1) / k, spread=False, step=-1))
+    gather = Phase(max(layout.hop_latency[m][0] for m in range(1, k)), tuple((m, 0, 1 / k) for m in range(1, k)))
+    return Plan("ring+gather", (scatter, gather))
+
+
+# --- backends --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A collective library as the cost model sees it; replace fields to calibrate."""
+
+    name: str
+    launch_s: float  # per-call overhead before any byte moves
+    launch_source: str
+    algorithms: tuple[tuple[str, tuple[Algorithm, ...]], ...]  # collective -> candidates
+    efficiency: tuple[tuple[str, float], ...] = field(default=())  # collective -> fraction of link bandwidth
+
+    def candidates(self, collective: str) -> tuple[Algorithm, ...]:
+        for name, algorithms in self.algorithms:
+            if name == collective:
+                return algorithms
+        raise ValueError(f"backend {self.name} has no algorithm for {collective}")
+
+    def efficiency_of(self, collective: str) -> float:
+        return dict(self.efficiency).get(collective, 1.0)
+
+
+# NCCL's own per-call base latency for the Ring/Simple algorithm (NCCL 2.7-2.8
+# src/graph/tuning.cc, baseLat[NCCL_ALGO_RING][NCCL_PROTO_SIMPLE] = 8.4 us): the fixed cost of
+# a call, mostly the kernel launch and the first chunk's handshake.
+NCCL_LAUNCH_S = 8.4e-6
+NCCL_LAUNCH_SOURCE = "NCCL 2.7 src/graph/tuning.cc baseLat Ring/Simple = 8.4 us"
+
+# estimate: ProcessGroupGloo queues every call to a worker thread (enqueue/runLoop) and gloo's
+# pairs start with a TCP message, tens of microseconds; a placeholder until `synth calibrate`.
+GLOO_LAUNCH_S = 20e-6
+GLOO_LAUNCH_SOURCE = "estimate: ProcessGroupGloo worker-thread queueing plus a TCP round trip, ~20 us"
+
+NCCL = Backend(
+    name="nccl",
+    launch_s=NCCL_LAUNCH_S,
+    launch_source=NCCL_LAUNCH_SOURCE,
+    algorithms=(
+        ("AllReduce", (nccl_ring_all_reduce, nccl_tree_all_reduce)),
+        ("ReduceScatter", (nccl_ring_reduce_scatter,)),
+        ("AllGather", (nccl_ring_all_gather,)),
+        ("Reduce", (nccl_chain_reduce,)),
+        ("Broadcast", (nccl_chain_broadcast,)),
+    ),
+)
+
+GLOO = Backend(
+    name="gloo",
+    launch_s=GLOO_LAUNCH_S,
+    launch_source=GLOO_LAUNCH_SOURCE,
+    algorithms=(
+        ("AllReduce", (gloo_ring_all_reduce,)),
+        ("ReduceScatter", (gloo_reduce_scatter,)),
+        ("AllGather", (gloo_ring_all_gather,)),
+        ("Reduce", (gloo_ring_reduce,)),
+        ("Broadcast", (gloo_binomial_broadcast,)),
+    ),
+)
+
+BACKENDS = {backend.name: backend for backend in (NCCL, GLOO)}
+
+
+def resolve_backend(backend: str | Backend) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    return BACKENDS[backend]
+

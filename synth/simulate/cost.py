@@ -1,0 +1,245 @@
+"""The cost of a lowered program (SPEC section 8): one run by every reduction group at once.
+
+Per step, every call of every reduction group runs at the same time, so their flows share
+links: a step's phase lasts `max over links of load / capacity` for all of them together
+(synth/simulate/network.py), and more groups through one node's NICs make the step slower.
+A call's bytes are `B = chunks * S / N` (its chunk range, S bytes per device cut into N
+chunks). A step costs
+
+    launch + sum over phases (hop latency + transfer / efficiency)
+
+with the launch cost and efficiency of the backend and the phases of the algorithm the
+backend picks for the call (synth/simulate/collectives.py). Where a backend has several
+algorithms (NCCL AllReduce: ring, tree) it picks, like NCCL's tuner, the one its own
+estimate says is fastest: the call's time alone on the network, without the other groups.
+
+Bandwidth figures follow nccl-tests (doc/PERFORMANCE.md): `algbw = S / t` and
+`busbw = algbw * 2(n-1)/n`, n the reduction group size. The baseline is the default
+all-reduce, `AllReduce(InsideGroup(outermost level of H))`, costed the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.hierarchy import SynthesisHierarchy
+from synth.language import Program, Step
+from synth.lowering import LoweredProgram, lower
+from synth.simulate.collectives import Backend, Layout, Plan, resolve_backend
+from synth.simulate.network import NO_LINK, network_for
+from synth.topology import Topology
+
+Calls = tuple[tuple[int, ...], ...]  # the member ranks of each call of a step
+
+
+@dataclass(frozen=True)
+class StepCost:
+    step: str
+    collective: str
+    algorithm: str  # what the backend runs for this step's calls, e.g. "ring"
+    call_bytes: float  # B of each call
+    latency_s: float  # launch + hop latencies
+    transfer_s: float  # sum over phases of the busiest link's drain time
+    bottleneck: str  # the busiest link of the longest phase ("" when nothing moves)
+    extra_memory_bytes: float  # scratch per device the backend allocates for the call
+
+    @property
+    def time_s(self) -> float:
+        return self.latency_s + self.transfer_s
+
+
+@dataclass(frozen=True)
+class ProgramCost:
+    program: str
+    bytes_per_device: int
+    group_size: int
+    steps: tuple[StepCost, ...]
+    time_s: float
+    algbw: float  # bytes/s, S / t
+    busbw: float  # bytes/s, algbw * 2(n-1)/n
+
+    @property
+    def algbw_GBps(self) -> float:
+        return self.algbw / 1e9
+
+    @property
+    def busbw_GBps(self) -> float:
+        return self.busbw / 1e9
+
+
+def bus_factor(n: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth factor 2(n-1)/n (doc/PERFORMANCE.md): the share of
+    the data each rank must send and receive, so busbw compares with the link speed."""
+    return 2 * (n - 1) / n
+
+
+def baseline_program(hierarchy: SynthesisHierarchy) -> Program:
+    """The default all-reduce: one call over the whole reduction group (SPEC section 8)."""
+    return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A plan with its flows mapped to devices for every reduction group (unit bytes: B = 1)."""
+
+    plan: Plan
+    latencies: tuple[float, ...]
+    flows: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # per phase: src, dst, fraction
+    alone_s_per_byte: float  # transfer time per byte of B for one call of one group, alone
+
+
+@dataclass(frozen=True)
+class _StepFigures:
+    algorithm: str
+    latency_s: float
+    transfer_s: float
+    bottleneck: str
+    extra_memory_bytes: float
+    time_s: float
+
+
+class Simulator:
+    """Costs steps and programs for one (hierarchy, topology, backend); caches what repeats."""
+
+    def __init__(self, hierarchy: SynthesisHierarchy, topology: Topology, backend: str | Backend = "nccl"):
+        self.network = network_for(topology)
+        if tuple(hierarchy.placement.level_sizes) != tuple(topology.sizes):
+            raise ValueError("the placement is not on this topology: level sizes differ")
+        self.hierarchy = hierarchy
+        self.topology = topology
+        self.backend = resolve_backend(backend)
+        self.group_size = hierarchy.group_size
+        self.devices = np.array(hierarchy.groups, dtype=np.int64)  # [group, member rank] -> device
+        self._plans: dict[tuple[str, tuple[int, ...]], tuple[_Compiled, ...]] = {}
+        self._phases: dict[tuple, tuple[tuple[float, float, int], ...]] = {}
+        self._figures: dict[tuple, _StepFigures] = {}
+
+    # --- one call --------------------------------------------------------------------------------
+
+    def layout(self, members: tuple[int, ...]) -> Layout:
+        """The call's shape on the system. Every reduction group has the same shape (SPEC
+        section 3), so the first group's devices stand for all."""
+        coords = self.network.coords[self.devices[0, list(members)]]
+        levels = self.topology.levels
+        nodes: dict[tuple, list[int]] = {}
+        for index, row in enumerate(coords):
+            nodes.setdefault(tuple(row[:-1]), []).append(index)
+        latency_of_level = np.array([level.latency.value for level in levels])
+        differs = coords[:, None, :] != coords[None, :, :]
+        hop = np.where(differs.any(axis=-1), latency_of_level[differs.argmax(axis=-1)], 0.0)
+        spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l])) > 1]
+        outer = levels[spanned[0]].latency.value if spanned else 0.0
+        return Layout(len(members), tuple(tuple(n) for n in nodes.values()), tuple(map(tuple, hop.tolist())),
+                      outer, levels[-1].latency.value)
+
+    def _compile(self, collective: str, members: tuple[int, ...]) -> tuple[_Compiled, ...]:
+        key = (collective, members)
+        if key in self._plans:
+            return self._plans[key]
+        layout = self.layout(members)
+        member_ranks = np.array(members, dtype=np.int64)
+        result = []
+        for algorithm in self.backend.candidates(collective):
+            plan = algorithm(layout)
+            flows, alone = [], 0.0
+            for phase in plan.phases:
+                local = np.array([(a, b) for a, b, _ in phase.flows], dtype=np.int64).reshape(-1, 2)
+                fraction = np.array([f for _, _, f in phase.flows], dtype=float)
+                src = self.devices[:, member_ranks[local[:, 0]]]
+                dst = self.devices[:, member_ranks[local[:, 1]]]
+                flows.append((src.ravel(), dst.ravel(), np.tile(fraction, len(self.devices))))
+                alone += self.network.makespan(src[0], dst[0], fraction)[0]
+            latencies = tuple(phase.latency_s for phase in plan.phases)
+            result.append(_Compiled(plan, latencies, tuple(flows), alone))
+        self._plans[key] = tuple(result)
+        return self._plans[key]
+
+    def _choose(self, collective: str, members: tuple[int, ...], call_bytes: float) -> int:
+        """The backend's own pick: the candidate its estimate for the call alone says is fastest
+        (the first on a tie)."""
+        efficiency = self.backend.efficiency_of(collective)
+        estimates = [
+            sum(compiled.latencies) + call_bytes * compiled.alone_s_per_byte / efficiency
+            for compiled in self._compile(collective, members)
+        ]
+        return min(range(len(estimates)), key=lambda i: (estimates[i], i))
+
+    # --- one step ----------------------------------------------------------------------------------
+
+    def _step_phases(self, collective: str, calls: Calls, choices: tuple[int, ...]):
+        """Per phase, for all calls of all groups together: (latency, seconds per byte of B,
+        busiest link). Transfer time is linear in B, so this holds for every size."""
+        key = (collective, calls, choices)
+        if key in self._phases:
+            return self._phases[key]
+        plans = [self._compile(collective, members)[choice] for members, choice in zip(calls, choices)]
+        result = []
+        for phase in range(max(len(p.plan.phases) for p in plans)):
+            present = [p for p in plans if phase < len(p.plan.phases)]
+            src = np.concatenate([p.flows[phase][0] for p in present])
+            dst = np.concatenate([p.flows[phase][1] for p in present])
+            fraction = np.concatenate([p.flows[phase][2] for p in present])
+            per_byte, link = self.network.makespan(src, dst, fraction)
+            result.append((max(p.latencies[phase] for p in present), per_byte, link))
+        self._phases[key] = tuple(result)
+        return self._phases[key]
+
+    def _step_figures(self, collective: str, calls: Calls, chunks: int, bytes_per_device: int) -> _StepFigures:
+        key = (collective, calls, chunks, bytes_per_device)
+        cached = self._figures.get(key)
+        if cached is not None:
+            return cached
+        call_bytes = chunks * bytes_per_device / self.group_size
+        choices = tuple(self._choose(collective, members, call_bytes) for members in calls)
+        phases = self._step_phases(collective, calls, choices)
+        efficiency = self.backend.efficiency_of(collective)
+        latency = self.backend.launch_s + sum(latency for latency, _, _ in phases)
+        transfer = sum(call_bytes * per_byte for _, per_byte, _ in phases) / efficiency
+        longest = max(range(len(phases)), key=lambda i: (phases[i][1], -i))
+        link = phases[longest][2] if phases[longest][1] > 0 else NO_LINK
+        plans = [self._compile(collective, members)[choice].plan for members, choice in zip(calls, choices)]
+        algorithms = sorted({plan.algorithm for plan in plans})
+        extra = max(plan.extra_memory for plan in plans) * call_bytes
+        figures = _StepFigures("/".join(algorithms), latency, transfer, self.network.link_name(link), extra,
+                               latency + transfer)
+        self._figures[key] = figures
+        return figures
+
+    def step_time(self, collective: str, calls: Calls, chunks: int, bytes_per_device: int) -> float:
+        """Seconds for one step: `calls` (sorted member-rank tuples) each spanning `chunks` chunks."""
+        return self._step_figures(collective, calls, chunks, bytes_per_device).time_s
+
+    def step_cost(self, step: Step, calls: Calls, chunks: int, bytes_per_device: int) -> StepCost:
+        figures = self._step_figures(step.collective, calls, chunks, bytes_per_device)
+        return StepCost(str(step), step.collective, figures.algorithm, chunks * bytes_per_device / self.group_size,
+                        figures.latency_s, figures.transfer_s, figures.bottleneck, figures.extra_memory_bytes)
+
+    # --- one program -------------------------------------------------------------------------------
+
+    def program_cost(self, lowered: LoweredProgram, bytes_per_device: int) -> ProgramCost:
+        n = self.group_size
+        if n == 1:
+            return ProgramCost(str(lowered.program), bytes_per_device, 1, (), 0.0, float("inf"), 0.0)
+        steps = []
+        for lowered_step in lowered.steps:
+            calls = tuple(sorted(call.members for call in lowered_step.calls))
+            steps.append(self.step_cost(lowered_step.step, calls, lowered_step.call_chunks, bytes_per_device))
+        total = 0.0
+        for step in steps:  # in program order, as the search adds them, so both agree exactly
+            total += step.time_s
+        algbw = bytes_per_device / total
+        return ProgramCost(str(lowered.program), bytes_per_device, n, tuple(steps), total, algbw, algbw * bus_factor(n))
+
+
+def simulate(lowered_program: LoweredProgram, hierarchy: SynthesisHierarchy, topology: Topology,
+             bytes_per_device: int, backend: str | Backend = "nccl") -> ProgramCost:
+    """The predicted cost of one run of the program by every reduction group at once."""
+    return Simulator(hierarchy, topology, backend).program_cost(lowered_program, bytes_per_device)
+
+
+def baseline_cost(hierarchy: SynthesisHierarchy, topology: Topology, bytes_per_device: int,
+                  backend: str | Backend = "nccl") -> ProgramCost:
+    """The default all-reduce's cost, modelled exactly as any program."""
+    return simulate(lower(baseline_program(hierarchy), hierarchy), hierarchy, topology, bytes_per_device, backend)

@@ -1,0 +1,198 @@
+"""The physical network of a topology: devices, switches and links, and the load flows put on them.
+
+The graph (networkx, directed) follows the topology file's meaning (synth/topology.py):
+
+* one switch per unit of each level's parent, ``("sw", prefix)``: the interconnect joining
+  the units of level ``len(prefix)`` inside the unit ``prefix`` (``()`` is the whole system);
+* every unit of every level (a prefix of level coordinates; a device is a unit of the
+  innermost level) has an exit node ``("out", prefix)`` and an entry node ``("in", prefix)``;
+  the edges that leave or enter it carry the unit's uplinks when its level has them
+  (capacity ``count * bandwidth``, each direction), and are free otherwise;
+* each device has, for each level ``l``, an injection link into the level-``l`` interconnect
+  and an ejection link out of it, each of the level's per-device bandwidth, through port
+  nodes ``("port-out", rank, l)`` and ``("port-in", rank, l)``.
+
+A flow between devices whose coordinates first differ at level ``d`` takes the source's
+level-``d`` injection link, leaves every unit of the source at levels ``d..L-1`` (their
+uplinks, where present), turns at the switch of their common level-``d`` parent, enters the
+destination's units and takes its level-``d`` ejection link. That is the unique shortest
+path between the two level-``d`` ports (``route``); the costing tables are read off the graph
+once, so that the load of a batch of flows is a few numpy gathers and one ``bincount``.
+
+Time of a batch of flows that all start together: with max-min fair sharing every link
+drains its load at its capacity and the last flow ends when the busiest link is empty, so
+the makespan is ``max over links of load / capacity`` (the standard fluid model; e.g.
+Bertsekas & Gallager, Data Networks, 2nd ed., section 6.5.2 on max-min fairness).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import product as cartesian
+
+import networkx as nx
+import numpy as np
+
+from synth.errors import UsageError
+from synth.topology import Topology
+
+NO_LINK = -1
+
+
+@dataclass(frozen=True)
+class Link:
+    """One shared resource: a direction of a device's level link or of a unit's uplinks."""
+
+    name: str
+    capacity: float  # bytes/s
+
+
+def check_costable(topology: Topology) -> None:
+    """Costs need bandwidth and latency on every level; say so in one line otherwise."""
+    if not topology.has_link_figures:
+        missing = [level.name for level in topology.levels if level.bandwidth is None or level.latency is None]
+        raise UsageError(
+            f"topology {topology.name} has no link figures for level(s) {', '.join(missing)}: costs need a "
+            f"topology with bandwidth and latency per level; use a built-in (--topology dgx-a100-x4) or a TOML file"
+        )
+
+
+class Network:
+    """A topology as a graph of devices, switches and links, with fast per-batch link loads."""
+
+    def __init__(self, topology: Topology):
+        check_costable(topology)
+        self.topology = topology
+        self.sizes = topology.sizes
+        self.depth = len(self.sizes)
+        self.device_count = topology.device_count
+        ranks = np.arange(self.device_count)
+        self.coords = np.stack(np.unravel_index(ranks, self.sizes), axis=1).astype(np.int64)
+        self.links: list[Link] = []
+        self.graph = self._build_graph()
+        self.capacity = np.array([link.capacity for link in self.links], dtype=float)
+        self.link_names = tuple(link.name for link in self.links)
+        self._build_tables()
+
+    # --- the graph ---------------------------------------------------------------------------
+
+    def _unit_name(self, prefix: tuple[int, ...]) -> str:
+        if not prefix:
+            return "system"
+        return ".".join(f"{self.topology.levels[i].name}{c}" for i, c in enumerate(prefix))
+
+    def _new_link(self, name: str, capacity: float) -> int:
+        self.links.append(Link(name, capacity))
+        return len(self.links) - 1
+
+    def _prefix(self, rank: int, length: int) -> tuple[int, ...]:
+        return tuple(int(c) for c in self.coords[rank, :length])
+
+    def _build_graph(self) -> nx.DiGraph:
+        graph = nx.DiGraph()
+        levels = self.topology.levels
+        for length in range(self.depth):
+            for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
+                graph.add_node(("sw", prefix), kind="switch", name=self._unit_name(prefix))
+        for length in range(1, self.depth + 1):
+            level = levels[length - 1]
+            for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
+                name = self._unit_name(prefix)
+                graph.add_node(("out", prefix), kind="exit", name=name)
+                graph.add_node(("in", prefix), kind="entry", name=name)
+                up = down = None
+                if level.uplinks is not None:
+                    capacity = level.uplinks.count * level.uplinks.bandwidth.value
+                    up = self._new_link(f"{name} uplinks out", capacity)
+                    down = self._new_link(f"{name} uplinks in", capacity)
+                parent = prefix[:-1]
+                # Leaving the unit: to the parent's switch (traffic that stays in the parent)
+                # or on to the parent's own exit; either way through the unit's uplinks.
+                graph.add_edge(("out", prefix), ("sw", parent), link=up)
+                graph.add_edge(("sw", parent), ("in", prefix), link=down)
+                if parent:
+                    graph.add_edge(("out", prefix), ("out", parent), link=up)
+                    graph.add_edge(("in", parent), ("in", prefix), link=down)
+        for rank in range(self.device_count):
+            device = self._prefix(rank, self.depth)
+            name = self._unit_name(device)
+            graph.add_node(("dev", rank), kind="device", name=name)
+            for index, level in enumerate(levels):
+                bandwidth = level.bandwidth.value
+                inject = self._new_link(f"{name} {level.name}-link out", bandwidth)
+                eject = self._new_link(f"{name} {level.name}-link in", bandwidth)
+                graph.add_edge(("dev", rank), ("port-out", rank, index), link=inject)
+                graph.add_edge(("port-out", rank, index), ("out", device), link=None)
+                graph.add_edge(("in", device), ("port-in", rank, index), link=None)
+                graph.add_edge(("port-in", rank, index), ("dev", rank), link=eject)
+        return graph
+
+    def _build_tables(self) -> None:
+        """Per (device, level): the links a flow of that level takes at its ends, read off the graph."""
+        shape = (self.device_count, self.depth)
+        self.inject = np.full(shape, NO_LINK, dtype=np.int64)
+        self.eject = np.full(shape, NO_LINK, dtype=np.int64)
+        self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
+        self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
+        edges = self.graph.edges
+        for rank in range(self.device_count):
+            for level in range(self.depth):
+                self.inject[rank, level] = edges[("dev", rank), ("port-out", rank, level)]["link"]
+                self.eject[rank, level] = edges[("port-in", rank, level), ("dev", rank)]["link"]
+                unit, parent = self._prefix(rank, level + 1), self._prefix(rank, level)
+                up = edges[("out", unit), ("sw", parent)]["link"]
+                down = edges[("sw", parent), ("in", unit)]["link"]
+                self.up_out[rank, level] = NO_LINK if up is None else up
+                self.up_in[rank, level] = NO_LINK if down is None else down
+        self.uplink_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.uplinks is not None)
+
+    # --- routing and loads -----------------------------------------------------------------------
+
+    def first_difference(self, src, dst) -> np.ndarray:
+        """The outermost level at which each pair of devices differs (the level of their traffic)."""
+        differs = self.coords[np.asarray(src)] != self.coords[np.asarray(dst)]
+        if not differs.any(axis=-1).all():
+            raise ValueError("a flow from a device to itself carries no traffic")
+        return differs.argmax(axis=-1)
+
+    def route(self, src: int, dst: int) -> tuple[str, ...]:
+        """The names of the links one flow crosses, by shortest path on the graph (for checks
+        and explanations; costing uses the tables built from the same graph)."""
+        level = int(self.first_difference(src, dst))
+        path = nx.shortest_path(self.graph, ("port-out", src, level), ("port-in", dst, level))
+        nodes = [("dev", src), *path, ("dev", dst)]
+        links = [self.graph.edges[a, b]["link"] for a, b in zip(nodes, nodes[1:])]
+        return tuple(self.link_names[link] for link in links if link is not None)
+
+    def loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """Bytes each link carries for a batch of flows (src device, dst device, bytes)."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        nbytes = np.asarray(nbytes, dtype=float)
+        if src.size == 0:
+            return np.zeros(len(self.links))
+        level = self.first_difference(src, dst)
+        ids = [self.inject[src, level], self.eject[dst, level]]
+        weights = [nbytes, nbytes]
+        for uplink_level in self.uplink_levels:
+            crossing = level <= uplink_level  # the flow leaves its units at this level and below
+            ids += [self.up_out[src[crossing], uplink_level], self.up_in[dst[crossing], uplink_level]]
+            weights += [nbytes[crossing], nbytes[crossing]]
+        return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.links))
+
+    def makespan(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> tuple[float, int]:
+        """(seconds, busiest link) for flows that start together: max over links of load/capacity."""
+        if np.asarray(src).size == 0:
+            return 0.0, NO_LINK
+        times = self.loads(src, dst, nbytes) / self.capacity
+        busiest = int(np.argmax(times))  # the first of equals: deterministic
+        return float(times[busiest]), busiest
+
+    def link_name(self, link: int) -> str:
+        return "" if link == NO_LINK else self.link_names[link]
+
+
+@lru_cache(maxsize=16)
+def network_for(topology: Topology) -> Network:
+    """One Network per topology (building the graph is the slow part; topologies are frozen)."""
+    return Network(topology)
