@@ -212,7 +212,7 @@ def _bench_entries(args, job, reduce_axes, programs) -> tuple[list[PlanEntry], l
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
         if hierarchy.group_size < 2:
             continue
-        default = default_all_reduce(hierarchy)
+        default, valid = default_all_reduce(hierarchy), 0
         for program in programs:
             try:
                 lower(program, hierarchy)
@@ -220,10 +220,11 @@ def _bench_entries(args, job, reduce_axes, programs) -> tuple[list[PlanEntry], l
                 if len(placements) == 1:
                     raise type(error)(f"{program}: {error}") from None
                 continue
+            valid += 1
             if program != default:
                 entries.append(PlanEntry(hierarchy, program))
                 infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), "synthesized", str(program)))
-        if any(entry.hierarchy is hierarchy for entry in entries):
+        if valid:
             entries.append(PlanEntry(hierarchy, default))
             infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), "default all-reduce", str(default)))
     if not entries:

@@ -108,10 +108,10 @@ def write_csv(path: Path, rows: list[BenchRow], header: list[str]) -> None:
         writer.writerow(columns)
         for row in rows:
             values = [row.placement, row.hierarchy, row.role, row.program, row.nbytes, row.count,
-                      f"{row.seconds * 1e6:.3f}", f"{row.algbw / 1e9:.6f}", f"{row.busbw / 1e9:.6f}", row.check,
+                      f"{row.seconds * 1e6:.3f}", f"{row.algbw / 1e9:.6g}", f"{row.busbw / 1e9:.6g}", row.check,
                       "" if row.measured_rank is None else row.measured_rank]
             if predicted:
                 p = row.prediction
-                values += ["", "", "", ""] if p is None else [f"{p.seconds * 1e6:.3f}", f"{p.algbw / 1e9:.6f}",
-                                                             f"{p.busbw / 1e9:.6f}", p.rank]
+                values += ["", "", "", ""] if p is None else [f"{p.seconds * 1e6:.3f}", f"{p.algbw / 1e9:.6g}",
+                                                             f"{p.busbw / 1e9:.6g}", p.rank]
             writer.writerow(values)

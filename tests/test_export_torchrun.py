@@ -1,0 +1,102 @@
+"""Exported torch scripts run for real: gloo on CPU, one process per device, via torchrun.
+
+Starting torchrun is the slow part on a small machine, so one launch runs every valid program
+of up to 3 steps of every 8-device case (2x4 and 2x2x2 hierarchies, an axis inside one level
+and across several, two reduced axes, all three hierarchy kinds), each checked against a plain
+all_reduce. Smaller launches cover the CLI path, a deliberately corrupted script and bench.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+
+import pytest
+
+from export_cases import entries
+from synth.export import torch_script
+from synth.export.launch import torchrun
+from synth.export.plan import buffer_count, build_plan
+from synth.export.provenance import Provenance
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torchrun
+
+FAST = ["--backend", "gloo", "--check", "--iters", "1", "--warmup", "0"]
+LEVELS_2X2 = ("--levels", "node=2,gpu=2", "--axes", "data=4", "--reduce", "data", "--placement", "[[2,2]]")
+PROGRAM = "ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(node)); AllGather(InsideGroup(gpu))"
+
+
+def test_every_short_program_of_every_case_passes_its_check(tmp_path):
+    plan = build_plan(entries(3))
+    script = tmp_path / "batch.py"
+    script.write_text(torch_script.render(plan, Provenance(("pytest",))))
+    result = torchrun(script, plan.world_size, FAST + ["--bytes", "1000"], timeout=600)
+    assert result.returncode == 0, result.log[-4000:]
+    report = result.report
+    assert len(report["results"]) == len(plan.programs) > 100
+    failed = [plan.programs[row["program"]].text for row in report["results"] if row["wrong"] != 0]
+    assert not failed, failed
+    for row in report["results"]:  # 1000 B rounded up to N chunks of whole elements
+        assert row["count"] == buffer_count(1000, plan.programs[row["program"]].chunks) == row["bytes"] // 4
+    assert "rounded up to 1024 B" in result.log and "rounded up to 1008 B" in result.log
+    assert "check passed" in result.log
+    assert report["baselines"], "no baseline all_reduce row"
+
+
+def _corrupt(script_text: str) -> str:
+    """Shift the chunk range of the AllReduce step (step 1) by its own length on every rank:
+    counts stay equal, so nothing hangs, but the wrong chunks get summed."""
+    tree = ast.parse(script_text)
+    assign = next(node for node in tree.body if isinstance(node, ast.Assign) and node.targets[0].id == "PLAN")
+    literal = assign.value.args[0].value
+    plan = json.loads(literal)
+    chunks = plan["programs"][0]["chunks"]
+    for call in plan["programs"][0]["steps"][1]["calls"]:
+        length = call[4] - call[3]
+        call[3], call[4] = (call[3] + length) % chunks, (call[3] + length) % chunks + length
+    return script_text.replace(repr(literal), repr(json.dumps(plan, sort_keys=True, separators=(",", ":"))))
+
+
+def test_cli_script_passes_and_a_corrupted_copy_fails(run_cli, tmp_path):
+    script = tmp_path / "program.py"
+    code, _, stderr = run_cli("export", *LEVELS_2X2, "--program", PROGRAM, "--format", "torch", "-o", str(script))
+    assert code == 0, stderr
+    result = torchrun(script, 4, FAST + ["--bytes", "4KiB"], timeout=300)
+    assert result.returncode == 0, result.log[-4000:]
+    assert "check passed" in result.log and "baseline" in result.log
+    row = result.report["results"][0]
+    assert row["wrong"] == 0 and row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * 3 / 4)
+
+    corrupted = tmp_path / "corrupted.py"
+    corrupted.write_text(_corrupt(script.read_text()))
+    assert corrupted.read_text() != script.read_text()
+    result = torchrun(corrupted, 4, FAST + ["--bytes", "4KiB"], timeout=300)
+    assert result.returncode != 0
+    assert "CHECK FAILED" in result.log
+    assert result.report["results"][0]["wrong"] > 0
+
+
+def test_bench_writes_checked_measurements(run_cli, tmp_path):
+    code, stdout, stderr = run_cli("bench", *LEVELS_2X2, "--program", PROGRAM,
+                                   "--program", "Reduce(InsideGroup(gpu)); AllReduce(Master(node)); Broadcast(InsideGroup(gpu))",
+                                   "--backend", "gloo", "-b", "1KiB", "-e", "2KiB", "--iters", "2", "--warmup", "0",
+                                   "--results", str(tmp_path))
+    assert code == 0, stderr
+    path = next(tmp_path.glob("bench-*.csv"))
+    assert f"wrote {path}" in stdout
+    lines = path.read_text().splitlines()
+    header = [line for line in lines if line.startswith("# ")]
+    assert any(line.startswith("# command: synth bench --levels node=2,gpu=2") for line in header)
+    assert any(line.startswith("# machine: ") and "cores" in line for line in header)
+    assert any(line.startswith("# date: ") for line in header)
+    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    programs = [row for row in rows if row["role"] != "baseline all_reduce"]
+    assert len(programs) == 3 * 2  # two programs and the default all-reduce, at two sizes
+    assert {row["role"] for row in programs} == {"synthesized", "default all-reduce"}
+    assert all(row["check"] == "ok" for row in programs)
+    assert sorted(int(row["measured_rank"]) for row in programs if row["bytes"] == "1024") == [1, 2, 3]
+    for row in rows:
+        assert float(row["busbw_gbs"]) == pytest.approx(float(row["algbw_gbs"]) * 2 * 3 / 4, rel=1e-3)
