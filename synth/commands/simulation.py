@@ -14,7 +14,8 @@ from synth.simulate.bound import lower_bound
 from synth.simulate.collectives import BACKENDS
 from synth.simulate.cost import Simulator
 from synth.simulate.network import check_costable
-from synth.simulate.rank import pareto_front, rank_programs
+from synth.search import enumerate_programs
+from synth.simulate.rank import ProgramWalker, pareto_front, rank_programs
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
 
 # nccl-tests' size suffixes (-b 8M -e 1G): K, M, G, T are binary multiples.
@@ -88,10 +89,12 @@ def run_rank(args) -> int:
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
         if hierarchy.group_size == 1:
             continue
-        simulator = Simulator(hierarchy, job.topology, args.backend)
+        simulator, walker = Simulator(hierarchy, job.topology, args.backend), ProgramWalker(hierarchy)
+        # Without --top every program is ranked: enumerate them once for all sizes.
+        programs = None if args.top is not None else list(enumerate_programs(hierarchy, max_len=args.max_len))
         for size in sizes:
             rows = rank_programs(hierarchy, job.topology, size, max_len=args.max_len, top=args.top,
-                                 backend=args.backend, simulator=simulator)
+                                 simulator=simulator, programs=programs, walker=walker)
             if args.pareto:
                 rows = pareto_front(rows)
             sections.append((size, hierarchy, lower_bound(hierarchy, job.topology, size), rows))

@@ -219,18 +219,21 @@ class Simulator:
     # --- one program -------------------------------------------------------------------------------
 
     def program_cost(self, lowered: LoweredProgram, bytes_per_device: int) -> ProgramCost:
+        steps = [(lowered_step.step, tuple(sorted(call.members for call in lowered_step.calls)), lowered_step.call_chunks)
+                 for lowered_step in lowered.steps]
+        return self.cost_of_steps(str(lowered.program), steps, bytes_per_device)
+
+    def cost_of_steps(self, program: str, steps: list[tuple[Step, Calls, int]], bytes_per_device: int) -> ProgramCost:
+        """A program given as (step, sorted calls, chunks per call) per step, in order."""
         n = self.group_size
         if n == 1:
-            return ProgramCost(str(lowered.program), bytes_per_device, 1, (), 0.0, float("inf"), 0.0)
-        steps = []
-        for lowered_step in lowered.steps:
-            calls = tuple(sorted(call.members for call in lowered_step.calls))
-            steps.append(self.step_cost(lowered_step.step, calls, lowered_step.call_chunks, bytes_per_device))
+            return ProgramCost(program, bytes_per_device, 1, (), 0.0, float("inf"), 0.0)
+        costs = tuple(self.step_cost(step, calls, chunks, bytes_per_device) for step, calls, chunks in steps)
         total = 0.0
-        for step in steps:  # in program order, as the search adds them, so both agree exactly
-            total += step.time_s
+        for cost in costs:  # in program order, as the search adds them, so both agree exactly
+            total += cost.time_s
         algbw = bytes_per_device / total
-        return ProgramCost(str(lowered.program), bytes_per_device, n, tuple(steps), total, algbw, algbw * bus_factor(n))
+        return ProgramCost(program, bytes_per_device, n, costs, total, algbw, algbw * bus_factor(n))
 
 
 def simulate(lowered_program: LoweredProgram, hierarchy: SynthesisHierarchy, topology: Topology,

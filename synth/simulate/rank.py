@@ -14,6 +14,9 @@ ranking. Dead prefixes are cut with the enumerator's memoized counts (which use 
 dead-prefix oracle), and a step's time is cached by (instruction, chunks): a step's cost
 depends only on its groups and the bytes per call, so the key is sound.
 
+The full ranking walks each program over the same state graph (`ProgramWalker`) instead of
+lowering it; the tests check both against `simulate(lower(...))`.
+
 Objectives besides time, per program:
 
 * extra memory: the largest scratch buffer per device any call of the program allocates
@@ -33,8 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from synth.hierarchy import SynthesisHierarchy
-from synth.language import Program
-from synth.lowering import LoweredProgram, lower
+from synth.language import Program, Step
 from synth.search import Enumerator, SearchOptions, enumerate_programs
 from synth.semantics import FORMS, Semantics, StepFailure
 from synth.simulate.bound import LowerBound, lower_bound
@@ -73,42 +75,80 @@ class RankedProgram:
         }
 
 
-def communicators(lowered: LoweredProgram) -> int:
+class ProgramWalker:
+    """Walks programs over the quotient state graph of one hierarchy: for each step, the calls
+    it makes in the real hierarchy (sorted member-rank tuples, as lowering gives them) and the
+    chunks each call spans, read from the state before the step (its lengths are real).
+    Shared by the full ranking and the search so that both cost a step through one key."""
+
+    def __init__(self, hierarchy: SynthesisHierarchy):
+        self.hierarchy = hierarchy
+        self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
+        self.alphabet = self.semantics.alphabet
+        self.calls: list[tuple[tuple[int, ...], ...]] = []
+        for step, _ in self.alphabet:
+            groups, _ = FORMS[step.form](hierarchy.sizes, hierarchy.level_index(step.level))
+            self.calls.append(tuple(sorted(groups)))
+        self._index = {(instruction.collective, instruction.groups): i
+                       for i, (_, instruction) in enumerate(self.alphabet)}
+        self._transitions: dict[tuple[tuple, int], tuple | None] = {}
+
+    def index_of(self, step: Step) -> int:
+        """The alphabet entry of a step, whichever of its equal spellings (SPEC section 5) it uses."""
+        instruction = self.semantics.instruction_of(step)
+        return self._index[(instruction.collective, instruction.groups)]
+
+    def advance(self, state: tuple, index: int) -> tuple | None:
+        """The next state, or None when the step is invalid or a no-op (no valid program goes on)."""
+        key = (state, index)
+        if key not in self._transitions:
+            try:
+                self._transitions[key] = self.semantics.apply(state, self.alphabet[index][1])
+            except StepFailure:
+                self._transitions[key] = None
+        return self._transitions[key]
+
+    def chunks(self, state: tuple, index: int) -> int:
+        """The range one call of the step spans: the root's held range, or for AllGather the joined output."""
+        instruction = self.alphabet[index][1]
+        length = state[instruction.groups[0][0]][3]
+        return length * instruction.real_group_size if instruction.collective == "AllGather" else length
+
+    def steps(self, program: Program) -> list[tuple[Step, tuple[tuple[int, ...], ...], int]]:
+        """(step, calls, chunks) per step of a valid program."""
+        state, result = self.semantics.initial, []
+        for step in program.steps:
+            index = self.index_of(step)
+            result.append((step, self.calls[index], self.chunks(state, index)))
+            state = self.advance(state, index)
+            if state is None:
+                raise ValueError(f"{program} is not a valid program on this hierarchy")
+        return result
+
+
+def communicators(steps) -> int:
     """Distinct group sets among the steps (AllReduce and ReduceScatter over the same groups share)."""
-    return len({tuple(sorted(call.members for call in step.calls)) for step in lowered.steps})
+    return len({calls for _, calls, _ in steps})
 
 
-def calls_per_device(lowered: LoweredProgram) -> int:
-    """The most calls any member makes: steps minus the steps it sits out."""
-    idle = [0] * lowered.group_size
-    for step in lowered.steps:
-        for member in step.idle:
-            idle[member] += 1
-    return len(lowered.steps) - min(idle)
+def calls_per_device(steps, group_size: int) -> int:
+    """The most calls any member makes (Master steps leave some members idle)."""
+    made = [0] * group_size
+    for _, calls, _ in steps:
+        for members in calls:
+            for member in members:
+                made[member] += 1
+    return max(made)
 
 
 def cheapest_programs(hierarchy: SynthesisHierarchy, simulator: Simulator, bytes_per_device: int,
-                      max_len: int = 5) -> Iterator[tuple[float, Program]]:
+                      max_len: int = 5, walker: ProgramWalker | None = None) -> Iterator[tuple[float, Program]]:
     """Every valid program up to `max_len` steps, cheapest first (ties by text), lazily."""
-    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
+    walker = walker or ProgramWalker(hierarchy)
+    semantics, alphabet = walker.semantics, walker.alphabet
     enumerator = Enumerator(semantics, SearchOptions(max_len=max_len))
-    alphabet = semantics.alphabet
-    real = []  # per instruction: collective, its calls in the real hierarchy, real group size
-    for step, instruction in alphabet:
-        groups, _ = FORMS[step.form](hierarchy.sizes, hierarchy.level_index(step.level))
-        real.append((step.collective, tuple(sorted(groups)), instruction.real_group_size))
     goal = semantics.goal
-    transitions: dict[tuple[tuple, int], tuple | None] = {}
     alive: dict[tuple[tuple, int], bool] = {}
-
-    def advance(state: tuple, index: int):
-        key = (state, index)
-        if key not in transitions:
-            try:
-                transitions[key] = semantics.apply(state, alphabet[index][1])
-            except StepFailure:  # invalid or a no-op: no valid program goes this way
-                transitions[key] = None
-        return transitions[key]
 
     def can_finish(state: tuple, remaining: int) -> bool:
         if state == goal:
@@ -117,12 +157,6 @@ def cheapest_programs(hierarchy: SynthesisHierarchy, simulator: Simulator, bytes
         if key not in alive:
             alive[key] = any(enumerator.count(state, steps) for steps in range(1, remaining + 1))
         return alive[key]
-
-    def chunks_of(state: tuple, index: int) -> int:
-        """The range one call spans, from the state before the step (lengths are real)."""
-        collective, _, real_k = real[index]
-        root = state[alphabet[index][1].groups[0][0]]
-        return root[3] * real_k if collective == "AllGather" else root[3]
 
     heap: list[tuple[float, str, int, tuple, tuple[int, ...]]] = [(0.0, "", 0, semantics.initial, ())]
     while heap:
@@ -133,56 +167,63 @@ def cheapest_programs(hierarchy: SynthesisHierarchy, simulator: Simulator, bytes
         if depth == max_len:
             continue
         for index in range(len(alphabet)):
-            following = advance(state, index)
+            following = walker.advance(state, index)
             if following is None or not can_finish(following, max_len - depth - 1):
                 continue
-            collective, calls, _ = real[index]
-            step_time = simulator.step_time(collective, calls, chunks_of(state, index), bytes_per_device)
-            step_text = str(alphabet[index][0])
-            heapq.heappush(heap, (cost + step_time, f"{text}; {step_text}" if text else step_text, depth + 1,
+            step = alphabet[index][0]
+            step_time = simulator.step_time(step.collective, walker.calls[index], walker.chunks(state, index),
+                                            bytes_per_device)
+            heapq.heappush(heap, (cost + step_time, f"{text}; {step}" if text else str(step), depth + 1,
                                   following, path + (index,)))
 
 
-def _row(program: Program, cost: ProgramCost, lowered: LoweredProgram, hierarchy: SynthesisHierarchy,
-         baseline_time: float, bound: LowerBound) -> RankedProgram:
+def _row(program: Program, cost: ProgramCost, steps, hierarchy: SynthesisHierarchy, baseline_time: float,
+         bound: LowerBound) -> RankedProgram:
     extra = max((step.extra_memory_bytes for step in cost.steps), default=0.0)
     return RankedProgram(
         program=str(program), matrix=hierarchy.placement.matrix, bytes=cost.bytes_per_device, time_s=cost.time_s,
         algbw_GBps=cost.algbw_GBps, busbw_GBps=cost.busbw_GBps, speedup=baseline_time / cost.time_s,
         bound_ratio=cost.time_s / bound.time_s, baseline=len(program) == 1,
-        extra_memory_bytes=math.ceil(extra), communicators=communicators(lowered),
-        calls_per_device=calls_per_device(lowered), length=len(program),
+        extra_memory_bytes=math.ceil(extra), communicators=communicators(steps),
+        calls_per_device=calls_per_device(steps, hierarchy.group_size), length=len(program),
     )
 
 
 def rank_programs(hierarchy: SynthesisHierarchy, topology: Topology, bytes_per_device: int, max_len: int = 5,
-                  top: int | None = None, backend: str | Backend = "nccl",
-                  simulator: Simulator | None = None) -> list[RankedProgram]:
+                  top: int | None = None, backend: str | Backend = "nccl", simulator: Simulator | None = None,
+                  programs: list[Program] | None = None,
+                  walker: ProgramWalker | None = None) -> list[RankedProgram]:
     """Programs ordered by predicted time (ties by text), the baseline always included.
 
-    With `top=K`, the K best found by the cost-guided search, plus the baseline if it is not
-    among them. A reduction group of one member has nothing to rank: the result is empty.
+    Every valid program up to `max_len` steps; or the ones given in `programs` (e.g. one
+    enumeration reused across sizes); or, with `top=K`, the K best found by the cost-guided
+    search, plus the baseline if it is not among them. A reduction group of one member has
+    nothing to rank: the result is empty. Pass the same `simulator` and `walker` across calls
+    on one hierarchy to reuse their caches.
     """
     if hierarchy.group_size == 1:
         return []
     if top is not None and top < 1:
         raise ValueError("top must be at least 1")
     simulator = simulator or Simulator(hierarchy, topology, backend)
+    walker = walker or ProgramWalker(hierarchy)
     bound = lower_bound(hierarchy, topology, bytes_per_device)
-    if top is None:
-        programs = list(enumerate_programs(hierarchy, max_len=max_len))
-    else:
-        programs = []
-        for _, program in cheapest_programs(hierarchy, simulator, bytes_per_device, max_len):
-            programs.append(program)
-            if len(programs) == top:
+    if top is not None:
+        chosen = []
+        for _, program in cheapest_programs(hierarchy, simulator, bytes_per_device, max_len, walker):
+            chosen.append(program)
+            if len(chosen) == top:
                 break
-    if not any(len(program) == 1 for program in programs):
-        programs.append(baseline_program(hierarchy))
-    lowered = {program: lower(program, hierarchy) for program in programs}
-    costs = {program: simulator.program_cost(lowered[program], bytes_per_device) for program in programs}
+    elif programs is not None:
+        chosen = list(programs)
+    else:
+        chosen = list(enumerate_programs(hierarchy, max_len=max_len))
+    if not any(len(program) == 1 for program in chosen):
+        chosen.append(baseline_program(hierarchy))
+    steps = {program: walker.steps(program) for program in chosen}
+    costs = {program: simulator.cost_of_steps(str(program), steps[program], bytes_per_device) for program in chosen}
     baseline_time = next(cost.time_s for program, cost in costs.items() if len(program) == 1)
-    rows = [_row(p, costs[p], lowered[p], hierarchy, baseline_time, bound) for p in programs]
+    rows = [_row(p, costs[p], steps[p], hierarchy, baseline_time, bound) for p in chosen]
     return sorted(rows, key=lambda row: (row.time_s, row.program))
 
 
