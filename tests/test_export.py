@@ -324,10 +324,28 @@ def test_several_programs_go_to_a_directory_or_one_batch(run_cli, tmp_path):
     assert code == 0 and len(list((tmp_path / "c").iterdir())) == 2
 
 
+def test_export_top_k_takes_the_simulator_ranking(run_cli, tmp_path):
+    from synth.simulate.rank import rank_programs
+    from synth.topology import load_topology
+
+    out = tmp_path / "top.json"
+    args = ("--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--placement", "[[2,4]]")
+    code, _, stderr = run_cli("export", *args, "--top", "3", "--max-len", "3", "--bytes", "1MiB",
+                              "--backend", "gloo", "--format", "json", "-o", str(out))
+    assert code == 0, stderr
+    document = json.loads(out.read_text())
+    hierarchy = build_hierarchy(make_placement(load_topology("emu-2x4"), parse_axes("data=8"), [[2, 4]]), ("data",))
+    ranked = rank_programs(hierarchy, load_topology("emu-2x4"), 2**20, max_len=3, top=3, backend="gloo")
+    assert [program["text"] for program in document["programs"]] == [row.program for row in ranked[:3]]
+    assert "--top 3 --max-len 3 --backend gloo" in document["command"]
+
+
 def test_export_refusals(run_cli, tmp_path):
     out = str(tmp_path / "x")
     code, _, stderr = run_cli("export", *LEVELS_2X4, "--top", "3", "--format", "torch", "-o", out)
-    assert code == 2 and "--top needs the simulator" in stderr
+    assert code == 2 and "no link figures" in stderr
+    code, _, stderr = run_cli("export", *LEVELS_2X4, "--top", "3", "--program", PROGRAM, "--format", "torch", "-o", out)
+    assert code == 2 and "either --program or --top" in stderr
     code, _, stderr = run_cli("export", *LEVELS_2X4, "--format", "torch", "-o", out)
     assert code == 2 and "--program" in stderr
     code, _, stderr = run_cli("export", *LEVELS_2X4, "--program", "AllReduce(InsideGroup(gpu))", "--format", "json", "-o", out)

@@ -100,3 +100,36 @@ def test_bench_writes_checked_measurements(run_cli, tmp_path):
     assert sorted(int(row["measured_rank"]) for row in programs if row["bytes"] == "1024") == [1, 2, 3]
     for row in rows:
         assert float(row["busbw_gbs"]) == pytest.approx(float(row["algbw_gbs"]) * 2 * 3 / 4, rel=1e-3)
+
+
+TOPOLOGY_2X2 = """
+name = "test-2x2"
+[[levels]]
+name = "node"
+size = 2
+bandwidth = { value = "1 GB/s", source = "estimate: loopback, for the test" }
+latency = { value = "50 us", source = "estimate: loopback, for the test" }
+[[levels]]
+name = "gpu"
+size = 2
+bandwidth = { value = "2 GB/s", source = "estimate: loopback, for the test" }
+latency = { value = "20 us", source = "estimate: loopback, for the test" }
+"""
+
+
+def test_bench_top_k_puts_predictions_beside_measurements(run_cli, tmp_path):
+    topology = tmp_path / "test-2x2.toml"
+    topology.write_text(TOPOLOGY_2X2)
+    results = tmp_path / "results"
+    code, stdout, stderr = run_cli("bench", "--topology", str(topology), "--axes", "data=4", "--reduce", "data",
+                                   "--top", "2", "--max-len", "3", "--backend", "gloo", "--bytes", "8KiB",
+                                   "--iters", "2", "--warmup", "0", "--results", str(results))
+    assert code == 0, stderr
+    path = next(results.glob("bench-*.csv"))
+    lines = path.read_text().splitlines()
+    assert any("predicted: the simulator on test-2x2 with the gloo model" in line for line in lines)
+    rows = [row for row in csv.DictReader(line for line in lines if not line.startswith("#"))
+            if row["role"] != "baseline all_reduce"]
+    assert 2 <= len(rows) <= 3  # the top 2, and the default all-reduce when it is not among them
+    assert sorted(int(row["simulator_rank"]) for row in rows) == list(range(1, len(rows) + 1))
+    assert all(float(row["predicted_time_us"]) > 0 and row["check"] == "ok" for row in rows)

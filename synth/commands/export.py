@@ -22,6 +22,9 @@ from synth.export.provenance import Provenance, hierarchy_metadata, placement_me
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step, parse_program
 from synth.lowering import lower
+from synth.simulate.collectives import BACKENDS
+from synth.simulate.network import check_costable
+from synth.simulate.rank import rank_programs
 from synth.units import parse_bytes
 
 FORMATS = ("torch", "nccl", "json", "mesh")
@@ -42,7 +45,10 @@ def register(subparsers) -> None:
     parser.add_argument("--format", "-F", required=True, choices=FORMATS, help="what to write")
     parser.add_argument("--output", "-o", required=True, metavar="PATH", help="file to write (a directory for several files)")
     parser.add_argument("--batch", action="store_true", help="torch: all programs in one script, run in one launch")
-    parser.add_argument("--bytes", metavar="S", help="json: the buffer size per device the element offsets are for (default 32MiB)")
+    parser.add_argument("--bytes", metavar="S",
+                        help="buffer size per device: the one JSON offsets are for, and the one --top ranks at (default 32MiB)")
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nccl",
+                        help="the backend the programs will run on, which --top's ranking models (default nccl)")
     parser.set_defaults(handler=run_export)
 
     parser = subparsers.add_parser(
@@ -67,19 +73,22 @@ def register(subparsers) -> None:
 def _add_program_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", action="append", default=[], metavar="TEXT",
                         help="program text, '-' for standard input or @FILE; repeatable")
-    parser.add_argument("--top", type=int, metavar="K", help="the K programs the simulator ranks first")
+    parser.add_argument("--top", type=int, metavar="K",
+                        help="the K programs the simulator ranks first (needs a topology with link figures)")
+    parser.add_argument("--max-len", "-L", type=int, default=5, help="--top: longest program, in steps (default 5)")
 
 
 # --- shared ------------------------------------------------------------------------------------
 
 
-def _programs(args) -> list[Program]:
-    """Parsed programs, each once; --top needs the simulator's ranking."""
+def _given_programs(args) -> list[Program]:
+    """The --program texts parsed, each once (empty with --top)."""
     if args.top is not None:
         if args.program:
             raise UsageError("give either --program or --top, not both")
-        raise UsageError("--top needs the simulator's ranking (synth.simulate.rank), which this checkout does not "
-                         "have yet: give the programs with --program")
+        if args.top < 1:
+            raise UsageError(f"--top {args.top}: give a positive number of programs")
+        return []
     if not args.program:
         raise UsageError("give the programs to run with --program TEXT (repeatable) or --top K")
     programs = []
@@ -89,6 +98,19 @@ def _programs(args) -> list[Program]:
             raise UsageError(f"--program {text!r} has no step")
         if program not in programs:
             programs.append(program)
+    return programs
+
+
+def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str) -> list[Program]:
+    """The simulator's K best programs at each size (their union, best first), for one placement."""
+    check_costable(topology)
+    programs: list[Program] = []
+    for nbytes in sizes:
+        rows = rank_programs(hierarchy, topology, nbytes, max_len=args.max_len, top=args.top, backend=backend)
+        for row in rows[:args.top]:
+            program = parse_program(row.program)
+            if program not in programs:
+                programs.append(program)
     return programs
 
 
@@ -124,20 +146,22 @@ def run_export(args) -> int:
         if args.program or args.top is not None:
             raise UsageError("--format mesh exports the placement, not programs: drop --program/--top")
         programs = []
-    else:
-        programs = _programs(args)
+    if args.bytes is not None and args.format != "json" and args.top is None:
+        raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
+    nbytes = parse_bytes(args.bytes, "--bytes") if args.bytes is not None else DEFAULT_EXPORT_BYTES
+    if args.format != "mesh":
+        programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend)
         for program in programs:
             _check_valid(program, hierarchy)
-    if args.bytes is not None and args.format != "json":
-        raise UsageError("--bytes is for --format json (scripts take --bytes when they run)")
-    nbytes = parse_bytes(args.bytes, "--bytes") if args.bytes is not None else DEFAULT_EXPORT_BYTES
 
     argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes, "--reduce", ",".join(reduce_axes),
             "--placement", placement.to_text(), "--hierarchy", hierarchy.kind]
-    for program in programs:
+    if args.top is not None:
+        argv += ["--top", str(args.top), "--max-len", str(args.max_len), "--backend", args.backend]
+    for program in [] if args.top is not None else programs:
         argv += ["--program", str(program)]
     argv += ["--format", args.format] + (["--batch"] if args.batch else [])
-    if args.format == "json":
+    if args.format == "json" or args.top is not None:
         argv += ["--bytes", str(nbytes)]
     argv += ["-o", args.output]
     provenance = Provenance(tuple(argv))
@@ -204,8 +228,9 @@ def _bench_sizes(args) -> list[int]:
     return [DEFAULT_BENCH_BYTES[args.backend]]
 
 
-def _bench_entries(args, job, reduce_axes, programs) -> tuple[list[PlanEntry], list[benchmod.EntryInfo]]:
-    """Each program on each placement where it is valid, and each placement's default all-reduce."""
+def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEntry], list[benchmod.EntryInfo]]:
+    """Each program (given, or the simulator's top K for the placement) on each placement
+    where it is valid, and each placement's default all-reduce."""
     placements = resolve_placements(args, job)
     entries, infos = [], []
     for placement in placements:
@@ -213,7 +238,8 @@ def _bench_entries(args, job, reduce_axes, programs) -> tuple[list[PlanEntry], l
         if hierarchy.group_size < 2:
             continue
         default, valid = default_all_reduce(hierarchy), 0
-        for program in programs:
+        candidates = programs or _top_programs(args, hierarchy, job.topology, sizes, args.backend)
+        for program in candidates:
             try:
                 lower(program, hierarchy)
             except (InvalidProgramError, UsageError) as error:
@@ -240,8 +266,8 @@ def run_bench(args) -> int:
     sizes = _bench_sizes(args)
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be at least 1 and --warmup at least 0")
-    programs = _programs(args)
-    entries, infos = _bench_entries(args, job, reduce_axes, programs)
+    programs = _given_programs(args)
+    entries, infos = _bench_entries(args, job, reduce_axes, programs, sizes)
     if args.backend == "nccl":
         _require_gpus(devices)
     plan = build_plan(entries)
@@ -262,12 +288,18 @@ def run_bench(args) -> int:
     if result.report is None:
         raise LaunchError(f"torchrun exited with code {result.returncode} before the script reported; "
                           f"its output is in {log_path}")
-    rows = benchmod.rows_from_report(result.report, infos)
+    predicted = None
+    if job.topology.has_link_figures:
+        predicted = benchmod.predictions(entries, job.topology, args.backend, sizes)
+        prediction_note = f"predicted: the simulator on {job.topology.name} with the {args.backend} model"
+    else:
+        prediction_note = f"predicted: none ({job.topology.name} has no link figures to simulate)"
+    rows = benchmod.rows_from_report(result.report, infos, predicted)
     header = [f"command: {provenance.command}", f"version: {provenance.version}; torch {result.report.get('torch', '?')}",
               f"date: {started.isoformat(timespec='seconds')}", *benchmod.machine_lines(),
               f"backend: {args.backend}; {devices} processes; {args.iters} iteration(s) after {args.warmup} warm-up run(s); "
               f"float32 sum; times are the slowest rank's mean per run",
-              f"script: {script_path.name}; log: {log_path.name}"]
+              prediction_note, f"script: {script_path.name}; log: {log_path.name}"]
     benchmod.write_csv(csv_path, rows, header)
     _print_rows(rows)
     print(f"wrote {csv_path}")
@@ -289,6 +321,8 @@ def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
             argv += [f"--{option}", value]
     for program in programs:
         argv += ["--program", str(program)]
+    if args.top is not None:
+        argv += ["--top", str(args.top), "--max-len", str(args.max_len)]
     argv += ["--backend", args.backend, "--iters", str(args.iters), "--warmup", str(args.warmup)]
     if args.minbytes is not None:
         argv += ["-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(args.stepfactor)]
@@ -307,9 +341,15 @@ def _require_gpus(devices: int) -> None:
 
 
 def _print_rows(rows: list[benchmod.BenchRow]) -> None:
-    table = Table("placement", "role", "program", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check", "rank")
+    predicted = any(row.prediction is not None for row in rows)
+    columns = ["placement", "role", "program", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check", "rank"]
+    table = Table(*columns, *(["predicted (us)", "pred. busbw", "sim. rank"] if predicted else []))
     for row in rows:
-        table.add_row(row.placement, row.role, row.program, str(row.nbytes), f"{row.seconds * 1e6:.1f}",
-                      f"{row.algbw / 1e9:.3f}", f"{row.busbw / 1e9:.3f}", row.check,
-                      "" if row.measured_rank is None else str(row.measured_rank))
+        cells = [row.placement, row.role, row.program, str(row.nbytes), f"{row.seconds * 1e6:.1f}",
+                 f"{row.algbw / 1e9:.3f}", f"{row.busbw / 1e9:.3f}", row.check,
+                 "" if row.measured_rank is None else str(row.measured_rank)]
+        if predicted:
+            p = row.prediction
+            cells += ["", "", ""] if p is None else [f"{p.seconds * 1e6:.1f}", f"{p.busbw / 1e9:.3f}", str(p.rank)]
+        table.add_row(*cells)
     Console(width=200).print(table)

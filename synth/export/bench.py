@@ -16,6 +16,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from synth.export.plan import ITEMSIZE, PlanEntry, buffer_count
+from synth.lowering import lower
+from synth.simulate.cost import Simulator
+from synth.topology import Topology
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -51,14 +56,40 @@ class EntryInfo:
     program: str
 
 
-def rows_from_report(report: dict, entries: list[EntryInfo]) -> list[BenchRow]:
+def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
+                sizes: list[int]) -> dict[tuple[int, int], Prediction]:
+    """The simulator's figures for plan entry i at each size, keyed (i, bytes) with the bytes
+    the script really runs (rounded up to whole chunks); ranked per size like the measurements."""
+    simulators: dict[int, Simulator] = {}
+    costs = {}
+    for index, entry in enumerate(entries):
+        key = id(entry.hierarchy)
+        if key not in simulators:
+            simulators[key] = Simulator(entry.hierarchy, topology, backend)
+        lowered = lower(entry.program, entry.hierarchy)
+        for size in sizes:
+            nbytes = buffer_count(size, entry.hierarchy.group_size) * ITEMSIZE
+            costs[index, nbytes] = simulators[key].program_cost(lowered, nbytes)
+    result = {}
+    for nbytes in {key[1] for key in costs}:
+        order = sorted((key for key in costs if key[1] == nbytes), key=lambda key: (costs[key].time_s, key[0]))
+        for rank, key in enumerate(order, start=1):
+            cost = costs[key]
+            result[key] = Prediction(cost.time_s, cost.algbw, cost.busbw, rank)
+    return result
+
+
+def rows_from_report(report: dict, entries: list[EntryInfo],
+                     predicted: dict[tuple[int, int], Prediction] | None = None) -> list[BenchRow]:
     rows = []
     for result in report["results"]:
         entry = entries[result["program"]]
         wrong = result["wrong"]
+        prediction = (predicted or {}).get((result["program"], result["bytes"]))
         rows.append(BenchRow(entry.placement, entry.hierarchy, entry.role, entry.program, result["bytes"],
                              result["count"], result["time_us"] / 1e6, result["algbw_gbs"] * 1e9,
-                             result["busbw_gbs"] * 1e9, "not run" if wrong is None else ("ok" if wrong == 0 else "FAILED")))
+                             result["busbw_gbs"] * 1e9, "not run" if wrong is None else ("ok" if wrong == 0 else "FAILED"),
+                             prediction=prediction))
     rows = _ranked(rows)
     for result in report["baselines"]:
         entry = entries[result["programs"][0]]
