@@ -27,11 +27,12 @@ arrives after the sum of the hop latencies along its path, not after steps x the
 hop. A ring of `nsteps` steps pays the largest sum over `nsteps` consecutive hops; for a ring
 through n nodes that is NCCL's own (nsteps - nInter) * intraLat + nInter * interLat
 (src/graph/tuning.cc). A hop's latency is that of the outermost level its two ends differ at.
-NCCL opens one channel per NIC and rotates each channel's
-ring inside the node, so each channel enters and leaves a node through a different GPU
-(NCCL topology-aware rings, src/graph/rings.cc / search.cc): a hop between nodes is spread
-over the node's members, each carrying an equal share through its own link. This is why
-one NCCL all-reduce over a multi-node group is already hierarchical in its traffic.
+
+Channels: NCCL opens one channel per NIC and rotates each channel's ring inside the node,
+so each channel enters and leaves a node through a different GPU (NCCL's topology-aware
+ring search, src/graph/search.cc): a hop between nodes is spread over the node's members,
+each carrying an equal share through its own link. This is why one NCCL all-reduce over a
+multi-node group is already hierarchical in its traffic.
 
 gloo, as torch.distributed's ProcessGroupGloo calls it (gloo/*.cc, torch
 ProcessGroupGloo.cpp): rings in rank order without channels (a hop between nodes uses the

@@ -92,6 +92,13 @@ class ProgramWalker:
         self._index = {(instruction.collective, instruction.groups): i
                        for i, (_, instruction) in enumerate(self.alphabet)}
         self._transitions: dict[tuple[tuple, int], tuple | None] = {}
+        self._enumerators: dict[int, Enumerator] = {}
+
+    def enumerator(self, max_len: int) -> Enumerator:
+        """The enumerator whose memoized counts tell which states can still reach the goal."""
+        if max_len not in self._enumerators:
+            self._enumerators[max_len] = Enumerator(self.semantics, SearchOptions(max_len=max_len))
+        return self._enumerators[max_len]
 
     def index_of(self, step: Step) -> int:
         """The alphabet entry of a step, whichever of its equal spellings (SPEC section 5) it uses."""
@@ -146,7 +153,7 @@ def cheapest_programs(hierarchy: SynthesisHierarchy, simulator: Simulator, bytes
     """Every valid program up to `max_len` steps, cheapest first (ties by text), lazily."""
     walker = walker or ProgramWalker(hierarchy)
     semantics, alphabet = walker.semantics, walker.alphabet
-    enumerator = Enumerator(semantics, SearchOptions(max_len=max_len))
+    enumerator = walker.enumerator(max_len)
     goal = semantics.goal
     alive: dict[tuple[tuple, int], bool] = {}
 
