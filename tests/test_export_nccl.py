@@ -59,14 +59,16 @@ needs_wheels = pytest.mark.skipif(isinstance(WHEELS, str) or GCC is None,
                                   reason=WHEELS if isinstance(WHEELS, str) else "gcc is not installed")
 
 
-def compile_c(source: Path, output: Path) -> None:
+def compile_c(source: Path, output: Path, cxx: bool = False) -> None:
+    """gcc as C11, or (cxx) g++ as C++17: the file is both, so nvcc can build it too."""
     wheels = WHEELS
-    command = [GCC, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", str(source), "-o", str(output)]
+    language = ["-x", "c++", "-std=c++17"] if cxx else ["-std=c11"]
+    command = [GCC, *language, "-O1", "-Wall", "-Wextra", "-Werror", str(source), "-o", str(output)]
     for name in ("cuda_runtime", "cuda_nvcc", "cuda_cccl", "nccl"):
         command += ["-isystem", str(wheels[name] / "include")]
     for name in ("nccl", "cuda_runtime"):
         command += ["-L", str(wheels[name] / "lib"), f"-Wl,-rpath,{wheels[name] / 'lib'}"]
-    command += ["-l:libnccl.so.2", "-l:libcudart.so.12"]
+    command += ["-l:libnccl.so.2", "-l:libcudart.so.12"] + (["-lstdc++"] if cxx else [])
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -123,6 +125,8 @@ def test_c_export_compiles_links_and_dry_runs_the_json_plan(tmp_path, case_name,
     source.write_text(nccl_c.render(plan, provenance))
     binary = tmp_path / "program"
     compile_c(source, binary)
+    if case_name == "2x4":
+        compile_c(source, tmp_path / "program_cxx", cxx=True)
     metadata = placement_metadata(topology_from_levels(case.levels), case.built.placement)
     metadata.update(hierarchy_metadata(case.built))
     nbytes = 3000  # not whole chunks: both sides must round up the same way

@@ -249,7 +249,7 @@ int main(int argc, char **argv) {
   }
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  float *buf, *expected, *host = malloc(bytes), *result = malloc(bytes);
+  float *buf, *expected, *host = (float *)malloc(bytes), *result = (float *)malloc(bytes);
   if (!host || !result) { fprintf(stderr, "rank %d: out of host memory\n", g_rank); return 1; }
   CUDA_CHECK(cudaMalloc((void **)&buf, bytes));
   CUDA_CHECK(cudaMalloc((void **)&expected, bytes));
