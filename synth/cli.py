@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     except SynthError as error:
         print(f"synth: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        print("synth: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        print(f"synth: {interrupt.args[0] if interrupt.args else 'interrupted'}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

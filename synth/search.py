@@ -27,6 +27,9 @@ from synth.semantics import Semantics, StepFailure
 
 # Beyond this, the number of programs is astronomically large on any real hierarchy.
 MAX_PROGRAM_LENGTH = 12
+# The quotient state has 2^k members with 2^k chunks each for k levels of size >= 2; at k = 7
+# a length-4 search already takes minutes and close to 1 GB, beyond it hours.
+MAX_HIERARCHY_DEPTH = 7
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,12 @@ class Enumerator:
         if options.max_len > MAX_PROGRAM_LENGTH:
             raise UsageError(
                 f"--max-len {options.max_len} cannot finish: the number of programs grows exponentially; use at most {MAX_PROGRAM_LENGTH}"
+            )
+        depth = sum(1 for size in semantics.real_sizes if size > 1)
+        if depth > MAX_HIERARCHY_DEPTH:
+            raise UsageError(
+                f"the synthesis hierarchy has {depth} levels ({', '.join(semantics.level_names)}); the search state grows as 4^levels "
+                f"and cannot finish beyond {MAX_HIERARCHY_DEPTH}: use --hierarchy merged or describe fewer levels"
             )
         self.semantics = semantics
         self.options = options

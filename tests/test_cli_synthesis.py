@@ -132,3 +132,40 @@ def test_python_dash_m_and_the_console_script_agree():
     bad = subprocess.run([sys.executable, "-m", "synth", "placements", "--levels", "2,2,4", "--axes", "4,5"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_hierarchies_too_deep_to_search_are_refused(run_cli):
+    code, _, err = run_cli("programs", "--levels", "2,2,2,2,2,2,2,2", "--axes", "256", "--reduce", "a0")
+    assert code == 2 and "8 levels" in err and "--hierarchy merged" in err
+
+
+def test_ctrl_c_stops_a_long_search_without_a_traceback():
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "synth", "programs", "--levels", "2,2,2,2,2,2", "--axes", "64",
+                                "--reduce", "a0", "--max-len", "6"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "interrupted after" in err and "Traceback" not in err
+    assert out.startswith("# placement")
+
+
+def test_every_package_directory_is_installed():
+    """pyproject lists packages explicitly; a new subpackage must be added there."""
+    import pathlib
+    import tomllib
+
+    import synth
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    if not pyproject.exists():
+        return
+    listed = set(tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {"synth." + p.parent.name for p in (root / "synth").glob("*/__init__.py")} | {"synth"}
+    assert on_disk <= listed
+    assert synth.__file__

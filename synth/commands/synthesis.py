@@ -120,42 +120,48 @@ def search_progress(label: str):
 def run_programs(args) -> int:
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)
-    placements = resolve_placements(args, job)
-    results, total = [], 0
-    with search_progress("synthesizing") as progress:
-        for placement in placements:
-            hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
-            if hierarchy.group_size == 1:
-                continue
-            enumerator = Enumerator(semantics_for(hierarchy), SearchOptions(max_len=args.max_len), on_progress=progress)
-            if args.count:
-                count = enumerator.total()
-                total += count
-                results.append({"matrix": [list(r) for r in placement.matrix], "count": count})
-                continue
-            for program in enumerator.programs():
-                total += 1
-                results.append({"program": str(program), "matrix": [list(r) for r in placement.matrix],
-                                "length": len(program), "hierarchy": list(hierarchy.level_names)})
-    if not any(hierarchy_for(p, reduce_axes, args.hierarchy).group_size > 1 for p in placements):
+    hierarchies = [hierarchy_for(p, reduce_axes, args.hierarchy) for p in resolve_placements(args, job)]
+    hierarchies = [h for h in hierarchies if h.group_size > 1]
+    if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
+    rows, total = [], 0
+    try:
+        with search_progress("synthesizing") as progress:
+            for hierarchy in hierarchies:
+                matrix = [list(row) for row in hierarchy.placement.matrix]
+                enumerator = Enumerator(semantics_for(hierarchy), SearchOptions(max_len=args.max_len), on_progress=progress)
+                if args.count:
+                    count = enumerator.total()
+                    total += count
+                    rows.append({"matrix": matrix, "count": count})
+                    if not args.json:
+                        print(f"{_matrix_text(matrix)}  {count} program(s)", flush=True)
+                    continue
+                if not args.json:
+                    print(f"# placement {_matrix_text(matrix)}  hierarchy {','.join(hierarchy.level_names)}", flush=True)
+                for program in enumerator.programs():
+                    total += 1
+                    if args.json:
+                        rows.append({"program": str(program), "matrix": matrix, "length": len(program),
+                                     "hierarchy": list(hierarchy.level_names)})
+                    else:
+                        print(program, flush=True)
+    except KeyboardInterrupt:
+        raise KeyboardInterruptWithCount(total) from None
     if args.json:
-        print_json(results)
-    elif args.count:
-        for row in results:
-            print(f"{_matrix_text(row['matrix'])}  {row['count']} program(s)")
-        print(f"total {total} program(s) up to {args.max_len} step(s)")
+        print_json(rows)
     else:
-        current = None
-        for row in results:
-            if row["matrix"] != current:
-                current = row["matrix"]
-                print(f"# placement {_matrix_text(current)}  hierarchy {','.join(row['hierarchy'])}")
-            print(row["program"])
-        print(f"# {total} program(s) up to {args.max_len} step(s)", file=sys.stderr)
+        print(f"# {total} program(s) up to {args.max_len} step(s)")
     if total == 0:
         raise NoSolutionError(f"no valid program of at most {args.max_len} step(s): raise --max-len")
     return 0
+
+
+class KeyboardInterruptWithCount(KeyboardInterrupt):
+    """Ctrl-C during a search: the CLI says how far it got."""
+
+    def __init__(self, programs: int):
+        super().__init__(f"interrupted after {programs} program(s)")
 
 
 def _matrix_text(matrix) -> str:
