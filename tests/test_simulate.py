@@ -320,3 +320,35 @@ def test_rank_usage_errors(capsys, argv, message):
 def test_rank_with_nothing_to_reduce(capsys):
     assert main(["rank", "-t", "dgx-a100", "-a", "data=1,model=8", "-r", "data", "--bytes", "1MiB"]) == 1
     assert "nothing to rank" in capsys.readouterr().err
+
+
+def test_calls_of_one_step_with_different_ranges_are_each_costed_by_their_own_range():
+    """After a Master AllGather, Broadcast(Parallel(node)) groups hold ranges of different
+    lengths; the walker (search and ranking) and lowering must agree call by call."""
+    from synth.hierarchy import build_hierarchy
+    from synth.language import parse_program
+    from synth.lowering import lower
+    from synth.placement import make_placement, parse_axes
+    from synth.simulate.cost import Simulator, simulate
+    from synth.simulate.rank import ProgramWalker
+    from synth.topology import load_topology
+
+    topology = load_topology("emu-2x4")
+    hierarchy = build_hierarchy(make_placement(topology, parse_axes("data=8"), [[2, 4]]), ("data",))
+    program = parse_program("AllReduce(InsideGroup(gpu)); ReduceScatter(Parallel(node)); AllGather(Master(node)); "
+                            "Broadcast(Parallel(node)); Broadcast(InsideGroup(node))")
+    lowered = lower(program, hierarchy)
+    uneven = lowered.steps[3]
+    assert len({call.chunks for call in uneven.calls}) > 1
+    walker = ProgramWalker(hierarchy)
+    walked = walker.steps(program)
+    assert [chunks for _, _, chunks in walked] == [
+        tuple(call.chunks for call in sorted(step.calls, key=lambda c: c.members)) for step in lowered.steps]
+    size = 64 << 20
+    via_walker = Simulator(hierarchy, topology).cost_of_steps(str(program), walked, size).time_s
+    assert via_walker == pytest.approx(simulate(lowered, hierarchy, topology, size).time_s, rel=1e-12)
+    # Costing every call as large as the largest would overstate the uneven step.
+    simulator = Simulator(hierarchy, topology)
+    step, calls, chunks = walked[3]
+    assert simulator.step_time(step.collective, calls, chunks, size) < simulator.step_time(
+        step.collective, calls, (max(chunks),) * len(chunks), size)

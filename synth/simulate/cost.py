@@ -4,7 +4,9 @@ Per step, every call of every reduction group runs at the same time, so their fl
 links: a step's phase lasts `max over links of load / capacity` for all of them together
 (synth/simulate/network.py), and more groups through one node's NICs make the step slower.
 A call's bytes are `B = chunks * S / N` (its chunk range, S bytes per device cut into N
-chunks). A step costs
+chunks). The calls of one step usually span equal ranges; where they do not (Master and
+Broadcast steps can leave members of different classes holding ranges of different lengths),
+each call's flows are weighted by its own range. A step costs
 
     launch + sum over phases (hop latency + transfer / efficiency)
 
@@ -32,6 +34,7 @@ from synth.simulate.network import NO_LINK, network_for
 from synth.topology import Topology
 
 Calls = tuple[tuple[int, ...], ...]  # the member ranks of each call of a step
+Chunks = tuple[int, ...]  # the chunks each call of a step spans, in the order of its calls
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class StepCost:
     step: str
     collective: str
     algorithm: str  # what the backend runs for this step's calls, e.g. "ring"
-    call_bytes: float  # B of each call
+    call_bytes: float  # B of the step's largest call
     latency_s: float  # launch + hop latencies
     transfer_s: float  # sum over phases of the busiest link's drain time
     bottleneck: str  # the busiest link of the longest phase ("" when nothing moves)
@@ -168,32 +171,37 @@ class Simulator:
 
     # --- one step ----------------------------------------------------------------------------------
 
-    def _step_phases(self, collective: str, calls: Calls, choices: tuple[int, ...]):
+    def _step_phases(self, collective: str, calls: Calls, choices: tuple[int, ...], weights: tuple[float, ...]):
         """Per phase, for all calls of all groups together: (latency, seconds per byte of B,
-        busiest link). Transfer time is linear in B, so this holds for every size."""
-        key = (collective, calls, choices)
+        busiest link), B being the largest call's bytes and `weights` each call's share of it.
+        Transfer time is linear in B, so this holds for every size."""
+        key = (collective, calls, choices, weights)
         if key in self._phases:
             return self._phases[key]
         plans = [self._compile(collective, members)[choice] for members, choice in zip(calls, choices)]
         result = []
         for phase in range(max(len(p.plan.phases) for p in plans)):
-            present = [p for p in plans if phase < len(p.plan.phases)]
-            src = np.concatenate([p.flows[phase][0] for p in present])
-            dst = np.concatenate([p.flows[phase][1] for p in present])
-            fraction = np.concatenate([p.flows[phase][2] for p in present])
+            present = [(p, w) for p, w in zip(plans, weights) if phase < len(p.plan.phases)]
+            src = np.concatenate([p.flows[phase][0] for p, _ in present])
+            dst = np.concatenate([p.flows[phase][1] for p, _ in present])
+            fraction = np.concatenate([p.flows[phase][2] * w for p, w in present])
+            present = [p for p, _ in present]
             per_byte, link = self.network.makespan(src, dst, fraction)
             result.append((max(p.latencies[phase] for p in present), per_byte, link))
         self._phases[key] = tuple(result)
         return self._phases[key]
 
-    def _step_figures(self, collective: str, calls: Calls, chunks: int, bytes_per_device: int) -> _StepFigures:
+    def _step_figures(self, collective: str, calls: Calls, chunks: Chunks, bytes_per_device: int) -> _StepFigures:
         key = (collective, calls, chunks, bytes_per_device)
         cached = self._figures.get(key)
         if cached is not None:
             return cached
-        call_bytes = chunks * bytes_per_device / self.group_size
-        choices = tuple(self._choose(collective, members, call_bytes) for members in calls)
-        phases = self._step_phases(collective, calls, choices)
+        largest = max(chunks)
+        call_bytes = largest * bytes_per_device / self.group_size
+        choices = tuple(self._choose(collective, members, part * bytes_per_device / self.group_size)
+                        for members, part in zip(calls, chunks))
+        weights = tuple(part / largest for part in chunks)
+        phases = self._step_phases(collective, calls, choices, weights)
         efficiency = self.backend.efficiency_of(collective)
         latency = self.backend.launch_s + sum(latency for latency, _, _ in phases)
         transfer = sum(call_bytes * per_byte for _, per_byte, _ in phases) / efficiency
@@ -207,24 +215,26 @@ class Simulator:
         self._figures[key] = figures
         return figures
 
-    def step_time(self, collective: str, calls: Calls, chunks: int, bytes_per_device: int) -> float:
-        """Seconds for one step: `calls` (sorted member-rank tuples) each spanning `chunks` chunks."""
+    def step_time(self, collective: str, calls: Calls, chunks: Chunks, bytes_per_device: int) -> float:
+        """Seconds for one step: `calls` (sorted member-rank tuples), call i spanning `chunks[i]` chunks."""
         return self._step_figures(collective, calls, chunks, bytes_per_device).time_s
 
-    def step_cost(self, step: Step, calls: Calls, chunks: int, bytes_per_device: int) -> StepCost:
+    def step_cost(self, step: Step, calls: Calls, chunks: Chunks, bytes_per_device: int) -> StepCost:
         figures = self._step_figures(step.collective, calls, chunks, bytes_per_device)
-        return StepCost(str(step), step.collective, figures.algorithm, chunks * bytes_per_device / self.group_size,
+        return StepCost(str(step), step.collective, figures.algorithm, max(chunks) * bytes_per_device / self.group_size,
                         figures.latency_s, figures.transfer_s, figures.bottleneck, figures.extra_memory_bytes)
 
     # --- one program -------------------------------------------------------------------------------
 
     def program_cost(self, lowered: LoweredProgram, bytes_per_device: int) -> ProgramCost:
-        steps = [(lowered_step.step, tuple(sorted(call.members for call in lowered_step.calls)), lowered_step.call_chunks)
-                 for lowered_step in lowered.steps]
+        steps = []
+        for lowered_step in lowered.steps:
+            calls = sorted(lowered_step.calls, key=lambda call: call.members)
+            steps.append((lowered_step.step, tuple(call.members for call in calls), tuple(call.chunks for call in calls)))
         return self.cost_of_steps(str(lowered.program), steps, bytes_per_device)
 
-    def cost_of_steps(self, program: str, steps: list[tuple[Step, Calls, int]], bytes_per_device: int) -> ProgramCost:
-        """A program given as (step, sorted calls, chunks per call) per step, in order."""
+    def cost_of_steps(self, program: str, steps: list[tuple[Step, Calls, Chunks]], bytes_per_device: int) -> ProgramCost:
+        """A program given as (step, sorted calls, chunks of each call) per step, in order."""
         n = self.group_size
         if n == 1:
             return ProgramCost(program, bytes_per_device, 1, (), 0.0, float("inf"), 0.0)

@@ -11,8 +11,8 @@ costing its simulated time for every group at once. Step times are positive (eve
 pays a launch), so a prefix is never dearer than its completions and the first K complete
 programs popped, in (cost, text) order, are the K best in exactly the order of the full
 ranking. Dead prefixes are cut with the enumerator's memoized counts (which use the Z3
-dead-prefix oracle), and a step's time is cached by (instruction, chunks): a step's cost
-depends only on its groups and the bytes per call, so the key is sound.
+dead-prefix oracle), and a step's time is cached by (instruction, chunks of each call): a
+step's cost depends only on its groups and the bytes of each call, so the key is sound.
 
 The full ranking walks each program over the same state graph (`ProgramWalker`) instead of
 lowering it; the tests check both against `simulate(lower(...))`.
@@ -31,9 +31,12 @@ Objectives besides time, per program:
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
@@ -89,6 +92,12 @@ class ProgramWalker:
         for step, _ in self.alphabet:
             groups, _ = FORMS[step.form](hierarchy.sizes, hierarchy.level_index(step.level))
             self.calls.append(tuple(sorted(groups)))
+        # The quotient member standing for each real member: the one with the same zero digits.
+        capped = self.semantics.sizes
+        self.representative = [
+            int(np.ravel_multi_index(tuple(min(p, 1) for p in position), capped))
+            for position in itertools.product(*(range(size) for size in hierarchy.sizes))
+        ]
         self._index = {(instruction.collective, instruction.groups): i
                        for i, (_, instruction) in enumerate(self.alphabet)}
         self._transitions: dict[tuple[tuple, int], tuple | None] = {}
@@ -115,11 +124,13 @@ class ProgramWalker:
                 self._transitions[key] = None
         return self._transitions[key]
 
-    def chunks(self, state: tuple, index: int) -> int:
-        """The range one call of the step spans: the root's held range, or for AllGather the joined output."""
+    def chunks(self, state: tuple, index: int) -> tuple[int, ...]:
+        """The range each call of the step spans: its root's held range, or for AllGather the
+        joined output. Calls of one step may differ (members of different classes can hold
+        ranges of different lengths), so each call is read from its own root."""
         instruction = self.alphabet[index][1]
-        length = state[instruction.groups[0][0]][3]
-        return length * instruction.real_group_size if instruction.collective == "AllGather" else length
+        factor = instruction.real_group_size if instruction.collective == "AllGather" else 1
+        return tuple(state[self.representative[members[0]]][3] * factor for members in self.calls[index])
 
     def steps(self, program: Program) -> list[tuple[Step, tuple[tuple[int, ...], ...], int]]:
         """(step, calls, chunks) per step of a valid program."""
