@@ -1,0 +1,133 @@
+"""The fastest program of one placement and request at a given buffer size, and its baseline.
+
+Exploration, workloads and fusion all ask the same question many times: on this hierarchy,
+which program is fastest for S bytes per device, how long does it take, and how long does
+the default all-reduce take? `BestPrograms` answers it for one hierarchy, keeping one
+`Simulator` and one `ProgramWalker` (their caches are what make many sizes cheap).
+
+Two ways to answer, both giving real simulated times of real programs:
+
+* `best(S)`: exact. The cost-guided search of `rank_programs(top=1)`; the first program it
+  pops is the fastest of every valid program up to `max_len` steps (ties by text). Memoized
+  by size.
+* `CandidateTimes`: for many sizes (fusion asks for every sum of consecutive tensors, O(n^2)
+  of them). Program times are piecewise affine in S (each step is a fixed latency plus a
+  per-byte transfer, with the backend's algorithm switching at a size threshold), so the
+  few programs that are best somewhere in a range are found by searching a log-spaced grid
+  of sizes (the top K at each); every asked size is then answered by costing each candidate
+  exactly at that size and keeping the fastest. The default all-reduce is always a
+  candidate, so no answer is ever slower than the baseline. At a grid size the answer is the
+  exact optimum; between grid sizes it is the exact time of the best candidate (an upper
+  bound on the optimum: a program best only strictly between two grid sizes, and in no grid
+  size's top K, would be missed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from synth.hierarchy import SynthesisHierarchy
+from synth.language import parse_program
+from synth.simulate.collectives import Backend
+from synth.simulate.cost import Simulator, baseline_program
+from synth.simulate.rank import ProgramWalker, RankedProgram, rank_programs
+from synth.topology import Topology
+
+GRID_FACTOR = 2  # candidate grid: powers of two spanning the asked sizes
+GRID_TOP = 3  # programs kept from each grid size's ranking
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The fastest program at one size and the default all-reduce's time at that size."""
+
+    bytes: int
+    program: str
+    time_s: float
+    baseline_time_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_time_s / self.time_s if self.time_s > 0 else 1.0
+
+
+class BestPrograms:
+    """The fastest program at any size on one hierarchy, with memoized answers."""
+
+    def __init__(self, hierarchy: SynthesisHierarchy, topology: Topology, backend: str | Backend = "nccl",
+                 max_len: int = 5):
+        if hierarchy.group_size == 1:
+            raise ValueError("a reduction group of one member has no program to choose")
+        self.hierarchy = hierarchy
+        self.topology = topology
+        self.max_len = max_len
+        self.simulator = Simulator(hierarchy, topology, backend)
+        self.walker = ProgramWalker(hierarchy)
+        self._ranked: dict[tuple[int, int], tuple[RankedProgram, ...]] = {}
+
+    def ranked(self, size: int, top: int = 1) -> tuple[RankedProgram, ...]:
+        """The `top` fastest programs at `size` (the baseline appended when not among them)."""
+        key = (size, top)
+        if key not in self._ranked:
+            self._ranked[key] = tuple(rank_programs(self.hierarchy, self.topology, size, max_len=self.max_len, top=top,
+                                                    simulator=self.simulator, walker=self.walker))
+        return self._ranked[key]
+
+    def best_row(self, size: int) -> tuple[RankedProgram, RankedProgram]:
+        """(fastest program, default all-reduce) as ranking rows, with bandwidths and bound ratio."""
+        rows = self.ranked(size)
+        return rows[0], next(row for row in rows if row.baseline)
+
+    def best(self, size: int) -> Choice:
+        best, baseline = self.best_row(size)
+        return Choice(size, best.program, best.time_s, baseline.time_s)
+
+    def program_time(self, steps, size: int) -> float:
+        """One program's time at `size`, given its walked steps; summed in program order as the
+        simulator and the search do, so it equals their figure to the last bit."""
+        total = 0.0
+        for step, calls, chunks in steps:
+            total += self.simulator.step_time(step.collective, calls, chunks, size)
+        return total
+
+    def candidates(self, sizes, factor: int = GRID_FACTOR, top: int = GRID_TOP) -> CandidateTimes:
+        """Candidate programs from the top `top` at each power of `factor` spanning `sizes`."""
+        return CandidateTimes(self, grid_sizes(min(sizes), max(sizes), factor), top)
+
+
+def grid_sizes(low: int, high: int, factor: int = GRID_FACTOR) -> tuple[int, ...]:
+    """Powers of `factor` from the largest at or below `low` to the smallest at or above `high`."""
+    if low < 1 or high < low or factor < 2:
+        raise ValueError("grid sizes need 1 <= low <= high and factor >= 2")
+    size = factor ** int(math.floor(math.log(low, factor) + 1e-12))
+    while size > low:  # guard the float logarithm
+        size //= factor
+    sizes = [size]
+    while sizes[-1] < high:
+        sizes.append(sizes[-1] * factor)
+    return tuple(sizes)
+
+
+class CandidateTimes:
+    """Fastest-of-candidates at any size: the candidates found once on a grid, each asked size
+    costed exactly (see the module docstring for what this guarantees)."""
+
+    def __init__(self, best: BestPrograms, grid: tuple[int, ...], top: int = GRID_TOP):
+        self.best_programs = best
+        self.grid = grid
+        self._baseline = str(baseline_program(best.hierarchy))
+        texts = {row.program for size in grid for row in best.ranked(size, top)} | {self._baseline}
+        self.programs: tuple[str, ...] = tuple(sorted(texts))
+        self._steps = {text: best.walker.steps(parse_program(text)) for text in self.programs}
+        self._memo: dict[int, Choice] = {}
+
+    def __call__(self, size: int) -> Choice:
+        cached = self._memo.get(size)
+        if cached is not None:
+            return cached
+        times = {text: self.best_programs.program_time(self._steps[text], size) for text in self.programs}
+        program = min(self.programs, key=lambda text: (times[text], text))
+        choice = Choice(size, program, times[program], times[self._baseline])
+        self._memo[size] = choice
+        return choice
