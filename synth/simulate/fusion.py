@@ -1,0 +1,227 @@
+"""Fusion planning: which consecutive gradients to fuse into one reduction, and which program
+each bucket runs, so that the step's gradient reduction finishes first.
+
+Small buckets start early but each call pays its launch and latency; big buckets amortize
+that but start late, after their last gradient. The model (docs/explore.md has the same
+formulas with an example):
+
+* Backward produces tensors 0..n-1 of s_0..s_{n-1} bytes per device, in that order, at a
+  compute rate r (bytes of gradient per second): tensor i is ready at
+  `t_i = (s_0 + ... + s_i) / r` (all at 0 when r is infinite).
+* A bucket is a run of consecutive tensors a..b of `S = s_a + ... + s_b` bytes. It can start
+  when its last tensor is ready and the previous bucket's reduction has finished (one
+  communication stream, as DDP's buckets are launched in order on one NCCL stream):
+  `start = max(t_b, end of previous)`, `end = start + C(S)`, with `C(S)` the simulated time
+  of the bucket's program for S bytes per device, launch and latency included.
+* The step's communication finishes at the last bucket's end; that is what is minimized.
+
+Dynamic programming over split points. With F(0) = 0 and, for b = 1..n (prefix 0..b-1),
+
+    F(b) = min over 1 <= a <= b of  max(t_{b-1}, F(a-1)) + C(s_{a-1} + ... + s_{b-1})
+
+F(n) is the optimum: the end of a bucket is nondecreasing in the previous bucket's end, so
+the best plan of a prefix ends as early as possible (optimal substructure). O(n^2) buckets;
+each bucket runs the fastest program at its size, which is optimal for the same reason.
+Ties go to the smallest a (the larger last bucket), so the plan is deterministic.
+
+C(S) comes from `synth.simulate.best`: by default the fastest of the candidate programs (the
+top 3 of the exact search at every power of two spanning the bucket sizes, and the default
+all-reduce), each costed exactly at S; with `exact=True` the exact top-1 search at every
+distinct bucket size.
+
+The baseline is PyTorch DDP's default bucketing running the default all-reduce:
+`DistributedDataParallel(bucket_cap_mb=25)` (torch/nn/parallel/distributed.py; the cap is
+`int(bucket_cap_mb * 1024 * 1024)` bytes, i.e. 25 MiB), and after the first iteration the
+buckets are rebuilt in gradient-ready order with limits `[kDefaultFirstBucketBytes = 1 MiB,
+bucket_bytes_cap]` (torch/csrc/distributed/c10d/reducer.cpp, `rebuild_buckets` and
+`compute_bucket_assignment_by_size`): tensors are added in order and a bucket closes as soon
+as its size reaches its limit, the first bucket's limit being 1 MiB and every later one's
+25 MiB. The baseline is scheduled with the same model, so the gain compares plans, not models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from synth.hierarchy import SynthesisHierarchy
+from synth.simulate.best import BestPrograms, Choice
+from synth.simulate.collectives import Backend
+from synth.simulate.cost import baseline_program
+from synth.simulate.network import check_costable
+from synth.topology import Topology
+
+MiB = 2**20
+DDP_BUCKET_CAP = 25 * MiB  # torch DistributedDataParallel bucket_cap_mb=25
+DDP_FIRST_BUCKET_CAP = 1 * MiB  # c10d kDefaultFirstBucketBytes
+# Default compute rate, bytes of gradient per second per device: an A100 sustaining 125 TFLOP/s
+# (40% of its 312 TFLOP/s dense bf16 peak) on a transformer step of 4096 tokens per device,
+# whose backward costs 4 FLOPs per parameter per token (Kaplan et al. 2020, "Scaling Laws for
+# Neural Language Models", section 2.1: C_backward ~ 2 C_forward = 4N per token), writing
+# 4-byte (fp32) gradients: 4 B * 125e12 / (4 * 4096) = 30.5e9 B/s, rounded to 30 GB/s.
+DEFAULT_COMPUTE_RATE = 30e9
+MAX_TENSORS = 2000  # the DP is O(n^2) buckets in Python: 2000 tensors is ~2 million
+
+
+@dataclass(frozen=True)
+class Bucket:
+    first: int  # index of the first tensor (0 = produced first)
+    last: int  # index of the last tensor, inclusive
+    bytes: int
+    program: str
+    ready_s: float  # its last tensor's ready time
+    start_s: float
+    end_s: float
+
+    @property
+    def tensors(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_json(self) -> dict:
+        return {"first": self.first, "last": self.last, "tensors": self.tensors, "bytes": self.bytes,
+                "program": self.program, "ready_s": self.ready_s, "start_s": self.start_s, "end_s": self.end_s}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    buckets: tuple[Bucket, ...]
+    compute_end_s: float  # when backward produces its last tensor
+
+    @property
+    def finish_s(self) -> float:
+        """When the step's last reduction ends."""
+        return self.buckets[-1].end_s
+
+    @property
+    def exposed_s(self) -> float:
+        """Communication time not hidden behind backward: finish minus the end of backward."""
+        return self.finish_s - self.compute_end_s
+
+    @property
+    def busy_s(self) -> float:
+        """Total time the communication stream is busy."""
+        return sum(bucket.time_s for bucket in self.buckets)
+
+    def to_json(self) -> dict:
+        return {"finish_s": self.finish_s, "exposed_s": self.exposed_s, "busy_s": self.busy_s,
+                "buckets": [bucket.to_json() for bucket in self.buckets]}
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    tensors: tuple[int, ...]
+    compute_rate: float  # bytes/s; inf: every gradient ready at once
+    plan: Schedule
+    baseline: Schedule  # DDP's default buckets running the default all-reduce
+    bucket_cap: int
+    first_bucket_cap: int
+    times: str  # "candidates" or "exact": how C(S) was found
+
+    @property
+    def gain(self) -> float:
+        """Baseline finish over planned finish (>= 1 under the model)."""
+        return self.baseline.finish_s / self.plan.finish_s
+
+    @property
+    def saved_s(self) -> float:
+        return self.baseline.finish_s - self.plan.finish_s
+
+
+def ready_times(tensors: tuple[int, ...], compute_rate: float) -> tuple[float, ...]:
+    """t_i = (s_0 + ... + s_i) / r, or all 0 for an infinite rate."""
+    if not compute_rate > 0:
+        raise ValueError("the compute rate must be positive (or infinite)")
+    if math.isinf(compute_rate):
+        return tuple(0.0 for _ in tensors)
+    produced, result = 0, []
+    for size in tensors:
+        produced += size
+        result.append(produced / compute_rate)
+    return tuple(result)
+
+
+def schedule(tensors: tuple[int, ...], ready: tuple[float, ...], ranges: list[tuple[int, int]],
+             cost: Callable[[int], tuple[str, float]]) -> Schedule:
+    """Run the buckets `ranges` ((first, last) inclusive, covering 0..n-1 in order) on one
+    stream; `cost(S)` gives (program, seconds) for a bucket of S bytes."""
+    buckets, free = [], 0.0
+    for first, last in ranges:
+        size = sum(tensors[first:last + 1])
+        program, seconds = cost(size)
+        start = max(ready[last], free)
+        free = start + seconds
+        buckets.append(Bucket(first, last, size, program, ready[last], start, free))
+    return Schedule(tuple(buckets), ready[-1] if ready else 0.0)
+
+
+def optimal_ranges(tensors: tuple[int, ...], ready: tuple[float, ...],
+                   seconds: Callable[[int], float]) -> list[tuple[int, int]]:
+    """The bucketing minimizing the finish time (the DP in the module docstring)."""
+    n = len(tensors)
+    prefix = [0]
+    for size in tensors:
+        prefix.append(prefix[-1] + size)
+    finish = [0.0] + [math.inf] * n
+    choice = [0] * (n + 1)
+    for b in range(1, n + 1):
+        for a in range(1, b + 1):
+            end = max(ready[b - 1], finish[a - 1]) + seconds(prefix[b] - prefix[a - 1])
+            if end < finish[b]:
+                finish[b], choice[b] = end, a
+    ranges, b = [], n
+    while b > 0:
+        ranges.append((choice[b] - 1, b - 1))
+        b = choice[b] - 1
+    return ranges[::-1]
+
+
+def ddp_ranges(tensors: tuple[int, ...], bucket_cap: int = DDP_BUCKET_CAP,
+               first_bucket_cap: int = DDP_FIRST_BUCKET_CAP) -> list[tuple[int, int]]:
+    """DDP's buckets in gradient-ready order: a bucket closes once it reaches its limit
+    (1 MiB for the first, `bucket_cap` after), the tensor that reaches it included."""
+    ranges, first, size, limit = [], 0, 0, first_bucket_cap
+    for index, tensor in enumerate(tensors):
+        size += tensor
+        if size >= limit:
+            ranges.append((first, index))
+            first, size, limit = index + 1, 0, bucket_cap
+    if first < len(tensors):
+        ranges.append((first, len(tensors) - 1))
+    return ranges
+
+
+def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list[int] | tuple[int, ...],
+                compute_rate: float = DEFAULT_COMPUTE_RATE, backend: str | Backend = "nccl", max_len: int = 5,
+                exact: bool = False, bucket_cap: int = DDP_BUCKET_CAP,
+                first_bucket_cap: int = DDP_FIRST_BUCKET_CAP) -> FusionPlan:
+    """The optimal bucketing and programs for these gradients, and DDP's default beside it."""
+    check_costable(topology)
+    tensors = tuple(int(size) for size in tensors)
+    if not tensors:
+        raise ValueError("no tensors to fuse")
+    if any(size <= 0 for size in tensors):
+        raise ValueError("tensor sizes must be positive byte counts")
+    if len(tensors) > MAX_TENSORS:
+        raise ValueError(f"{len(tensors)} tensors: the planner handles at most {MAX_TENSORS}")
+    if bucket_cap < 1 or first_bucket_cap < 1:
+        raise ValueError("bucket caps must be positive byte counts")
+    best = BestPrograms(hierarchy, topology, backend, max_len)
+    chooser: Callable[[int], Choice]
+    if exact:
+        chooser = best.best
+    else:
+        sums = {size for size in tensors} | {sum(tensors)}
+        chooser = best.candidates(sums)
+    ready = ready_times(tensors, compute_rate)
+    ranges = optimal_ranges(tensors, ready, lambda size: chooser(size).time_s)
+    plan = schedule(tensors, ready, ranges, lambda size: (chooser(size).program, chooser(size).time_s))
+    default = str(baseline_program(hierarchy))
+    baseline = schedule(tensors, ready, ddp_ranges(tensors, bucket_cap, first_bucket_cap),
+                        lambda size: (default, chooser(size).baseline_time_s))
+    return FusionPlan(tensors, compute_rate, plan, baseline, bucket_cap, first_bucket_cap,
+                      "exact" if exact else "candidates")
