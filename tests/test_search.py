@@ -4,6 +4,7 @@ import pytest
 
 from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
+from synth.interpreter import run_reference
 from synth.language import parse_program
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import Enumerator, SearchOptions, brute_force_programs, enumerate_programs
@@ -19,14 +20,33 @@ def texts(programs):
     return [str(p) for p in programs]
 
 
+def hierarchy_of(sizes):
+    """A system whose one axis spans every level, so the merged hierarchy is the system's."""
+    levels = ",".join(f"l{i}={size}" for i, size in enumerate(sizes))
+    devices = 1
+    for size in sizes:
+        devices *= size
+    placement = make_placement(topology_from_levels(levels), parse_axes(f"x={devices}"), [list(sizes)])
+    return build_hierarchy(placement, ("x",), "system")
+
+
+def run_on_every_device(programs, sizes):
+    """Every emitted program also computes the true sums on every device (numpy reference)."""
+    hierarchy = hierarchy_of(sizes)
+    for program in programs:
+        run_reference(program, hierarchy)
+
+
 @pytest.mark.parametrize("sizes", [(2, 2), (2, 3), (4,), (2, 2, 2), (3, 2, 2)])
 def test_pruned_search_equals_brute_force(sizes):
     """Completeness: every sequence over the alphabet, checked one by one, gives the same set."""
     semantics = Semantics(names_for(sizes), sizes, quotient=False)
     brute = set(texts(brute_force_programs(semantics, 3)))
-    found = texts(Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=3)).programs())
+    programs = list(Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=3)).programs())
+    found = texts(programs)
     assert len(found) == len(set(found))
     assert set(found) == brute
+    run_on_every_device(programs, sizes)
 
 
 @pytest.mark.parametrize("sizes, max_len", [((2, 2), 5), ((2, 3), 5), ((2, 2, 2), 4), ((2, 1, 3), 4)])
@@ -44,15 +64,18 @@ def test_each_pruning_rule_keeps_every_program(sizes, max_len, quotient):
 def test_quotient_state_finds_exactly_the_explicit_programs(sizes):
     max_len = 4 if len(sizes) > 2 else 5
     explicit = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=False), SearchOptions(max_len=max_len)).programs())
-    quotient = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=True), SearchOptions(max_len=max_len)).programs())
-    assert quotient == explicit
+    programs = list(Enumerator(Semantics(names_for(sizes), sizes, quotient=True), SearchOptions(max_len=max_len)).programs())
+    assert texts(programs) == explicit
+    run_on_every_device(programs, sizes)
 
 
 def test_every_emitted_program_is_valid_under_the_explicit_semantics():
     sizes = (2, 3, 2)
     explicit = Semantics(names_for(sizes), sizes, quotient=False)
-    for program in Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=4)).programs():
+    programs = list(Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=4)).programs())
+    for program in programs:
         explicit.run(program)
+    run_on_every_device(programs, sizes)
 
 
 def paper_hierarchy():
@@ -100,6 +123,7 @@ def test_every_placement_and_request_gives_programs_that_the_explicit_semantics_
                 assert programs, (placement.matrix, reduce, kind)
                 for program in programs:
                     explicit.run(program)
+                    run_reference(program, hierarchy)
 
 
 def test_split_hierarchy_reduces_one_axis_before_another():
