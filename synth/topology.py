@@ -32,6 +32,18 @@ with one of bandwidth and latency must have both, and uplinks need them too. Eve
 needs a non-empty `source`: a spec sheet, a paper, or `estimate: ...` saying how it was
 guessed. Values carry units (see synth.units); bare numbers are refused, so a figure can be
 checked against its source as written.
+
+A level may also carry figures for single collectives, for a backend whose collectives
+differ from one another (gloo's reduce-scatter is a whole all-reduce); `synth calibrate`
+writes them::
+
+    [levels.collectives.AllGather]     # optional; AllReduce, ReduceScatter, AllGather, Reduce, Broadcast
+    bandwidth = { value = "1.2 GB/s", source = "..." }
+    latency = { value = "80 us", source = "..." }
+
+Both figures are required in such a table, and the level must have its own bandwidth and
+latency (they stay the figures of every collective not listed). The simulator costs a step
+of that collective with these figures in place of the level's (`Topology.for_collective`).
 """
 
 from __future__ import annotations
@@ -66,6 +78,14 @@ class Uplinks:
 
 
 @dataclass(frozen=True)
+class CollectiveFigures:
+    """A level's bandwidth and latency as one collective sees them (measured per collective)."""
+
+    bandwidth: Figure  # bytes/s, per device, one direction
+    latency: Figure  # seconds
+
+
+@dataclass(frozen=True)
 class Level:
     """One level of the system tree: `size` children per parent.
 
@@ -74,6 +94,8 @@ class Level:
     message crosses when its endpoints differ at this level but agree on every outer one.
     `uplinks`, when given, are the links each unit of this level shares to reach units
     outside it (a node's NICs on the `node` level).
+    `collectives` replaces bandwidth and latency for the collectives it names, in the order
+    of the language's collectives.
     """
 
     name: str
@@ -81,6 +103,14 @@ class Level:
     bandwidth: Figure | None = None
     latency: Figure | None = None
     uplinks: Uplinks | None = None
+    collectives: tuple[tuple[str, CollectiveFigures], ...] = ()
+
+    def figures_for(self, collective: str) -> tuple[Figure | None, Figure | None]:
+        """(bandwidth, latency) that a call of `collective` sees on this level."""
+        for name, figures in self.collectives:
+            if name == collective:
+                return figures.bandwidth, figures.latency
+        return self.bandwidth, self.latency
 
 
 @dataclass(frozen=True)
@@ -106,6 +136,17 @@ class Topology:
     def has_link_figures(self) -> bool:
         """True when every level has bandwidth and latency, so costs can be computed."""
         return all(level.bandwidth is not None and level.latency is not None for level in self.levels)
+
+    def for_collective(self, collective: str) -> Topology:
+        """This system as one collective sees it: each level's per-collective figures, where it
+        has them, in place of its bandwidth and latency (itself when no level has any)."""
+        if not any(name == collective for level in self.levels for name, _ in level.collectives):
+            return self
+        levels = []
+        for level in self.levels:
+            bandwidth, latency = level.figures_for(collective)
+            levels.append(Level(level.name, level.size, bandwidth, latency, level.uplinks, level.collectives))
+        return Topology(self.name, self.description, tuple(levels), self.source_path)
 
     def level_index(self, name: str) -> int:
         for index, level in enumerate(self.levels):
@@ -146,7 +187,8 @@ def topology_from_levels(text: str) -> Topology:
 
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels")
-_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks")
+_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives")
+_COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
 _SOURCE_HINT = 'source = "spec sheet, paper, or estimate: how it was guessed"'
@@ -283,6 +325,31 @@ def _uplinks(value, where: str, field: str) -> Uplinks:
     return Uplinks(count, Figure(bandwidth, _source(value, where, field)))
 
 
+def _collectives(value, where: str, field: str) -> tuple[tuple[str, CollectiveFigures], ...]:
+    """The optional per-collective figures of a level, in the language's collective order."""
+    from synth.language import collective_names  # the grammar is the one list of collectives
+
+    names = collective_names()
+    form = f'[levels.collectives.AllGather] with bandwidth = {{ value = "{BANDWIDTH_EXAMPLE}", source = "..." }} and latency'
+    if not isinstance(value, dict):
+        raise _field_error(where, field, f"{value!r} is not a table; write e.g. {form}")
+    _check_keys(value, names, where, field)
+    result = []
+    for name in names:
+        if name not in value:
+            continue
+        table, sub = value[name], f"{field}.{name}"
+        if not isinstance(table, dict):
+            raise _field_error(where, sub, f"{table!r} is not a table; write e.g. {form}")
+        _check_keys(table, _COLLECTIVE_KEYS, where, sub)
+        bandwidth = _require(table, "bandwidth", where, sub, f'bandwidth = {{ value = "{BANDWIDTH_EXAMPLE}", source = "..." }}')
+        latency = _require(table, "latency", where, sub, f'latency = {{ value = "{TIME_EXAMPLE}", source = "..." }}')
+        result.append((name, CollectiveFigures(
+            _figure(bandwidth, parse_bandwidth, BANDWIDTH_EXAMPLE, where, f"{sub}.bandwidth"),
+            _figure(latency, parse_time, TIME_EXAMPLE, where, f"{sub}.latency"))))
+    return tuple(result)
+
+
 def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
     field = f"levels[{index}]"
     if not isinstance(table, dict):
@@ -310,13 +377,19 @@ def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
         raise _field_error(where, f"{field}.{missing}", f"missing while {present} is given; add e.g. {example} or drop {present}")
     if "uplinks" in table and not has_bandwidth:
         raise _field_error(where, f"{field}.uplinks", "given without the level's bandwidth and latency; add them or drop uplinks")
+    if "collectives" in table and not has_bandwidth:
+        raise _field_error(where, f"{field}.collectives",
+                           "given without the level's bandwidth and latency (the figures of every other collective); add them")
     bandwidth = latency = uplinks = None
+    collectives: tuple[tuple[str, CollectiveFigures], ...] = ()
     if has_bandwidth:
         bandwidth = _figure(table["bandwidth"], parse_bandwidth, BANDWIDTH_EXAMPLE, where, f"{field}.bandwidth")
         latency = _figure(table["latency"], parse_time, TIME_EXAMPLE, where, f"{field}.latency")
     if "uplinks" in table:
         uplinks = _uplinks(table["uplinks"], where, f"{field}.uplinks")
-    return Level(name, size, bandwidth, latency, uplinks)
+    if "collectives" in table:
+        collectives = _collectives(table["collectives"], where, f"{field}.collectives")
+    return Level(name, size, bandwidth, latency, uplinks, collectives)
 
 
 def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:

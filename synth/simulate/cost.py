@@ -14,6 +14,9 @@ with the launch cost and efficiency of the backend and the phases of the algorit
 backend picks for the call (synth/simulate/collectives.py). Where a backend has several
 algorithms (NCCL AllReduce: ring, tree) it picks, like NCCL's tuner, the one its own
 estimate says is fastest: the call's time alone on the network, without the other groups.
+A level's figures for one collective (`[levels.collectives.NAME]` in the topology file, as
+`synth calibrate` writes them) replace its bandwidth and latency in the steps of that
+collective: the links are the same, their capacities and hop latencies are that collective's.
 
 Bandwidth figures follow nccl-tests (doc/PERFORMANCE.md): `algbw = S / t` and
 `busbw = algbw * 2(n-1)/n`, n the reduction group size. The baseline is the default
@@ -103,6 +106,21 @@ class _StepFigures:
     time_s: float
 
 
+def call_layout(coords: np.ndarray, level_latencies) -> Layout:
+    """The shape of one call whose members sit at `coords` ([member, level]), with the given
+    latency per level: nodes, hop latencies, and the outermost and innermost latencies."""
+    nodes: dict[tuple, list[int]] = {}
+    for index, row in enumerate(coords):
+        nodes.setdefault(tuple(row[:-1]), []).append(index)
+    latency_of_level = np.asarray(level_latencies, dtype=float)
+    differs = coords[:, None, :] != coords[None, :, :]
+    hop = np.where(differs.any(axis=-1), latency_of_level[differs.argmax(axis=-1)], 0.0)
+    spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l])) > 1]
+    outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
+    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), tuple(map(tuple, hop.tolist())),
+                  outer, float(latency_of_level[-1]))
+
+
 class Simulator:
     """Costs steps and programs for one (hierarchy, topology, backend); caches what repeats."""
 
@@ -119,29 +137,26 @@ class Simulator:
         self._phases: dict[tuple, tuple[tuple[float, float, int], ...]] = {}
         self._figures: dict[tuple, _StepFigures] = {}
 
+    def _network_of(self, collective: str):
+        """The network with the collective's own level figures where the topology has them
+        (synth calibrate's per-collective tables); the same links, so link ids agree."""
+        return network_for(self.topology.for_collective(collective))
+
     # --- one call --------------------------------------------------------------------------------
 
-    def layout(self, members: tuple[int, ...]) -> Layout:
+    def layout(self, members: tuple[int, ...], collective: str = "") -> Layout:
         """The call's shape on the system. Every reduction group has the same shape (SPEC
         section 3), so the first group's devices stand for all."""
         coords = self.network.coords[self.devices[0, list(members)]]
-        levels = self.topology.levels
-        nodes: dict[tuple, list[int]] = {}
-        for index, row in enumerate(coords):
-            nodes.setdefault(tuple(row[:-1]), []).append(index)
-        latency_of_level = np.array([level.latency.value for level in levels])
-        differs = coords[:, None, :] != coords[None, :, :]
-        hop = np.where(differs.any(axis=-1), latency_of_level[differs.argmax(axis=-1)], 0.0)
-        spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l])) > 1]
-        outer = levels[spanned[0]].latency.value if spanned else 0.0
-        return Layout(len(members), tuple(tuple(n) for n in nodes.values()), tuple(map(tuple, hop.tolist())),
-                      outer, levels[-1].latency.value)
+        levels = self.topology.for_collective(collective).levels
+        return call_layout(coords, [level.latency.value for level in levels])
 
     def _compile(self, collective: str, members: tuple[int, ...]) -> tuple[_Compiled, ...]:
         key = (collective, members)
         if key in self._plans:
             return self._plans[key]
-        layout = self.layout(members)
+        layout = self.layout(members, collective)
+        network = self._network_of(collective)
         member_ranks = np.array(members, dtype=np.int64)
         result = []
         for algorithm in self.backend.candidates(collective):
@@ -153,7 +168,7 @@ class Simulator:
                 src = self.devices[:, member_ranks[local[:, 0]]]
                 dst = self.devices[:, member_ranks[local[:, 1]]]
                 flows.append((src.ravel(), dst.ravel(), np.tile(fraction, len(self.devices))))
-                alone += self.network.makespan(src[0], dst[0], fraction)[0]
+                alone += network.makespan(src[0], dst[0], fraction)[0]
             latencies = tuple(phase.latency_s for phase in plan.phases)
             result.append(_Compiled(plan, latencies, tuple(flows), alone))
         self._plans[key] = tuple(result)
@@ -186,7 +201,7 @@ class Simulator:
             dst = np.concatenate([p.flows[phase][1] for p, _ in present])
             fraction = np.concatenate([p.flows[phase][2] * w for p, w in present])
             present = [p for p, _ in present]
-            per_byte, link = self.network.makespan(src, dst, fraction)
+            per_byte, link = self._network_of(collective).makespan(src, dst, fraction)
             result.append((max(p.latencies[phase] for p in present), per_byte, link))
         self._phases[key] = tuple(result)
         return self._phases[key]
