@@ -195,6 +195,12 @@ def ddp_ranges(tensors: tuple[int, ...], bucket_cap: int = DDP_BUCKET_CAP,
     return ranges
 
 
+def bucket_chooser(best: BestPrograms, tensors: tuple[int, ...], exact: bool = False) -> Callable[[int], Choice]:
+    """C(S) for every bucket of these tensors: the exact search per size, or the candidates of
+    the power-of-two grid from the smallest tensor to the sum of all (every bucket lies there)."""
+    return best.best if exact else best.candidates((min(tensors), sum(tensors)))
+
+
 def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list[int] | tuple[int, ...],
                 compute_rate: float = DEFAULT_COMPUTE_RATE, backend: str | Backend = "nccl", max_len: int = 5,
                 exact: bool = False, bucket_cap: int = DDP_BUCKET_CAP,
@@ -210,13 +216,7 @@ def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list
         raise ValueError(f"{len(tensors)} tensors: the planner handles at most {MAX_TENSORS}")
     if bucket_cap < 1 or first_bucket_cap < 1:
         raise ValueError("bucket caps must be positive byte counts")
-    best = BestPrograms(hierarchy, topology, backend, max_len)
-    chooser: Callable[[int], Choice]
-    if exact:
-        chooser = best.best
-    else:
-        sums = {size for size in tensors} | {sum(tensors)}
-        chooser = best.candidates(sums)
+    chooser = bucket_chooser(BestPrograms(hierarchy, topology, backend, max_len), tensors, exact)
     ready = ready_times(tensors, compute_rate)
     ranges = optimal_ranges(tensors, ready, lambda size: chooser(size).time_s)
     plan = schedule(tensors, ready, ranges, lambda size: (chooser(size).program, chooser(size).time_s))
