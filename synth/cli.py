@@ -11,7 +11,8 @@ from synth import __version__
 from synth.errors import SynthError, UsageError
 
 # Command groups, in the order of the data flow; each module exposes register(subparsers).
-COMMAND_MODULES = ("synth.commands.synthesis", "synth.commands.simulation", "synth.commands.export")
+COMMAND_MODULES = ("synth.commands.synthesis", "synth.commands.simulation", "synth.commands.export",
+                   "synth.commands.exploration")
 
 
 class _Parser(argparse.ArgumentParser):

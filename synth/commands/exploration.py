@@ -1,0 +1,297 @@
+"""`synth explore`, `synth workload`, `synth fusion`: placements and buckets chosen by predicted time."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from synth.commands.common import add_job_options, add_json_option, hierarchy_for, print_json, resolve_job, \
+    resolve_placements, resolve_reduce
+from synth.commands.simulation import parse_size
+from synth.errors import NoSolutionError, UsageError
+from synth.simulate.collectives import BACKENDS
+from synth.simulate.cost import baseline_program
+from synth.simulate.explore import ExploreResult, explore_placements, hierarchy_text
+from synth.simulate.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, MAX_TENSORS, FusionPlan, Schedule,
+                                   plan_fusion)
+from synth.simulate.network import check_costable
+from synth.simulate.workload import WorkloadResult, evaluate_workload, parse_reduction
+from synth.units import format_bandwidth, format_bytes, format_time, parse_bandwidth, parse_bytes
+
+PIPED_WIDTH = 160
+DEFAULT_COMPUTE_RATE_TEXT = "30GB/s"  # synth.simulate.fusion.DEFAULT_COMPUTE_RATE, derived there
+INFINITE_RATES = ("inf", "infinite", "infinity")
+
+
+def _add_search_options(parser) -> None:
+    parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
+    parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "explore", help="the best program on every placement, and the spread between placements",
+        description="For one request and size: per placement, the fastest program, the default all-reduce, the "
+                    "speedup and the ratio to the lower bound; sorted by best time, with the placement spread.")
+    add_job_options(parser)
+    parser.add_argument("--bytes", "-B", metavar="S", required=True, help="buffer size per device, e.g. 256MiB")
+    _add_search_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(handler=run_explore)
+
+    parser = subparsers.add_parser(
+        "workload", help="placements ranked by a step's total reduction time over several reductions",
+        description="Each --reduction is AXES:BYTES[xCOUNT]: axes joined by '+', bytes per device per call, calls "
+                    "per step (default 1), e.g. --reduction data:1GiB --reduction model:64MiBx96. Placements are "
+                    "ranked by the sum over reductions of count x the fastest program's time.")
+    add_job_options(parser, reduce=False)
+    parser.add_argument("--reduction", "-R", action="append", required=True, metavar="AXES:BYTES[xCOUNT]",
+                        help="one reduction of the step, e.g. data:1GiB or model:64MiBx96 or data+model:8MiB; repeatable")
+    _add_search_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(handler=run_workload)
+
+    parser = subparsers.add_parser(
+        "fusion", help="fuse gradients into buckets and pick each bucket's program; compare with DDP's 25 MiB buckets",
+        description="Gradient tensors in the order backward produces them are fused into buckets of consecutive "
+                    "tensors, each running its fastest program, so that the step's reduction finishes first (one "
+                    "communication stream; a bucket starts when its last tensor is ready and the previous bucket "
+                    "is done). Compared with PyTorch DDP's default buckets (bucket_cap_mb=25, first bucket 1 MiB) "
+                    "running the default all-reduce.")
+    add_job_options(parser)
+    sizes = parser.add_mutually_exclusive_group(required=True)
+    sizes.add_argument("--tensors", metavar="S,S,...", help="gradient sizes per device in backward order, e.g. 4MiB,16MiB,8KiB")
+    sizes.add_argument("--tensors-file", metavar="F", help="a file with one gradient size per line ('#' comments)")
+    parser.add_argument("--compute-rate", metavar="RATE", default=DEFAULT_COMPUTE_RATE_TEXT,
+                        help=f"bytes of gradient backward produces per second, or 'inf' for all at once "
+                             f"(default {DEFAULT_COMPUTE_RATE_TEXT}: an A100 at 125 TFLOP/s, 4096 tokens, fp32 gradients)")
+    parser.add_argument("--bucket-cap", metavar="S", default=f"{DDP_BUCKET_CAP // 2**20}MiB",
+                        help="the baseline's bucket cap (default 25MiB, DDP's bucket_cap_mb=25)")
+    parser.add_argument("--first-bucket-cap", metavar="S", default=f"{DDP_FIRST_BUCKET_CAP // 2**20}MiB",
+                        help="the baseline's first bucket cap (default 1MiB, DDP's kDefaultFirstBucketBytes)")
+    parser.add_argument("--exact", action="store_true",
+                        help="search the fastest program at every bucket size (slower) instead of costing the "
+                             "candidates found on a power-of-two grid of sizes")
+    _add_search_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(handler=run_fusion)
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPED_WIDTH)  # piped: never cut a figure
+
+
+def _check_max_len(args) -> None:
+    if args.max_len < 1:
+        raise UsageError(f"--max-len {args.max_len}: give a positive number of steps")
+
+
+def _multiline(program: str) -> str:
+    return program.replace("; ", ";\n")
+
+
+# --- explore ---------------------------------------------------------------------------------------
+
+
+def run_explore(args) -> int:
+    job = resolve_job(args)
+    check_costable(job.topology)
+    _check_max_len(args)
+    size = parse_size(args.bytes, "--bytes")
+    reduce_axes = resolve_reduce(args, job)
+    placements = resolve_placements(args, job)
+    try:
+        result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
+                                    max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy)
+    except ValueError as error:
+        raise NoSolutionError(str(error)) from None
+    if args.json:
+        print_json([dict(row.to_json(), bytes=size, reduce=list(reduce_axes), backend=result.backend)
+                    for row in result.rows])
+        return 0
+    _console().print(_explore_table(result, args.axes))
+    return 0
+
+
+def _explore_table(result: ExploreResult, axes_text: str) -> Table:
+    title = (f"{result.topology}  {axes_text}  reduce {','.join(result.reduce_axes)}  "
+             f"{format_bytes(result.bytes)} per device: {len(result.rows)} placement(s)")
+    caption = (f"spread between placements: best programs {result.best_spread:.3g}x, default all-reduce "
+               f"{result.baseline_spread:.3g}x (slowest / fastest); vs fastest: this placement's best time over the "
+               f"fastest placement's; backend {result.backend}")
+    table = Table(title=title, caption=caption)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("placement", no_wrap=True)
+    table.add_column("levels", no_wrap=True)
+    widest_step = max((len(step) for row in result.rows for step in row.best_program.split("; ")), default=0)
+    table.add_column("best program", overflow="fold", min_width=widest_step + 1)
+    for name in ("time", "busbw", "default", "speedup", "vs bound", "vs fastest"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for index, row in enumerate(result.rows, 1):
+        table.add_row(str(index), row.placement, row.hierarchy, _multiline(row.best_program),
+                      format_time(row.best_time_s), format_bandwidth(row.best_busbw_GBps * 1e9),
+                      format_time(row.baseline_time_s), f"{row.speedup:.3f}x", f"{row.bound_ratio:.2f}x",
+                      f"{row.spread_vs_best:.3g}x")
+    return table
+
+
+# --- workload --------------------------------------------------------------------------------------
+
+
+def run_workload(args) -> int:
+    job = resolve_job(args)
+    check_costable(job.topology)
+    _check_max_len(args)
+    reductions = [parse_reduction(text, job.axis_names) for text in args.reduction]
+    placements = resolve_placements(args, job)
+    try:
+        result = evaluate_workload(job.topology, job.axes, reductions, placements=placements, max_len=args.max_len,
+                                   backend=args.backend, hierarchy_kind=args.hierarchy)
+    except ValueError as error:
+        raise NoSolutionError(str(error)) from None
+    if args.json:
+        print_json([dict(row.to_json(), backend=result.backend) for row in result.rows])
+        return 0
+    _console().print(_workload_table(result, args.axes))
+    return 0
+
+
+def _workload_table(result: WorkloadResult, axes_text: str) -> Table:
+    reductions = ", ".join(reduction.text for reduction in result.reductions)
+    title = f"{result.topology}  {axes_text}  one step: {reductions}  ({len(result.rows)} placement(s))"
+    caption = (f"total = sum of count x one call of the fastest program (each reduction's cell: count x time, then "
+               f"the program); default = the same with the default all-reduce; spread between placements: "
+               f"{result.spread:.3g}x, default all-reduce {result.baseline_spread:.3g}x; backend {result.backend}")
+    table = Table(title=title, caption=caption)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("placement", no_wrap=True)
+    for name in ("total", "default", "speedup", "vs fastest"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for reduction in result.reductions:
+        table.add_column(reduction.text, overflow="fold")
+    for index, row in enumerate(result.rows, 1):
+        cells = [str(index), row.placement, format_time(row.total_s), format_time(row.baseline_total_s),
+                 f"{row.speedup:.3f}x", f"{row.spread_vs_best:.3g}x"]
+        cells += [f"{format_time(term.total_s)}\n{_multiline(term.program)}" for term in row.terms]
+        table.add_row(*cells)
+    return table
+
+
+# --- fusion ----------------------------------------------------------------------------------------
+
+
+def parse_tensor_sizes(items: list[tuple[str, str]]) -> list[int]:
+    """(text, where) pairs of sizes; each a positive whole byte count, units allowed."""
+    if not items:
+        raise UsageError("no tensor sizes given: list them, e.g. --tensors 4MiB,16MiB,8KiB")
+    if len(items) > MAX_TENSORS:
+        raise UsageError(f"{len(items)} tensors: the planner handles at most {MAX_TENSORS}; fuse some first")
+    return [parse_bytes(text, where=where) for text, where in items]
+
+
+def _tensor_items(args) -> list[tuple[str, str]]:
+    if args.tensors is not None:
+        parts = [part.strip() for part in args.tensors.split(",")]
+        if not any(parts):
+            return []
+        for index, part in enumerate(parts):
+            if not part:
+                raise UsageError(f"--tensors: size {index + 1} is empty; give e.g. 4MiB,16MiB,8KiB")
+        return [(part, f"--tensors size {index + 1}") for index, part in enumerate(parts)]
+    try:
+        with open(args.tensors_file, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not a UTF-8 text file"
+        raise UsageError(f"cannot read tensors file {args.tensors_file!r}: {reason}") from None
+    items = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if text:
+            items.append((text, f"{args.tensors_file} line {number}"))
+    return items
+
+
+def parse_compute_rate(text: str) -> float:
+    if text.strip().lower() in INFINITE_RATES:
+        return math.inf
+    return parse_bandwidth(text, where="--compute-rate")
+
+
+def run_fusion(args) -> int:
+    job = resolve_job(args)
+    check_costable(job.topology)
+    _check_max_len(args)
+    tensors = parse_tensor_sizes(_tensor_items(args))
+    rate = parse_compute_rate(args.compute_rate)
+    bucket_cap = parse_bytes(args.bucket_cap, where="--bucket-cap")
+    first_cap = parse_bytes(args.first_bucket_cap, where="--first-bucket-cap")
+    reduce_axes = resolve_reduce(args, job)
+    placements = resolve_placements(args, job)
+    if len(placements) != 1:
+        raise UsageError(f"fusion plans one placement and {len(placements)} fit: give --placement M "
+                         f"(e.g. {placements[0].to_text()}; `synth explore` ranks them)")
+    hierarchy = hierarchy_for(placements[0], reduce_axes, args.hierarchy)
+    if hierarchy.group_size == 1:
+        raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to fuse")
+    plan = plan_fusion(hierarchy, job.topology, tensors, compute_rate=rate, backend=args.backend,
+                       max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
+    if args.json:
+        print_json(_fusion_json(plan, hierarchy, args))
+        return 0
+    console = _console()
+    rate_text = "all at once" if math.isinf(rate) else format_bandwidth(rate)
+    head = (f"{job.topology.name}  placement {hierarchy.placement.to_text()}  reduce {','.join(reduce_axes)} "
+            f"({hierarchy_text(hierarchy)}): {len(tensors)} tensors, {format_bytes(sum(tensors))} per device, "
+            f"gradients {rate_text} (backward ends at {format_time(plan.plan.compute_end_s)})")
+    console.print(_schedule_table(f"{head}\nplanned buckets", plan.plan, programs=True))
+    baseline_title = (f"DDP default: buckets of {format_bytes(plan.bucket_cap)} (first {format_bytes(plan.first_bucket_cap)}) "
+                      f"running {baseline_program(hierarchy)}")
+    console.print(_schedule_table(baseline_title, plan.baseline, programs=False))
+    console.print(
+        f"planned: reduction finishes at {format_time(plan.plan.finish_s)} ({format_time(plan.plan.exposed_s)} after "
+        f"backward, {len(plan.plan.buckets)} buckets)\n"
+        f"DDP default: finishes at {format_time(plan.baseline.finish_s)} ({format_time(plan.baseline.exposed_s)} after "
+        f"backward, {len(plan.baseline.buckets)} buckets)\n"
+        f"gain: {plan.gain:.3f}x, {format_time(plan.saved_s)} saved per step "
+        f"(bucket times: {'exact search per size' if plan.times == 'exact' else 'best of the grid candidates'}; "
+        f"backend {args.backend})", highlight=False)
+    return 0
+
+
+def _schedule_table(title: str, schedule: Schedule, programs: bool) -> Table:
+    table = Table(title=title)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("tensors", justify="right", no_wrap=True)
+    table.add_column("bytes", justify="right", no_wrap=True)
+    if programs:
+        widest = max(len(step) for bucket in schedule.buckets for step in bucket.program.split("; "))
+        table.add_column("program", overflow="fold", min_width=widest + 1)
+    for name in ("ready", "start", "time", "end"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for index, bucket in enumerate(schedule.buckets, 1):
+        span = str(bucket.first) if bucket.first == bucket.last else f"{bucket.first}-{bucket.last}"
+        cells = [str(index), span, format_bytes(bucket.bytes)]
+        if programs:
+            cells.append(_multiline(bucket.program))
+        cells += [format_time(bucket.ready_s), format_time(bucket.start_s), format_time(bucket.time_s),
+                  format_time(bucket.end_s)]
+        table.add_row(*cells)
+    return table
+
+
+def _fusion_json(plan: FusionPlan, hierarchy, args) -> dict:
+    return {
+        "matrix": [list(row) for row in hierarchy.placement.matrix], "placement": hierarchy.placement.to_text(),
+        "reduce": list(hierarchy.reduce_axes), "hierarchy": hierarchy_text(hierarchy), "backend": args.backend,
+        "tensors": len(plan.tensors), "bytes": sum(plan.tensors),
+        "compute_rate_Bps": None if math.isinf(plan.compute_rate) else plan.compute_rate,
+        "compute_end_s": plan.plan.compute_end_s, "times": plan.times,
+        "plan": plan.plan.to_json(),
+        "baseline": dict(plan.baseline.to_json(), bucket_cap_bytes=plan.bucket_cap,
+                         first_bucket_cap_bytes=plan.first_bucket_cap),
+        "gain": plan.gain, "saved_s": plan.saved_s,
+    }
