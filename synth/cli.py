@@ -14,6 +14,7 @@ from synth.errors import SynthError, UsageError
 COMMAND_MODULES = ("synth.commands.synthesis", "synth.commands.simulation", "synth.commands.export",
                    "synth.commands.exploration")
 COMMAND_MODULES += ("synth.commands.sweep",)
+COMMAND_MODULES += ("synth.commands.calibration",)
 
 
 class _Parser(argparse.ArgumentParser):

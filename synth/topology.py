@@ -43,7 +43,9 @@ writes them::
 
 Both figures are required in such a table, and the level must have its own bandwidth and
 latency (they stay the figures of every collective not listed). The simulator costs a step
-of that collective with these figures in place of the level's (`Topology.for_collective`).
+of that collective with these figures in place of the level's, and the level's uplinks
+scaled by the same factor as its bandwidth (`Topology.for_collective`): the figures say how
+fast the level's links run for that collective.
 """
 
 from __future__ import annotations
@@ -139,13 +141,18 @@ class Topology:
 
     def for_collective(self, collective: str) -> Topology:
         """This system as one collective sees it: each level's per-collective figures, where it
-        has them, in place of its bandwidth and latency (itself when no level has any)."""
+        has them, in place of its bandwidth and latency, its uplinks scaled alike (itself when no
+        level has any)."""
         if not any(name == collective for level in self.levels for name, _ in level.collectives):
             return self
         levels = []
         for level in self.levels:
             bandwidth, latency = level.figures_for(collective)
-            levels.append(Level(level.name, level.size, bandwidth, latency, level.uplinks, level.collectives))
+            uplinks = level.uplinks
+            if uplinks is not None and bandwidth is not level.bandwidth:
+                scaled = uplinks.bandwidth.value * bandwidth.value / level.bandwidth.value
+                uplinks = Uplinks(uplinks.count, Figure(scaled, uplinks.bandwidth.source))
+            levels.append(Level(level.name, level.size, bandwidth, latency, uplinks, level.collectives))
         return Topology(self.name, self.description, tuple(levels), self.source_path)
 
     def level_index(self, name: str) -> int:

@@ -129,3 +129,14 @@ def test_the_simulator_costs_each_collective_with_its_own_figures(tmp_path):
     assert tuned_steps[1].time_s == plain_steps[1].time_s  # AllReduce inside the node: untouched
     assert tuned_steps[2].time_s == swapped_steps[2].time_s  # AllGather: its own figures
     assert tuned_steps[2].time_s > plain_steps[2].time_s
+
+
+def test_a_collective_sees_the_level_uplinks_scaled_like_its_bandwidth(tmp_path):
+    extra = """
+    uplinks = { count = 2, bandwidth = "10 GB/s", source = "estimate: test" }
+    """ + ALLGATHER
+    topology = load_topology(write(tmp_path, extra))
+    seen = topology.for_collective("AllGather").levels[0]
+    assert seen.uplinks.count == 2
+    assert seen.uplinks.bandwidth.value == pytest.approx(5e9)  # 10 GB/s x (5 GB/s / 10 GB/s)
+    assert topology.for_collective("Broadcast").levels[0].uplinks.bandwidth.value == 10e9

@@ -1,0 +1,178 @@
+"""Measurements in, a calibrated topology out.
+
+Levels are fitted innermost first, so that a group spanning an outer level (several hosts
+of several GPUs each) is costed with the inner levels' fitted figures, exactly as the
+simulator will cost it with the written file. For each level and each measured collective
+the fit (synth/calibrate/fit.py) gives a latency and a bandwidth. The level's own figures
+are those of its AllReduce fit (the call the baseline and most programs make), or, without
+one, of the collective with the most points; every other fitted collective goes in the
+level's per-collective table (`[levels.collectives.NAME]`, synth/topology.py), which the
+simulator uses for steps of that collective. Names, sizes and uplinks come from the base
+topology; a fitted level's uplinks keep their base ratio to its bandwidth (a level's links
+are taken to run at one speed relative to the base: whichever of them bounds the measured
+transfers sets it). Levels without measurements keep the base figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from synth.calibrate.fit import Point, Solution, fit_points
+from synth.calibrate.groups import devices, spanned_levels
+from synth.calibrate.measurements import Measurement
+from synth.calibrate.model import CallModel
+from synth.errors import UsageError
+from synth.language import collective_names
+from synth.simulate.collectives import Backend
+from synth.topology import CollectiveFigures, Figure, Level, Topology, Uplinks, check_levels
+from synth.units import format_bandwidth, format_bytes
+
+PLACEHOLDER_BANDWIDTH = Figure(1e9, "placeholder: no figure; never on a fitted group's path")
+PLACEHOLDER_LATENCY = Figure(1e-6, "placeholder: no figure; never on a fitted group's path")
+
+
+@dataclass(frozen=True)
+class Fit:
+    level: str
+    collective: str
+    solution: Solution
+    points: int
+    min_bytes: int
+    max_bytes: int
+    files: tuple[str, ...]
+    groups: tuple[str, ...]  # the measured group shapes, e.g. "2 hosts x 8 ranks"
+    level_figure: bool  # these are the level's own bandwidth and latency
+
+    def source(self, backend: str) -> str:
+        quality = self.solution
+        text = (f"fitted by synth calibrate (backend {backend}, {self.collective}) from {', '.join(self.files)}: "
+                f"{self.points} points, {format_bytes(self.min_bytes)} to {format_bytes(self.max_bytes)}, "
+                f"R^2={quality.r_squared:.5f}, relative RMS error {quality.relative_rms:.2%}")
+        return "; ".join([text, *quality.notes])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    topology: Topology
+    backend: str
+    fits: tuple[Fit, ...]
+    notes: tuple[str, ...]
+
+
+def infer_base(measurements: list[Measurement]) -> Topology:
+    """Without --topology: node and gpu levels sized from nccl-tests groups (hosts x ranks)."""
+    if any(m.span.level is not None for m in measurements):
+        raise UsageError("the files (or --level) name levels; give --topology BASE for their order and sizes")
+    hosts = max(m.span.hosts for m in measurements)
+    ranks = max(m.span.per_unit if m.span.hosts > 1 else m.span.units for m in measurements)
+    levels = (Level("node", hosts), Level("gpu", ranks)) if hosts > 1 else (Level("gpu", ranks),)
+    check_levels(levels, "the measured groups")
+    return Topology("calibrated", "System inferred from nccl-tests rank lines (hosts x ranks).", levels)
+
+
+def _with_figures(level: Level) -> Level:
+    if level.bandwidth is not None and level.latency is not None:
+        return level
+    return Level(level.name, level.size, PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY, level.uplinks, level.collectives)
+
+
+def calibrate(measurements: list[Measurement], base: Topology, backend: Backend) -> Calibration:
+    located: dict[tuple[int, str], list[tuple[Measurement, tuple[int, ...]]]] = {}
+    for measurement in measurements:
+        index, ranks = devices(measurement, base)
+        located.setdefault((index, measurement.collective), []).append((measurement, ranks))
+    output = list(base.levels)
+    context = [_with_figures(level) for level in base.levels]
+    known = {i for i, level in enumerate(base.levels) if level.bandwidth is not None and level.latency is not None}
+    fits: list[Fit] = []
+    for index in reversed(range(len(base.levels))):
+        level_fits = [_fit(base, context, known, index, collective, located[(index, collective)], backend)
+                      for collective in collective_names() if (index, collective) in located]
+        if not level_fits:
+            continue
+        main = _level_fit(level_fits)
+        fits += [replace(fit, level_figure=fit is main) for fit in level_fits]
+        output[index] = context[index] = _calibrated_level(base.levels[index], main, level_fits, backend.name)
+        known.add(index)
+    notes = []
+    bare = [level.name for level in output if level.bandwidth is None]
+    if bare and len(bare) < len(output):
+        notes.append(f"level(s) {', '.join(bare)} have no figures in the base or the files: add them before costing")
+    files = sorted({m.file for m in measurements})
+    name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
+    description = " ".join(filter(None, [base.description, f"Figures fitted by synth calibrate (backend "
+                                                          f"{backend.name}) from {', '.join(files)}."]))
+    topology = Topology(name, description, tuple(output))
+    return Calibration(topology, backend.name, tuple(fits), tuple(notes))
+
+
+def _fit(base: Topology, context: list[Level], known: set[int], index: int, collective: str,
+         entries: list[tuple[Measurement, tuple[int, ...]]], backend: Backend) -> Fit:
+    level = base.levels[index]
+    where = f"level {level.name}, {collective}"
+    for measurement, ranks in entries:
+        missing = [base.levels[j].name for j in spanned_levels(base, ranks) if j != index and j not in known]
+        if missing:
+            raise UsageError(f"{measurement.where}: the group ({measurement.span.describe()}) also crosses level(s) "
+                             f"{', '.join(missing)}, which have no figures: measure them too (e.g. a single-host run) "
+                             f"or give a --topology with their figures")
+    seen = Topology(base.name, base.description, tuple(context)).for_collective(collective)
+    models: dict[tuple[int, ...], CallModel] = {}
+    points = []
+    for measurement, ranks in entries:
+        if ranks not in models:
+            models[ranks] = CallModel(seen, backend, collective, ranks, index)
+        points.append(Point(models[ranks], measurement.bytes, measurement.time_s))
+    start = seen.levels[index]
+    solution = fit_points(points, start.latency.value, 1 / start.bandwidth.value, where)
+    sizes = [m.bytes for m, _ in entries]
+    return Fit(level.name, collective, solution, len(entries), min(sizes), max(sizes),
+               tuple(sorted({m.file for m, _ in entries})),
+               tuple(sorted({m.span.describe() for m, _ in entries})), False)
+
+
+def _level_fit(fits: list[Fit]) -> Fit:
+    for fit in fits:
+        if fit.collective == "AllReduce":
+            return fit
+    return max(fits, key=lambda fit: fit.points)  # the first of equals: language order
+
+
+def _calibrated_level(level: Level, main: Fit, fits: list[Fit], backend: str) -> Level:
+    def figures(fit: Fit) -> tuple[Figure, Figure]:
+        source = fit.source(backend)
+        return Figure(fit.solution.bandwidth, source), Figure(fit.solution.latency_s, source)
+
+    bandwidth, latency = figures(main)
+    uplinks = level.uplinks
+    if uplinks is not None:  # the level's links run at one speed relative to the base: scale them alike
+        factor = bandwidth.value / level.bandwidth.value
+        uplinks = Uplinks(uplinks.count, Figure(uplinks.bandwidth.value * factor, (
+            f"scaled by synth calibrate with the level's fitted {main.collective} bandwidth (x{factor:.4g} of the "
+            f"base {format_bandwidth(level.bandwidth.value)}); base: {uplinks.bandwidth.source}")))
+    table = dict(level.collectives)
+    for fit in fits:
+        table.pop(fit.collective, None)
+        if fit is not main:
+            table[fit.collective] = CollectiveFigures(*figures(fit))
+    collectives = tuple((name, table[name]) for name in collective_names() if name in table)
+    return Level(level.name, level.size, bandwidth, latency, uplinks, collectives)
+
+
+def replay(topology: Topology, backend: Backend, measurements: list[Measurement]) -> np.ndarray:
+    """Relative errors (predicted - measured) / measured of the topology's figures on the
+    measurements: what the simulator will predict for the measured calls."""
+    errors = []
+    models: dict[tuple, CallModel] = {}
+    for measurement in measurements:
+        index, ranks = devices(measurement, topology)
+        seen = topology.for_collective(measurement.collective)
+        key = (measurement.collective, ranks)
+        if key not in models:
+            models[key] = CallModel(seen, backend, measurement.collective, ranks, index)
+        level = seen.levels[index]
+        predicted, _ = models[key].time(level.latency.value, 1 / level.bandwidth.value, measurement.bytes)
+        errors.append(predicted / measurement.time_s - 1)
+    return np.array(errors)

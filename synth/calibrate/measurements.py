@@ -1,0 +1,104 @@
+"""What a measurement file gives the fit: one timed call of one collective on one group.
+
+Every parser (nccl-tests text, nccl-tests CSV, our benchmark CSV) produces `Measurement`s;
+the group is a `Span` that a topology turns into devices (synth/calibrate/groups.py), so a
+file need not know the topology it is calibrating.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from synth.errors import UsageError
+from synth.language import collective_names
+
+# Collectives nccl-tests (and rccl-tests) measure that no program uses.
+UNSUPPORTED = ("AllToAll", "AllToAllv", "SendRecv", "Scatter", "Gather", "HyperCube")
+
+
+@dataclass(frozen=True)
+class Span:
+    """The members of a measured group: `units` units of level `level`, each contributing its
+    first `per_unit` devices in rank order. `level` None means "decide from the topology":
+    a group on one host spans the innermost level, a group on several hosts the level above
+    it (`hosts` says which case this is)."""
+
+    level: str | None
+    units: int
+    per_unit: int = 1
+    hosts: int = 1
+
+    @property
+    def size(self) -> int:
+        return self.units * self.per_unit
+
+    def describe(self) -> str:
+        if self.hosts > 1:
+            return f"{self.hosts} hosts x {self.per_unit} ranks"
+        if self.per_unit > 1:
+            return f"{self.units} units x {self.per_unit} ranks"
+        return f"{self.units} ranks"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timed call: `bytes` is the call's range B as the simulator counts it (the input of
+    ReduceScatter, the output of AllGather, the buffer otherwise: nccl-tests' size column)."""
+
+    collective: str
+    bytes: int
+    time_s: float
+    span: Span
+    file: str
+    line: int
+    backend: str | None = None  # what the file says ran the call, when it says
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z]", "", text.lower())
+
+
+_KNOWN = {_key(name): name for name in collective_names()}
+_KNOWN.update({"bcast": "Broadcast"})
+_OTHER = {_key(name): name for name in UNSUPPORTED}
+_OTHER.update({"alltoallv": "AllToAllv"})
+
+
+def collective_from_name(text: str, where: str) -> str:
+    """'AllReduce', 'all_reduce', 'ncclAllReduce', 'allreduce' -> 'AllReduce'; anything else
+    is a one-line UsageError naming the collectives a program can use."""
+    key = _key(text)
+    key = key[4:] if key.startswith("nccl") and key[4:] in _KNOWN else key
+    if key in _KNOWN:
+        return _KNOWN[key]
+    supported = ", ".join(collective_names())
+    if key in _OTHER:
+        raise UsageError(f"{where}: {_OTHER[key]} is not a collective programs use; calibrate from {supported}")
+    raise UsageError(f"{where}: unknown collective {text.strip()!r}; use one of {supported}")
+
+
+def check_time(value: float, text: str, where: str) -> float:
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{where}: time {text.strip()!r} is not a positive number")
+    return value
+
+
+def parse_float(text: str, what: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{where}: {what} {text.strip()!r} is not a number") from None
+
+
+def parse_count(text: str, what: str, where: str, minimum: int = 0) -> int:
+    """A whole number written as digits (nccl-tests sizes and counts)."""
+    stripped = text.strip()
+    if not re.fullmatch(r"\+?\d+", stripped) or int(stripped) < minimum:
+        kind = "a whole number" if minimum == 0 else f"a whole number of at least {minimum}"
+        raise UsageError(f"{where}: {what} {stripped!r} is not {kind}")
+    return int(stripped)

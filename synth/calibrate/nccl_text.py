@@ -1,0 +1,226 @@
+"""nccl-tests text output (all_reduce_perf, reduce_scatter_perf, all_gather_perf,
+broadcast_perf, reduce_perf), as printed by nccl-tests 2.x and rccl-tests:
+
+    # nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 ...
+    #  Rank  0 Group  0 Pid  12345 on     node01 device  0 [0x07] NVIDIA A100-SXM4-80GB
+    #       size         count      type   redop    root     time   algbw   busbw #wrong     time ...
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us) ...
+         1048576        262144     float     sum      -1    35.21   29.78   52.12      0    34.90 ...
+
+The rank lines give the group: how many ranks, on how many hosts (older versions print no
+`Group`; a run split into several groups is refused). The table header gives the columns
+(older versions have no `root` and call `#wrong` `error`); the in-place time is used (it is
+what programs run), the out-of-place one when there is no other. Rows of 0 bytes are
+skipped: NCCL returns from them without communicating. NCCL log lines are ignored.
+
+The output does not name the collective, so it is read from a `<test>_perf` name in the
+file (a captured command line) or in the file name, and from the table itself: the `redop`
+(`none` for AllGather and Broadcast), the `root` (-1 for AllReduce, ReduceScatter and
+AllGather) and busbw / algbw (nccl-tests' bus factors 2(n-1)/n, (n-1)/n, 1). When both
+name and table tell, they must agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from synth.calibrate.measurements import Measurement, Span, collective_from_name, parse_count, parse_float, check_time
+from synth.errors import UsageError
+
+HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)")
+TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
+                       r"scatter|gather|hypercube)_perf(?![A-Za-z])")
+LOG_LINE = re.compile(r"\bNCCL\b|\bRCCL\b")
+TABLE_END = re.compile(r"#\s*(Out of bounds|Avg bus bandwidth)")
+
+
+@dataclass
+class _Run:
+    """One nccl-tests invocation inside the file: its ranks, its table, the test it names."""
+
+    line: int
+    named: tuple[str, int] | None  # (test name, line) mentioned before or in this run
+    ranks: dict[int, tuple[str, int]] = field(default_factory=dict)  # rank -> (host, group)
+    columns: list[str] | None = None
+    rows: list[tuple[int, list[str]]] = field(default_factory=list)
+
+
+def is_nccl_text(text: str) -> bool:
+    return any(HEADER.match(line.strip()) or RANK.match(line.strip()) for line in text.splitlines())
+
+
+def _table_columns(tokens: list[str]) -> list[str] | None:
+    names = [token.lower() for token in tokens]
+    if "size" in names and "count" in names and "time" in names:
+        return names
+    return None
+
+
+def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement]:
+    runs: list[_Run] = []
+    named = _name_in_path(path)
+    current: _Run | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if current is not None and current.columns is not None and line and not line.startswith("#"):
+            if not LOG_LINE.search(line):
+                current.rows.append((number, line.split()))
+            continue
+        found = TEST_NAME.search(line)
+        if found and not RANK.match(line):
+            named = (found.group(1), number)
+            if current is not None and not current.rows:
+                current.named = named
+        if HEADER.match(line):
+            current = _Run(number, named)
+            runs.append(current)
+            continue
+        rank = RANK.match(line)
+        if rank:
+            if current is None or current.columns is not None or current.rows:
+                current = _Run(number, named)
+                runs.append(current)
+            index = int(rank.group(1))
+            if index in current.ranks:
+                raise UsageError(f"{path}:{number}: rank {index} appears twice in one run (several single-process runs "
+                                 f"mixed, e.g. nccl-tests built without MPI under mpirun?); give one run per file")
+            current.ranks[index] = (rank.group(4), int(rank.group(2) or 0))
+            continue
+        if line.startswith("#"):
+            columns = _table_columns(line.lstrip("#").split())
+            if columns is not None and current is not None:
+                current.columns = columns
+            elif columns is not None:
+                raise UsageError(f"{path}:{number}: a result table before any '# nThread' header or '#  Rank' line: "
+                                 f"cannot tell the ranks; give the whole nccl-tests output")
+            elif TABLE_END.match(line) and current is not None:
+                current.columns = None if current.rows else current.columns
+    measurements = []
+    for run in runs:
+        measurements += _measurements(run, path, level)
+    if not measurements:
+        raise UsageError(f"{path}: no result rows (nccl-tests rows of size, count, type, ..., time); "
+                         f"give the output of a run that finished")
+    return measurements
+
+
+def _name_in_path(path: str) -> tuple[str, int] | None:
+    found = TEST_NAME.search(path.replace("\\", "/").rsplit("/", 1)[-1])
+    return (found.group(1), 0) if found else None
+
+
+def _group(run: _Run, path: str, level: str | None) -> Span:
+    if not run.ranks:
+        raise UsageError(f"{path}:{run.line}: a run without '#  Rank N ... on HOST device D' lines: "
+                         f"cannot tell the ranks and hosts; give the whole nccl-tests output")
+    if sorted(run.ranks) != list(range(len(run.ranks))):
+        raise UsageError(f"{path}:{run.line}: the rank lines do not number 0..{len(run.ranks) - 1}; give the whole output")
+    groups = {group for _, group in run.ranks.values()}
+    if len(groups) > 1:
+        raise UsageError(f"{path}:{run.line}: the run split its ranks into {len(groups)} groups running at once; "
+                         f"calibrate from runs of one group")
+    per_host: dict[str, int] = {}
+    for host, _ in run.ranks.values():
+        per_host[host] = per_host.get(host, 0) + 1
+    counts = set(per_host.values())
+    if len(counts) > 1:
+        listed = ", ".join(f"{host}: {count}" for host, count in per_host.items())
+        raise UsageError(f"{path}:{run.line}: hosts run different numbers of ranks ({listed}); "
+                         f"calibrate from runs with the same ranks on every host")
+    hosts, ranks = len(per_host), counts.pop()
+    if hosts * ranks < 2:
+        raise UsageError(f"{path}:{run.line}: a run of one rank measures no communication")
+    if hosts == 1:
+        return Span(level, units=ranks)
+    return Span(level, units=hosts, per_unit=ranks, hosts=hosts)
+
+
+def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
+    if not run.rows:
+        return []
+    columns = run.columns
+    span = _group(run, path, level)
+    times = [i for i, name in enumerate(columns) if name == "time"]
+    size_at = columns.index("size")
+    parsed = []
+    for number, tokens in run.rows:
+        where = f"{path}:{number}"
+        if len(tokens) != len(columns):
+            raise UsageError(f"{where}: a result row with {len(tokens)} fields where the header has {len(columns)} "
+                             f"({' '.join(columns)}); give nccl-tests output as printed")
+        size = parse_count(tokens[size_at], "size", where)
+        time_text = tokens[times[-1]]
+        if time_text.upper() == "N/A" and len(times) > 1:
+            time_text = tokens[times[0]]
+        time_s = check_time(parse_float(time_text, "time", where), time_text, where) * 1e-6
+        parsed.append((number, tokens, size, time_s))
+    collective = _collective(run, columns, parsed, span.size, path)
+    return [Measurement(collective, size, time_s, span, path, number, "nccl")
+            for number, _, size, time_s in parsed if size > 0]
+
+
+def _collective(run: _Run, columns: list[str], parsed, n: int, path: str) -> str:
+    """The collective the run measured: from the test name and from the table, which agree."""
+    named = None
+    if run.named is not None:
+        name, line = run.named
+        named = collective_from_name(name, f"{path}:{line}" if line else path)
+    from_table = _collective_from_table(columns, parsed, n)
+    if named and from_table and named != from_table:
+        raise UsageError(f"{path}:{run.line}: the run is named {run.named[0]}_perf but its table is that of "
+                         f"{from_table} (redop, root and busbw/algbw); check the file")
+    if named or from_table:
+        return named or from_table
+    raise UsageError(f"{path}:{run.line}: cannot tell which collective this run measured; nccl-tests output does "
+                     f"not name it: name the file after the test, e.g. all_reduce_perf.txt")
+
+
+def _collective_from_table(columns: list[str], parsed, n: int) -> str | None:
+    def values(name: str) -> set[str]:
+        if name not in columns:
+            return set()
+        at = columns.index(name)
+        return {tokens[at].lower() for _, tokens, _, _ in parsed}
+
+    redops, roots = values("redop"), values("root")
+    if len(redops) != 1 or len(roots) > 1:
+        return None
+    reducing = redops != {"none"}
+    rooted = None if not roots else roots != {"-1"}
+    factor = _bus_factor(columns, parsed)
+    near = lambda target: factor is not None and abs(factor / target - 1) < 0.03  # noqa: E731
+    ring, double = (n - 1) / n, 2 * (n - 1) / n
+    if not reducing:
+        if rooted is not None:
+            return "Broadcast" if rooted else "AllGather"
+        return "AllGather" if near(ring) and not near(1.0) else "Broadcast" if near(1.0) and not near(ring) else None
+    if rooted:
+        return "Reduce"
+    if near(ring) and not near(double):
+        return "ReduceScatter"
+    if near(double) and (rooted is False or not near(1.0)):
+        return "AllReduce"
+    if rooted is None and near(1.0) and not near(double):
+        return "Reduce"
+    return None
+
+
+def _bus_factor(columns: list[str], parsed) -> float | None:
+    """Median busbw / algbw over rows whose printed algbw (two decimals) is precise enough."""
+    if "algbw" not in columns or "busbw" not in columns:
+        return None
+    alg_at, bus_at = columns.index("algbw"), columns.index("busbw")
+    ratios = []
+    for _, tokens, _, _ in parsed:
+        try:
+            alg, bus = float(tokens[alg_at]), float(tokens[bus_at])
+        except ValueError:
+            continue
+        if alg >= 0.5:
+            ratios.append(bus / alg)
+    if not ratios:
+        return None
+    ratios.sort()
+    return ratios[len(ratios) // 2]

@@ -1,0 +1,64 @@
+"""Which format a measurement file is in, and its measurements.
+
+A file is CSV when its first line that is neither blank nor a `#` comment has a comma: our
+benchmark CSV when the header has `group_size`/`time_s`, nccl-tests CSV when it has
+`collective`, `size` and `time`. Otherwise it is nccl-tests text when it has the
+`# nThread ... nGpus` header or `#  Rank` lines. Anything else is refused in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from synth.calibrate.bench_csv import looks_like_bench_csv, parse_bench_csv
+from synth.calibrate.measurements import Measurement
+from synth.calibrate.nccl_csv import looks_like_nccl_csv, parse_nccl_csv
+from synth.calibrate.nccl_text import is_nccl_text, parse_nccl_text
+from synth.errors import UsageError
+
+FORMATS = ("nccl-tests text", "nccl-tests CSV", "benchmark CSV")
+
+
+def read_text(path: str) -> str:
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: no such file" if not file.exists() else f"{path}: not a file")
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it as UTF-8 text ({' '.join(str(error).split())})") from None
+
+
+def detect_format(text: str, path: str) -> str:
+    first = next((line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), None)
+    if first is not None and "," in first:
+        header = next(csv.reader([first]))
+        if looks_like_bench_csv(header):
+            return "benchmark CSV"
+        if looks_like_nccl_csv(header):
+            return "nccl-tests CSV"
+        raise UsageError(f"{path}: a CSV whose header ({first.strip()[:80]}) is neither our benchmark CSV "
+                         f"(collective,level,group_size,bytes,time_s) nor nccl-tests CSV (collective, ..., size, ..., time)")
+    if is_nccl_text(text):
+        return "nccl-tests text"
+    if not text.strip():
+        raise UsageError(f"{path}: the file is empty")
+    raise UsageError(f"{path}: not a measurement file: expected nccl-tests output (with its '# nThread' header and "
+                     f"'#  Rank' lines), nccl-tests CSV, or our benchmark CSV (collective,level,group_size,bytes,time_s)")
+
+
+def read_measurements(path: str, level: str | None = None) -> tuple[str, list[Measurement]]:
+    """(format, measurements) of one file; `level` is --level, applying to the whole file."""
+    text = read_text(path)
+    kind = detect_format(text, path)
+    if kind == "benchmark CSV":
+        return kind, parse_bench_csv(_without_comments(text), path, level)
+    if kind == "nccl-tests CSV":
+        return kind, parse_nccl_csv(_without_comments(text), path, level)
+    return kind, parse_nccl_text(text, path, level)
+
+
+def _without_comments(text: str) -> str:
+    """The CSV with `#` comment lines blanked (line numbers stay those of the file)."""
+    return "\n".join("" if line.lstrip().startswith("#") else line for line in text.splitlines())

@@ -1,0 +1,145 @@
+"""`synth calibrate`: fit level latency and bandwidth (per collective) from measurements and
+write a topology file the simulator reads (synth/calibrate)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from synth.calibrate import Calibration, calibrate, infer_base, read_measurements, render_topology, replay
+from synth.commands.common import print_json
+from synth.errors import UsageError
+from synth.simulate.collectives import BACKENDS, resolve_backend
+from synth.topology import load_topology
+from synth.units import format_bandwidth, format_bytes, format_time
+
+PIPED_WIDTH = 160
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "calibrate", help="fit level latency and bandwidth from nccl-tests or benchmark measurements",
+        description="Fit each measured level's latency and bandwidth, per collective, to measurements (nccl-tests "
+                    "text or CSV output, or our benchmark CSV) under the simulator's own cost model, and write a "
+                    "topology file with the fitted figures and their sources.")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="measurement files (formats: docs/calibrate.md)")
+    parser.add_argument("--topology", "-t", metavar="BASE",
+                        help="topology giving level names, sizes and uplinks (built-in name or TOML file); without "
+                             "it, nccl-tests files define node and gpu levels from their hosts and ranks")
+    parser.add_argument("--level", metavar="NAME",
+                        help="the level every measured group spans, for files that do not say (default: one host "
+                             "-> innermost level, several hosts -> the level above it)")
+    parser.add_argument("-o", "--output", metavar="OUT.toml", help="write the topology here (default: print it)")
+    parser.add_argument("--backend", choices=sorted(BACKENDS),
+                        help="collective library that ran the measurements (default: what the files say, else nccl)")
+    parser.add_argument("--json", action="store_true", help="print the fits as JSON instead of a table")
+    parser.set_defaults(handler=run_calibrate)
+
+
+def run_calibrate(args) -> int:
+    if args.level is not None and args.topology is None:
+        raise UsageError("--level names a level of the base topology; give --topology BASE too")
+    measurements, formats = [], {}
+    for path in args.files:
+        kind, found = read_measurements(path, args.level)
+        formats[path] = kind
+        measurements += found
+    backend = resolve_backend(_backend(args.backend, measurements))
+    base = load_topology(args.topology) if args.topology else infer_base(measurements)
+    result = calibrate(measurements, base, backend)
+    header = (f"Written by synth calibrate (backend {backend.name}) from {', '.join(args.files)}\n"
+              f"on the base topology {base.name}; every fitted figure's source gives its fit.")
+    text = render_topology(result.topology, header)
+    errors = _check_written(text, backend, measurements)
+    if args.output:
+        _write(Path(args.output), text)
+    if args.json:
+        print_json(_json(result, formats, errors, args.output))
+        return 0
+    if not args.output:
+        sys.stdout.write(text)
+    console = Console(stderr=not args.output)
+    if not console.is_terminal:
+        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    console.print(_table(result, errors))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if args.output:
+        console.print(f"wrote {args.output}")
+    return 0
+
+
+def _backend(option: str | None, measurements) -> str:
+    """--backend, or the one backend the files name; a file naming another one is refused."""
+    named = {m.backend for m in measurements if m.backend is not None}
+    if option is not None:
+        for measurement in measurements:
+            if measurement.backend not in (None, option):
+                raise UsageError(f"{measurement.where}: measured with {measurement.backend}, but --backend is "
+                                 f"{option}; calibrate each backend from its own measurements")
+        return option
+    if len(named) > 1:
+        raise UsageError(f"the files mix backends ({', '.join(sorted(named))}); calibrate one at a time with --backend")
+    return named.pop() if named else "nccl"
+
+
+def _check_written(text: str, backend, measurements):
+    """Load the rendered file as any topology file is loaded, and replay the measurements on it."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "calibrated.toml"
+        path.write_text(text, encoding="utf-8")
+        written = load_topology(path)
+    return replay(written, backend, measurements)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=".calibrate-", suffix=".toml", dir=path.parent or Path("."))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError as error:
+        raise UsageError(f"-o {path}: cannot write it ({error.strerror or error})") from None
+
+
+def _table(result: Calibration, errors) -> Table:
+    rms = float((errors ** 2).mean() ** 0.5)
+    table = Table(title=f"{result.topology.name}: fitted under the {result.backend} model",
+                  caption=f"* the level's own figures; the written file reproduces the {len(errors)} measurements "
+                          f"with relative RMS error {rms:.2%} (worst {abs(errors).max():.2%})")
+    for name in ("level", "collective", "points", "sizes", "group", "bandwidth", "latency", "R^2", "rel. RMS",
+                 "notes"):
+        table.add_column(name, justify="right" if name in ("points", "bandwidth", "latency", "R^2", "rel. RMS")
+                         else "left", overflow="fold")
+    for fit in result.fits:
+        solution = fit.solution
+        table.add_row(fit.level, fit.collective + (" *" if fit.level_figure else ""), str(fit.points),
+                      f"{format_bytes(fit.min_bytes)}-{format_bytes(fit.max_bytes)}", ", ".join(fit.groups),
+                      format_bandwidth(solution.bandwidth), format_time(solution.latency_s),
+                      f"{solution.r_squared:.5f}", f"{solution.relative_rms:.2%}", "; ".join(solution.notes))
+    return table
+
+
+def _json(result: Calibration, formats: dict[str, str], errors, output: str | None) -> dict:
+    return {
+        "topology": result.topology.name,
+        "output": output,
+        "backend": result.backend,
+        "files": [{"path": path, "format": kind} for path, kind in formats.items()],
+        "fits": [{
+            "level": fit.level, "collective": fit.collective, "level_figure": fit.level_figure,
+            "points": fit.points, "min_bytes": fit.min_bytes, "max_bytes": fit.max_bytes, "groups": list(fit.groups),
+            "bandwidth_Bps": fit.solution.bandwidth, "bandwidth_GBps": fit.solution.bandwidth / 1e9,
+            "latency_s": fit.solution.latency_s, "r_squared": fit.solution.r_squared,
+            "relative_rms": fit.solution.relative_rms, "max_relative_error": fit.solution.max_relative_error,
+            "algorithms": list(fit.solution.algorithms), "files": list(fit.files), "notes": list(fit.solution.notes),
+        } for fit in result.fits],
+        "replay_relative_rms": float((errors ** 2).mean() ** 0.5),
+        "replay_max_relative_error": float(abs(errors).max()),
+        "notes": list(result.notes),
+    }
