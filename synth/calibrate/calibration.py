@@ -69,7 +69,7 @@ def infer_base(measurements: list[Measurement]) -> Topology:
     ranks = max(m.span.per_unit if m.span.hosts > 1 else m.span.units for m in measurements)
     levels = (Level("node", hosts), Level("gpu", ranks)) if hosts > 1 else (Level("gpu", ranks),)
     check_levels(levels, "the measured groups")
-    return Topology("calibrated", "System inferred from nccl-tests rank lines (hosts x ranks).", levels)
+    return Topology("nccl-tests", "System inferred from nccl-tests rank lines (hosts x ranks).", levels)
 
 
 def _with_figures(level: Level) -> Level:

@@ -27,11 +27,15 @@ from dataclasses import dataclass, field
 
 from synth.calibrate.measurements import Measurement, Span, collective_from_name, parse_count, parse_float, check_time
 from synth.errors import UsageError
+from synth.language import collective_names
 
 HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)")
 TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
                        r"scatter|gather|hypercube)_perf(?![A-Za-z])")
+# nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
+BUS_FACTOR = {"AllReduce": lambda n: 2 * (n - 1) / n, "ReduceScatter": lambda n: (n - 1) / n,
+              "AllGather": lambda n: (n - 1) / n, "Broadcast": lambda n: 1.0, "Reduce": lambda n: 1.0}
 LOG_LINE = re.compile(r"\bNCCL\b|\bRCCL\b")
 TABLE_END = re.compile(r"#\s*(Out of bounds|Avg bus bandwidth)")
 
@@ -44,6 +48,7 @@ class _Run:
     named: tuple[str, int] | None  # (test name, line) mentioned before or in this run
     ranks: dict[int, tuple[str, int]] = field(default_factory=dict)  # rank -> (host, group)
     columns: list[str] | None = None
+    open: bool = False  # inside the table: between its header and its trailer
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
 
 
@@ -64,7 +69,7 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
     current: _Run | None = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if current is not None and current.columns is not None and line and not line.startswith("#"):
+        if current is not None and current.open and line and not line.startswith("#"):
             if not LOG_LINE.search(line):
                 current.rows.append((number, line.split()))
             continue
@@ -79,7 +84,7 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             continue
         rank = RANK.match(line)
         if rank:
-            if current is None or current.columns is not None or current.rows:
+            if current is None or current.columns is not None:
                 current = _Run(number, named)
                 runs.append(current)
             index = int(rank.group(1))
@@ -91,12 +96,12 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
         if line.startswith("#"):
             columns = _table_columns(line.lstrip("#").split())
             if columns is not None and current is not None:
-                current.columns = columns
+                current.columns, current.open = columns, True
             elif columns is not None:
                 raise UsageError(f"{path}:{number}: a result table before any '# nThread' header or '#  Rank' line: "
                                  f"cannot tell the ranks; give the whole nccl-tests output")
             elif TABLE_END.match(line) and current is not None:
-                current.columns = None if current.rows else current.columns
+                current.open = False
     measurements = []
     for run in runs:
         measurements += _measurements(run, path, level)
@@ -162,49 +167,41 @@ def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
 
 
 def _collective(run: _Run, columns: list[str], parsed, n: int, path: str) -> str:
-    """The collective the run measured: from the test name and from the table, which agree."""
-    named = None
+    """The collective the run measured: named by the test, and consistent with the table."""
+    possible = _possible_from_table(columns, parsed, n)
     if run.named is not None:
         name, line = run.named
         named = collective_from_name(name, f"{path}:{line}" if line else path)
-    from_table = _collective_from_table(columns, parsed, n)
-    if named and from_table and named != from_table:
-        raise UsageError(f"{path}:{run.line}: the run is named {run.named[0]}_perf but its table is that of "
-                         f"{from_table} (redop, root and busbw/algbw); check the file")
-    if named or from_table:
-        return named or from_table
-    raise UsageError(f"{path}:{run.line}: cannot tell which collective this run measured; nccl-tests output does "
-                     f"not name it: name the file after the test, e.g. all_reduce_perf.txt")
+        if named not in possible:
+            table = ", ".join(c for c in collective_names() if c in possible) or "no collective"
+            raise UsageError(f"{path}:{run.line}: the run is named {name}_perf but its table (redop, root, busbw/algbw) "
+                             f"fits {table}; check the file")
+        return named
+    if len(possible) == 1:
+        return next(iter(possible))
+    raise UsageError(f"{path}:{run.line}: cannot tell which collective this run measured (nccl-tests output does "
+                     f"not name it); name the file after the test, e.g. all_reduce_perf.txt")
 
 
-def _collective_from_table(columns: list[str], parsed, n: int) -> str | None:
+def _possible_from_table(columns: list[str], parsed, n: int) -> set[str]:
+    """The collectives whose nccl-tests table looks like this one: `redop` none or not, `root`
+    -1 or a rank, and busbw / algbw the collective's bus factor for n ranks."""
     def values(name: str) -> set[str]:
         if name not in columns:
             return set()
         at = columns.index(name)
         return {tokens[at].lower() for _, tokens, _, _ in parsed}
 
+    possible = set(collective_names())
     redops, roots = values("redop"), values("root")
-    if len(redops) != 1 or len(roots) > 1:
-        return None
-    reducing = redops != {"none"}
-    rooted = None if not roots else roots != {"-1"}
+    if len(redops) == 1:
+        possible &= {"AllGather", "Broadcast"} if redops == {"none"} else {"AllReduce", "ReduceScatter", "Reduce"}
+    if len(roots) == 1:
+        possible &= {"AllReduce", "ReduceScatter", "AllGather"} if roots == {"-1"} else {"Reduce", "Broadcast"}
     factor = _bus_factor(columns, parsed)
-    near = lambda target: factor is not None and abs(factor / target - 1) < 0.03  # noqa: E731
-    ring, double = (n - 1) / n, 2 * (n - 1) / n
-    if not reducing:
-        if rooted is not None:
-            return "Broadcast" if rooted else "AllGather"
-        return "AllGather" if near(ring) and not near(1.0) else "Broadcast" if near(1.0) and not near(ring) else None
-    if rooted:
-        return "Reduce"
-    if near(ring) and not near(double):
-        return "ReduceScatter"
-    if near(double) and (rooted is False or not near(1.0)):
-        return "AllReduce"
-    if rooted is None and near(1.0) and not near(double):
-        return "Reduce"
-    return None
+    if factor is not None:
+        possible = {c for c in possible if abs(factor / BUS_FACTOR[c](n) - 1) < 0.03}
+    return possible
 
 
 def _bus_factor(columns: list[str], parsed) -> float | None:
