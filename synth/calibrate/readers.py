@@ -1,9 +1,9 @@
 """Which format a measurement file is in, and its measurements.
 
-A file is CSV when its first line that is neither blank nor a `#` comment has a comma: our
-benchmark CSV when the header has `group_size`/`time_s`, nccl-tests CSV when it has
-`collective`, `size` and `time`. Otherwise it is nccl-tests text when it has the
-`# nThread ... nGpus` header or `#  Rank` lines. Anything else is refused in one line.
+A file is nccl-tests text when it has the `# nThread ... nGpus` header or `#  Rank` lines.
+Otherwise it is CSV when its first line that is neither blank nor a `#` comment has a comma:
+our benchmark CSV when the header has `group_size`/`time_s`, nccl-tests CSV when it has
+`collective`, `size` and `time`. Anything else is refused in one line.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def read_text(path: str) -> str:
 
 
 def detect_format(text: str, path: str) -> str:
+    if is_nccl_text(text):  # first: a captured command line or NCCL log line may hold commas
+        return "nccl-tests text"
     first = next((line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), None)
     if first is not None and "," in first:
         header = next(csv.reader([first]))
@@ -40,8 +42,6 @@ def detect_format(text: str, path: str) -> str:
             return "nccl-tests CSV"
         raise UsageError(f"{path}: a CSV whose header ({first.strip()[:80]}) is neither our benchmark CSV "
                          f"(collective,level,group_size,bytes,time_s) nor nccl-tests CSV (collective, ..., size, ..., time)")
-    if is_nccl_text(text):
-        return "nccl-tests text"
     if not text.strip():
         raise UsageError(f"{path}: the file is empty")
     raise UsageError(f"{path}: not a measurement file: expected nccl-tests output (with its '# nThread' header and "

@@ -59,7 +59,7 @@ def run_calibrate(args) -> int:
     if args.output:
         _write(Path(args.output), text)
     if args.json:
-        print_json(_json(result, formats, errors, args.output))
+        print_json(_json(result, formats, errors, args.output, text))
         return 0
     if not args.output:
         sys.stdout.write(text)
@@ -125,10 +125,11 @@ def _table(result: Calibration, errors) -> Table:
     return table
 
 
-def _json(result: Calibration, formats: dict[str, str], errors, output: str | None) -> dict:
+def _json(result: Calibration, formats: dict[str, str], errors, output: str | None, text: str) -> dict:
     return {
         "topology": result.topology.name,
         "output": output,
+        "toml": text,
         "backend": result.backend,
         "files": [{"path": path, "format": kind} for path, kind in formats.items()],
         "fits": [{
