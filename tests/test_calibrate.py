@@ -470,3 +470,19 @@ def test_reading_a_directory_or_binary_is_refused(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(UsageError, match="cannot read it as UTF-8"):
         read_measurements(str(binary))
+
+
+def test_level_option_fills_an_empty_level_column_and_must_name_a_base_level(files, run_cli):
+    truth, rng = Truth(files / "truth-gloo.toml", "gloo"), np.random.default_rng(6)
+    rows = [f"Broadcast,,4,{nbytes},{noisy(rng, truth.time('Broadcast', ONE_HOST, nbytes))!r}" for nbytes in SIZES]
+    path = files / "no-level.csv"
+    path.write_text(BENCH_HEADER + "\n".join(rows) + "\n")
+    base = str(files / "base.toml")
+    code, stdout, stderr = run_cli("calibrate", str(path), "-t", base, "--level", "gpu", "--backend", "gloo", "--json")
+    assert code == 0, stderr
+    fit = fits_of(stdout)[("gpu", "Broadcast")]
+    assert fit["bandwidth_Bps"] == pytest.approx(3e9, rel=0.05) and fit["level_figure"]  # the only one: the level's
+    code, _, stderr = run_cli("calibrate", str(path), "-t", base)
+    assert code == 2 and "empty level" in stderr
+    code, _, stderr = run_cli("calibrate", str(path), "-t", base, "--level", "rack")
+    assert code == 2 and "level 'rack' is not a level of topology base (node, gpu)" in stderr
