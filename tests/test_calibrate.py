@@ -370,6 +370,9 @@ def test_older_nccl_tests_output_without_group_or_root(tmp_path):
         ("AllReduce", 268435456, pytest.approx(3689.4e-6))]
     assert measurements[0].span.units == 2 and measurements[0].span.hosts == 1
     assert measurements[0].where == f"{path}:10"
+    noisy_path = tmp_path / "all_reduce_perf.noisy"
+    noisy_path.write_text(OLD_NCCL_TESTS.replace("     1048576", "[dgx01:40210] mca: warning: a message\n     1048576"))
+    assert len(read_measurements(str(noisy_path))[1]) == 3
 
 
 def test_rccl_tests_csv_single_process(tmp_path):

@@ -11,7 +11,8 @@ The rank lines give the group: how many ranks, on how many hosts (older versions
 `Group`; a run split into several groups is refused). The table header gives the columns
 (older versions have no `root` and call `#wrong` `error`); the in-place time is used (it is
 what programs run), the out-of-place one when there is no other. Rows of 0 bytes are
-skipped: NCCL returns from them without communicating. NCCL log lines are ignored.
+skipped: NCCL returns from them without communicating. NCCL log lines, and other messages
+printed into the table that do not start with a number, are ignored.
 
 The output does not name the collective, so it is read from a `<test>_perf` name in the
 file (a captured command line) or in the file name, and from the table itself: the `redop`
@@ -152,6 +153,8 @@ def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
     parsed = []
     for number, tokens in run.rows:
         where = f"{path}:{number}"
+        if len(tokens) != len(columns) and not tokens[0][:1].isdigit():
+            continue  # a message printed into the table (MPI, a launcher), not a row
         if len(tokens) != len(columns):
             raise UsageError(f"{where}: a result row with {len(tokens)} fields where the header has {len(columns)} "
                              f"({' '.join(columns)}); give nccl-tests output as printed")
@@ -161,6 +164,8 @@ def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
             time_text = tokens[times[0]]
         time_s = check_time(parse_float(time_text, "time", where), time_text, where) * 1e-6
         parsed.append((number, tokens, size, time_s))
+    if not parsed:
+        return []
     collective = _collective(run, columns, parsed, span.size, path)
     return [Measurement(collective, size, time_s, span, path, number, "nccl")
             for number, _, size, time_s in parsed if size > 0]
