@@ -489,3 +489,18 @@ def test_level_option_fills_an_empty_level_column_and_must_name_a_base_level(fil
     assert code == 2 and "empty level" in stderr
     code, _, stderr = run_cli("calibrate", str(path), "-t", base, "--level", "rack")
     assert code == 2 and "level 'rack' is not a level of topology base (node, gpu)" in stderr
+
+
+def test_a_negative_latency_is_clamped_with_a_note(files, run_cli):
+    """Calls faster than gloo's modelled launch cost (20 us) alone: no latency is left for the level."""
+    rows = [f"AllReduce,gpu,4,{nbytes},{5e-6 + 1.5 * nbytes / 1e9!r},gloo" for nbytes in SIZES]
+    path = files / "fast.csv"
+    path.write_text("collective,level,group_size,bytes,time_s,backend\n" + "\n".join(rows) + "\n")
+    out = files / "fast.toml"
+    code, stdout, stderr = run_cli("calibrate", str(path), "-t", str(files / "base.toml"), "-o", str(out), "--json")
+    assert code == 0, stderr
+    fit = fits_of(stdout)[("gpu", "AllReduce")]
+    assert fit["latency_s"] == 1e-9 and "clamped to 1 ns" in fit["notes"][0]
+    assert fit["relative_rms"] > 0.5  # the model cannot fit calls below its launch cost: the table says so
+    level = load_topology(out).levels[1]
+    assert level.latency.value == pytest.approx(1e-9) and "clamped to 1 ns" in level.latency.source

@@ -70,6 +70,8 @@ def _solve(points: list[Point], alpha: float, x: float, level_bound: bool, where
     notes = []
     if not np.any(matrix[:, 1] > 0):  # level l's links bound no transfer: x is not identifiable
         alpha_new = _one_column(matrix[:, 0], target)
+        if alpha_new < MIN_LATENCY_S:
+            notes.append(f"latency fit {_signed_time(alpha_new)} clamped to {format_time(MIN_LATENCY_S)}")
         return max(alpha_new, MIN_LATENCY_S), x, tuple(choices), notes, False
     (alpha_new, x_new), *_ = np.linalg.lstsq(matrix, target, rcond=None)
     if alpha_new < MIN_LATENCY_S:
