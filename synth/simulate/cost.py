@@ -136,6 +136,8 @@ class Simulator:
         self._plans: dict[tuple[str, tuple[int, ...]], tuple[_Compiled, ...]] = {}
         self._phases: dict[tuple, tuple[tuple[float, float, int], ...]] = {}
         self._figures: dict[tuple, _StepFigures] = {}
+        self._estimates: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._picked: dict[tuple, tuple[str, float]] = {}
 
     def _network_of(self, collective: str):
         """The network with the collective's own level figures where the topology has them
@@ -184,6 +186,25 @@ class Simulator:
         ]
         return min(range(len(estimates)), key=lambda i: (estimates[i], i))
 
+    def _choices(self, collective: str, calls: Calls, chunks: Chunks, bytes_per_device: int) -> tuple[int, ...]:
+        """`_choose` for every call of a step at once. A step has many calls and a sweep many
+        sizes, so the candidates' latencies and seconds per byte are kept per (collective, calls)
+        as (calls x candidates) arrays and a size costs one argmin, not a Python loop over calls;
+        the arithmetic is `_choose`'s, element for element, so the picks are the same."""
+        key = (collective, calls)
+        table = self._estimates.get(key)
+        if table is None:
+            compiled = [self._compile(collective, members) for members in calls]
+            table = (np.array([[sum(c.latencies) for c in candidates] for candidates in compiled]),
+                     np.array([[c.alone_s_per_byte for c in candidates] for candidates in compiled]))
+            self._estimates[key] = table
+        latency, per_byte = table
+        if latency.shape[1] == 1:
+            return (0,) * len(calls)
+        call_bytes = np.array([part * bytes_per_device / self.group_size for part in chunks])
+        estimates = latency + call_bytes[:, None] * per_byte / self.backend.efficiency_of(collective)
+        return tuple(estimates.argmin(axis=1).tolist())
+
     # --- one step ----------------------------------------------------------------------------------
 
     def _step_phases(self, collective: str, calls: Calls, choices: tuple[int, ...], weights: tuple[float, ...]):
@@ -206,6 +227,16 @@ class Simulator:
         self._phases[key] = tuple(result)
         return self._phases[key]
 
+    def _algorithms(self, collective: str, calls: Calls, choices: tuple[int, ...]) -> tuple[str, float]:
+        """What the step's calls run (e.g. "ring" or "ring/tree") and the largest scratch of
+        any call as a fraction of B; kept per choice, as it does not depend on the size."""
+        key = (collective, calls, choices)
+        if key not in self._picked:
+            plans = [self._compile(collective, members)[choice].plan for members, choice in zip(calls, choices)]
+            self._picked[key] = ("/".join(sorted({plan.algorithm for plan in plans})),
+                                 max(plan.extra_memory for plan in plans))
+        return self._picked[key]
+
     def _step_figures(self, collective: str, calls: Calls, chunks: Chunks, bytes_per_device: int) -> _StepFigures:
         key = (collective, calls, chunks, bytes_per_device)
         cached = self._figures.get(key)
@@ -213,8 +244,7 @@ class Simulator:
             return cached
         largest = max(chunks)
         call_bytes = largest * bytes_per_device / self.group_size
-        choices = tuple(self._choose(collective, members, part * bytes_per_device / self.group_size)
-                        for members, part in zip(calls, chunks))
+        choices = self._choices(collective, calls, chunks, bytes_per_device)
         weights = tuple(part / largest for part in chunks)
         phases = self._step_phases(collective, calls, choices, weights)
         efficiency = self.backend.efficiency_of(collective)
@@ -222,10 +252,8 @@ class Simulator:
         transfer = sum(call_bytes * per_byte for _, per_byte, _ in phases) / efficiency
         longest = max(range(len(phases)), key=lambda i: (phases[i][1], -i))
         link = phases[longest][2] if phases[longest][1] > 0 else NO_LINK
-        plans = [self._compile(collective, members)[choice].plan for members, choice in zip(calls, choices)]
-        algorithms = sorted({plan.algorithm for plan in plans})
-        extra = max(plan.extra_memory for plan in plans) * call_bytes
-        figures = _StepFigures("/".join(algorithms), latency, transfer, self.network.link_name(link), extra,
+        algorithm, extra_memory = self._algorithms(collective, calls, choices)
+        figures = _StepFigures(algorithm, latency, transfer, self.network.link_name(link), extra_memory * call_bytes,
                                latency + transfer)
         self._figures[key] = figures
         return figures
