@@ -12,7 +12,7 @@ from synth.errors import SynthError, UsageError
 
 # Command groups, in the order of the data flow; each module exposes register(subparsers).
 COMMAND_MODULES = ("synth.commands.synthesis", "synth.commands.simulation", "synth.commands.export",
-                   "synth.commands.exploration")
+                   "synth.commands.exploration", "synth.commands.emulate")
 COMMAND_MODULES += ("synth.commands.sweep",)
 COMMAND_MODULES += ("synth.commands.calibration",)
 

@@ -21,8 +21,8 @@ def add_system_options(parser: argparse.ArgumentParser, required: bool = True) -
 
 
 def add_job_options(parser: argparse.ArgumentParser, reduce: bool = True, placement: bool = True,
-                    hierarchy: bool = True) -> None:
-    add_system_options(parser)
+                    hierarchy: bool = True, system_required: bool = True) -> None:
+    add_system_options(parser, required=system_required)
     parser.add_argument("--axes", "-a", required=True, metavar="A", help="parallelism axes in order, e.g. data=8,model=4")
     if reduce:
         parser.add_argument("--reduce", "-r", required=True, metavar="R", help="axis or axes to reduce over, e.g. data or data,model")

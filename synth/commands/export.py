@@ -11,8 +11,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from synth.commands.common import (add_job_options, hierarchy_for, read_program_text, resolve_job,
+from synth.commands.common import (Job, add_job_options, hierarchy_for, read_program_text, resolve_job,
                                    resolve_placements, resolve_reduce)
+from synth.emulate.bench import add_emulate_options, emulation_requested, run_emulated
 from synth.errors import InvalidProgramError, NoSolutionError, UsageError
 from synth.export import bench as benchmod
 from synth.export import json_plan, mesh, nccl_c, torch_script
@@ -22,6 +23,7 @@ from synth.export.provenance import Provenance, hierarchy_metadata, placement_me
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step, parse_program
 from synth.lowering import lower
+from synth.placement import parse_axes
 from synth.simulate.collectives import BACKENDS
 from synth.simulate.network import check_costable
 from synth.simulate.rank import rank_programs
@@ -55,7 +57,7 @@ def register(subparsers) -> None:
         "bench", help="run programs and the default all-reduce with torchrun here; measurements to results/",
         description="Export the programs and the default all-reduce into one torch script, run it with torchrun "
                     "(one process per device), check every result and write time, algbw and busbw to a CSV.")
-    add_job_options(parser, placement=True)
+    add_job_options(parser, placement=True, system_required=False)  # --emulate T may stand for -t T
     _add_program_options(parser)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend (default gloo)")
     parser.add_argument("--bytes", metavar="S", help="buffer size per device, e.g. 1MiB (default 1MiB on gloo, 32MiB on nccl)")
@@ -67,6 +69,7 @@ def register(subparsers) -> None:
     parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs first (default 5)")
     parser.add_argument("--results", default="results", metavar="DIR", help="where the CSV goes (default results/)")
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS", help="stop torchrun after this long")
+    add_emulate_options(parser)
     parser.set_defaults(handler=run_bench)
 
 
@@ -129,7 +132,7 @@ def default_all_reduce(hierarchy: SynthesisHierarchy) -> Program:
 def _system_arguments(args) -> list[str]:
     if args.topology:
         return ["--topology", args.topology]
-    return ["--levels", args.levels]
+    return ["--levels", args.levels] if args.levels else []
 
 
 # --- export ------------------------------------------------------------------------------------
@@ -259,7 +262,14 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
 
 
 def run_bench(args) -> int:
-    job = resolve_job(args)
+    if emulation_requested(args):
+        return run_emulated(args, _bench)
+    return _bench(args, torchrun)
+
+
+def _bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
+    """The bench, with `launch` in torchrun()'s place and, when given, `topology` for the job's."""
+    job = resolve_job(args) if topology is None else Job(topology, parse_axes(args.axes))
     reduce_axes = resolve_reduce(args, job)
     devices = job.topology.device_count
     check_nproc(args.nproc if args.nproc is not None else devices, devices)
@@ -282,11 +292,11 @@ def run_bench(args) -> int:
     script_path.write_text(torch_script.render(plan, provenance), encoding="utf-8")
     started = datetime.now().astimezone()
     print(f"running {len(plan.programs)} program(s) on {devices} processes ({args.backend}), "
-          f"sizes {', '.join(map(str, sizes))} B: torchrun {script_path}", file=sys.stderr)
-    result = torchrun(script_path, devices, script_args, timeout=args.timeout)
+          f"sizes {', '.join(map(str, sizes))} B: {label} {script_path}", file=sys.stderr)
+    result = launch(script_path, devices, script_args, timeout=args.timeout)
     log_path.write_text(result.log, encoding="utf-8")
     if result.report is None:
-        raise LaunchError(f"torchrun exited with code {result.returncode} before the script reported; "
+        raise LaunchError(f"{label.rstrip(':')} exited with code {result.returncode} before the script reported; "
                           f"its output is in {log_path}")
     predicted = None
     if job.topology.has_link_figures:
@@ -299,7 +309,7 @@ def run_bench(args) -> int:
               f"date: {started.isoformat(timespec='seconds')}", *benchmod.machine_lines(),
               f"backend: {args.backend}; {devices} processes; {args.iters} iteration(s) after {args.warmup} warm-up run(s); "
               f"float32 sum; times are the slowest rank's mean per run",
-              prediction_note, f"script: {script_path.name}; log: {log_path.name}"]
+              prediction_note, *notes, f"script: {script_path.name}; log: {log_path.name}"]
     benchmod.write_csv(csv_path, rows, header)
     _print_rows(rows)
     print(f"wrote {csv_path}")
@@ -324,6 +334,8 @@ def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
     if args.top is not None:
         argv += ["--top", str(args.top), "--max-len", str(args.max_len)]
     argv += ["--backend", args.backend, "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    if args.emulate is not None:
+        argv += ["--emulate", args.emulate, "--emulate-name", args.emulate_name] + (["--scale", args.scale] if args.scale else [])
     if args.minbytes is not None:
         argv += ["-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(args.stepfactor)]
     else:
