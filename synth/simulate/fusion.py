@@ -24,10 +24,18 @@ the best plan of a prefix ends as early as possible (optimal substructure). O(n^
 each bucket runs the fastest program at its size, which is optimal for the same reason.
 Ties go to the smallest a (the larger last bucket), so the plan is deterministic.
 
+Many plans often share that earliest finish: while backward is still producing gradients a
+bucket's reduction is hidden, and the DP happily reduces every tensor alone. So the optimal
+plan is then merged, left to right: two adjacent buckets become one whenever the step's
+finish does not move (checked by running the schedule, so it stays exactly F(n)). Fewer
+buckets means fewer calls (each pays a launch) and less stream time, for the same finish.
+
 C(S) comes from `synth.simulate.best`: by default the fastest of the candidate programs (the
 top 3 of the exact search at every power of two spanning the bucket sizes, and the default
-all-reduce), each costed exactly at S; with `exact=True` the exact top-1 search at every
-distinct bucket size.
+all-reduce), each costed exactly on the grid and on its line between grid sizes where the
+backend's algorithm picks do not change (exactly otherwise); with `exact=True` the exact
+top-1 search at every distinct bucket size. Buckets whose start plus the lower bound of
+synth/simulate/bound.py already ends after the best found are not costed at all.
 
 The baseline is PyTorch DDP's default bucketing running the default all-reduce:
 `DistributedDataParallel(bucket_cap_mb=25)` (torch/nn/parallel/distributed.py; the cap is
@@ -47,6 +55,7 @@ from dataclasses import dataclass
 
 from synth.hierarchy import SynthesisHierarchy
 from synth.simulate.best import BestPrograms, Choice
+from synth.simulate.bound import lower_bound
 from synth.simulate.collectives import Backend
 from synth.simulate.cost import baseline_program
 from synth.simulate.network import check_costable
@@ -61,7 +70,7 @@ DDP_FIRST_BUCKET_CAP = 1 * MiB  # c10d kDefaultFirstBucketBytes
 # Neural Language Models", section 2.1: C_backward ~ 2 C_forward = 4N per token), writing
 # 4-byte (fp32) gradients: 4 B * 125e12 / (4 * 4096) = 30.5e9 B/s, rounded to 30 GB/s.
 DEFAULT_COMPUTE_RATE = 30e9
-MAX_TENSORS = 2000  # the DP is O(n^2) buckets in Python: 2000 tensors is ~2 million
+MAX_TENSORS = 2000  # the DP is O(n^2) buckets in Python: 2000 tensors is ~2 million, seconds
 
 
 @dataclass(frozen=True)
@@ -159,9 +168,15 @@ def schedule(tensors: tuple[int, ...], ready: tuple[float, ...], ranges: list[tu
     return Schedule(tuple(buckets), ready[-1] if ready else 0.0)
 
 
-def optimal_ranges(tensors: tuple[int, ...], ready: tuple[float, ...],
-                   seconds: Callable[[int], float]) -> list[tuple[int, int]]:
-    """The bucketing minimizing the finish time (the DP in the module docstring)."""
+def optimal_ranges(tensors: tuple[int, ...], ready: tuple[float, ...], seconds: Callable[[int], float],
+                   floor: Callable[[int], float] | None = None) -> list[tuple[int, int]]:
+    """The bucketing minimizing the finish time (the DP in the module docstring).
+
+    `floor(S)`, if given, must be a lower bound on `seconds(S)`: a bucket whose start plus
+    floor already ends after the best found for its prefix is not costed (the lower bound of
+    synth/simulate/bound.py holds for every program, so this skips work, never the optimum).
+    Buckets are tried whole prefix first, then from the smallest up (a = 1, b, b-1, ..., 2),
+    so that the best is usually found before most buckets are reached."""
     n = len(tensors)
     prefix = [0]
     for size in tensors:
@@ -169,15 +184,56 @@ def optimal_ranges(tensors: tuple[int, ...], ready: tuple[float, ...],
     finish = [0.0] + [math.inf] * n
     choice = [0] * (n + 1)
     for b in range(1, n + 1):
-        for a in range(1, b + 1):
-            end = max(ready[b - 1], finish[a - 1]) + seconds(prefix[b] - prefix[a - 1])
-            if end < finish[b]:
+        for a in (1, *range(b, 1, -1)):  # one bucket first: when gradients are ready early it is the one to beat
+            start, size = max(ready[b - 1], finish[a - 1]), prefix[b] - prefix[a - 1]
+            if floor is not None and start + floor(size) > finish[b]:
+                continue
+            end = start + seconds(size)
+            if end < finish[b] or (end == finish[b] and a < choice[b]):  # ties: the larger last bucket
                 finish[b], choice[b] = end, a
     ranges, b = [], n
     while b > 0:
         ranges.append((choice[b] - 1, b - 1))
         b = choice[b] - 1
     return ranges[::-1]
+
+
+def _ends(tensors, ready, ranges, seconds) -> list[float]:
+    free, ends = 0.0, []
+    for first, last in ranges:
+        free = max(ready[last], free) + seconds(sum(tensors[first:last + 1]))
+        ends.append(free)
+    return ends
+
+
+def merge_idle(tensors: tuple[int, ...], ready: tuple[float, ...], ranges: list[tuple[int, int]],
+               seconds: Callable[[int], float]) -> list[tuple[int, int]]:
+    """Merge adjacent buckets, left to right, whenever the finish time does not move.
+
+    A merge at i is tried by running the schedule on from bucket i; it is kept as soon as some
+    later bucket ends no later than it did before (every bucket after it then ends no later
+    either: ends are nondecreasing in the previous end), or when the merged bucket is the last
+    and ends no later than the finish."""
+    ranges = list(ranges)
+    ends = _ends(tensors, ready, ranges, seconds)
+    i = 0
+    while i + 1 < len(ranges):
+        merged = (ranges[i][0], ranges[i + 1][1])
+        free = ends[i - 1] if i else 0.0
+        free = max(ready[merged[1]], free) + seconds(sum(tensors[merged[0]:merged[1] + 1]))
+        keep = free <= ends[i + 1]
+        for k in range(i + 2, len(ranges)):
+            if keep:
+                break
+            first, last = ranges[k]
+            free = max(ready[last], free) + seconds(sum(tensors[first:last + 1]))
+            keep = free <= ends[k]
+        if keep:
+            ranges[i:i + 2] = [merged]
+            ends = _ends(tensors, ready, ranges, seconds)
+        else:
+            i += 1
+    return ranges
 
 
 def ddp_ranges(tensors: tuple[int, ...], bucket_cap: int = DDP_BUCKET_CAP,
@@ -193,6 +249,15 @@ def ddp_ranges(tensors: tuple[int, ...], bucket_cap: int = DDP_BUCKET_CAP,
     if first < len(tensors):
         ranges.append((first, len(tensors) - 1))
     return ranges
+
+
+def bound_floor(hierarchy: SynthesisHierarchy, topology: Topology) -> Callable[[int], float]:
+    """The lower bound as a function of the size: latency + S * seconds per byte (it is affine
+    in S, synth/simulate/bound.py), shaved by a relative 1e-9 so rounding never lifts it above
+    a program's time."""
+    probe = lower_bound(hierarchy, topology, 2**30)
+    per_byte = probe.transfer_s / 2**30
+    return lambda size: (probe.latency_s + size * per_byte) * (1 - 1e-9)
 
 
 def bucket_chooser(best: BestPrograms, tensors: tuple[int, ...], exact: bool = False) -> Callable[[int], Choice]:
@@ -218,7 +283,9 @@ def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list
         raise ValueError("bucket caps must be positive byte counts")
     chooser = bucket_chooser(BestPrograms(hierarchy, topology, backend, max_len), tensors, exact)
     ready = ready_times(tensors, compute_rate)
-    ranges = optimal_ranges(tensors, ready, lambda size: chooser(size).time_s)
+    seconds = lambda size: chooser(size).time_s  # noqa: E731
+    ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, bound_floor(hierarchy, topology)),
+                        seconds)
     plan = schedule(tensors, ready, ranges, lambda size: (chooser(size).program, chooser(size).time_s))
     default = str(baseline_program(hierarchy))
     baseline = schedule(tensors, ready, ddp_ranges(tensors, bucket_cap, first_bucket_cap),
