@@ -17,7 +17,7 @@ from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
 from synth.simulate.best import BestPrograms, grid_sizes
 from synth.simulate.explore import explore_placements
-from synth.simulate.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, bucket_chooser, ddp_ranges, optimal_ranges,
+from synth.simulate.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, bucket_chooser, ddp_ranges, merge_idle, optimal_ranges,
                                    plan_fusion, ready_times, schedule)
 from synth.simulate.rank import rank_programs
 from synth.simulate.workload import Reduction, evaluate_workload, parse_reduction
@@ -178,10 +178,17 @@ def brute_force_finish(tensors, ready, seconds) -> float:
 
 
 def dp_finish(tensors, ready, seconds) -> float:
-    ranges = optimal_ranges(tensors, ready, seconds)
-    assert [first for first, _ in ranges] == [0] + [last + 1 for _, last in ranges[:-1]]
-    assert ranges[-1][1] == len(tensors) - 1
-    return schedule(tensors, ready, ranges, lambda size: ("", seconds(size))).finish_s
+    """The DP's finish; merging its idle buckets must keep it exactly."""
+    finishes = []
+    optimal = optimal_ranges(tensors, ready, seconds)
+    merged = merge_idle(tensors, ready, optimal, seconds)
+    assert len(merged) <= len(optimal)
+    for ranges in (optimal, merged):
+        assert [first for first, _ in ranges] == [0] + [last + 1 for _, last in ranges[:-1]]
+        assert ranges[-1][1] == len(tensors) - 1
+        finishes.append(schedule(tensors, ready, ranges, lambda size: ("", seconds(size))).finish_s)
+    assert finishes[1] == finishes[0]
+    return finishes[0]
 
 
 SYNTHETIC_COSTS = [
@@ -224,9 +231,15 @@ def test_grid_candidates_agree_with_the_exact_search():
     best = BestPrograms(hierarchy, topology)
     candidates = best.candidates((4 * KiB, 256 * MiB))
     assert candidates.grid == grid_sizes(4 * KiB, 256 * MiB)
-    for size in (4 * KiB, 5000, 3 * MiB + 17, 40 * MiB, 256 * MiB):
-        assert candidates(size).time_s <= best.best(size).baseline_time_s
-        assert (candidates(size).program, candidates(size).time_s) == (best.best(size).program, best.best(size).time_s)
+    rng = random.Random(3)
+    for size in (4 * KiB, 5000, 3 * MiB + 17, 40 * MiB, 256 * MiB, *(rng.randint(4 * KiB, 256 * MiB) for _ in range(20))):
+        chosen, exact = candidates(size), best.best(size)
+        assert chosen.time_s <= chosen.baseline_time_s
+        assert chosen.program == exact.program
+        assert chosen.time_s == pytest.approx(exact.time_s, rel=1e-12)
+        assert chosen.baseline_time_s == pytest.approx(exact.baseline_time_s, rel=1e-12)
+        if size in candidates.grid:
+            assert (chosen.time_s, chosen.baseline_time_s) == (exact.time_s, exact.baseline_time_s)
 
 
 @pytest.mark.parametrize("case", [
@@ -249,6 +262,16 @@ def test_fusion_is_never_worse_than_ddp_default_buckets(case):
                 assert after.first == before.last + 1 and after.start_s >= before.end_s
             assert all(b.start_s >= b.ready_s for b in schedule_.buckets)
         assert plan.plan.compute_end_s == (0.0 if math.isinf(rate) else sum(tensors) / rate)
+
+
+def test_hidden_reductions_are_merged_into_few_buckets():
+    """While backward is still running, reducing every tensor alone and reducing them together
+    finish at the same time; the plan keeps the finish and drops the needless calls."""
+    tensors, ready = (MiB,) * 6, tuple(float(i + 1) for i in range(6))
+    seconds = lambda size: 1e-3 + size / 1e12  # noqa: E731
+    assert len(optimal_ranges(tensors, ready, seconds)) == 6
+    merged = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds), seconds)
+    assert merged == [(0, 4), (5, 5)]
 
 
 def test_ddp_buckets_close_when_they_reach_their_cap():
