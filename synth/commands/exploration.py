@@ -253,13 +253,18 @@ def run_fusion(args) -> int:
     console.print(_schedule_table(baseline_title, plan.baseline, programs=False))
     console.print(
         f"planned: reduction finishes at {format_time(plan.plan.finish_s)} ({format_time(plan.plan.exposed_s)} after "
-        f"backward, {len(plan.plan.buckets)} buckets)\n"
+        f"backward, {_buckets(plan.plan)})\n"
         f"DDP default: finishes at {format_time(plan.baseline.finish_s)} ({format_time(plan.baseline.exposed_s)} after "
-        f"backward, {len(plan.baseline.buckets)} buckets)\n"
+        f"backward, {_buckets(plan.baseline)})\n"
         f"gain: {plan.gain:.3f}x, {format_time(plan.saved_s)} saved per step "
         f"(bucket times: {'exact search per size' if plan.times == 'exact' else 'best of the grid candidates'}; "
         f"backend {args.backend})", highlight=False)
     return 0
+
+
+def _buckets(schedule: Schedule) -> str:
+    count = len(schedule.buckets)
+    return f"{count} bucket{'' if count == 1 else 's'}"
 
 
 def _schedule_table(title: str, schedule: Schedule, programs: bool) -> Table:
