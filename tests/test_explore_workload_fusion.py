@@ -254,6 +254,8 @@ def test_fusion_is_never_worse_than_ddp_default_buckets(case):
     for rate in (math.inf, 2e9, 30e9, 1e12):
         plan = plan_fusion(hierarchy, topology, tensors, compute_rate=rate)
         assert plan.plan.finish_s <= plan.baseline.finish_s and plan.gain >= 1
+        assert plan.plan.finish_s <= min(plan.buckets_only.finish_s, plan.programs_only.finish_s)
+        assert plan.programs_only.finish_s <= plan.baseline.finish_s
         for schedule_ in (plan.plan, plan.baseline):
             assert [(b.first, b.last) for b in schedule_.buckets][0][0] == 0
             assert schedule_.buckets[-1].last == len(tensors) - 1
@@ -301,6 +303,7 @@ def test_fusion_json_from_a_tensors_file(run_cli, tmp_path):
     assert plan["plan"]["finish_s"] <= plan["baseline"]["finish_s"]
     assert plan["gain"] == pytest.approx(plan["baseline"]["finish_s"] / plan["plan"]["finish_s"])
     assert plan["baseline"]["bucket_cap_bytes"] == 25 * MiB
+    assert plan["plan"]["finish_s"] <= min(plan["buckets_only_finish_s"], plan["programs_only_finish_s"])
     assert sum(bucket["bytes"] for bucket in plan["plan"]["buckets"]) == sum(sizes)
 
 

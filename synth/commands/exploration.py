@@ -256,9 +256,11 @@ def run_fusion(args) -> int:
         f"backward, {_buckets(plan.plan)})\n"
         f"DDP default: finishes at {format_time(plan.baseline.finish_s)} ({format_time(plan.baseline.exposed_s)} after "
         f"backward, {_buckets(plan.baseline)})\n"
-        f"gain: {plan.gain:.3f}x, {format_time(plan.saved_s)} saved per step "
-        f"(bucket times: {'exact search per size' if plan.times == 'exact' else 'best of the grid candidates'}; "
-        f"backend {args.backend})", highlight=False)
+        f"gain: {plan.gain:.3f}x, {format_time(plan.saved_s)} saved per step; the planned buckets with the default "
+        f"all-reduce finish at {format_time(plan.buckets_only.finish_s)}, DDP's buckets with the fastest programs at "
+        f"{format_time(plan.programs_only.finish_s)}\n"
+        f"bucket times: {'exact search per size' if plan.times == 'exact' else 'best of the grid candidates'}; "
+        f"backend {args.backend}", highlight=False)
     return 0
 
 
@@ -299,4 +301,5 @@ def _fusion_json(plan: FusionPlan, hierarchy, args) -> dict:
         "baseline": dict(plan.baseline.to_json(), bucket_cap_bytes=plan.bucket_cap,
                          first_bucket_cap_bytes=plan.first_bucket_cap),
         "gain": plan.gain, "saved_s": plan.saved_s,
+        "buckets_only_finish_s": plan.buckets_only.finish_s, "programs_only_finish_s": plan.programs_only.finish_s,
     }

@@ -127,6 +127,8 @@ class FusionPlan:
     compute_rate: float  # bytes/s; inf: every gradient ready at once
     plan: Schedule
     baseline: Schedule  # DDP's default buckets running the default all-reduce
+    buckets_only: Schedule  # the planned buckets running the default all-reduce: what fusion alone buys
+    programs_only: Schedule  # DDP's buckets running the fastest programs: what the programs alone buy
     bucket_cap: int
     first_bucket_cap: int
     times: str  # "candidates" or "exact": how C(S) was found
@@ -286,9 +288,12 @@ def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list
     seconds = lambda size: chooser(size).time_s  # noqa: E731
     ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, bound_floor(hierarchy, topology)),
                         seconds)
-    plan = schedule(tensors, ready, ranges, lambda size: (chooser(size).program, chooser(size).time_s))
+    ddp = ddp_ranges(tensors, bucket_cap, first_bucket_cap)
     default = str(baseline_program(hierarchy))
-    baseline = schedule(tensors, ready, ddp_ranges(tensors, bucket_cap, first_bucket_cap),
-                        lambda size: (default, chooser(size).baseline_time_s))
-    return FusionPlan(tensors, compute_rate, plan, baseline, bucket_cap, first_bucket_cap,
-                      "exact" if exact else "candidates")
+    best = lambda size: (chooser(size).program, chooser(size).time_s)  # noqa: E731
+    fallback = lambda size: (default, chooser(size).baseline_time_s)  # noqa: E731
+    return FusionPlan(tensors, compute_rate, plan=schedule(tensors, ready, ranges, best),
+                      baseline=schedule(tensors, ready, ddp, fallback),
+                      buckets_only=schedule(tensors, ready, ranges, fallback),
+                      programs_only=schedule(tensors, ready, ddp, best), bucket_cap=bucket_cap,
+                      first_bucket_cap=first_bucket_cap, times="exact" if exact else "candidates")
