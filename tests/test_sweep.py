@@ -155,3 +155,27 @@ def test_bad_options_exit_2_with_one_line(arguments, tmp_path, run_cli):
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and err.startswith("synth: ")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_results_on_one_small_system_write_figures_tables_and_index(tmp_path):
+    """The Results command end to end on emu-2x4: every file, with its provenance at the top."""
+    from synth.benchmarks import results
+
+    assert results.main(["-o", str(tmp_path), "--topologies", "emu-2x4"]) == 0
+    png = tmp_path / "time-vs-size-emu-2x4.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    for name in ("placement-spread.md", "synthesis-wins.md", "time-vs-size.md", "README.md"):
+        head = (tmp_path / name).read_text().splitlines()[:8]
+        assert any(line.startswith("Command: `python -m synth.benchmarks.") for line in head), name
+        assert any(line.startswith("Machine: ") for line in head) and any(line.startswith("Date: ") for line in head)
+    spread = json.loads((tmp_path / "placement-spread.json").read_text())["spreads"]["emu-2x4"]
+    assert {row["reduce"] for row in spread} == {"data", "model", "data,model"}
+    assert all(row["best_spread"] >= 1 and row["worst_over_best"] >= row["baseline_spread"] for row in spread)
+    wins = json.loads((tmp_path / "synthesis-wins.json").read_text())["wins"]
+    assert set(wins) == {"nccl", "gloo"} and wins["nccl"]["overall"]["pairs"] == 2 * 2 * 3 * 4
+    assert "![emu-2x4](time-vs-size-emu-2x4.png)" in (tmp_path / "time-vs-size.md").read_text()
+    index = (tmp_path / "README.md").read_text()
+    for path in tmp_path.iterdir():
+        if path.name != "README.md":
+            assert f"[{path.name}]({path.name})" in index
+    assert "(no command recorded)" not in index

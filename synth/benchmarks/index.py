@@ -1,0 +1,122 @@
+"""results/README.md: every file under results/ with the command that regenerates it.
+
+    python -m synth.benchmarks.index [-o results]
+
+Nothing is listed by hand. Each file's command is read from the file itself (a markdown
+`Command:` line, a `# command:` comment at the top of a CSV, log or script, or a JSON
+`"command"` key); a file that carries none (a figure, a data file) takes the command of the
+markdown file that links to it, or of a file with the same stem that has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from synth.benchmarks.record import header, results_dir
+
+COMMAND = "python -m synth.benchmarks.index"
+INDEX = "README.md"
+_MARKDOWN_COMMAND = re.compile(r"^Command: `(.+)`\s*$", re.MULTILINE)
+_COMMENT_COMMAND = re.compile(r"^#\s*command:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_TITLE = re.compile(r"^# (.+)$", re.MULTILINE)
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEAD_CHARS = 4000  # commands and titles sit at the top
+
+
+def _head(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return handle.read(HEAD_CHARS)
+    except OSError:
+        return ""
+
+
+def own_command(path: Path) -> str | None:
+    """The command a file records about itself, if any."""
+    text = _head(path)
+    if path.suffix == ".md":
+        match = _MARKDOWN_COMMAND.search(text)
+        return match[1] if match else None
+    if path.suffix == ".json":
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        command = value.get("command") if isinstance(value, dict) else None
+        return command if isinstance(command, str) else None
+    match = _COMMENT_COMMAND.search(text)
+    return match[1] if match else None
+
+
+def describe(directory: Path) -> list[tuple[str, str, str]]:
+    """(file name, what it is, command) for every file but the index, sorted by name."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name != INDEX and not p.name.startswith("."))
+    commands = {p.name: own_command(p) for p in files}
+    titles, linked_from = {}, {}
+    for path in files:
+        if path.suffix != ".md":
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        title = _TITLE.search(text)
+        titles[path.name] = title[1].strip() if title else ""
+        for target in _LINK.findall(text):
+            linked_from.setdefault(Path(target).name, path.name)
+    rows = []
+    for path in files:
+        command, what = commands[path.name], titles.get(path.name, "")
+        sibling = next((other.name for other in files if other.stem == path.stem and other != path
+                        and commands[other.name]), None)
+        if path.name in linked_from:
+            parent = linked_from[path.name]
+            command = command or commands.get(parent)
+            what = what or f"{'figure' if path.suffix == '.png' else 'data'} of [{parent}]({parent})"
+        if sibling:
+            command = command or commands[sibling]
+            if not what and sibling.endswith(".md"):
+                what = f"data of [{sibling}]({sibling})"
+        if not what and command:
+            what = "written by `" + " ".join(_program_words(command)) + "`"
+        rows.append((path.name, what, command or "(no command recorded)"))
+    return rows
+
+
+def _program_words(command: str) -> list[str]:
+    """The words of a command before its first option: `synth sweep`, `python -m synth.benchmarks.x`."""
+    words = []
+    for word in command.split():
+        if word.startswith("-") and words and words[-1] != "python":
+            break
+        words.append(word)
+    return words
+
+
+def render(rows) -> str:
+    lines = ["# Results", "", header(COMMAND), "",
+             "Every file here, what it is and the command that regenerates it (run from the repository root; "
+             "each file names its own machine and date at its top, or in the markdown file that shows it).", "",
+             "| file | what | command |", "|---|---|---|"]
+    for name, what, command in rows:
+        lines.append(f"| [{name}]({name}) | {what} | `{command}` |")
+    return "\n".join(lines) + "\n"
+
+
+def write_index(directory: str | Path = "results") -> Path:
+    directory = results_dir(directory)
+    path = directory / INDEX
+    path.write_text(render(describe(directory)), encoding="utf-8")
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", default="results", help="the results directory (default results/)")
+    args = parser.parse_args(argv)
+    print(f"wrote {write_index(args.output)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
