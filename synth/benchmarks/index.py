@@ -52,34 +52,37 @@ def own_command(path: Path) -> str | None:
 
 
 def describe(directory: Path) -> list[tuple[str, str, str]]:
-    """(file name, what it is, command) for every file but the index, sorted by name."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name != INDEX and not p.name.startswith("."))
-    commands = {p.name: own_command(p) for p in files}
+    """(path under the directory, what it is, command) for every file but the index, sorted."""
+    files = sorted(p for p in directory.rglob("*")
+                   if p.is_file() and p != directory / INDEX and not any(part.startswith(".") for part in
+                                                                          p.relative_to(directory).parts))
+    name = {path: path.relative_to(directory).as_posix() for path in files}
+    commands = {path: own_command(path) for path in files}
     titles, linked_from = {}, {}
     for path in files:
         if path.suffix != ".md":
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         title = _TITLE.search(text)
-        titles[path.name] = title[1].strip() if title else ""
+        titles[path] = title[1].strip() if title else ""
         for target in _LINK.findall(text):
-            linked_from.setdefault(Path(target).name, path.name)
+            linked_from.setdefault((path.parent / target).resolve(), path)
     rows = []
     for path in files:
-        command, what = commands[path.name], titles.get(path.name, "")
-        sibling = next((other.name for other in files if other.stem == path.stem and other != path
-                        and commands[other.name]), None)
-        if path.name in linked_from:
-            parent = linked_from[path.name]
-            command = command or commands.get(parent)
-            what = what or f"{'figure' if path.suffix == '.png' else 'data'} of [{parent}]({parent})"
-        if sibling:
+        command, what = commands[path], titles.get(path, "")
+        parent = linked_from.get(path.resolve())
+        if parent is not None:
+            command = command or commands[parent]
+            what = what or f"{'figure' if path.suffix == '.png' else 'data'} of [{name[parent]}]({name[parent]})"
+        sibling = next((other for other in files if other.parent == path.parent and other.stem == path.stem
+                        and other != path and commands[other]), None)
+        if sibling is not None:
             command = command or commands[sibling]
-            if not what and sibling.endswith(".md"):
-                what = f"data of [{sibling}]({sibling})"
+            if not what and sibling.suffix == ".md":
+                what = f"data of [{name[sibling]}]({name[sibling]})"
         if not what and command:
             what = "written by `" + " ".join(_program_words(command)) + "`"
-        rows.append((path.name, what, command or "(no command recorded)"))
+        rows.append((name[path], what, command or "(no command recorded)"))
     return rows
 
 

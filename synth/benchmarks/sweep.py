@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from synth.benchmarks.index import write_index
 from synth.benchmarks.record import header, results_dir
 from synth.commands.simulation import resolve_sizes
 from synth.placement import enumerate_placements, parse_axes
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
          "profile": [{"part": label, "seconds": seconds, "share": share} for label, seconds, share in parts]},
         indent=2) + "\n")
     (directory / "sweep-speed.md").write_text(render(timings, parts))
-    print(f"wrote {directory / 'sweep-speed.md'}")
+    print(f"wrote {directory / 'sweep-speed.md'} and {write_index(directory)}")
     return 0
 
 
