@@ -54,10 +54,6 @@ class Choice:
     time_s: float
     baseline_time_s: float
 
-    @property
-    def speedup(self) -> float:
-        return self.baseline_time_s / self.time_s if self.time_s > 0 else 1.0
-
 
 class BestPrograms:
     """The fastest program at any size on one hierarchy, with memoized answers."""
