@@ -46,6 +46,17 @@ latency (they stay the figures of every collective not listed). The simulator co
 of that collective with these figures in place of the level's, and the level's uplinks
 scaled by the same factor as its bandwidth (`Topology.for_collective`): the figures say how
 fast the level's links run for that collective.
+
+A level may also say that the interconnect joining its units inside one parent is a shared
+medium of limited total capacity (a bus, an oversubscribed switch, the emulated cluster's
+node loopback, whose one queue carries every byte a node's devices send each other)::
+
+    fabric = { value = "15.6 MB/s", source = "..." }   # optional: all traffic of the level, per parent
+
+Every byte between two units of the level (inside one parent) crosses it once, whatever its
+direction, so a step's time is at least the level's traffic in one parent over this figure;
+the per-device `bandwidth` still caps each device. Per-collective figures scale it like the
+uplinks.
 """
 
 from __future__ import annotations
@@ -106,6 +117,7 @@ class Level:
     latency: Figure | None = None
     uplinks: Uplinks | None = None
     collectives: tuple[tuple[str, CollectiveFigures], ...] = ()
+    fabric: Figure | None = None  # bytes/s, the level's whole traffic inside one parent
 
     def figures_for(self, collective: str) -> tuple[Figure | None, Figure | None]:
         """(bandwidth, latency) that a call of `collective` sees on this level."""
@@ -148,11 +160,14 @@ class Topology:
         levels = []
         for level in self.levels:
             bandwidth, latency = level.figures_for(collective)
-            uplinks = level.uplinks
-            if uplinks is not None and bandwidth is not level.bandwidth:
-                scaled = uplinks.bandwidth.value * bandwidth.value / level.bandwidth.value
-                uplinks = Uplinks(uplinks.count, Figure(scaled, uplinks.bandwidth.source))
-            levels.append(Level(level.name, level.size, bandwidth, latency, uplinks, level.collectives))
+            uplinks, fabric = level.uplinks, level.fabric
+            if bandwidth is not level.bandwidth:
+                factor = bandwidth.value / level.bandwidth.value
+                if uplinks is not None:
+                    uplinks = Uplinks(uplinks.count, Figure(uplinks.bandwidth.value * factor, uplinks.bandwidth.source))
+                if fabric is not None:
+                    fabric = Figure(fabric.value * factor, fabric.source)
+            levels.append(Level(level.name, level.size, bandwidth, latency, uplinks, level.collectives, fabric))
         return Topology(self.name, self.description, tuple(levels), self.source_path)
 
     def level_index(self, name: str) -> int:
@@ -194,7 +209,7 @@ def topology_from_levels(text: str) -> Topology:
 
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels")
-_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives")
+_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
@@ -384,6 +399,8 @@ def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
         raise _field_error(where, f"{field}.{missing}", f"missing while {present} is given; add e.g. {example} or drop {present}")
     if "uplinks" in table and not has_bandwidth:
         raise _field_error(where, f"{field}.uplinks", "given without the level's bandwidth and latency; add them or drop uplinks")
+    if "fabric" in table and not has_bandwidth:
+        raise _field_error(where, f"{field}.fabric", "given without the level's bandwidth and latency; add them or drop fabric")
     if "collectives" in table and not has_bandwidth:
         raise _field_error(where, f"{field}.collectives",
                            "given without the level's bandwidth and latency (the figures of every other collective); add them")
@@ -396,7 +413,10 @@ def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
         uplinks = _uplinks(table["uplinks"], where, f"{field}.uplinks")
     if "collectives" in table:
         collectives = _collectives(table["collectives"], where, f"{field}.collectives")
-    return Level(name, size, bandwidth, latency, uplinks, collectives)
+    fabric = None
+    if "fabric" in table:
+        fabric = _figure(table["fabric"], parse_bandwidth, BANDWIDTH_EXAMPLE, where, f"{field}.fabric")
+    return Level(name, size, bandwidth, latency, uplinks, collectives, fabric)
 
 
 def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:

@@ -75,7 +75,8 @@ def infer_base(measurements: list[Measurement]) -> Topology:
 def _with_figures(level: Level) -> Level:
     if level.bandwidth is not None and level.latency is not None:
         return level
-    return Level(level.name, level.size, PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY, level.uplinks, level.collectives)
+    return Level(level.name, level.size, PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY, level.uplinks, level.collectives,
+                 level.fabric)
 
 
 def calibrate(measurements: list[Measurement], base: Topology, backend: Backend) -> Calibration:
@@ -152,13 +153,19 @@ def _calibrated_level(level: Level, main: Fit, fits: list[Fit], backend: str) ->
         uplinks = Uplinks(uplinks.count, Figure(uplinks.bandwidth.value * factor, (
             f"scaled by synth calibrate with the level's fitted {main.collective} bandwidth (x{factor:.4g} of the "
             f"base {format_bandwidth(level.bandwidth.value)}); base: {uplinks.bandwidth.source}")))
+    fabric = level.fabric
+    if fabric is not None:  # likewise the level's shared interconnect
+        factor = bandwidth.value / level.bandwidth.value
+        fabric = Figure(fabric.value * factor, (
+            f"scaled by synth calibrate with the level's fitted {main.collective} bandwidth (x{factor:.4g} of the "
+            f"base {format_bandwidth(level.bandwidth.value)}); base: {fabric.source}"))
     table = dict(level.collectives)
     for fit in fits:
         table.pop(fit.collective, None)
         if fit is not main:
             table[fit.collective] = CollectiveFigures(*figures(fit))
     collectives = tuple((name, table[name]) for name in collective_names() if name in table)
-    return Level(level.name, level.size, bandwidth, latency, uplinks, collectives)
+    return Level(level.name, level.size, bandwidth, latency, uplinks, collectives, fabric)
 
 
 def replay(topology: Topology, backend: Backend, measurements: list[Measurement]) -> np.ndarray:

@@ -66,6 +66,10 @@ class CallModel:
         uplinks = uplinks[uplinks != NO_LINK]
         on_level[uplinks] = True
         relative[uplinks] = network.capacity[uplinks] / topology.levels[level].bandwidth.value
+        fabric = network.fabric[:, level]  # the level's shared interconnect, scaled likewise
+        fabric = fabric[fabric != NO_LINK]
+        on_level[fabric] = True
+        relative[fabric] = network.capacity[fabric] / topology.levels[level].bandwidth.value
         members = np.array(ranks, dtype=np.int64)
         layout = call_layout(self.coords, self.latencies)
         self.algorithms: list[Algorithm] = list(backend.candidates(collective))

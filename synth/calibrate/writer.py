@@ -38,6 +38,8 @@ def render_topology(topology: Topology, header: str = "") -> str:
             lines += ["", "[levels.uplinks]", f"count = {uplinks.count}",
                       f"bandwidth = {_string(format_bandwidth(uplinks.bandwidth.value, _digits(uplinks.bandwidth)))}",
                       f"source = {_string(uplinks.bandwidth.source)}"]
+        if level.fabric is not None:
+            lines += _figure("levels.fabric", level.fabric, format_bandwidth)
         for name, figures in level.collectives:
             lines += _figure(f"levels.collectives.{name}.bandwidth", figures.bandwidth, format_bandwidth)
             lines += _figure(f"levels.collectives.{name}.latency", figures.latency, format_time)

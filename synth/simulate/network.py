@@ -8,6 +8,9 @@ The graph (networkx, directed) follows the topology file's meaning (synth/topolo
   innermost level) has an exit node ``("out", prefix)`` and an entry node ``("in", prefix)``;
   the edges that leave or enter it carry the unit's uplinks when its level has them
   (capacity ``count * bandwidth``, each direction), and are free otherwise;
+* a level with a ``fabric`` figure has one more link per switch of that level, the shared
+  interconnect itself: every flow turning at the switch crosses it once (one queue for both
+  directions, like a node's loopback), so it bounds the level's whole traffic in one parent;
 * each device has, for each level ``l``, an injection link into the level-``l`` interconnect
   and an ejection link out of it, each of the level's per-device bandwidth, through port
   nodes ``("port-out", rank, l)`` and ``("port-in", rank, l)``.
@@ -92,9 +95,14 @@ class Network:
     def _build_graph(self) -> nx.DiGraph:
         graph = nx.DiGraph()
         levels = self.topology.levels
+        self.fabric_links: dict[tuple[int, ...], int] = {}
         for length in range(self.depth):
             for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
                 graph.add_node(("sw", prefix), kind="switch", name=self._unit_name(prefix))
+                fabric = levels[length].fabric
+                if fabric is not None:
+                    self.fabric_links[prefix] = self._new_link(
+                        f"{self._unit_name(prefix)} {levels[length].name}-fabric", fabric.value)
         for length in range(1, self.depth + 1):
             level = levels[length - 1]
             for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
@@ -135,6 +143,7 @@ class Network:
         self.eject = np.full(shape, NO_LINK, dtype=np.int64)
         self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
         self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
+        self.fabric = np.full(shape, NO_LINK, dtype=np.int64)
         edges = self.graph.edges
         for rank in range(self.device_count):
             for level in range(self.depth):
@@ -145,7 +154,9 @@ class Network:
                 down = edges[("sw", parent), ("in", unit)]["link"]
                 self.up_out[rank, level] = NO_LINK if up is None else up
                 self.up_in[rank, level] = NO_LINK if down is None else down
+                self.fabric[rank, level] = self.fabric_links.get(parent, NO_LINK)
         self.uplink_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.uplinks is not None)
+        self.fabric_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.fabric is not None)
 
     # --- routing and loads -----------------------------------------------------------------------
 
@@ -163,6 +174,9 @@ class Network:
         path = nx.shortest_path(self.graph, ("port-out", src, level), ("port-in", dst, level))
         nodes = [("dev", src), *path, ("dev", dst)]
         links = [self.graph.edges[a, b]["link"] for a, b in zip(nodes, nodes[1:])]
+        if self.fabric[src, level] != NO_LINK:  # the switch's own shared medium, at the turn
+            turn = nodes.index(("sw", self._prefix(src, level)))
+            links.insert(turn, int(self.fabric[src, level]))
         return tuple(self.link_names[link] for link in links if link is not None)
 
     def loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -178,6 +192,10 @@ class Network:
             crossing = level <= uplink_level  # the flow leaves its units at this level and below
             ids += [self.up_out[src[crossing], uplink_level], self.up_in[dst[crossing], uplink_level]]
             weights += [nbytes[crossing], nbytes[crossing]]
+        for fabric_level in self.fabric_levels:
+            turning = level == fabric_level  # the flow turns at this level's switch
+            ids.append(self.fabric[src[turning], fabric_level])
+            weights.append(nbytes[turning])
         return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.links))
 
     def makespan(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> tuple[float, int]:

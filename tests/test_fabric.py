@@ -1,0 +1,79 @@
+"""A level's shared interconnect (`fabric`): parsed, written back, costed, and what the
+emulated cluster's figures put there (its node loopback)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from synth.calibrate.writer import render_topology
+from synth.emulate.layout import emulated_figures, loopback_rate, unit_rate
+from synth.errors import UsageError
+from synth.simulate.network import Network
+from synth.topology import load_topology
+
+TOML = """
+name = "bus"
+[[levels]]
+name = "node"
+size = 2
+bandwidth = { value = "10 MB/s", source = "test" }
+latency = { value = "1 us", source = "test" }
+[[levels]]
+name = "gpu"
+size = 4
+bandwidth = { value = "40 MB/s", source = "test" }
+latency = { value = "1 us", source = "test" }
+fabric = { value = "40 MB/s", source = "test: one queue per node" }
+[levels.collectives.AllGather]
+bandwidth = { value = "20 MB/s", source = "test" }
+latency = { value = "2 us", source = "test" }
+"""
+
+
+@pytest.fixture
+def bus(tmp_path):
+    path = tmp_path / "bus.toml"
+    path.write_text(TOML)
+    return load_topology(path)
+
+
+def test_fabric_parses_writes_back_and_scales_with_a_collective(bus, tmp_path):
+    assert bus.levels[1].fabric.value == 40e6 and bus.levels[0].fabric is None
+    again = tmp_path / "again.toml"
+    again.write_text(render_topology(bus))
+    assert load_topology(again).levels[1].fabric == bus.levels[1].fabric
+    assert bus.for_collective("AllGather").levels[1].fabric.value == pytest.approx(20e6)
+
+
+def test_fabric_needs_the_level_figures(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "x"\n[[levels]]\nname = "gpu"\nsize = 2\nfabric = { value = "1 GB/s", source = "s" }\n')
+    with pytest.raises(UsageError, match="fabric"):
+        load_topology(path)
+
+
+def test_every_intra_node_byte_crosses_its_node_fabric_once(bus):
+    network = Network(bus)
+    # a 4-rank ring inside node 0 (ranks 0..3), 1 byte per hop, and one pair inside node 1
+    src, dst = np.array([0, 1, 2, 3, 4]), np.array([1, 2, 3, 0, 5])
+    loads = network.loads(src, dst, np.ones(5))
+    names = network.link_names
+    assert loads[names.index("node0 gpu-fabric")] == 4
+    assert loads[names.index("node1 gpu-fabric")] == 1
+    # a pair alone: its devices' links and the fabric run at 40 MB/s, so 1 MB takes 25 ms ...
+    assert network.makespan(np.array([0]), np.array([1]), np.array([1e6]))[0] == pytest.approx(0.025)
+    # ... and four devices at once share the fabric: 4 MB through it take 100 ms
+    seconds, busiest = network.makespan(src[:4], dst[:4], np.full(4, 1e6))
+    assert seconds == pytest.approx(0.1) and names[busiest] == "node0 gpu-fabric"
+    assert "node0 gpu-fabric" in network.route(0, 1) and "node0 gpu-fabric" not in network.route(0, 4)
+
+
+def test_emulated_figures_are_the_shaped_rates():
+    topology = load_topology("emu-2x2x2")
+    figures = emulated_figures(topology, 1 / 128)
+    rack, node, gpu = figures.levels
+    assert gpu.fabric.value == gpu.bandwidth.value == pytest.approx(loopback_rate(topology) / 128)
+    assert node.uplinks.count == 1 and node.uplinks.bandwidth.value == pytest.approx(unit_rate(topology, 1) / 128)
+    assert rack.bandwidth.value == pytest.approx(unit_rate(topology, 0) / 128) and rack.fabric is None
+    assert [level.latency for level in figures.levels] == [level.latency for level in topology.levels]
