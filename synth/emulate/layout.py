@@ -197,6 +197,32 @@ def shaped_topology(topology: Topology, scale: float) -> Topology:
                    levels=tuple(levels))
 
 
+def emulated_figures(topology: Topology, scale: float) -> Topology:
+    """The topology as the emulated links really behave, for the simulator: tbf shapes each
+    unit's uplink (its rate, `unit_rate`) and each node's loopback, never a single device. So
+    every level above the devices gets uplinks of one link at the unit's rate and a per-device
+    bandwidth of that rate (a device alone may use it all), and the innermost level a fabric
+    of the loopback rate, the one queue every intra-node byte crosses once, with that rate per
+    device as well. Latencies are kept (tbf shapes rates only)."""
+    shaped = shaped_topology(topology, scale)
+    note = f" (x{format_scale(scale)} in the emulated cluster)"
+    levels = []
+    for index, level in enumerate(shaped.levels):
+        if index == len(shaped.levels) - 1:
+            rate = loopback_rate(shaped)
+            if rate is None:
+                levels.append(level)
+                continue
+            figure = Figure(rate, f"emulated node loopback: {topology.sizes[-1]} devices x the level's bandwidth"
+                                  f" {format_rate(topology.levels[-1].bandwidth.value)}{note}, one shared queue")
+            levels.append(replace(level, bandwidth=figure, fabric=figure))
+        else:
+            figure = Figure(unit_rate(shaped, index), f"emulated uplink of each {level.name}: the tbf rate of "
+                                                      f"its veth{note}, shared by its devices")
+            levels.append(replace(level, bandwidth=figure, uplinks=Uplinks(1, figure)))
+    return replace(shaped, levels=tuple(levels))
+
+
 # --- the plan ----------------------------------------------------------------------------------
 
 
