@@ -1,0 +1,406 @@
+"""The simulator measured against the emulated cluster (issue 5): every valid program up to
+length 4 (and the default all-reduce) on every placement and reduction request of the
+campaign's emulated topologies, run with gloo, predicted by the simulator, compared.
+
+    python -m synth.benchmarks.accuracy run [--only emu-2x4] [--reps 3]   # measure (resumable)
+    python -m synth.benchmarks.accuracy report [--topology emu-2x4=FILE.toml ...]
+
+`run` writes one JSON per (topology, axes, placement, request, repetition) under
+results/accuracy/raw/ and skips those already there, so a crash loses only the batch that was
+running; repetitions go round the whole campaign (repetition 1 of everything first) so
+partial results are usable. Each batch is one script holding all programs of the case (one
+launch, communicators made once), run with --check; a repetition's time is the slowest rank's
+mean over --iters runs after --warmup, and a program's time is the median over repetitions.
+
+`report` predicts every program with the simulator (by default on the calibrated topology of
+each emulated one, results/accuracy/<topology>-gloo.toml, and for comparison on the emulated
+topology's own figures scaled as emulated), computes the figures of accuracy_metrics per case
+and overall, and writes results/accuracy.md, results/accuracy/measurements.csv,
+results/accuracy/summary.json and results/accuracy/predicted-vs-measured.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from synth.benchmarks.accuracy_metrics import CaseMetrics, Measured, case_metrics, summarize
+from synth.benchmarks.record import machine_description
+from synth.hierarchy import SynthesisHierarchy, build_hierarchy
+from synth.language import Program, Step, parse_program
+from synth.placement import enumerate_placements, parse_axes
+from synth.search import enumerate_programs
+from synth.topology import Topology, load_topology
+
+MAX_LEN = 4
+RESULTS = Path("results")
+RAW = RESULTS / "accuracy" / "raw"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One emulated topology of the campaign: its scale and the jobs (axes, reduced axes) on it."""
+
+    topology: str
+    scale: str
+    jobs: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+CAMPAIGN = (
+    Setup("emu-2x4", "1/256", (("data=8", ("data",)), ("data=4,model=2", ("data", "model")))),
+    Setup("emu-2x2x2", "1/128", (("data=4,model=2", ("data", "model")), ("data=8", ("data",)))),
+)
+SIZES = (65536,)  # at these link rates 64 KiB is network-bound: microbenchmark times scale with bytes from 64 KiB up
+
+
+@dataclass(frozen=True)
+class Case:
+    topology: str
+    axes: str
+    placement: str
+    request: str
+    hierarchy: SynthesisHierarchy
+
+    @property
+    def key(self) -> str:
+        text = f"{self.topology}__{self.axes}__{self.placement}__{self.request}"
+        return "".join(c if c.isalnum() or c in "=_-." else "_" for c in text.replace(",", "+"))
+
+
+def cases(setup: Setup) -> list[Case]:
+    topology = load_topology(setup.topology)
+    result = []
+    for axes_text, requests in setup.jobs:
+        axes = parse_axes(axes_text)
+        for placement in enumerate_placements(topology, axes):
+            for request in requests:
+                hierarchy = build_hierarchy(placement, (request,), "merged")
+                if hierarchy.group_size >= 2:
+                    result.append(Case(setup.topology, axes_text, placement.to_text(), request, hierarchy))
+    return result
+
+
+def default_program(hierarchy: SynthesisHierarchy) -> Program:
+    return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
+
+
+def programs(hierarchy: SynthesisHierarchy) -> list[Program]:
+    """Every valid program up to MAX_LEN steps, in the enumerator's order, the default included."""
+    found = list(enumerate_programs(hierarchy, max_len=MAX_LEN))
+    default = default_program(hierarchy)
+    return found if default in found else [*found, default]
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+def _raw_path(case: Case, rep: int) -> Path:
+    return RAW / case.key / f"rep{rep}.json"
+
+
+def cpu_busy(seconds: float = 2.0) -> float:
+    """The fraction of CPU time not idle over `seconds` (/proc/stat), while we run nothing."""
+    import time
+
+    def sample():
+        fields = [float(v) for v in open("/proc/stat").readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1e-9)
+
+
+def _wait_for_quiet(max_busy: float, max_wait: float) -> tuple[tuple[float, float, float], float]:
+    """Other jobs on 2 cores slow the ranks: wait (up to max_wait s) until the CPU is mostly
+    idle between our launches, then go on regardless; the load average and the busy share just
+    before the launch are recorded either way. (The load average itself lags a minute behind,
+    so it would mostly measure our own previous launch.)"""
+    import time
+
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > max_busy and time.monotonic() < deadline:
+        busy = cpu_busy(5.0)
+    return os.getloadavg(), busy
+
+
+def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_case: str | None = None,
+            max_busy: float = 0.3, max_wait: float = 120.0) -> None:
+    from synth.emulate.host import emulated_cluster
+    from synth.emulate.layout import parse_scale
+    from synth.emulate.ranks import run_ranks
+    from synth.export import torch_script
+    from synth.export.plan import PlanEntry, build_plan
+    from synth.export.provenance import Provenance
+
+    for rep in range(reps):
+        for setup in setups:
+            todo = [case for case in cases(setup) if not _raw_path(case, rep).exists()
+                    and (only_case is None or case.key == only_case)]
+            if not todo:
+                continue
+            with emulated_cluster(setup.topology, scale=parse_scale(setup.scale), name=name) as cluster:
+                for case in todo:
+                    listed = programs(case.hierarchy)
+                    plan = build_plan(PlanEntry(case.hierarchy, program) for program in listed)
+                    argv = ("python", "-m", "synth.benchmarks.accuracy", "run", "--case", case.key)
+                    path = _raw_path(case, rep)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    script = path.with_name(f"rep{rep}.py")
+                    script.write_text(torch_script.render(plan, Provenance(argv)), encoding="utf-8")
+                    arguments = ["--backend", "gloo", "--iters", str(iters), "--warmup", str(warmup)]
+                    arguments += ["--check"] if rep == 0 else []  # checked once; later repetitions only time
+                    for nbytes in sizes:
+                        arguments += ["--bytes", str(nbytes)]
+                    load, busy = _wait_for_quiet(max_busy, max_wait)
+                    started = datetime.now(timezone.utc)
+                    print(f"[{started:%H:%M:%S}] rep {rep} {case.key}: {len(listed)} programs, load {load[0]:.2f}, "
+                          f"CPU busy before {busy:.0%}",
+                          flush=True)
+                    result = run_ranks(cluster, script, cluster.device_count, arguments, timeout=3600)
+                    script.unlink()
+                    if result.report is None or result.returncode != 0:
+                        path.with_suffix(".log").write_text(result.log, encoding="utf-8")
+                        print(f"  FAILED (exit {result.returncode}); log in {path.with_suffix('.log')}", flush=True)
+                        continue
+                    record = {"topology": case.topology, "scale": cluster.scale, "axes": case.axes,
+                              "placement": case.placement, "request": case.request, "rep": rep,
+                              "programs": [str(p) for p in listed], "default": str(default_program(case.hierarchy)),
+                              "date": started.isoformat(timespec="seconds"), "load_before": load, "cpu_busy_before": busy,
+                              "load_after": os.getloadavg(), "machine": machine_description(),
+                              "seconds": (datetime.now(timezone.utc) - started).total_seconds(),
+                              "report": result.report}
+                    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+# --- reporting ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observation:
+    case: Case
+    program: str
+    default: bool
+    nbytes: int
+    measured_s: float  # median over repetitions
+    spread: float  # (max - min) / median over repetitions
+    reps: int
+    wrong: int
+
+
+def observations(setups) -> list[Observation]:
+    """Every measured program, the median of its repetitions, with its case."""
+    result = []
+    for setup in setups:
+        for case in cases(setup):
+            records = [json.loads(path.read_text()) for path in sorted((RAW / case.key).glob("rep*.json"))]
+            if not records:
+                continue
+            times: dict[tuple[str, int], list[float]] = {}
+            wrong: dict[tuple[str, int], int] = {}
+            for record in records:
+                for row in record["report"]["results"]:
+                    key = (record["programs"][row["program"]], row["bytes"])
+                    times.setdefault(key, []).append(row["time_us"] / 1e6)
+                    wrong[key] = wrong.get(key, 0) + (row["wrong"] or 0)
+            default = records[0]["default"]
+            for (program, nbytes), values in sorted(times.items()):
+                median = statistics.median(values)
+                result.append(Observation(case, program, program == default, nbytes, median,
+                                          (max(values) - min(values)) / median, len(values), wrong[program, nbytes]))
+    return result
+
+
+def predict(observed: list[Observation], topologies: dict[str, Topology]) -> dict[tuple[str, str, int], float]:
+    """Predicted seconds per (case key, program, bytes) on the given topology of each case's."""
+    from synth.lowering import lower
+    from synth.simulate.cost import Simulator
+
+    simulators: dict[str, Simulator] = {}
+    result = {}
+    for obs in observed:
+        if obs.case.key not in simulators:
+            simulators[obs.case.key] = Simulator(obs.case.hierarchy, topologies[obs.case.topology], "gloo")
+        lowered = lower(parse_program(obs.program), obs.case.hierarchy)
+        result[obs.case.key, obs.program, obs.nbytes] = simulators[obs.case.key].program_cost(lowered, obs.nbytes).time_s
+    return result
+
+
+def evaluate(observed, predicted, k: int = 10) -> list[tuple[Case, int, CaseMetrics]]:
+    grouped: dict[tuple[str, int], list[Observation]] = {}
+    for obs in observed:
+        grouped.setdefault((obs.case.key, obs.nbytes), []).append(obs)
+    result = []
+    for (key, nbytes), rows in grouped.items():
+        table = [Measured(o.program, predicted[key, o.program, nbytes], o.measured_s, o.default) for o in rows]
+        result.append((rows[0].case, nbytes, case_metrics(table, k)))
+    return result
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _summary_rows(label: str, metrics: list[CaseMetrics]) -> str:
+    s = summarize(metrics)
+    return (f"| {label} | {s.cases} | {sum(m.programs for m in metrics)} | {s.top1:.0%} | {s.top1_within_5pct:.0%} | "
+            f"{s.topk:.0%} | {_fmt(s.spearman_mean)} / {_fmt(s.spearman_median)} | {_fmt(s.slowdown_geomean, 3)} / "
+            f"{_fmt(s.slowdown_max, 3)} | {_fmt(s.speedup_geomean)} / {_fmt(s.speedup_min)} |")
+
+
+SUMMARY_HEADER = ("| predicted on | cases | (program, placement) pairs | top-1 | first within 5% | top-10 | "
+                  "Spearman mean / median | top-10 slowdown geomean / max | speedup of 1st choice over default, "
+                  "geomean / min |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def plot(observed, predicted, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7.5, 6.5))
+    markers = {65536: "o", 262144: "s"}
+    colors = {"emu-2x4": "tab:blue", "emu-2x2x2": "tab:orange", "emu-4x2": "tab:green"}
+    for topology in sorted({o.case.topology for o in observed}):
+        for nbytes in sorted({o.nbytes for o in observed}):
+            rows = [o for o in observed if o.case.topology == topology and o.nbytes == nbytes]
+            if rows:
+                axis.scatter([predicted[o.case.key, o.program, o.nbytes] * 1e3 for o in rows],
+                             [o.measured_s * 1e3 for o in rows], s=12, alpha=0.55, marker=markers.get(nbytes, "^"),
+                             color=colors.get(topology), label=f"{topology}, {nbytes // 1024} KiB")
+    values = [o.measured_s * 1e3 for o in observed] + [v * 1e3 for v in predicted.values()]
+    low, high = min(values) / 1.3, max(values) * 1.3
+    axis.plot([low, high], [low, high], color="gray", linewidth=1, label="measured = predicted")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlim(low, high)
+    axis.set_ylim(low, high)
+    axis.set_xlabel("predicted time (ms)")
+    axis.set_ylabel("measured time, median of repetitions (ms)")
+    axis.set_title(title, fontsize=10)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def calibrated_topologies(setups, directory: Path) -> dict[str, Topology]:
+    return {setup.topology: load_topology(directory / f"{setup.topology}-gloo.toml") for setup in setups}
+
+
+def shaped_topologies(setups) -> dict[str, Topology]:
+    from synth.emulate.layout import parse_scale, shaped_topology
+
+    return {s.topology: shaped_topology(load_topology(s.topology), parse_scale(s.scale)) for s in setups}
+
+
+def report(setups, output: Path, extra: dict[str, str]) -> None:
+    observed = observations(setups)
+    if not observed:
+        raise SystemExit("no measurements under results/accuracy/raw: run 'python -m synth.benchmarks.accuracy run'")
+    variants = {"calibrated": calibrated_topologies(setups, RESULTS / "accuracy"),
+                "emulated figures (uncalibrated)": shaped_topologies(setups)}
+    predictions = {label: predict(observed, topologies) for label, topologies in variants.items()}
+    evaluated = {label: evaluate(observed, predicted) for label, predicted in predictions.items()}
+    main_label = "calibrated"
+    lines = ["# The simulator against the emulated cluster", "",
+             f"Command: `python -m synth.benchmarks.accuracy report` (measurements: `python -m synth.benchmarks.accuracy run`)",
+             "", f"Machine: {machine_description()}", "", f"Report date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}", ""]
+    records = [json.loads(p.read_text()) for p in sorted(RAW.glob("*/rep*.json"))]
+    loads = [r["load_before"][0] for r in records]
+    dates = sorted(r["date"] for r in records)
+    lines += [f"Measured {dates[0]} to {dates[-1]}: {len(records)} launches, "
+              f"{sum(r['seconds'] for r in records) / 60:.1f} min of runs; 1-minute load average before a launch "
+              f"{min(loads):.2f} to {max(loads):.2f} (median {statistics.median(loads):.2f}); gloo, "
+              f"{records[0]['report']['iters']} timed iteration(s) after {records[0]['report']['warmup']} warm-up run(s) "
+              f"per repetition; every program passed --check: {all(o.wrong == 0 for o in observed)}.", ""]
+    reps = sorted({o.reps for o in observed})
+    spreads = sorted(o.spread for o in observed)
+    lines += [f"Repetitions per program: {', '.join(map(str, reps))}; spread (max-min)/median over repetitions: "
+              f"median {statistics.median(spreads):.1%}, 90th percentile {spreads[int(0.9 * (len(spreads) - 1))]:.1%}.", ""]
+    lines += ["## Overall", "", SUMMARY_HEADER]
+    for label, results in evaluated.items():
+        lines.append(_summary_rows(label, [m for _, _, m in results]))
+        big = [m for _, _, m in results if m.programs >= 10]
+        if big:
+            lines.append(_summary_rows(f"{label}, cases with >= 10 programs", big))
+    lines += ["", "## Per topology and size (calibrated)", "", SUMMARY_HEADER]
+    results = evaluated[main_label]
+    for topology in sorted({c.topology for c, _, _ in results}):
+        for nbytes in sorted({n for _, n, _ in results}):
+            subset = [m for c, n, m in results if c.topology == topology and n == nbytes]
+            if subset:
+                lines.append(_summary_rows(f"{topology}, {nbytes // 1024} KiB", subset))
+    lines += ["", "## Per case (calibrated)", "",
+              "| topology | axes | placement | request | bytes | programs | top-1 | top-10 | Spearman | top-10 slowdown | "
+              "speedup 1st/default | measured best | simulator's first (measured / best) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for case, nbytes, m in sorted(results, key=lambda item: (item[0].key, item[1])):
+        lines.append(f"| {case.topology} | {case.axes} | `{case.placement}` | {case.request} | {nbytes} | {m.programs} | "
+                     f"{'yes' if m.top1 else 'no'} | {'yes' if m.topk else 'no'} | {_fmt(m.spearman)} | "
+                     f"{m.slowdown_topk:.3f} | {_fmt(m.speedup_first_over_default)} | `{m.best_program}` | "
+                     f"`{m.first_program}` ({m.first_within:.3f}) |")
+    for label, text in extra.items():
+        lines += ["", f"## {label}", "", text]
+    lines += ["", "![predicted vs measured](accuracy/predicted-vs-measured.png)", ""]
+    output.write_text("\n".join(lines), encoding="utf-8")
+
+    with (RESULTS / "accuracy" / "measurements.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        labels = list(predictions)
+        writer.writerow(["topology", "axes", "placement", "request", "program", "default", "bytes", "measured_s",
+                         "spread", "reps", "wrong", *[f"predicted_s[{label}]" for label in labels]])
+        for o in observed:
+            writer.writerow([o.case.topology, o.case.axes, o.case.placement, o.case.request, o.program, o.default,
+                             o.nbytes, f"{o.measured_s:.6g}", f"{o.spread:.3f}", o.reps, o.wrong,
+                             *[f"{predictions[label][o.case.key, o.program, o.nbytes]:.6g}" for label in labels]])
+    summary = {label: {"overall": asdict(summarize([m for _, _, m in res])),
+                       "cases": [dict(topology=c.topology, axes=c.axes, placement=c.placement, request=c.request,
+                                      bytes=n, **asdict(m)) for c, n, m in res]}
+               for label, res in evaluated.items()}
+    (RESULTS / "accuracy" / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    plot(observed, predictions[main_label], RESULTS / "accuracy" / "predicted-vs-measured.png",
+         f"gloo on the emulated cluster: {len(observed)} (program, placement, size) medians\n"
+         f"vs the simulator on the calibrated topologies")
+    print(f"wrote {output}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="measure (skips what results/accuracy/raw already holds)")
+    run.add_argument("--only", action="append", default=[], help="a topology of the campaign (repeatable)")
+    run.add_argument("--reps", type=int, default=3)
+    run.add_argument("--iters", type=int, default=3)
+    run.add_argument("--warmup", type=int, default=1)
+    run.add_argument("--name", default="synthacc", help="emulated cluster name")
+    run.add_argument("--max-busy", type=float, default=0.3, help="wait until the CPU is busier than this only with others")
+    run.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for that before each launch")
+    run.add_argument("--case", help="only the case with this key (the directory name under results/accuracy/raw)")
+    rep = sub.add_parser("report", help="predict, compare, write results/accuracy.md")
+    rep.add_argument("--only", action="append", default=[])
+    rep.add_argument("--notes", help="a Markdown file appended to the report")
+    args = parser.parse_args(argv)
+    setups = [s for s in CAMPAIGN if not args.only or s.topology in args.only]
+    if args.command == "run":
+        measure(setups, args.reps, args.iters, args.warmup, SIZES, args.name, args.case, args.max_busy, args.max_wait)
+    else:
+        extra = {"Notes": Path(args.notes).read_text(encoding="utf-8")} if args.notes else {}
+        report(setups, RESULTS / "accuracy.md", extra)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
