@@ -263,58 +263,73 @@ SUMMARY_HEADER = ("| predicted on | cases | (program, placement) pairs | top-1 |
                   "geomean / min |\n|---|---|---|---|---|---|---|---|---|")
 
 
-def plot(observed, predicted, path: Path, title: str) -> None:
+def plot(observed, panels: dict[str, dict], path: Path, title: str) -> None:
+    """Predicted vs measured, log-log, one panel per prediction variant, same axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, ScalarFormatter
 
-    figure, axis = plt.subplots(figsize=(7.5, 6.5))
-    markers = {65536: "o", 262144: "s"}
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 6.2), squeeze=False)
     colors = {"emu-2x4": "tab:blue", "emu-2x2x2": "tab:orange", "emu-4x2": "tab:green"}
-    for topology in sorted({o.case.topology for o in observed}):
-        for nbytes in sorted({o.nbytes for o in observed}):
-            rows = [o for o in observed if o.case.topology == topology and o.nbytes == nbytes]
-            if rows:
-                axis.scatter([predicted[o.case.key, o.program, o.nbytes] * 1e3 for o in rows],
-                             [o.measured_s * 1e3 for o in rows], s=12, alpha=0.55, marker=markers.get(nbytes, "^"),
-                             color=colors.get(topology), label=f"{topology}, {nbytes // 1024} KiB")
-    values = [o.measured_s * 1e3 for o in observed] + [v * 1e3 for v in predicted.values()]
+    values = [o.measured_s * 1e3 for o in observed]
+    values += [v * 1e3 for predicted in panels.values() for v in predicted.values()]
     low, high = min(values) / 1.3, max(values) * 1.3
-    axis.plot([low, high], [low, high], color="gray", linewidth=1, label="measured = predicted")
-    axis.set_xscale("log")
-    axis.set_yscale("log")
-    axis.set_xlim(low, high)
-    axis.set_ylim(low, high)
-    axis.set_xlabel("predicted time (ms)")
-    axis.set_ylabel("measured time, median of repetitions (ms)")
-    axis.set_title(title, fontsize=10)
-    axis.grid(True, which="both", alpha=0.3)
-    axis.legend(fontsize=8, loc="upper left")
+    for axis, (label, predicted) in zip(axes[0], panels.items()):
+        for topology in sorted({o.case.topology for o in observed}):
+            rows = [o for o in observed if o.case.topology == topology]
+            defaults = [o for o in rows if o.default]
+            axis.scatter([predicted[o.case.key, o.program, o.nbytes] * 1e3 for o in rows],
+                         [o.measured_s * 1e3 for o in rows], s=10, alpha=0.45, color=colors.get(topology),
+                         label=f"{topology} ({len(rows)})")
+            axis.scatter([predicted[o.case.key, o.program, o.nbytes] * 1e3 for o in defaults],
+                         [o.measured_s * 1e3 for o in defaults], s=60, marker="*", edgecolor="black", linewidth=0.5,
+                         color=colors.get(topology))
+        axis.plot([low, high], [low, high], color="gray", linewidth=1, label="measured = predicted")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlim(low, high)
+        axis.set_ylim(low, high)
+        for ticks in (axis.xaxis, axis.yaxis):
+            ticks.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ticks.set_major_formatter(ScalarFormatter())
+            ticks.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.set_xlabel("predicted time (ms)")
+        axis.set_ylabel("measured time, median of repetitions (ms)")
+        axis.set_title(label, fontsize=10)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8, loc="upper left", title="stars: default all-reduce", title_fontsize=8)
+    figure.suptitle(title, fontsize=11)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
-def calibrated_topologies(setups, directory: Path) -> dict[str, Topology]:
-    return {setup.topology: load_topology(directory / f"{setup.topology}-gloo.toml") for setup in setups}
+VARIANTS = (  # label, file suffix under results/accuracy/: <topology>-<suffix>.toml
+    ("calibrated, fabric model", "gloo"),
+    ("emulated rates, fabric model", "emulated"),
+    ("calibrated, per-device links (before)", "shaped-gloo"),
+    ("emulated rates, per-device links (before)", "shaped"),
+)
 
 
-def shaped_topologies(setups) -> dict[str, Topology]:
-    from synth.emulate.layout import parse_scale, shaped_topology
-
-    return {s.topology: shaped_topology(load_topology(s.topology), parse_scale(s.scale)) for s in setups}
+def variant_topologies(setups, suffix: str) -> dict[str, Topology] | None:
+    paths = {s.topology: RESULTS / "accuracy" / f"{s.topology}-{suffix}.toml" for s in setups}
+    if not all(path.exists() for path in paths.values()):
+        return None
+    return {name: load_topology(path) for name, path in paths.items()}
 
 
 def report(setups, output: Path, extra: dict[str, str]) -> None:
     observed = observations(setups)
     if not observed:
         raise SystemExit("no measurements under results/accuracy/raw: run 'python -m synth.benchmarks.accuracy run'")
-    variants = {"calibrated": calibrated_topologies(setups, RESULTS / "accuracy"),
-                "emulated figures (uncalibrated)": shaped_topologies(setups)}
+    variants = {label: topologies for label, suffix in VARIANTS
+                if (topologies := variant_topologies(setups, suffix)) is not None}
     predictions = {label: predict(observed, topologies) for label, topologies in variants.items()}
     evaluated = {label: evaluate(observed, predicted) for label, predicted in predictions.items()}
-    main_label = "calibrated"
+    main_label = VARIANTS[0][0]
     lines = ["# The simulator against the emulated cluster", "",
              f"Command: `python -m synth.benchmarks.accuracy report` (measurements: `python -m synth.benchmarks.accuracy run`)",
              "", f"Machine: {machine_description()}", "", f"Report date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}", ""]
@@ -371,9 +386,9 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
                                       bytes=n, **asdict(m)) for c, n, m in res]}
                for label, res in evaluated.items()}
     (RESULTS / "accuracy" / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    plot(observed, predictions[main_label], RESULTS / "accuracy" / "predicted-vs-measured.png",
-         f"gloo on the emulated cluster: {len(observed)} (program, placement, size) medians\n"
-         f"vs the simulator on the calibrated topologies")
+    shown = [label for label in (VARIANTS[3][0], VARIANTS[0][0]) if label in predictions]
+    plot(observed, {label: predictions[label] for label in shown}, RESULTS / "accuracy" / "predicted-vs-measured.png",
+         f"gloo on the emulated cluster (64 KiB per device): {len(observed)} (program, placement) medians")
     print(f"wrote {output}")
 
 
