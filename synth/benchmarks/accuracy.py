@@ -307,9 +307,10 @@ def plot(observed, panels: dict[str, dict], path: Path, title: str) -> None:
 
 
 VARIANTS = (  # label, file suffix under results/accuracy/: <topology>-<suffix>.toml
-    ("calibrated, fabric model", "gloo"),
+    ("calibrated (>= 64 KiB), fabric model", "gloo"),
+    ("calibrated (all sizes), fabric model", "gloo-all"),
     ("emulated rates, fabric model", "emulated"),
-    ("calibrated, per-device links (before)", "shaped-gloo"),
+    ("calibrated (>= 64 KiB), per-device links (before)", "shaped-gloo"),
     ("emulated rates, per-device links (before)", "shaped"),
 )
 
@@ -386,7 +387,7 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
                                       bytes=n, **asdict(m)) for c, n, m in res]}
                for label, res in evaluated.items()}
     (RESULTS / "accuracy" / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    shown = [label for label in (VARIANTS[3][0], VARIANTS[0][0]) if label in predictions]
+    shown = [label for label in (VARIANTS[4][0], VARIANTS[0][0]) if label in predictions]
     plot(observed, {label: predictions[label] for label in shown}, RESULTS / "accuracy" / "predicted-vs-measured.png",
          f"gloo on the emulated cluster (64 KiB per device): {len(observed)} (program, placement) medians")
     print(f"wrote {output}")
