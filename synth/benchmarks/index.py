@@ -5,7 +5,8 @@
 Nothing is listed by hand. Each file's command is read from the file itself (a markdown
 `Command:` line, a `# command:` comment at the top of a CSV, log or script, or a JSON
 `"command"` key); a file that carries none (a figure, a data file) takes the command of the
-markdown file that links to it, or of a file with the same stem that has one.
+markdown file that links to it, of a file with the same stem that has one, or of the
+markdown report named after its directory (results/x.md for the files under results/x/).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from synth.benchmarks.record import header, results_dir
 
 COMMAND = "python -m synth.benchmarks.index"
 INDEX = "README.md"
-_MARKDOWN_COMMAND = re.compile(r"^Command: `(.+)`\s*$", re.MULTILINE)
+_MARKDOWN_COMMAND = re.compile(r"^Command: `([^`]+)`", re.MULTILINE)
 _COMMENT_COMMAND = re.compile(r"^#\s*command:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _TITLE = re.compile(r"^# (.+)$", re.MULTILINE)
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -80,10 +81,25 @@ def describe(directory: Path) -> list[tuple[str, str, str]]:
             command = command or commands[sibling]
             if not what and sibling.suffix == ".md":
                 what = f"data of [{name[sibling]}]({name[sibling]})"
+        report = _directory_report(path, directory, commands)
+        if report is not None and not command:
+            command = commands[report]
+            what = what or f"data of [{name[report]}]({name[report]})"
         if not what and command:
             what = "written by `" + " ".join(_program_words(command)) + "`"
         rows.append((name[path], what, command or "(no command recorded)"))
     return rows
+
+
+def _directory_report(path: Path, root: Path, commands: dict) -> Path | None:
+    """The markdown report named after a directory the file sits in (results/x.md for results/x/...)."""
+    for folder in path.relative_to(root).parents:
+        if folder == Path("."):
+            break
+        report = root / folder.parent / f"{folder.name}.md"
+        if commands.get(report):
+            return report
+    return None
 
 
 def _program_words(command: str) -> list[str]:
