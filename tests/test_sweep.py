@@ -116,7 +116,7 @@ def test_catalogue_shared_across_level_names_spells_programs_as_the_enumerator_d
         catalogue = catalogues.get(hierarchy, 4)
         assert set(catalogue.texts) == {str(p) for p in enumerate_programs(hierarchy, max_len=4)}
         assert catalogue.texts == tuple(str(p) for p in enumerate_programs(hierarchy, max_len=4))
-    assert len(catalogues._shapes) == 1
+    assert catalogues.shapes == 1
 
 
 def test_axes_of_size_one_leave_requests_out():
@@ -144,6 +144,8 @@ size = 8
     ("--levels", "node=4,gpu=8", "-b", "1KiB", "-e", "1MiB"),
     ("--topology", "{bare}", "-b", "1KiB", "-e", "1MiB"),
     ("--topology", "dgx-a100-x4", "-b", "1KiB", "-e", "1MiB", "--max-len", "0"),
+    ("--topology", "dgx-a100-x4", "-b", "1KiB", "-e", "1MiB", "--max-len", "13"),
+    ("--topology", "dgx-a100-x4", "-b", "1KiB", "-e", "1MiB", "--backend", "mpi"),
     ("--topology", "dgx-a100-x4", "-b", "1KiB"),
 ])
 def test_bad_options_exit_2_with_one_line(arguments, tmp_path, run_cli):

@@ -15,6 +15,7 @@ from synth.commands.simulation import resolve_sizes
 from synth.errors import UsageError
 from synth.hierarchy import HIERARCHY_KINDS
 from synth.placement import enumerate_placements
+from synth.search import MAX_PROGRAM_LENGTH
 from synth.simulate.collectives import BACKENDS
 from synth.simulate.network import check_costable
 from synth.simulate.sweep import FIELDS, Sweep, configurations, run_sweep
@@ -78,8 +79,8 @@ def run_sweep_command(args) -> int:
     job = resolve_job(args)
     check_costable(job.topology)
     sizes = resolve_sizes(args)
-    if args.max_len < 1:
-        raise UsageError(f"--max-len {args.max_len}: give a length of at least 1")
+    if not 1 <= args.max_len <= MAX_PROGRAM_LENGTH:
+        raise UsageError(f"--max-len {args.max_len}: give a length from 1 to {MAX_PROGRAM_LENGTH}")
     directory = Path(args.output)
     try:  # before the sweep: a bad DIR should not cost the whole run
         directory.mkdir(parents=True, exist_ok=True)

@@ -96,6 +96,11 @@ class Catalogues:
         self._shapes: dict[tuple, Shape] = {}
         self._named: dict[tuple, Catalogue] = {}
 
+    @property
+    def shapes(self) -> int:
+        """How many enumerations ran."""
+        return len(self._shapes)
+
     def get(self, hierarchy: SynthesisHierarchy, max_len: int) -> Catalogue:
         key = (hierarchy.sizes, max_len)
         if key not in self._shapes:
