@@ -11,10 +11,15 @@ from synth import __version__
 from synth.errors import SynthError, UsageError
 
 # Command groups, in the order of the data flow; each module exposes register(subparsers).
-COMMAND_MODULES = ("synth.commands.synthesis", "synth.commands.simulation", "synth.commands.export",
-                   "synth.commands.exploration", "synth.commands.emulate")
-COMMAND_MODULES += ("synth.commands.sweep",)
-COMMAND_MODULES += ("synth.commands.calibration",)
+COMMAND_MODULES = (
+    "synth.commands.synthesis",    # topologies, placements, check, programs
+    "synth.commands.simulation",   # rank
+    "synth.commands.exploration",  # explore, workload, fusion
+    "synth.commands.sweep",        # sweep
+    "synth.commands.calibration",  # calibrate
+    "synth.commands.export",       # export, bench
+    "synth.commands.emulate",      # emulate
+)
 
 
 class _Parser(argparse.ArgumentParser):
