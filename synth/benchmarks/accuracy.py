@@ -221,10 +221,13 @@ def observations(setups) -> list[Observation]:
     return result
 
 
-def predict(observed: list[Observation], topologies: dict[str, Topology]) -> dict[tuple[str, str, int], float]:
-    """Predicted seconds per (case key, program, bytes) on the given topology of each case's."""
+def predict(observed: list[Observation], topologies: dict[str, Topology],
+            pipelined: bool = False) -> dict[tuple[str, str, int], float]:
+    """Predicted seconds per (case key, program, bytes) on the given topology of each case's:
+    the simulator's lockstep sum of step times, or with `pipelined` synth/simulate/overlap.py."""
     from synth.lowering import lower
     from synth.simulate.cost import Simulator
+    from synth.simulate.overlap import pipelined_cost
 
     simulators: dict[str, Simulator] = {}
     result = {}
@@ -232,7 +235,9 @@ def predict(observed: list[Observation], topologies: dict[str, Topology]) -> dic
         if obs.case.key not in simulators:
             simulators[obs.case.key] = Simulator(obs.case.hierarchy, topologies[obs.case.topology], "gloo")
         lowered = lower(parse_program(obs.program), obs.case.hierarchy)
-        result[obs.case.key, obs.program, obs.nbytes] = simulators[obs.case.key].program_cost(lowered, obs.nbytes).time_s
+        simulator = simulators[obs.case.key]
+        cost = pipelined_cost(simulator, lowered, obs.nbytes) if pipelined else simulator.program_cost(lowered, obs.nbytes)
+        result[obs.case.key, obs.program, obs.nbytes] = cost.time_s
     return result
 
 
@@ -306,12 +311,14 @@ def plot(observed, panels: dict[str, dict], path: Path, title: str) -> None:
     plt.close(figure)
 
 
-VARIANTS = (  # label, file suffix under results/accuracy/: <topology>-<suffix>.toml
-    ("calibrated (>= 64 KiB), fabric model", "gloo"),
-    ("calibrated (all sizes), fabric model", "gloo-all"),
-    ("emulated rates, fabric model", "emulated"),
-    ("calibrated (>= 64 KiB), per-device links (before)", "shaped-gloo"),
-    ("emulated rates, per-device links (before)", "shaped"),
+VARIANTS = (  # label, file suffix under results/accuracy/ (<topology>-<suffix>.toml), pipelined
+    ("calibrated (>= 64 KiB), fabric, lockstep sum", "gloo", False),
+    ("calibrated (>= 64 KiB), fabric, pipelined", "gloo", True),
+    ("calibrated (all sizes), fabric, lockstep sum", "gloo-all", False),
+    ("emulated rates, fabric, lockstep sum", "emulated", False),
+    ("emulated rates, fabric, pipelined", "emulated", True),
+    ("calibrated (>= 64 KiB), per-device links, lockstep sum (before)", "shaped-gloo", False),
+    ("emulated rates, per-device links, lockstep sum (before)", "shaped", False),
 )
 
 
@@ -326,9 +333,9 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
     observed = observations(setups)
     if not observed:
         raise SystemExit("no measurements under results/accuracy/raw: run 'python -m synth.benchmarks.accuracy run'")
-    variants = {label: topologies for label, suffix in VARIANTS
+    variants = {label: (topologies, pipelined) for label, suffix, pipelined in VARIANTS
                 if (topologies := variant_topologies(setups, suffix)) is not None}
-    predictions = {label: predict(observed, topologies) for label, topologies in variants.items()}
+    predictions = {label: predict(observed, *variant) for label, variant in variants.items()}
     evaluated = {label: evaluate(observed, predicted) for label, predicted in predictions.items()}
     main_label = VARIANTS[0][0]
     lines = ["# The simulator against the emulated cluster", "",
@@ -387,7 +394,7 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
                                       bytes=n, **asdict(m)) for c, n, m in res]}
                for label, res in evaluated.items()}
     (RESULTS / "accuracy" / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    shown = [label for label in (VARIANTS[4][0], VARIANTS[0][0]) if label in predictions]
+    shown = [label for label in (VARIANTS[6][0], VARIANTS[0][0], VARIANTS[1][0]) if label in predictions]
     plot(observed, {label: predictions[label] for label in shown}, RESULTS / "accuracy" / "predicted-vs-measured.png",
          f"gloo on the emulated cluster (64 KiB per device): {len(observed)} (program, placement) medians")
     print(f"wrote {output}")
