@@ -77,3 +77,30 @@ def test_emulated_figures_are_the_shaped_rates():
     assert node.uplinks.count == 1 and node.uplinks.bandwidth.value == pytest.approx(unit_rate(topology, 1) / 128)
     assert rack.bandwidth.value == pytest.approx(unit_rate(topology, 0) / 128) and rack.fabric is None
     assert [level.latency for level in figures.levels] == [level.latency for level in topology.levels]
+
+
+def test_pipelined_estimate_is_at_most_the_lockstep_sum_and_equal_for_one_call():
+    from synth.emulate.layout import emulated_figures
+    from synth.hierarchy import build_hierarchy
+    from synth.language import parse_program
+    from synth.lowering import lower
+    from synth.placement import make_placement, parse_axes
+    from synth.simulate.cost import Simulator
+    from synth.simulate.overlap import pipelined_cost
+
+    topology = emulated_figures(load_topology("emu-2x4"), 1 / 256)
+    placement = make_placement(topology, parse_axes("data=4,model=2"), ((2, 2), (1, 2)))
+    hierarchy = build_hierarchy(placement, ("data",), "merged")
+    simulator = Simulator(hierarchy, topology, "gloo")
+    nbytes = 65536
+
+    def both(text):
+        lowered = lower(parse_program(text), hierarchy)
+        return simulator.program_cost(lowered, nbytes).time_s, pipelined_cost(simulator, lowered, nbytes)
+
+    lockstep, pipelined = both("AllReduce(InsideGroup(node))")
+    assert pipelined.time_s == pytest.approx(lockstep, rel=0.01)  # the same link-seconds, less the hop latencies
+    # two groups: one's intra-node steps overlap the other's use of the uplink
+    lockstep, pipelined = both("AllReduce(InsideGroup(gpu)); AllReduce(Master(node)); Broadcast(InsideGroup(gpu))")
+    assert pipelined.time_s < 0.7 * lockstep
+    assert pipelined.busiest_link.endswith("uplinks out") and pipelined.link_bound_s == pytest.approx(2 * nbytes / 3.90625e6)

@@ -12,8 +12,8 @@ another's inter-node step holds the uplink, and the time per run tends to the la
 * one group's own chain: its steps in order, each costed for its calls alone (with the
   backend's launch cost and hop latencies), since a group's steps do depend on each other.
 
-`pipelined_cost` is that maximum. It equals the lockstep sum when one step's calls use every
-link the program uses (a single group on a single level), and is below it when steps load
+`pipelined_cost` is that maximum. It is about the lockstep sum (less the hop latencies, when
+the link bound wins) when one step loads every link the program uses, and below it when steps load
 different links: e.g. on emu-2x4 with two data groups per node pair, AllReduce(gpu);
 AllReduce(Master(node)); Broadcast(gpu) runs in 36 ms where the lockstep sum says 60 ms and
 the uplink alone needs 34 ms.
