@@ -183,6 +183,54 @@ def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_c
                     path.write_text(json.dumps(record), encoding="utf-8")
 
 
+# --- the topologies predictions use ----------------------------------------------------------------
+
+CALIBRATION_MIN_BYTES = 65536  # below, a call rides the tbf burst (16 KiB on veths, 128 KiB on loopback)
+
+
+def calibration_rows(setup: Setup, rows: list[dict]) -> list[dict]:
+    """The microbenchmark rows calibration uses: 64 KiB and up, and not the outermost level of
+    a 3-level system, whose one-group tests push every flow through a node uplink slower than
+    the level's own (so its uplink is not identified; it keeps the emulated rate)."""
+    topology = load_topology(setup.topology)
+    skip = {topology.level_names[0]} if len(topology.levels) > 2 else set()
+    return [row for row in rows if int(row["bytes"]) >= CALIBRATION_MIN_BYTES and row["level"] not in skip]
+
+
+def prepare(setups) -> None:
+    """Write, per emulated topology, the base files (as shaped, with and without the fabric)
+    and calibrate each from results/accuracy/microbench-<topology>.csv with `synth calibrate`."""
+    import subprocess
+
+    from synth.calibrate.writer import render_topology
+    from synth.emulate.layout import emulated_figures, parse_scale, shaped_topology
+
+    directory = RESULTS / "accuracy"
+    for setup in setups:
+        topology, scale = load_topology(setup.topology), parse_scale(setup.scale)
+        name = setup.topology
+        bases = {"emulated": (emulated_figures(topology, scale), "synth.emulate.layout.emulated_figures"),
+                 "shaped": (shaped_topology(topology, scale), "synth.emulate.layout.shaped_topology")}
+        for suffix, (figures, how) in bases.items():
+            (directory / f"{name}-{suffix}.toml").write_text(
+                render_topology(figures, f"{name} at scale {setup.scale} ({how})"), encoding="utf-8")
+        with (directory / f"microbench-{name}.csv").open(encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            rows, columns = list(reader), reader.fieldnames
+        selected = calibration_rows(setup, rows)
+        data = directory / f"microbench-{name}-calibration.csv"
+        with data.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, columns)
+            writer.writeheader()
+            writer.writerows(selected)
+        for suffix, base in (("gloo", "emulated"), ("gloo-all", "emulated"), ("shaped-gloo", "shaped")):
+            source = directory / f"microbench-{name}.csv" if suffix == "gloo-all" else data
+            subprocess.run([sys.executable, "-m", "synth", "calibrate", str(source), "-t",
+                            str(directory / f"{name}-{base}.toml"), "--backend", "gloo", "-o",
+                            str(directory / f"{name}-{suffix}.toml")], check=True, stdout=subprocess.DEVNULL)
+            print(f"wrote {directory / f'{name}-{suffix}.toml'} from {source.name}")
+
+
 # --- reporting ---------------------------------------------------------------------------------
 
 
@@ -412,12 +460,16 @@ def main(argv=None) -> int:
     run.add_argument("--max-busy", type=float, default=0.3, help="wait until the CPU is busier than this only with others")
     run.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for that before each launch")
     run.add_argument("--case", help="only the case with this key (the directory name under results/accuracy/raw)")
+    sub.add_parser("prepare", help="write the base topologies and calibrate them from the microbenchmarks")
     rep = sub.add_parser("report", help="predict, compare, write results/accuracy.md")
-    rep.add_argument("--only", action="append", default=[])
+    for command in (rep, sub.choices["prepare"]):
+        command.add_argument("--only", action="append", default=[])
     rep.add_argument("--notes", help="a Markdown file appended to the report")
     args = parser.parse_args(argv)
     setups = [s for s in CAMPAIGN if not args.only or s.topology in args.only]
-    if args.command == "run":
+    if args.command == "prepare":
+        prepare(setups)
+    elif args.command == "run":
         measure(setups, args.reps, args.iters, args.warmup, SIZES, args.name, args.case, args.max_busy, args.max_wait)
     else:
         extra = {"Notes": Path(args.notes).read_text(encoding="utf-8")} if args.notes else {}
