@@ -102,8 +102,10 @@ def programs(hierarchy: SynthesisHierarchy) -> list[Program]:
 # --- measuring ---------------------------------------------------------------------------------
 
 
-def _raw_path(case: Case, rep: int) -> Path:
-    return RAW / case.key / f"rep{rep}.json"
+def _raw_path(case: Case, rep: int, sizes=SIZES) -> Path:
+    """rep<k>.json at the campaign's size, rep<k>-b<bytes>.json at others."""
+    suffix = "" if tuple(sizes) == SIZES else "-b" + "-".join(map(str, sizes))
+    return RAW / case.key / f"rep{rep}{suffix}.json"
 
 
 def cpu_busy(seconds: float = 2.0) -> float:
@@ -134,7 +136,7 @@ def _wait_for_quiet(max_busy: float, max_wait: float) -> tuple[tuple[float, floa
     return os.getloadavg(), busy
 
 
-def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_case: str | None = None,
+def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_cases=(),
             max_busy: float = 0.3, max_wait: float = 120.0) -> None:
     from synth.emulate.host import emulated_cluster
     from synth.emulate.layout import parse_scale
@@ -145,8 +147,8 @@ def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_c
 
     for rep in range(reps):
         for setup in setups:
-            todo = [case for case in cases(setup) if not _raw_path(case, rep).exists()
-                    and (only_case is None or case.key == only_case)]
+            todo = [case for case in cases(setup) if not _raw_path(case, rep, sizes).exists()
+                    and (not only_cases or case.key in only_cases)]
             if not todo:
                 continue
             with emulated_cluster(setup.topology, scale=parse_scale(setup.scale), name=name) as cluster:
@@ -154,9 +156,9 @@ def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_c
                     listed = programs(case.hierarchy)
                     plan = build_plan(PlanEntry(case.hierarchy, program) for program in listed)
                     argv = ("python", "-m", "synth.benchmarks.accuracy", "run", "--case", case.key)
-                    path = _raw_path(case, rep)
+                    path = _raw_path(case, rep, sizes)
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    script = path.with_name(f"rep{rep}.py")
+                    script = path.with_suffix(".py")
                     script.write_text(torch_script.render(plan, Provenance(argv)), encoding="utf-8")
                     arguments = ["--backend", "gloo", "--iters", str(iters), "--warmup", str(warmup)]
                     arguments += ["--check"] if rep == 0 else []  # checked once; later repetitions only time
@@ -330,12 +332,12 @@ def plot(observed, panels: dict[str, dict], path: Path, title: str) -> None:
     values += [v * 1e3 for predicted in panels.values() for v in predicted.values()]
     low, high = min(values) / 1.3, max(values) * 1.3
     for axis, (label, predicted) in zip(axes[0], panels.items()):
-        for topology in sorted({o.case.topology for o in observed}):
-            rows = [o for o in observed if o.case.topology == topology]
+        for topology, nbytes in sorted({(o.case.topology, o.nbytes) for o in observed}):
+            rows = [o for o in observed if o.case.topology == topology and o.nbytes == nbytes]
             defaults = [o for o in rows if o.default]
             axis.scatter([predicted[o.case.key, o.program, o.nbytes] * 1e3 for o in rows],
                          [o.measured_s * 1e3 for o in rows], s=10, alpha=0.45, color=colors.get(topology),
-                         label=f"{topology} ({len(rows)})")
+                         marker="o" if nbytes == SIZES[0] else "s", label=f"{topology}, {nbytes // 1024} KiB ({len(rows)})")
             axis.scatter([predicted[o.case.key, o.program, o.nbytes] * 1e3 for o in defaults],
                          [o.measured_s * 1e3 for o in defaults], s=60, marker="*", edgecolor="black", linewidth=0.5,
                          color=colors.get(topology))
@@ -444,7 +446,7 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
     (RESULTS / "accuracy" / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     shown = [label for label in (VARIANTS[6][0], VARIANTS[0][0], VARIANTS[1][0]) if label in predictions]
     plot(observed, {label: predictions[label] for label in shown}, RESULTS / "accuracy" / "predicted-vs-measured.png",
-         f"gloo on the emulated cluster (64 KiB per device): {len(observed)} (program, placement) medians")
+         f"gloo on the emulated cluster: {len(observed)} (program, placement, size) medians")
     print(f"wrote {output}")
 
 
@@ -459,7 +461,9 @@ def main(argv=None) -> int:
     run.add_argument("--name", default="synthacc", help="emulated cluster name")
     run.add_argument("--max-busy", type=float, default=0.3, help="wait until the CPU is busier than this only with others")
     run.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for that before each launch")
-    run.add_argument("--case", help="only the case with this key (the directory name under results/accuracy/raw)")
+    run.add_argument("--case", action="append", default=[],
+                     help="only the case with this key (the directory name under results/accuracy/raw); repeatable")
+    run.add_argument("--bytes", action="append", type=int, help=f"sizes per device (default {SIZES[0]})")
     sub.add_parser("prepare", help="write the base topologies and calibrate them from the microbenchmarks")
     rep = sub.add_parser("report", help="predict, compare, write results/accuracy.md")
     for command in (rep, sub.choices["prepare"]):
@@ -470,7 +474,8 @@ def main(argv=None) -> int:
     if args.command == "prepare":
         prepare(setups)
     elif args.command == "run":
-        measure(setups, args.reps, args.iters, args.warmup, SIZES, args.name, args.case, args.max_busy, args.max_wait)
+        measure(setups, args.reps, args.iters, args.warmup, tuple(args.bytes or SIZES), args.name, args.case, args.max_busy,
+                args.max_wait)
     else:
         extra = {"Notes": Path(args.notes).read_text(encoding="utf-8")} if args.notes else {}
         report(setups, RESULTS / "accuracy.md", extra)
