@@ -393,12 +393,15 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
              "", f"Machine: {machine_description()}", "", f"Report date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}", ""]
     records = [json.loads(p.read_text()) for p in sorted(RAW.glob("*/rep*.json"))]
     loads = [r["load_before"][0] for r in records]
+    busy = [r.get("cpu_busy_before", float("nan")) for r in records]
     dates = sorted(r["date"] for r in records)
     lines += [f"Measured {dates[0]} to {dates[-1]}: {len(records)} launches, "
               f"{sum(r['seconds'] for r in records) / 60:.1f} min of runs; 1-minute load average before a launch "
               f"{min(loads):.2f} to {max(loads):.2f} (median {statistics.median(loads):.2f}); gloo, "
               f"{records[0]['report']['iters']} timed iteration(s) after {records[0]['report']['warmup']} warm-up run(s) "
-              f"per repetition; every program passed --check: {all(o.wrong == 0 for o in observed)}.", ""]
+              f"per repetition; every program passed --check: {all(o.wrong == 0 for o in observed)}. The load average "
+              f"includes the previous launch's own ranks; the CPU share busy with other work in the 2+ s before a "
+              f"launch (nothing of ours running) was median {statistics.median(busy):.0%}, max {max(busy):.0%}.", ""]
     reps = sorted({o.reps for o in observed})
     spreads = sorted(o.spread for o in observed)
     lines += [f"Repetitions per program: {', '.join(map(str, reps))}; spread (max-min)/median over repetitions: "
