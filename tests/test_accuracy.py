@@ -43,6 +43,7 @@ def test_case_metrics_top1_topk_slowdown_speedup():
     assert (m.top1, m.topk) == (False, False)
     assert m.slowdown_topk == pytest.approx(1.2)
     assert m.speedup_first_over_default == pytest.approx(4.0 / 2.0)
+    assert m.speedup_best_over_default == pytest.approx(4.0 / 1.0)
     assert m.first_within == pytest.approx(2.0) and m.best_program == "p10" and m.first_program == "p0"
     assert case_metrics(table(predicted, measured), k=11).topk
     assert math.isnan(case_metrics(table(predicted, measured)).speedup_first_over_default)
@@ -57,6 +58,7 @@ def test_perfect_prediction_and_summary():
     assert s.spearman_mean == pytest.approx(0.0)
     assert s.slowdown_geomean == pytest.approx(math.sqrt(1.0 * 3.0)) and s.slowdown_max == pytest.approx(3.0)
     assert s.speedup_geomean == pytest.approx(math.sqrt(3.0 * (10 / 30)))
+    assert s.possible_speedup_geomean == pytest.approx(math.sqrt(3.0 * 1.0)) and s.possible_speedup_max == pytest.approx(3.0)
 
 
 def test_ties_in_prediction_break_by_program_text():

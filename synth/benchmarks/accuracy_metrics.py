@@ -33,6 +33,7 @@ class CaseMetrics:
     spearman: float  # nan with fewer than 3 programs or constant times
     slowdown_topk: float
     speedup_first_over_default: float
+    speedup_best_over_default: float  # what a perfect ranking would give
     first_within: float  # measured time of the simulator's first choice over the true best
     best_program: str
     first_program: str
@@ -74,11 +75,12 @@ def case_metrics(rows: list[Measured], k: int = 10) -> CaseMetrics:
     top = by_prediction[:k]
     defaults = [r for r in rows if r.default]
     speedup = defaults[0].measured_s / first.measured_s if defaults else math.nan
+    possible = defaults[0].measured_s / best.measured_s if defaults else math.nan
     return CaseMetrics(
         programs=len(rows), top1=first.program == best.program, topk=any(r.program == best.program for r in top), k=k,
         spearman=spearman([r.predicted_s for r in rows], [r.measured_s for r in rows]),
         slowdown_topk=min(r.measured_s for r in top) / best.measured_s,
-        speedup_first_over_default=speedup, first_within=first.measured_s / best.measured_s,
+        speedup_first_over_default=speedup, speedup_best_over_default=possible, first_within=first.measured_s / best.measured_s,
         best_program=best.program, first_program=first.program)
 
 
@@ -94,6 +96,8 @@ class Summary:
     slowdown_max: float
     speedup_geomean: float
     speedup_min: float
+    possible_speedup_geomean: float  # the measured best over the default
+    possible_speedup_max: float
 
 
 def summarize(metrics: list[CaseMetrics]) -> Summary:
@@ -101,6 +105,7 @@ def summarize(metrics: list[CaseMetrics]) -> Summary:
         raise ValueError("no cases to summarize")
     rho = [m.spearman for m in metrics if not math.isnan(m.spearman)]
     speedups = [m.speedup_first_over_default for m in metrics if not math.isnan(m.speedup_first_over_default)]
+    possible = [m.speedup_best_over_default for m in metrics if not math.isnan(m.speedup_best_over_default)]
 
     def geomean(values):
         return float(np.exp(np.mean(np.log(values)))) if values else math.nan
@@ -110,4 +115,5 @@ def summarize(metrics: list[CaseMetrics]) -> Summary:
         top1_within_5pct=float(np.mean([m.first_within <= 1.05 for m in metrics])),
         spearman_mean=float(np.mean(rho)) if rho else math.nan, spearman_median=float(np.median(rho)) if rho else math.nan,
         slowdown_geomean=geomean([m.slowdown_topk for m in metrics]), slowdown_max=max(m.slowdown_topk for m in metrics),
-        speedup_geomean=geomean(speedups), speedup_min=min(speedups) if speedups else math.nan)
+        speedup_geomean=geomean(speedups), speedup_min=min(speedups) if speedups else math.nan,
+        possible_speedup_geomean=geomean(possible), possible_speedup_max=max(possible) if possible else math.nan)
