@@ -409,12 +409,21 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
     spreads = sorted(o.spread for o in observed)
     lines += [f"Repetitions per program: {', '.join(map(str, reps))}; spread (max-min)/median over repetitions: "
               f"median {statistics.median(spreads):.1%}, 90th percentile {spreads[int(0.9 * (len(spreads) - 1))]:.1%}.", ""]
-    lines += ["## Overall", "", SUMMARY_HEADER]
+    lines += [f"## Overall, at the campaign's size ({', '.join(f'{n // 1024} KiB' for n in SIZES)} per device)", "",
+              SUMMARY_HEADER]
     for label, results in evaluated.items():
-        lines.append(_summary_rows(label, [m for _, _, m in results]))
-        big = [m for _, _, m in results if m.programs >= 10]
+        lines.append(_summary_rows(label, [m for _, n, m in results if n in SIZES]))
+        big = [m for _, n, m in results if m.programs >= 10 and n in SIZES]
         if big:
             lines.append(_summary_rows(f"{label}, cases with >= 10 programs", big))
+    others = sorted({n for _, n, _ in evaluated[main_label]} - set(SIZES))
+    for nbytes in others:
+        lines += ["", f"## The cases also run at {nbytes // 1024} KiB per device", "", SUMMARY_HEADER]
+        for label, results in evaluated.items():
+            keys = {c.key for c, n, _ in results if n == nbytes}
+            for size in (*SIZES, nbytes):
+                subset = [m for c, n, m in results if n == size and c.key in keys]
+                lines.append(_summary_rows(f"{label}, {size // 1024} KiB", subset))
     lines += ["", "## Per topology and size (calibrated)", "", SUMMARY_HEADER]
     results = evaluated[main_label]
     for topology in sorted({c.topology for c, _, _ in results}):
