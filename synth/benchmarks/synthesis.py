@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -96,17 +97,19 @@ def run_config(case: Case, config: dict) -> Row:
             raise _OutOfTime
 
     programs = expanded = applied = queries = 0
-    try:
-        for hierarchy in chosen:
-            semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
-            options = SearchOptions(max_len=case.max_len, prune_dead=config["prune_dead"], share_suffixes=config["share_suffixes"])
-            enumerator = Enumerator(semantics, options, on_progress=check_time)
+    for hierarchy in chosen:
+        semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
+        options = SearchOptions(max_len=case.max_len, prune_dead=config["prune_dead"], share_suffixes=config["share_suffixes"])
+        enumerator = Enumerator(semantics, options, on_progress=check_time)
+        try:
             programs += sum(1 for _ in enumerator.programs())
-            expanded += enumerator.stats.expanded
-            applied += enumerator.stats.steps_applied
-            queries += enumerator.stats.z3_queries
-    except _OutOfTime:
-        return Row(case.name, "", None, None, expanded, applied, queries, f"stopped after {TIME_LIMIT_S:.0f} s")
+        except _OutOfTime:
+            return Row(case.name, "", None, None, expanded + enumerator.stats.expanded,
+                       applied + enumerator.stats.steps_applied, queries + enumerator.stats.z3_queries,
+                       f"stopped after {TIME_LIMIT_S:.0f} s (counts so far)")
+        expanded += enumerator.stats.expanded
+        applied += enumerator.stats.steps_applied
+        queries += enumerator.stats.z3_queries
     return Row(case.name, "", time.perf_counter() - started, programs, expanded, applied, queries)
 
 
@@ -127,6 +130,7 @@ def main(argv=None) -> int:
     parser.add_argument("-o", "--output", default="results", help="directory for the figures (default results/)")
     args = parser.parse_args(argv)
     rows = []
+    load_before = os.getloadavg()[0]
     for case in CASES:
         for label, config in CONFIGS:
             row = run_config(case, config)
@@ -136,13 +140,14 @@ def main(argv=None) -> int:
     rows.append(brute_force_row(CASES[2], 3))
     directory = results_dir(args.output)
     (directory / "synthesis-speed.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    (directory / "synthesis-speed.md").write_text(render(rows))
+    (directory / "synthesis-speed.md").write_text(render(rows, load_before))
     print(f"wrote {directory / 'synthesis-speed.md'}")
     return 0
 
 
-def render(rows) -> str:
-    lines = ["# Synthesis speed and pruning ablation", "", header(COMMAND), ""]
+def render(rows, load_before: float) -> str:
+    lines = ["# Synthesis speed and pruning ablation", "", header(COMMAND), "",
+             f"1-minute load average before the runs: {load_before:.2f} (wall times grow with other work on the machine).", ""]
     lines.append("Complete enumeration of every valid program up to the length given (5 unless said). "
                  "`expanded`: (state, steps left) pairs whose successors were computed; `applied`: instructions applied to a state; "
                  "`Z3`: distinct Z3 dead-prefix formulas solved.")
