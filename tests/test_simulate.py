@@ -352,3 +352,27 @@ def test_calls_of_one_step_with_different_ranges_are_each_costed_by_their_own_ra
     step, calls, chunks = walked[3]
     assert simulator.step_time(step.collective, calls, chunks, size) < simulator.step_time(
         step.collective, calls, (max(chunks),) * len(chunks), size)
+
+
+def test_pipelined_estimate_reranks_every_program_and_never_exceeds_the_lockstep_sum(run_cli):
+    """`synth rank --estimate pipelined`: groups do not wait between steps, so a program can
+    only get faster than its lockstep sum; the baseline stays listed and --top keeps K rows."""
+    import json
+
+    common = ["rank", "--topology", "emu-2x4", "--axes", "data=4,model=2", "--placement", "[[2,2],[1,2]]",
+              "--reduce", "data", "--bytes", "64KiB", "--backend", "gloo", "--max-len", "3", "--json"]
+    code, out, _ = run_cli(*common)
+    assert code == 0
+    lockstep = {row["program"]: row["time_s"] for row in json.loads(out)}
+    code, out, _ = run_cli(*common, "--estimate", "pipelined")
+    assert code == 0
+    rows = json.loads(out)
+    assert {row["program"] for row in rows} == set(lockstep)
+    assert all(row["estimate"] == "pipelined" for row in rows)
+    assert [row["time_s"] for row in rows] == sorted(row["time_s"] for row in rows)
+    for row in rows:
+        assert row["time_s"] <= lockstep[row["program"]] * (1 + 1e-9)
+    code, out, _ = run_cli(*common, "--estimate", "pipelined", "--top", "2")
+    top = json.loads(out)
+    assert [row["program"] for row in top[:2]] == [row["program"] for row in rows[:2]]
+    assert any(row["baseline"] for row in top)

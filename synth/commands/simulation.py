@@ -15,7 +15,7 @@ from synth.simulate.collectives import BACKENDS
 from synth.simulate.cost import Simulator
 from synth.simulate.network import check_costable
 from synth.search import enumerate_programs
-from synth.simulate.rank import ProgramWalker, pareto_front, rank_programs
+from synth.simulate.rank import ESTIMATES, ProgramWalker, pareto_front, rank_programs, rerank_pipelined
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
 
 # nccl-tests' size suffixes (-b 8M -e 1G): K, M, G, T are binary multiples.
@@ -37,6 +37,10 @@ def register(subparsers) -> None:
                         help="multiply the size by F between MIN and MAX (integer >= 2, default 2)")
     parser.add_argument("--top", "-k", metavar="K", type=int, help="only the K best programs, found by a cost-guided search")
     parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
+    parser.add_argument("--estimate", choices=ESTIMATES, default="lockstep",
+                        help="lockstep (default): a program is the sum of its steps, each step all groups at once; "
+                             "pipelined: groups do not wait for each other between steps (closer to measurements where "
+                             "groups share links; times every program, then keeps --top K)")
     parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")
     parser.add_argument("--pareto", action="store_true",
                         help="keep the programs no other beats on time, extra memory, communicators and calls")
@@ -90,11 +94,18 @@ def run_rank(args) -> int:
         if hierarchy.group_size == 1:
             continue
         simulator, walker = Simulator(hierarchy, job.topology, args.backend), ProgramWalker(hierarchy)
-        # Without --top every program is ranked: enumerate them once for all sizes.
-        programs = None if args.top is not None else list(enumerate_programs(hierarchy, max_len=args.max_len))
+        # Without --top (or with the pipelined estimate) every program is ranked: enumerate them once for all sizes.
+        pipelined = args.estimate == "pipelined"
+        programs = (None if args.top is not None and not pipelined
+                    else list(enumerate_programs(hierarchy, max_len=args.max_len)))
         for size in sizes:
-            rows = rank_programs(hierarchy, job.topology, size, max_len=args.max_len, top=args.top,
+            rows = rank_programs(hierarchy, job.topology, size, max_len=args.max_len,
+                                 top=None if pipelined else args.top,
                                  simulator=simulator, programs=programs, walker=walker)
+            if pipelined:
+                rows = rerank_pipelined(rows, hierarchy, simulator, size)
+                if args.top is not None:
+                    rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
             if args.pareto:
                 rows = pareto_front(rows)
             sections.append((size, hierarchy, lower_bound(hierarchy, job.topology, size), rows))
@@ -103,7 +114,7 @@ def run_rank(args) -> int:
                               f"placement: there is nothing to rank")
     sections.sort(key=lambda section: section[0])  # per size, placements in their listed order
     if args.json:
-        print_json([dict(row.to_json(), lower_bound_s=bound.time_s, backend=args.backend)
+        print_json([dict(row.to_json(), lower_bound_s=bound.time_s, backend=args.backend, estimate=args.estimate)
                     for _, _, bound, rows in sections for row in rows])
         return 0
     console = Console()
@@ -119,7 +130,7 @@ def _table(topology_name: str, size: int, hierarchy, bound, rows, args) -> Table
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
     caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); * default all-reduce; "
-               f"backend {args.backend}")
+               f"backend {args.backend}; {args.estimate} estimate")
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     widest_step = max((len(step) for row in rows for step in row.program.split("; ")), default=0)
