@@ -391,7 +391,7 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
     evaluated = {label: evaluate(observed, predicted) for label, predicted in predictions.items()}
     main_label = VARIANTS[0][0]
     lines = ["# The simulator against the emulated cluster", "",
-             f"Command: `python -m synth.benchmarks.accuracy report` (measurements: `python -m synth.benchmarks.accuracy run`)",
+             "Command: `python -m synth.benchmarks.accuracy report` (measurements: `python -m synth.benchmarks.accuracy run`)",
              "", "How to reproduce, what the variants mean and why the misses happen: docs/accuracy.md.",
              "", f"Machine: {machine_description()}", "", f"Report date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}", ""]
     records = [json.loads(p.read_text()) for p in sorted(RAW.glob("*/rep*.json"))]

@@ -40,6 +40,18 @@ def add_constraint_options(parser: argparse.ArgumentParser) -> None:
                         help="fix AXIS's factor at LEVEL to N; repeatable")
 
 
+def add_max_len_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that synthesizes and costs programs."""
+    from synth.simulate.collectives import BACKENDS
+
+    add_max_len_option(parser)
+    parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")
+
+
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

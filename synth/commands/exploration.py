@@ -7,11 +7,10 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from synth.commands.common import add_job_options, add_json_option, hierarchy_for, print_json, resolve_job, \
+from synth.commands.common import add_job_options, add_json_option, add_model_options, hierarchy_for, print_json, resolve_job, \
     resolve_placements, resolve_reduce
 from synth.commands.simulation import parse_size
 from synth.errors import NoSolutionError, UsageError
-from synth.simulate.collectives import BACKENDS
 from synth.simulate.cost import baseline_program
 from synth.simulate.explore import ExploreResult, explore_placements, hierarchy_text
 from synth.simulate.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, MAX_TENSORS, FusionPlan, Schedule,
@@ -25,11 +24,6 @@ DEFAULT_COMPUTE_RATE_TEXT = "30GB/s"  # synth.simulate.fusion.DEFAULT_COMPUTE_RA
 INFINITE_RATES = ("inf", "infinite", "infinity")
 
 
-def _add_search_options(parser) -> None:
-    parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
-    parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")
-
-
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "explore", help="the best program on every placement, and the spread between placements",
@@ -37,7 +31,7 @@ def register(subparsers) -> None:
                     "speedup and the ratio to the lower bound; sorted by best time, with the placement spread.")
     add_job_options(parser)
     parser.add_argument("--bytes", "-B", metavar="S", required=True, help="buffer size per device, e.g. 256MiB")
-    _add_search_options(parser)
+    add_model_options(parser)
     add_json_option(parser)
     parser.set_defaults(handler=run_explore)
 
@@ -49,7 +43,7 @@ def register(subparsers) -> None:
     add_job_options(parser, reduce=False)
     parser.add_argument("--reduction", "-R", action="append", required=True, metavar="AXES:BYTES[xCOUNT]",
                         help="one reduction of the step, e.g. data:1GiB or model:64MiBx96 or data+model:8MiB; repeatable")
-    _add_search_options(parser)
+    add_model_options(parser)
     add_json_option(parser)
     parser.set_defaults(handler=run_workload)
 
@@ -74,7 +68,7 @@ def register(subparsers) -> None:
     parser.add_argument("--exact", action="store_true",
                         help="search the fastest program at every bucket size (slower) instead of costing the "
                              "candidates found on a power-of-two grid of sizes")
-    _add_search_options(parser)
+    add_model_options(parser)
     add_json_option(parser)
     parser.set_defaults(handler=run_fusion)
 

@@ -7,11 +7,10 @@ import re
 from rich.console import Console
 from rich.table import Table
 
-from synth.commands.common import (add_job_options, add_json_option, hierarchy_for, print_json, resolve_job,
+from synth.commands.common import (add_job_options, add_json_option, add_model_options, hierarchy_for, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
 from synth.simulate.bound import lower_bound
-from synth.simulate.collectives import BACKENDS
 from synth.simulate.cost import Simulator
 from synth.simulate.network import check_costable
 from synth.search import enumerate_programs
@@ -36,12 +35,11 @@ def register(subparsers) -> None:
     parser.add_argument("-f", "--stepfactor", metavar="F", type=int, default=None,
                         help="multiply the size by F between MIN and MAX (integer >= 2, default 2)")
     parser.add_argument("--top", "-k", metavar="K", type=int, help="only the K best programs, found by a cost-guided search")
-    parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
+    add_model_options(parser)
     parser.add_argument("--estimate", choices=ESTIMATES, default="lockstep",
                         help="lockstep (default): a program is the sum of its steps, each step all groups at once; "
                              "pipelined: groups do not wait for each other between steps (closer to measurements where "
                              "groups share links; times every program, then keeps --top K)")
-    parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")
     parser.add_argument("--pareto", action="store_true",
                         help="keep the programs no other beats on time, extra memory, communicators and calls")
     add_json_option(parser)

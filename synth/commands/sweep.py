@@ -10,13 +10,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from synth.commands.common import add_system_options, resolve_job
+from synth.commands.common import add_model_options, add_system_options, resolve_job
 from synth.commands.simulation import resolve_sizes
 from synth.errors import UsageError
 from synth.hierarchy import HIERARCHY_KINDS
 from synth.placement import enumerate_placements
 from synth.search import MAX_PROGRAM_LENGTH
-from synth.simulate.collectives import BACKENDS
 from synth.simulate.network import check_costable
 from synth.simulate.sweep import FIELDS, Sweep, configurations, run_sweep
 
@@ -34,8 +33,7 @@ def register(subparsers) -> None:
     parser.add_argument("-e", "--maxbytes", metavar="MAX", required=True, help="largest size per device, e.g. 1GiB or 1G")
     parser.add_argument("-f", "--stepfactor", metavar="F", type=int, default=None,
                         help="multiply the size by F between MIN and MAX (integer >= 2, default 2)")
-    parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
-    parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")
+    add_model_options(parser)
     parser.add_argument("--hierarchy", default="merged", choices=HIERARCHY_KINDS, help="synthesis hierarchy (default merged)")
     parser.add_argument("-o", "--output", metavar="DIR", default="results", help="directory for the files (default results/)")
     parser.set_defaults(handler=run_sweep_command, bytes=None)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.table import Table
 
-from synth.commands.common import (add_job_options, add_json_option, add_system_options, add_constraint_options,
+from synth.commands.common import (add_job_options, add_json_option, add_max_len_option, add_system_options, add_constraint_options,
                                    hierarchy_for, print_json, read_program_text, resolve_job, resolve_placements,
                                    resolve_reduce)
 from synth.errors import NoSolutionError
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
 
     parser = subparsers.add_parser("programs", help="enumerate every valid program up to a length")
     add_job_options(parser)
-    parser.add_argument("--max-len", "-L", type=int, default=5, help="longest program, in steps (default 5)")
+    add_max_len_option(parser)
     parser.add_argument("--count", action="store_true", help="print only how many programs there are")
     add_json_option(parser)
     parser.set_defaults(handler=run_programs)
