@@ -1,43 +1,25 @@
-"""One process of the collective microbenchmarks (run as a script, one per device; torch only).
+"""One process of the collective microbenchmarks (run as a script, one per device, with the
+interpreter synth is installed in).
 
 Every case is one group running alone: all ranks create its communicator (new_group must be
 called by every rank), its members time the collective while the others wait at a world
 barrier, so the time is the group's own, as calibration models it. The calls are the ones
 the exported scripts make (synth/export/torch_runtime.py): in place on a float32 buffer of B
-bytes, ReduceScatter's input and AllGather's output being the whole buffer, roots at member 0.
+bytes, ReduceScatter's input and AllGather's output being the whole buffer, roots at member 0
+(the calls themselves are torch_runtime.call_collective).
 
 Output (--json-out, rank 0): {"cases": [{..case.., "times": {bytes: [seconds per rep]}}]},
 each rep the slowest member's mean over --iters calls.
 """
 
 import argparse
-import inspect
 import json
 import time
 
 import torch
 import torch.distributed as dist
 
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_GROUP_ROOTS = "group_dst" in inspect.signature(dist.reduce).parameters
-
-
-def call(collective, buffer, group, size, key, root_rank):
-    block = buffer.numel() // size
-    if collective == "AllReduce":
-        dist.all_reduce(buffer, group=group)
-    elif collective == "ReduceScatter":
-        _REDUCE_SCATTER(buffer[key * block:(key + 1) * block], buffer, group=group)
-    elif collective == "AllGather":
-        _ALL_GATHER(buffer, buffer[key * block:(key + 1) * block], group=group)
-    elif collective == "Reduce":
-        dist.reduce(buffer, group=group, **({"group_dst": 0} if _GROUP_ROOTS else {"dst": root_rank}))
-    elif collective == "Broadcast":
-        dist.broadcast(buffer, group=group, **({"group_src": 0} if _GROUP_ROOTS else {"src": root_rank}))
-    else:
-        raise RuntimeError(f"unknown collective {collective!r}")
-
+from synth.export.torch_runtime import call_collective
 
 def run_case(case, rank, world, iters, warmup, reps):
     ranks = case["ranks"]
@@ -51,12 +33,12 @@ def run_case(case, rank, world, iters, warmup, reps):
             key = ranks.index(rank)
             buffer = torch.ones(count, dtype=torch.float32)
             for _ in range(warmup):
-                call(case["collective"], buffer, group, size, key, ranks[0])
+                call_collective(case["collective"], buffer, group, size, key, 0)
             for rep in range(reps):
                 dist.barrier(group=group)
                 start = time.perf_counter()
                 for _ in range(iters):
-                    call(case["collective"], buffer, group, size, key, ranks[0])
+                    call_collective(case["collective"], buffer, group, size, key, 0)
                 elapsed[rep] = (time.perf_counter() - start) / iters
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # over the world: idle ranks give 0
         times[str(count * 4)] = elapsed.tolist()

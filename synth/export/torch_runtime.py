@@ -128,15 +128,10 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _GROUP_ROOTS = "group_dst" in inspect.signature(dist.reduce).parameters
 
 
-def run_step(step, buffer, chunk, comms, rank):
-    call = step["calls"][rank]
-    if call is None:
-        return  # idle in this step (a Master step's non-masters)
-    color, key, size, lo, hi, root = call
-    group = comms[step["comm"]]
-    span = buffer[lo * chunk:hi * chunk]
-    block = (hi - lo) * chunk // size
-    collective = step["op"]
+def call_collective(collective, span, group, size, key, root):
+    """One in-place call on `span`: this rank is member `key` of `size`, `root` the root's
+    rank inside the group; ReduceScatter keeps, AllGather contributes, block `key`."""
+    block = span.numel() // size
     if collective == "AllReduce":
         dist.all_reduce(span, group=group)
     elif collective == "ReduceScatter":
@@ -155,6 +150,14 @@ def run_step(step, buffer, chunk, comms, rank):
             dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
     else:
         raise RuntimeError(f"unknown collective {collective!r}")
+
+
+def run_step(step, buffer, chunk, comms, rank):
+    call = step["calls"][rank]
+    if call is None:
+        return  # idle in this step (a Master step's non-masters)
+    color, key, size, lo, hi, root = call
+    call_collective(step["op"], buffer[lo * chunk:hi * chunk], comms[step["comm"]], size, key, root)
 
 
 def run_program(program, buffer, chunk, comms, rank):
