@@ -54,11 +54,6 @@ class LoweredStep:
     def group_size(self) -> int:
         return len(self.calls[0].members)
 
-    @property
-    def call_chunks(self) -> int:
-        """Chunks one call spans (the same for every call of a step)."""
-        return self.calls[0].chunks
-
 
 @dataclass(frozen=True)
 class LoweredProgram:
@@ -95,12 +90,8 @@ def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, .
         for members in sorted(groups):
             busy.update(members)
             held = [ranges[m] for m in members]
-            if step.collective == "AllGather":
-                lo, hi = held[0][0], held[-1][1]
-            elif step.collective == "Broadcast":
-                lo, hi = held[0]
-            else:
-                lo, hi = held[0]
+            # AllGather spans the joined blocks; every other call the range its root holds.
+            lo, hi = (held[0][0], held[-1][1]) if step.collective == "AllGather" else held[0]
             calls.append(GroupCall(tuple(members), lo, hi))
             _advance(ranges, step.collective, members, lo, hi)
         idle = tuple(m for m in range(n) if m not in busy)

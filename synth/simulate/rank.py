@@ -34,17 +34,19 @@ import heapq
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from synth.hierarchy import SynthesisHierarchy
-from synth.language import Program, Step
+from synth.language import Program, Step, parse_program
+from synth.lowering import lower
 from synth.search import Enumerator, SearchOptions, enumerate_programs
 from synth.semantics import FORMS, Semantics, StepFailure
 from synth.simulate.bound import LowerBound, lower_bound
 from synth.simulate.collectives import Backend
 from synth.simulate.cost import ProgramCost, Simulator, baseline_program
+from synth.simulate.overlap import pipelined_cost
 from synth.topology import Topology
 
 
@@ -256,12 +258,6 @@ def rerank_pipelined(rows: list[RankedProgram], hierarchy: SynthesisHierarchy, s
     That estimate is not a sum of step costs, so the cost-guided search cannot use it; it
     re-times a ranking of every program. It is the one that matched the emulated cluster's
     measurements where several groups share links (docs/accuracy.md)."""
-    from dataclasses import replace
-
-    from synth.lowering import lower
-    from synth.language import parse_program
-    from synth.simulate.overlap import pipelined_cost
-
     timed = {row.program: pipelined_cost(simulator, lower(parse_program(row.program), hierarchy), bytes_per_device).time_s
              for row in rows}
     baseline_time = next(timed[row.program] for row in rows if row.baseline)
