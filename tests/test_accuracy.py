@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from synth.benchmarks import microbench
-from synth.benchmarks.accuracy_metrics import Measured, case_metrics, ranks, spearman, summarize
+from benchmarks import microbench
+from benchmarks.accuracy_metrics import Measured, case_metrics, ranks, spearman, summarize
 from synth.calibrate.readers import read_measurements
-from synth.topology import load_topology
+from synth.topology_file import load_topology
 
 
 def table(predicted, measured, default=None):

@@ -16,8 +16,8 @@ from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
 from synth.language import collective_names
 from synth.placement import make_placement, parse_axes
-from synth.simulate.cost import Simulator
-from synth.topology import load_topology
+from synth.model.cost import Simulator
+from synth.topology_file import load_topology
 
 NODES, GPUS = 2, 4
 SIZES = [2**e for e in range(3, 31)]  # 8 B .. 1 GiB, nccl-tests -b 8 -e 1G -f 2

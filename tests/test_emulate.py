@@ -24,7 +24,7 @@ from synth.emulate.host import bring_up, emulated_cluster, find_cluster, tear_do
 from synth.emulate.layout import (AUTO_BUDGET, NODE_INTERFACE, auto_scale, blueprint, format_scale, parse_scale,
                                   shaped_topology)
 from synth.errors import UsageError
-from synth.topology import load_topology
+from synth.topology_file import load_topology
 
 pytestmark = pytest.mark.emulate
 

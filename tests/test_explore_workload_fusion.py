@@ -15,14 +15,14 @@ import pytest
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
-from synth.simulate.best import BestPrograms, grid_sizes
-from synth.simulate.explore import explore_placements
-from synth.simulate.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, bucket_chooser, ddp_ranges, merge_idle, optimal_ranges,
+from synth.analysis.best import BestPrograms, grid_sizes
+from synth.analysis.explore import explore_placements
+from synth.analysis.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, bucket_chooser, ddp_ranges, merge_idle, optimal_ranges,
                                    plan_fusion, ready_times, schedule)
-from synth.simulate.rank import rank_programs
-from synth.simulate.workload import Reduction, evaluate_workload, parse_reduction
+from synth.analysis.rank import rank_programs
+from synth.analysis.workload import Reduction, evaluate_workload, parse_reduction
 from synth.errors import UsageError
-from synth.topology import load_topology
+from synth.topology_file import load_topology
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 H100 = ("dgx-h100-2x8x8", "data=16,model=8")

@@ -325,8 +325,8 @@ def test_several_programs_go_to_a_directory_or_one_batch(run_cli, tmp_path):
 
 
 def test_export_top_k_takes_the_simulator_ranking(run_cli, tmp_path):
-    from synth.simulate.rank import rank_programs
-    from synth.topology import load_topology
+    from synth.analysis.rank import rank_programs
+    from synth.topology_file import load_topology
 
     out = tmp_path / "top.json"
     args = ("--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--placement", "[[2,4]]")

@@ -16,7 +16,7 @@ import pytest
 
 from export_cases import entries
 from synth.export import torch_script
-from synth.export.launch import torchrun
+from synth.execute.launch import torchrun
 from synth.export.plan import buffer_count, build_plan
 from synth.export.provenance import Provenance
 

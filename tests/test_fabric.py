@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from synth.calibrate.writer import render_topology
+from synth.topology_file import render_topology
 from synth.emulate.layout import emulated_figures, loopback_rate, unit_rate
 from synth.errors import UsageError
-from synth.simulate.network import Network
-from synth.topology import load_topology
+from synth.model.network import Network
+from synth.topology_file import load_topology
 
 TOML = """
 name = "bus"
@@ -85,8 +85,8 @@ def test_pipelined_estimate_is_at_most_the_lockstep_sum_and_equal_for_one_call()
     from synth.language import parse_program
     from synth.lowering import lower
     from synth.placement import make_placement, parse_axes
-    from synth.simulate.cost import Simulator
-    from synth.simulate.overlap import pipelined_cost
+    from synth.model.cost import Simulator
+    from synth.model.overlap import pipelined_cost
 
     topology = emulated_figures(load_topology("emu-2x4"), 1 / 256)
     placement = make_placement(topology, parse_axes("data=4,model=2"), ((2, 2), (1, 2)))

@@ -15,11 +15,11 @@ from synth.language import parse_program
 from synth.lowering import lower
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
-from synth.simulate import Simulator, lower_bound, network_for, simulate
-from synth.simulate.collectives import btree_parent, dtree_parents
-from synth.simulate.cost import baseline_cost, baseline_program
-from synth.simulate.rank import cheapest_programs, pareto_front, rank_programs
-from synth.topology import load_topology
+from synth.model import Simulator, lower_bound, network_for, simulate
+from synth.model.algorithms import btree_parent, dtree_parents
+from synth.model.cost import baseline_cost, baseline_program
+from synth.analysis.rank import cheapest_programs, pareto_front, rank_programs
+from synth.topology_file import load_topology
 
 MiB, GiB = 2**20, 2**30
 HIERARCHICAL = "ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(node)); AllGather(InsideGroup(gpu))"
@@ -329,9 +329,9 @@ def test_calls_of_one_step_with_different_ranges_are_each_costed_by_their_own_ra
     from synth.language import parse_program
     from synth.lowering import lower
     from synth.placement import make_placement, parse_axes
-    from synth.simulate.cost import Simulator, simulate
-    from synth.simulate.rank import ProgramWalker
-    from synth.topology import load_topology
+    from synth.model.cost import Simulator, simulate
+    from synth.analysis.rank import ProgramWalker
+    from synth.topology_file import load_topology
 
     topology = load_topology("emu-2x4")
     hierarchy = build_hierarchy(make_placement(topology, parse_axes("data=8"), [[2, 4]]), ("data",))

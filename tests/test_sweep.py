@@ -11,9 +11,9 @@ import pytest
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import enumerate_programs
-from synth.simulate.rank import rank_programs
-from synth.simulate.sweep import FIELDS, Catalogues, reduction_requests, run_sweep
-from synth.topology import load_topology
+from synth.analysis.rank import rank_programs
+from synth.analysis.sweep import FIELDS, Catalogues, reduction_requests, run_sweep
+from synth.topology_file import load_topology
 
 KiB, MiB = 2**10, 2**20
 SWEEP = ("sweep", "--topology", "dgx-a100-x4", "--axes", "data=8,model=4", "-b", "1KiB", "-e", "1MiB", "-f", "4")
@@ -161,14 +161,14 @@ def test_bad_options_exit_2_with_one_line(arguments, tmp_path, run_cli):
 
 def test_results_on_one_small_system_write_figures_tables_and_index(tmp_path):
     """The Results command end to end on emu-2x4: every file, with its provenance at the top."""
-    from synth.benchmarks import results
+    from benchmarks import results
 
     assert results.main(["-o", str(tmp_path), "--topologies", "emu-2x4"]) == 0
     png = tmp_path / "time-vs-size-emu-2x4.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     for name in ("placement-spread.md", "synthesis-wins.md", "time-vs-size.md", "README.md"):
         head = (tmp_path / name).read_text().splitlines()[:8]
-        assert any(line.startswith("Command: `python -m synth.benchmarks.") for line in head), name
+        assert any(line.startswith("Command: `python -m benchmarks.") for line in head), name
         assert any(line.startswith("Machine: ") for line in head) and any(line.startswith("Date: ") for line in head)
     spread = json.loads((tmp_path / "placement-spread.json").read_text())["spreads"]["emu-2x4"]
     assert {row["reduce"] for row in spread} == {"data", "model", "data,model"}

@@ -9,16 +9,8 @@ from pathlib import Path
 import pytest
 
 from synth.errors import UsageError
-from synth.topology import (
-    Figure,
-    Level,
-    Topology,
-    Uplinks,
-    builtin_topology_names,
-    check_levels,
-    load_topology,
-    topology_from_levels,
-)
+from synth.topology import Figure, Level, Topology, Uplinks, check_levels, topology_from_levels
+from synth.topology_file import builtin_topology_names, load_topology
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bandwidth, parse_bytes, parse_time
 
 BUILTINS = {
@@ -393,7 +385,7 @@ def test_directory_is_not_a_topology(tmp_path):
 
 def test_builtin_error_names_the_builtin_file(tmp_path, monkeypatch):
     """Messages about shipped files say `topologies/<name>.toml`, the path in the repository."""
-    import synth.topology as topology_module
+    import synth.topology_file as topology_module
 
     (tmp_path / "broken.toml").write_text('name = "broken"\n[[levels]]\nname = "gpu"\nsize = 0\n', encoding="utf-8")
     monkeypatch.setattr(topology_module, "_builtin_dir", lambda: tmp_path)
@@ -450,7 +442,7 @@ def test_builtins_found_from_a_source_checkout(monkeypatch):
     """Without installed package data, the repository's topologies/ directory is used."""
     import pathlib
 
-    import synth.topology as topology_module
+    import synth.topology_file as topology_module
 
     if not (pathlib.Path(topology_module.__file__).resolve().parent.parent / "topologies").is_dir():
         pytest.skip("synth is installed from a wheel here: there is no source checkout beside it")

@@ -12,8 +12,8 @@ from synth.hierarchy import build_hierarchy
 from synth.language import parse_program
 from synth.lowering import lower
 from synth.placement import make_placement, parse_axes
-from synth.simulate import simulate
-from synth.topology import load_topology
+from synth.model import simulate
+from synth.topology_file import load_topology
 
 BASE = """\
 name = "two-by-four"

@@ -6,13 +6,11 @@ groups: where a measured group sits on a topology.
 model: the simulator's time for one call, piecewise linear in the fitted figures.
 fit: weighted least squares of one level's latency and bandwidth for one collective.
 calibration: every level and collective, innermost first, into a topology.
-writer: that topology as the project's TOML.
 """
 
 from synth.calibrate.calibration import Calibration, Fit, calibrate, infer_base, replay
 from synth.calibrate.measurements import Measurement, Span
 from synth.calibrate.readers import FORMATS, read_measurements
-from synth.calibrate.writer import render_topology
 
 __all__ = ["Calibration", "FORMATS", "Fit", "Measurement", "Span", "calibrate", "infer_base", "read_measurements",
-           "render_topology", "replay"]
+           "replay"]

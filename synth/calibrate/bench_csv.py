@@ -25,7 +25,7 @@ import io
 
 from synth.calibrate.measurements import Measurement, Span, check_time, collective_from_name, parse_count, parse_float
 from synth.errors import UsageError
-from synth.simulate.collectives import BACKENDS
+from synth.model.algorithms import BACKENDS
 from synth.units import parse_bytes
 
 REQUIRED = ("collective", "level", "group_size", "bytes", "time_s")

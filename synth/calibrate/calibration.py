@@ -25,7 +25,7 @@ from synth.calibrate.measurements import Measurement
 from synth.calibrate.model import CallModel
 from synth.errors import UsageError
 from synth.language import collective_names
-from synth.simulate.collectives import Backend
+from synth.model.algorithms import Backend
 from synth.topology import CollectiveFigures, Figure, Level, Topology, Uplinks, check_levels
 from synth.units import format_bandwidth, format_bytes
 

@@ -1,6 +1,6 @@
 """The simulator's time for one measured call, as a function of the figures being fitted.
 
-A call of a collective over a group, alone on the network, costs what synth/simulate/cost.py
+A call of a collective over a group, alone on the network, costs what synth/model/cost.py
 charges a step of one call:
 
     t = launch + sum over phases of latency_p + B / efficiency * sum over phases of makespan_p
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.simulate.collectives import Algorithm, Backend
-from synth.simulate.cost import call_layout
-from synth.simulate.network import NO_LINK, network_for
+from synth.model.algorithms import Algorithm, Backend
+from synth.model.cost import call_layout
+from synth.model.network import NO_LINK, network_for
 from synth.topology import Topology
 
 

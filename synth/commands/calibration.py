@@ -11,11 +11,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from synth.calibrate import Calibration, calibrate, infer_base, read_measurements, render_topology, replay
+from synth.calibrate import Calibration, calibrate, infer_base, read_measurements, replay
 from synth.commands.common import print_json
 from synth.errors import UsageError
-from synth.simulate.collectives import BACKENDS, resolve_backend
-from synth.topology import load_topology
+from synth.model.algorithms import BACKENDS, resolve_backend
+from synth.topology_file import load_topology, render_topology
 from synth.units import format_bandwidth, format_bytes, format_time
 
 PIPED_WIDTH = 160

@@ -11,7 +11,8 @@ from synth.errors import UsageError
 from synth.hierarchy import HIERARCHY_KINDS, SynthesisHierarchy, build_hierarchy, parse_reduce
 from synth.placement import (Axis, Placement, enumerate_placements, make_placement, parse_axes,
                              parse_factor, parse_inside, parse_matrix)
-from synth.topology import Topology, load_topology, topology_from_levels
+from synth.topology import Topology, topology_from_levels
+from synth.topology_file import load_topology
 
 
 def add_system_options(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -46,7 +47,7 @@ def add_max_len_option(parser: argparse.ArgumentParser) -> None:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """The options of every command that synthesizes and costs programs."""
-    from synth.simulate.collectives import BACKENDS
+    from synth.model.algorithms import BACKENDS
 
     add_max_len_option(parser)
     parser.add_argument("--backend", default="nccl", choices=sorted(BACKENDS), help="collective library to model (default nccl)")

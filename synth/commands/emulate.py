@@ -10,7 +10,7 @@ from synth.commands.common import print_json
 from synth.emulate.host import bring_up, clusters, find_cluster, link_counters, require_host, tear_down
 from synth.emulate.layout import DEFAULT_NAME, Cluster, format_rate, format_scale, parse_scale
 from synth.errors import UsageError
-from synth.topology import load_topology
+from synth.topology_file import load_topology
 
 
 def register(subparsers) -> None:

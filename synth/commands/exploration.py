@@ -11,16 +11,16 @@ from synth.commands.common import add_job_options, add_json_option, add_model_op
     resolve_placements, resolve_reduce
 from synth.commands.simulation import parse_size
 from synth.errors import NoSolutionError, UsageError
-from synth.simulate.cost import baseline_program
-from synth.simulate.explore import ExploreResult, explore_placements, hierarchy_text
-from synth.simulate.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, MAX_TENSORS, FusionPlan, Schedule,
+from synth.model.cost import baseline_program
+from synth.analysis.explore import ExploreResult, explore_placements, hierarchy_text
+from synth.analysis.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, MAX_TENSORS, FusionPlan, Schedule,
                                    plan_fusion)
-from synth.simulate.network import check_costable
-from synth.simulate.workload import WorkloadResult, evaluate_workload, parse_reduction
+from synth.model.network import check_costable
+from synth.analysis.workload import WorkloadResult, evaluate_workload, parse_reduction
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bandwidth, parse_bytes
 
 PIPED_WIDTH = 160
-DEFAULT_COMPUTE_RATE_TEXT = "30GB/s"  # synth.simulate.fusion.DEFAULT_COMPUTE_RATE, derived there
+DEFAULT_COMPUTE_RATE_TEXT = "30GB/s"  # synth.analysis.fusion.DEFAULT_COMPUTE_RATE, derived there
 INFINITE_RATES = ("inf", "infinite", "infinity")
 
 

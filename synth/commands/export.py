@@ -15,18 +15,18 @@ from synth.commands.common import (Job, add_job_options, hierarchy_for, read_pro
                                    resolve_placements, resolve_reduce)
 from synth.emulate.bench import add_emulate_options, emulation_requested, run_emulated
 from synth.errors import InvalidProgramError, NoSolutionError, UsageError
-from synth.export import bench as benchmod
+from synth.execute import report as benchmod
 from synth.export import json_plan, mesh, nccl_c, torch_script
-from synth.export.launch import LaunchError, check_nproc, torchrun
+from synth.execute.launch import LaunchError, check_nproc, torchrun
 from synth.export.plan import PlanEntry, build_plan
 from synth.export.provenance import Provenance, hierarchy_metadata, placement_metadata
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step, parse_program
 from synth.lowering import lower
 from synth.placement import parse_axes
-from synth.simulate.collectives import BACKENDS
-from synth.simulate.network import check_costable
-from synth.simulate.rank import rank_programs
+from synth.model.algorithms import BACKENDS
+from synth.model.network import check_costable
+from synth.analysis.rank import rank_programs
 from synth.units import parse_bytes
 
 FORMATS = ("torch", "nccl", "json", "mesh")

@@ -10,11 +10,11 @@ from rich.table import Table
 from synth.commands.common import (add_job_options, add_json_option, add_model_options, hierarchy_for, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
-from synth.simulate.bound import lower_bound
-from synth.simulate.cost import Simulator
-from synth.simulate.network import check_costable
+from synth.model.bound import lower_bound
+from synth.model.cost import Simulator
+from synth.model.network import check_costable
 from synth.search import enumerate_programs
-from synth.simulate.rank import ESTIMATES, ProgramWalker, pareto_front, rank_programs, rerank_pipelined
+from synth.analysis.rank import ESTIMATES, ProgramWalker, pareto_front, rank_programs, rerank_pipelined
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
 
 # nccl-tests' size suffixes (-b 8M -e 1G): K, M, G, T are binary multiples.

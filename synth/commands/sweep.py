@@ -16,8 +16,8 @@ from synth.errors import UsageError
 from synth.hierarchy import HIERARCHY_KINDS
 from synth.placement import enumerate_placements
 from synth.search import MAX_PROGRAM_LENGTH
-from synth.simulate.network import check_costable
-from synth.simulate.sweep import FIELDS, Sweep, configurations, run_sweep
+from synth.model.network import check_costable
+from synth.analysis.sweep import FIELDS, Sweep, configurations, run_sweep
 
 
 def register(subparsers) -> None:

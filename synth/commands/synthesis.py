@@ -15,7 +15,7 @@ from synth.errors import NoSolutionError
 from synth.language import parse_program
 from synth.search import Enumerator, SearchOptions, semantics_for
 from synth.semantics import Semantics
-from synth.topology import builtin_topology_names, load_topology
+from synth.topology_file import builtin_topology_names, load_topology
 
 # Explicit per-member states up to this many members; the quotient state beyond.
 EXPLICIT_CHECK_LIMIT = 256

@@ -20,7 +20,8 @@ from synth.emulate.host import (EmulationError, bring_up, find_cluster, namespac
 from synth.emulate.layout import DEFAULT_NAME, Cluster, format_scale, parse_scale, shaped_topology
 from synth.emulate.ranks import run_ranks
 from synth.errors import UsageError
-from synth.topology import Topology, load_topology
+from synth.topology import Topology
+from synth.topology_file import load_topology
 
 
 def add_emulate_options(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from synth.emulate.layout import DEFAULT_NAME, Cluster, auto_scale, blueprint, check_name
 from synth.errors import SynthError, UsageError
-from synth.topology import Topology, load_topology
+from synth.topology import Topology
+from synth.topology_file import load_topology
 
 STATE_DIR = Path("/run/synth-emulate")
 STOP_GRACE = 3.0  # seconds a process in a namespace gets between SIGTERM and SIGKILL

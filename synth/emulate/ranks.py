@@ -24,7 +24,7 @@ from pathlib import Path
 from synth.emulate.host import EmulationError, namespaces, require_host, run
 from synth.emulate.layout import Cluster
 from synth.errors import UsageError
-from synth.export.launch import LaunchError, LaunchResult
+from synth.execute.launch import LaunchError, LaunchResult
 
 FAILURE_GRACE = 10.0  # seconds the other ranks get to notice that one rank failed
 STOP_GRACE = 3.0

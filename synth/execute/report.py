@@ -18,7 +18,7 @@ from pathlib import Path
 
 from synth.export.plan import ITEMSIZE, PlanEntry, buffer_count
 from synth.lowering import lower
-from synth.simulate.cost import Simulator
+from synth.model.cost import Simulator
 from synth.topology import Topology
 
 

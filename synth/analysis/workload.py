@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
 from synth.placement import Axis, Placement, enumerate_placements
-from synth.simulate.best import BestPrograms
-from synth.simulate.collectives import Backend, resolve_backend
-from synth.simulate.explore import hierarchy_text
-from synth.simulate.network import check_costable
+from synth.analysis.best import BestPrograms
+from synth.model.algorithms import Backend, resolve_backend
+from synth.analysis.explore import hierarchy_text
+from synth.model.network import check_costable
 from synth.topology import Topology
 from synth.units import format_bytes, parse_bytes
 

@@ -1,6 +1,6 @@
 """Synthesis speed and the pruning ablation.
 
-    python -m synth.benchmarks.synthesis [-o results]
+    python -m benchmarks.synthesis [-o results]
 
 Times complete enumeration (every valid program up to length 5) on the cases issue 2 names,
 and the same with each pruning rule switched off, counting (state, steps left) pairs
@@ -20,10 +20,10 @@ from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.pruning import _first_steps
 from synth.search import Enumerator, SearchOptions, brute_force_programs
 from synth.semantics import Semantics
-from synth.benchmarks.record import header, results_dir
+from benchmarks.record import header, results_dir
 from synth.topology import topology_from_levels
 
-COMMAND = "python -m synth.benchmarks.synthesis"
+COMMAND = "python -m benchmarks.synthesis"
 TIME_LIMIT_S = 60.0
 
 

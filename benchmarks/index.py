@@ -1,6 +1,6 @@
 """results/README.md: every file under results/ with the command that regenerates it.
 
-    python -m synth.benchmarks.index [-o results]
+    python -m benchmarks.index [-o results]
 
 Nothing is listed by hand. Each file's command is read from the file itself (a markdown
 `Command:` line, a `# command:` comment at the top of a CSV, log or script, or a JSON
@@ -16,9 +16,9 @@ import json
 import re
 from pathlib import Path
 
-from synth.benchmarks.record import header, results_dir
+from benchmarks.record import header, results_dir
 
-COMMAND = "python -m synth.benchmarks.index"
+COMMAND = "python -m benchmarks.index"
 INDEX = "README.md"
 _MARKDOWN_COMMAND = re.compile(r"^Command: `([^`]+)`", re.MULTILINE)
 _COMMENT_COMMAND = re.compile(r"^#\s*command:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
@@ -103,7 +103,7 @@ def _directory_report(path: Path, root: Path, commands: dict) -> Path | None:
 
 
 def _program_words(command: str) -> list[str]:
-    """The words of a command before its first option: `synth sweep`, `python -m synth.benchmarks.x`."""
+    """The words of a command before its first option: `synth sweep`, `python -m benchmarks.x`."""
     words = []
     for word in command.split():
         if word.startswith("-") and words and words[-1] != "python":

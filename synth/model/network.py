@@ -1,6 +1,6 @@
 """The physical network of a topology: devices, switches and links, and the load flows put on them.
 
-The graph (networkx, directed) follows the topology file's meaning (synth/topology.py):
+The graph (networkx, directed) follows the topology file's meaning (synth/topology_file.py):
 
 * one switch per unit of each level's parent, ``("sw", prefix)``: the interconnect joining
   the units of level ``len(prefix)`` inside the unit ``prefix`` (``()`` is the whole system);

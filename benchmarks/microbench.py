@@ -2,7 +2,7 @@
 `synth calibrate` (docs/calibrate.md): one group at a time, since calibration models a group
 running alone.
 
-    python -m synth.benchmarks.microbench --emulate emu-2x4 --scale 1/256 -o results/microbench-emu-2x4.csv
+    python -m benchmarks.microbench --emulate emu-2x4 --scale 1/256 -o results/microbench-emu-2x4.csv
 
 Groups, per level l of the topology (outermost first):
 
@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from synth.benchmarks.record import machine_description
-from synth.topology import Topology, load_topology
+from benchmarks.record import machine_description
+from synth.topology import Topology
+from synth.topology_file import load_topology
 from synth.units import parse_bytes
 
 COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_csv(output, rows)
-    meta = {"command": "python -m synth.benchmarks.microbench " + " ".join(sys.argv[1:] if argv is None else argv),
+    meta = {"command": "python -m benchmarks.microbench " + " ".join(sys.argv[1:] if argv is None else argv),
             "machine": machine_description(), "date": started.isoformat(timespec="seconds"),
             "seconds": (datetime.now(timezone.utc) - started).total_seconds(), "topology": args.emulate,
             "scale": scale, "scale_text": format_scale(scale), "load_before": load_before, "load_after": os.getloadavg(),

@@ -30,12 +30,12 @@ plan is then merged, left to right: two adjacent buckets become one whenever the
 finish does not move (checked by running the schedule, so it stays exactly F(n)). Fewer
 buckets means fewer calls (each pays a launch) and less stream time, for the same finish.
 
-C(S) comes from `synth.simulate.best`: by default the fastest of the candidate programs (the
+C(S) comes from `synth.analysis.best`: by default the fastest of the candidate programs (the
 top 3 of the exact search at every power of two spanning the bucket sizes, and the default
 all-reduce), each costed exactly on the grid and on its line between grid sizes where the
 backend's algorithm picks do not change (exactly otherwise); with `exact=True` the exact
 top-1 search at every distinct bucket size. Buckets whose start plus the lower bound of
-synth/simulate/bound.py already ends after the best found are not costed at all.
+synth/model/bound.py already ends after the best found are not costed at all.
 
 The baseline is PyTorch DDP's default bucketing running the default all-reduce:
 `DistributedDataParallel(bucket_cap_mb=25)` (torch/nn/parallel/distributed.py; the cap is
@@ -54,11 +54,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.hierarchy import SynthesisHierarchy
-from synth.simulate.best import BestPrograms, Choice
-from synth.simulate.bound import lower_bound
-from synth.simulate.collectives import Backend
-from synth.simulate.cost import baseline_program
-from synth.simulate.network import check_costable
+from synth.analysis.best import BestPrograms, Choice
+from synth.model.bound import lower_bound
+from synth.model.algorithms import Backend
+from synth.model.cost import baseline_program
+from synth.model.network import check_costable
 from synth.topology import Topology
 
 MiB = 2**20
@@ -176,7 +176,7 @@ def optimal_ranges(tensors: tuple[int, ...], ready: tuple[float, ...], seconds: 
 
     `floor(S)`, if given, must be a lower bound on `seconds(S)`: a bucket whose start plus
     floor already ends after the best found for its prefix is not costed (the lower bound of
-    synth/simulate/bound.py holds for every program, so this skips work, never the optimum).
+    synth/model/bound.py holds for every program, so this skips work, never the optimum).
     Buckets are tried whole prefix first, then from the smallest up (a = 1, b, b-1, ..., 2),
     so that the best is usually found before most buckets are reached."""
     n = len(tensors)
@@ -255,7 +255,7 @@ def ddp_ranges(tensors: tuple[int, ...], bucket_cap: int = DDP_BUCKET_CAP,
 
 def bound_floor(hierarchy: SynthesisHierarchy, topology: Topology) -> Callable[[int], float]:
     """The lower bound as a function of the size: latency + S * seconds per byte (it is affine
-    in S, synth/simulate/bound.py), shaved by a relative 1e-9 so rounding never lifts it above
+    in S, synth/model/bound.py), shaved by a relative 1e-9 so rounding never lifts it above
     a program's time."""
     probe = lower_bound(hierarchy, topology, 2**30)
     per_byte = probe.transfer_s / 2**30

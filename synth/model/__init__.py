@@ -7,10 +7,10 @@ bound: a lower bound on any correct all-reduce's time, for the ratio to it.
 rank: programs ranked by predicted time, the top K by a cost-guided search, Pareto filter.
 """
 
-from synth.simulate.bound import LowerBound, lower_bound
-from synth.simulate.collectives import BACKENDS, Backend, resolve_backend
-from synth.simulate.cost import ProgramCost, Simulator, StepCost, baseline_cost, baseline_program, simulate
-from synth.simulate.network import Network, check_costable, network_for
+from synth.model.bound import LowerBound, lower_bound
+from synth.model.algorithms import BACKENDS, Backend, resolve_backend
+from synth.model.cost import ProgramCost, Simulator, StepCost, baseline_cost, baseline_program, simulate
+from synth.model.network import Network, check_costable, network_for
 
 __all__ = [
     "BACKENDS", "Backend", "LowerBound", "Network", "ProgramCost", "Simulator", "StepCost", "baseline_cost",

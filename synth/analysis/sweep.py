@@ -29,10 +29,10 @@ import numpy as np
 from synth.hierarchy import SynthesisHierarchy, build_hierarchy
 from synth.language import Step
 from synth.placement import Axis, Placement
-from synth.simulate.bound import lower_bound
-from synth.simulate.collectives import Backend, resolve_backend
-from synth.simulate.cost import Simulator, bus_factor
-from synth.simulate.rank import ProgramWalker
+from synth.model.bound import lower_bound
+from synth.model.algorithms import Backend, resolve_backend
+from synth.model.cost import Simulator, bus_factor
+from synth.analysis.rank import ProgramWalker
 from synth.topology import Topology
 
 StepKey = tuple  # (collective, sorted calls, chunks of each call): what Simulator.step_time takes

@@ -2,7 +2,7 @@
 
 Per step, every call of every reduction group runs at the same time, so their flows share
 links: a step's phase lasts `max over links of load / capacity` for all of them together
-(synth/simulate/network.py), and more groups through one node's NICs make the step slower.
+(synth/model/network.py), and more groups through one node's NICs make the step slower.
 A call's bytes are `B = chunks * S / N` (its chunk range, S bytes per device cut into N
 chunks). The calls of one step usually span equal ranges; where they do not (Master and
 Broadcast steps can leave members of different classes holding ranges of different lengths),
@@ -11,7 +11,7 @@ each call's flows are weighted by its own range. A step costs
     launch + sum over phases (hop latency + transfer / efficiency)
 
 with the launch cost and efficiency of the backend and the phases of the algorithm the
-backend picks for the call (synth/simulate/collectives.py). Where a backend has several
+backend picks for the call (synth/model/algorithms.py). Where a backend has several
 algorithms (NCCL AllReduce: ring, tree) it picks, like NCCL's tuner, the one its own
 estimate says is fastest: the call's time alone on the network, without the other groups.
 A level's figures for one collective (`[levels.collectives.NAME]` in the topology file, as
@@ -32,8 +32,8 @@ import numpy as np
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.lowering import LoweredProgram, lower
-from synth.simulate.collectives import Backend, Layout, Plan, resolve_backend
-from synth.simulate.network import NO_LINK, network_for
+from synth.model.algorithms import Backend, Layout, Plan, resolve_backend
+from synth.model.network import NO_LINK, network_for
 from synth.topology import Topology
 
 Calls = tuple[tuple[int, ...], ...]  # the member ranks of each call of a step

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from synth.hierarchy import build_hierarchy
 from synth.placement import Axis, Placement, enumerate_placements
-from synth.simulate.best import BestPrograms
-from synth.simulate.bound import lower_bound
-from synth.simulate.collectives import Backend, resolve_backend
-from synth.simulate.network import check_costable
+from synth.analysis.best import BestPrograms
+from synth.model.bound import lower_bound
+from synth.model.algorithms import Backend, resolve_backend
+from synth.model.network import check_costable
 from synth.topology import Topology
 
 

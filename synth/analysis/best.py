@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import parse_program
-from synth.simulate.collectives import Backend
-from synth.simulate.cost import Simulator, baseline_program
-from synth.simulate.rank import ProgramWalker, RankedProgram, rank_programs
+from synth.model.algorithms import Backend
+from synth.model.cost import Simulator, baseline_program
+from synth.analysis.rank import ProgramWalker, RankedProgram, rank_programs
 from synth.topology import Topology
 
 GRID_FACTOR = 2  # candidate grid: powers of two spanning the asked sizes

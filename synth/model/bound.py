@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.hierarchy import SynthesisHierarchy
-from synth.simulate.network import check_costable, network_for
+from synth.model.network import check_costable, network_for
 from synth.topology import Topology
 
 

@@ -1,6 +1,6 @@
 """Sweep speed: how long `synth sweep` takes for 1000+ configurations, and where the time goes.
 
-    python -m synth.benchmarks.sweep [-o results]
+    python -m benchmarks.sweep [-o results]
 
 Each case runs `synth sweep` as a fresh process (imports, Z3 start-up and file writing
 included) and records its wall time and CPU time (the machine may be shared: CPU time is
@@ -23,14 +23,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from synth.benchmarks.index import write_index
-from synth.benchmarks.record import header, results_dir
+from benchmarks.index import write_index
+from benchmarks.record import header, results_dir
 from synth.commands.simulation import resolve_sizes
 from synth.placement import enumerate_placements, parse_axes
-from synth.simulate.sweep import configurations, run_sweep
-from synth.topology import load_topology
+from synth.analysis.sweep import configurations, run_sweep
+from synth.topology_file import load_topology
 
-COMMAND = "python -m synth.benchmarks.sweep"
+COMMAND = "python -m benchmarks.sweep"
 TARGET_S = 30.0
 TARGET_CONFIGURATIONS = 1000
 
@@ -98,14 +98,14 @@ def time_case(case: Case) -> Timing:
 
 # Where the time goes: (label, function name as pstats shows it, file suffix).
 PARTS = (
-    ("enumerating and walking programs (once per hierarchy shape)", "build_shape", "simulate/sweep.py"),
-    ("simulator step costs (Simulator.step_time)", "step_time", "simulate/cost.py"),
-    ("  of which compiling each call into flows, once per call (Simulator._compile)", "_compile", "simulate/cost.py"),
+    ("enumerating and walking programs (once per hierarchy shape)", "build_shape", "analysis/sweep.py"),
+    ("simulator step costs (Simulator.step_time)", "step_time", "model/cost.py"),
+    ("  of which compiling each call into flows, once per call (Simulator._compile)", "_compile", "model/cost.py"),
     ("  of which the link loads of each step's flows, once per step (Simulator._step_phases)", "_step_phases",
-     "simulate/cost.py"),
-    ("lower bound, once per configuration (lower_bound)", "lower_bound", "simulate/bound.py"),
+     "model/cost.py"),
+    ("lower bound, once per configuration (lower_bound)", "lower_bound", "model/bound.py"),
     ("summing program times and picking the best (sweep_hierarchy minus the above)", "sweep_hierarchy",
-     "simulate/sweep.py"),
+     "analysis/sweep.py"),
 )
 
 
@@ -124,7 +124,7 @@ def profile_case(case: Case) -> list[tuple[str, float, float]]:
             if name == function and filename.endswith(suffix):
                 cumulative[label] = cumulative.get(label, 0.0) + cum
     total = next(cum for (filename, _, name), (_, _, _, cum, _) in stats.items()
-                 if name == "run_sweep" and filename.endswith("simulate/sweep.py"))
+                 if name == "run_sweep" and filename.endswith("analysis/sweep.py"))
     own = PARTS[-1][0]
     inner = sum(cumulative.get(PARTS[i][0], 0.0) for i in (1, 4))
     cumulative[own] = cumulative.get(own, 0.0) - inner

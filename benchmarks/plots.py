@@ -24,10 +24,10 @@ import numpy as np  # noqa: E402
 from synth.hierarchy import build_hierarchy  # noqa: E402
 from synth.language import parse_program  # noqa: E402
 from synth.placement import Axis, Placement, enumerate_placements  # noqa: E402
-from synth.simulate.bound import lower_bound  # noqa: E402
-from synth.simulate.cost import Simulator  # noqa: E402
-from synth.simulate.rank import ProgramWalker, rank_programs  # noqa: E402
-from synth.simulate.sweep import Catalogues, reduction_requests, sweep_hierarchy  # noqa: E402
+from synth.model.bound import lower_bound  # noqa: E402
+from synth.model.cost import Simulator  # noqa: E402
+from synth.analysis.rank import ProgramWalker, rank_programs  # noqa: E402
+from synth.analysis.sweep import Catalogues, reduction_requests, sweep_hierarchy  # noqa: E402
 from synth.topology import Topology  # noqa: E402
 from synth.units import format_bytes  # noqa: E402
 

@@ -43,10 +43,10 @@ from synth.language import Program, Step, parse_program
 from synth.lowering import lower
 from synth.search import Enumerator, SearchOptions, enumerate_programs
 from synth.semantics import FORMS, Semantics, StepFailure
-from synth.simulate.bound import LowerBound, lower_bound
-from synth.simulate.collectives import Backend
-from synth.simulate.cost import ProgramCost, Simulator, baseline_program
-from synth.simulate.overlap import pipelined_cost
+from synth.model.bound import LowerBound, lower_bound
+from synth.model.algorithms import Backend
+from synth.model.cost import ProgramCost, Simulator, baseline_program
+from synth.model.overlap import pipelined_cost
 from synth.topology import Topology
 
 
@@ -252,7 +252,7 @@ ESTIMATES = ("lockstep", "pipelined")
 
 def rerank_pipelined(rows: list[RankedProgram], hierarchy: SynthesisHierarchy, simulator: Simulator,
                      bytes_per_device: int) -> list[RankedProgram]:
-    """The same programs, timed by the pipelined estimate (synth/simulate/overlap.py: groups do
+    """The same programs, timed by the pipelined estimate (synth/model/overlap.py: groups do
     not wait for each other between steps) instead of the lockstep sum, and re-ordered.
 
     That estimate is not a sum of step costs, so the cost-guided search cannot use it; it

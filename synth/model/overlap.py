@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.lowering import LoweredProgram
-from synth.simulate.cost import Simulator
+from synth.model.cost import Simulator
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What sweeps say about placements and programs: the placement spread and the share of wins.
 
-Both are computed from sweep rows (synth/simulate/sweep.py), so every figure is a simulated
+Both are computed from sweep rows (synth/analysis/sweep.py), so every figure is a simulated
 time of a real program on a real placement:
 
 * placement spread, per (job, request, size), as `synth explore` defines it:
@@ -21,8 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from synth.placement import Axis
-from synth.simulate.sweep import SweepRow
-from synth.topology import Topology, builtin_topology_names, load_topology
+from synth.analysis.sweep import SweepRow
+from synth.topology import Topology
+from synth.topology_file import builtin_topology_names, load_topology
 
 
 def multi_level_topologies() -> list[Topology]:

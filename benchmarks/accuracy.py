@@ -2,8 +2,8 @@
 length 4 (and the default all-reduce) on every placement and reduction request of the
 campaign's emulated topologies, run with gloo, predicted by the simulator, compared.
 
-    python -m synth.benchmarks.accuracy run [--only emu-2x4] [--reps 3]   # measure (resumable)
-    python -m synth.benchmarks.accuracy report [--topology emu-2x4=FILE.toml ...]
+    python -m benchmarks.accuracy run [--only emu-2x4] [--reps 3]   # measure (resumable)
+    python -m benchmarks.accuracy report [--topology emu-2x4=FILE.toml ...]
 
 `run` writes one JSON per (topology, axes, placement, request, repetition) under
 results/accuracy/raw/ and skips those already there, so a crash loses only the batch that was
@@ -32,13 +32,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from synth.benchmarks.accuracy_metrics import CaseMetrics, Measured, case_metrics, summarize
-from synth.benchmarks.record import machine_description
+from benchmarks.accuracy_metrics import CaseMetrics, Measured, case_metrics, summarize
+from benchmarks.record import machine_description
 from synth.hierarchy import SynthesisHierarchy, build_hierarchy
 from synth.language import Program, Step, parse_program
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import enumerate_programs
-from synth.topology import Topology, load_topology
+from synth.topology import Topology
+from synth.topology_file import load_topology
 
 MAX_LEN = 4
 RESULTS = Path("results")
@@ -155,7 +156,7 @@ def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_c
                 for case in todo:
                     listed = programs(case.hierarchy)
                     plan = build_plan(PlanEntry(case.hierarchy, program) for program in listed)
-                    argv = ("python", "-m", "synth.benchmarks.accuracy", "run", "--case", case.key)
+                    argv = ("python", "-m", "benchmarks.accuracy", "run", "--case", case.key)
                     path = _raw_path(case, rep, sizes)
                     path.parent.mkdir(parents=True, exist_ok=True)
                     script = path.with_suffix(".py")
@@ -204,7 +205,7 @@ def prepare(setups) -> None:
     and calibrate each from results/accuracy/microbench-<topology>.csv with `synth calibrate`."""
     import subprocess
 
-    from synth.calibrate.writer import render_topology
+    from synth.topology_file import render_topology
     from synth.emulate.layout import emulated_figures, parse_scale, shaped_topology
 
     directory = RESULTS / "accuracy"
@@ -274,10 +275,10 @@ def observations(setups) -> list[Observation]:
 def predict(observed: list[Observation], topologies: dict[str, Topology],
             pipelined: bool = False) -> dict[tuple[str, str, int], float]:
     """Predicted seconds per (case key, program, bytes) on the given topology of each case's:
-    the simulator's lockstep sum of step times, or with `pipelined` synth/simulate/overlap.py."""
+    the simulator's lockstep sum of step times, or with `pipelined` synth/model/overlap.py."""
     from synth.lowering import lower
-    from synth.simulate.cost import Simulator
-    from synth.simulate.overlap import pipelined_cost
+    from synth.model.cost import Simulator
+    from synth.model.overlap import pipelined_cost
 
     simulators: dict[str, Simulator] = {}
     result = {}
@@ -384,14 +385,14 @@ def variant_topologies(setups, suffix: str) -> dict[str, Topology] | None:
 def report(setups, output: Path, extra: dict[str, str]) -> None:
     observed = observations(setups)
     if not observed:
-        raise SystemExit("no measurements under results/accuracy/raw: run 'python -m synth.benchmarks.accuracy run'")
+        raise SystemExit("no measurements under results/accuracy/raw: run 'python -m benchmarks.accuracy run'")
     variants = {label: (topologies, pipelined) for label, suffix, pipelined in VARIANTS
                 if (topologies := variant_topologies(setups, suffix)) is not None}
     predictions = {label: predict(observed, *variant) for label, variant in variants.items()}
     evaluated = {label: evaluate(observed, predicted) for label, predicted in predictions.items()}
     main_label = VARIANTS[0][0]
     lines = ["# The simulator against the emulated cluster", "",
-             "Command: `python -m synth.benchmarks.accuracy report` (measurements: `python -m synth.benchmarks.accuracy run`)",
+             "Command: `python -m benchmarks.accuracy report` (measurements: `python -m benchmarks.accuracy run`)",
              "", "How to reproduce, what the variants mean and why the misses happen: docs/accuracy.md.",
              "", f"Machine: {machine_description()}", "", f"Report date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}", ""]
     records = [json.loads(p.read_text()) for p in sorted(RAW.glob("*/rep*.json"))]

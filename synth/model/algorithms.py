@@ -2,7 +2,7 @@
 
 An algorithm is a `Plan`: phases that run one after another, each with a latency and a set
 of flows (member index -> member index, as a fraction of B) that run at the same time; a
-phase's transfer time comes from the network (synth/simulate/network.py). B is the call's
+phase's transfer time comes from the network (synth/model/network.py). B is the call's
 range in bytes: the input of ReduceScatter, the output of AllGather, the buffer otherwise.
 
 Members are in group order (member rank order, SPEC section 5), which puts the members of
