@@ -275,20 +275,25 @@ def observations(setups) -> list[Observation]:
 def predict(observed: list[Observation], topologies: dict[str, Topology],
             pipelined: bool = False) -> dict[tuple[str, str, int], float]:
     """Predicted seconds per (case key, program, bytes) on the given topology of each case's:
-    the simulator's lockstep sum of step times, or with `pipelined` synth/model/overlap.py."""
-    from synth.lowering import lower
-    from synth.model.cost import Simulator
-    from synth.model.overlap import pipelined_cost
+    the lockstep sum of step times, or with `pipelined` the pipelined estimate
+    (synth/model/estimate.py), through the costing engine as synth rank costs them."""
+    from synth.analysis.rank import Ranker
+    from synth.model.context import cost_context
 
-    simulators: dict[str, Simulator] = {}
-    result = {}
+    rankers: dict[str, Ranker] = {}
+    wanted: dict[tuple[str, int], list[Observation]] = {}
     for obs in observed:
-        if obs.case.key not in simulators:
-            simulators[obs.case.key] = Simulator(obs.case.hierarchy, topologies[obs.case.topology], "gloo")
-        lowered = lower(parse_program(obs.program), obs.case.hierarchy)
-        simulator = simulators[obs.case.key]
-        cost = pipelined_cost(simulator, lowered, obs.nbytes) if pipelined else simulator.program_cost(lowered, obs.nbytes)
-        result[obs.case.key, obs.program, obs.nbytes] = cost.time_s
+        if obs.case.key not in rankers:
+            context = cost_context(obs.case.hierarchy, topologies[obs.case.topology], "gloo")
+            rankers[obs.case.key] = Ranker(context, MAX_LEN, "pipelined" if pipelined else "lockstep")
+        wanted.setdefault((obs.case.key, obs.nbytes), []).append(obs)
+    result = {}
+    for (key, nbytes), rows in wanted.items():
+        ranker = rankers[key]
+        programs = ranker.programs([parse_program(obs.program) for obs in rows])
+        times = ranker.times(programs, [nbytes])[:, 0]
+        for i, obs in enumerate(rows):
+            result[key, obs.program, nbytes] = float(times[i])
     return result
 
 

@@ -24,10 +24,10 @@ import numpy as np  # noqa: E402
 from synth.hierarchy import build_hierarchy  # noqa: E402
 from synth.language import parse_program  # noqa: E402
 from synth.placement import Axis, Placement, enumerate_placements  # noqa: E402
-from synth.model.bound import lower_bound  # noqa: E402
-from synth.model.cost import Simulator  # noqa: E402
-from synth.analysis.rank import ProgramWalker, rank_programs  # noqa: E402
-from synth.analysis.sweep import Catalogues, reduction_requests, sweep_hierarchy  # noqa: E402
+from synth.analysis.programs import ProgramSets  # noqa: E402
+from synth.analysis.rank import Ranker  # noqa: E402
+from synth.analysis.sweep import reduction_requests, sweep_hierarchy  # noqa: E402
+from synth.model.context import cost_context  # noqa: E402
 from synth.topology import Topology  # noqa: E402
 from synth.units import format_bytes  # noqa: E402
 
@@ -77,43 +77,43 @@ class Curves:
 
 def curves(topology: Topology, placement: Placement, request: tuple[str, ...], sizes: list[int],
            backend: str = "nccl", max_len: int = 5, top: int = TOP,
-           catalogues: Catalogues | None = None) -> Curves:
+           program_sets: ProgramSets | None = None) -> Curves:
     hierarchy = build_hierarchy(placement, request)
-    catalogue = (catalogues or Catalogues()).get(hierarchy, max_len)
-    rows = sweep_hierarchy(hierarchy, topology, sizes, catalogue, backend)
+    context = cost_context(hierarchy, topology, backend)
+    program_sets = program_sets or ProgramSets()
+    rows = sweep_hierarchy(context, sizes, program_sets.get(hierarchy, max_len))
     chosen = []
     for row in rows:  # the fastest program at each size, in order of size
         if row.best_length > 1 and row.best_program not in chosen:
             chosen.append(row.best_program)
-    simulator, walker = Simulator(hierarchy, topology, backend), ProgramWalker(hierarchy)
-    for ranked in rank_programs(hierarchy, topology, sizes[-1], max_len=max_len, top=top + 1, backend=backend,
-                                simulator=simulator, walker=walker):
+    ranker = Ranker(context, max_len, sets=program_sets)
+    for ranked in ranker.top(sizes[-1], top + 1):
         if len(chosen) >= top:
             break
-        if not ranked.baseline and ranked.program not in chosen:
-            chosen.append(ranked.program)
+        if not ranked.baseline and str(ranked.program) not in chosen:
+            chosen.append(str(ranked.program))
     chosen = chosen[:top]
     times = {program: [] for program in chosen}
     baseline_s, baseline = [], ""
-    subset = [parse_program(text) for text in chosen]
-    for size in sizes:
-        for ranked in rank_programs(hierarchy, topology, size, simulator=simulator, programs=subset, walker=walker):
+    subset = ranker.programs([parse_program(text) for text in chosen])
+    for rows in ranker.rank(sizes, subset):
+        for ranked in rows:
             if ranked.baseline:
-                baseline = ranked.program
+                baseline = str(ranked.program)
                 baseline_s.append(ranked.time_s)
             else:
-                times[ranked.program].append(ranked.time_s)
+                times[str(ranked.program)].append(ranked.time_s)
     order = sorted(chosen, key=lambda p: (times[p][-1], p))
     return Curves(",".join(request), tuple(sizes), baseline, tuple(baseline_s),
-                  tuple(lower_bound(hierarchy, topology, size).time_s for size in sizes),
+                  tuple(float(t) for t in ranker.bound_times(sizes)),
                   tuple((p, tuple(times[p])) for p in order))
 
 
 def job_curves(topology: Topology, axes: tuple[Axis, ...], sizes: list[int], backend: str = "nccl",
-               catalogues: Catalogues | None = None) -> tuple[Placement, list[Curves]]:
+               program_sets: ProgramSets | None = None) -> tuple[Placement, list[Curves]]:
     placement = mesh_placement(topology, axes)
-    catalogues = catalogues or Catalogues()
-    return placement, [curves(topology, placement, request, sizes, backend, catalogues=catalogues)
+    program_sets = program_sets or ProgramSets()
+    return placement, [curves(topology, placement, request, sizes, backend, program_sets=program_sets)
                        for request in reduction_requests(axes)]
 
 

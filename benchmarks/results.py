@@ -33,7 +33,8 @@ from benchmarks.record import header, results_dir
 from synth.placement import enumerate_placements
 from synth.analysis.findings import (Spread, Wins, data_model_jobs, job_text, multi_level_topologies,
                                      placement_spreads, win_share)
-from synth.analysis.sweep import FIELDS, Catalogues, SweepRow, run_sweep
+from synth.analysis.programs import ProgramSets
+from synth.analysis.sweep import FIELDS, SweepRow, run_sweep
 from synth.topology import Topology
 from synth.topology_file import load_topology
 from synth.units import format_bandwidth, format_bytes, format_time
@@ -62,12 +63,12 @@ class JobSweep:
     rows: tuple[SweepRow, ...]
 
 
-def sweep_jobs(topology: Topology, sizes, backend: str, catalogues: Catalogues) -> list[JobSweep]:
+def sweep_jobs(topology: Topology, sizes, backend: str, program_sets: ProgramSets) -> list[JobSweep]:
     result = []
     for axes in data_model_jobs(topology):
         placements = enumerate_placements(topology, axes)
         sweep = run_sweep(topology, placements, axes, list(sizes), backend=backend, max_len=MAX_LEN,
-                          catalogues=catalogues)
+                          program_sets=program_sets)
         result.append(JobSweep(topology, job_text(axes), backend, sweep.rows))
     return result
 
@@ -257,12 +258,12 @@ def main(argv=None) -> int:
     win_systems = chosen or multi_level_topologies()
     plot_systems = chosen or [load_topology(name) for name in PLOT_TOPOLOGIES]
     directory = results_dir(args.output)
-    catalogues = Catalogues()
+    program_sets = ProgramSets()
     started = time.perf_counter()
 
     spreads = {}
     for system in spread_systems:
-        spreads[system.name] = [spread for job in sweep_jobs(system, SPREAD_SIZES, "nccl", catalogues)
+        spreads[system.name] = [spread for job in sweep_jobs(system, SPREAD_SIZES, "nccl", program_sets)
                                 for spread in placement_spreads(job.rows, job.axes)]
     (directory / "placement-spread.json").write_text(json.dumps(
         {"command": command, "spreads": {name: [s.to_json() for s in rows] for name, rows in spreads.items()}},
@@ -270,7 +271,7 @@ def main(argv=None) -> int:
     (directory / "placement-spread.md").write_text(render_spread(command, spread_systems, spreads))
     print(f"placement spread: {time.perf_counter() - started:.0f} s", flush=True)
 
-    sweeps = {backend: [job for system in win_systems for job in sweep_jobs(system, WIN_SIZES, backend, catalogues)]
+    sweeps = {backend: [job for system in win_systems for job in sweep_jobs(system, WIN_SIZES, backend, program_sets)]
               for backend in WIN_BACKENDS}
     summary = {backend: {"overall": win_share(r for job in sweeps[backend] for r in job.rows).to_json(),
                          "systems": {s.name: win_share(r for job in sweeps[backend] if job.topology.name == s.name
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
     figures = []
     for system in plot_systems:
         axes = squarest_job(system)
-        placement, panels = job_curves(system, axes, list(PLOT_SIZES), catalogues=catalogues)
+        placement, panels = job_curves(system, axes, list(PLOT_SIZES), program_sets=program_sets)
         image = f"time-vs-size-{system.name}.png"
         plot(system, axes, placement, panels, "nccl", directory / image)
         figures.append((system, job_text(axes), placement, panels, image))

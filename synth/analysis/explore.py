@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from synth.hierarchy import build_hierarchy
-from synth.placement import Axis, Placement, enumerate_placements
 from synth.analysis.best import BestPrograms
-from synth.model.bound import lower_bound
-from synth.model.algorithms import Backend, resolve_backend
+from synth.hierarchy import build_hierarchy
+from synth.language import Program
+from synth.model.algorithms import Backend
+from synth.model.context import cost_context
+from synth.model.estimate import Estimate
 from synth.model.network import check_costable
+from synth.placement import Axis, Placement, enumerate_placements
 from synth.topology import Topology
 
 
@@ -32,7 +34,7 @@ class PlacementRow:
     matrix: tuple[tuple[int, ...], ...]
     placement: str  # the matrix as `--placement` takes it
     hierarchy: str  # the synthesis hierarchy's levels, e.g. "vm=2,gpu=8"
-    best_program: str
+    best_program: Program
     best_time_s: float
     best_busbw_GBps: float
     baseline_time_s: float
@@ -46,7 +48,7 @@ class PlacementRow:
     def to_json(self) -> dict:
         return {
             "matrix": [list(row) for row in self.matrix], "placement": self.placement, "hierarchy": self.hierarchy,
-            "best_program": self.best_program, "best_time_s": self.best_time_s,
+            "best_program": str(self.best_program), "best_time_s": self.best_time_s,
             "best_busbw_GBps": self.best_busbw_GBps, "baseline_time_s": self.baseline_time_s,
             "baseline_busbw_GBps": self.baseline_busbw_GBps, "speedup": self.speedup,
             "lower_bound_s": self.lower_bound_s, "bound_ratio": self.bound_ratio,
@@ -79,14 +81,14 @@ def hierarchy_text(hierarchy) -> str:
 
 def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: tuple[str, ...], bytes: int,
                        placements: list[Placement] | None = None, constraints=(), max_len: int = 5,
-                       backend: str | Backend = "nccl", hierarchy_kind: str = "merged") -> ExploreResult:
+                       backend: str | Backend = "nccl", hierarchy_kind: str = "merged",
+                       estimate: str | Estimate | None = None) -> ExploreResult:
     """The fastest program on each placement for `bytes` per device, sorted by its time.
 
     Every placement of `axes` satisfying `constraints`, or the `placements` given. Raises
     ValueError when the reduction groups have one member (the group size does not depend on
     the placement, so then no placement has anything to reduce)."""
     check_costable(topology)
-    backend = resolve_backend(backend)
     if placements is None:
         placements = enumerate_placements(topology, axes, constraints)
     if not placements:
@@ -96,20 +98,23 @@ def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: 
         hierarchy = build_hierarchy(placement, reduce_axes, hierarchy_kind)
         if hierarchy.group_size == 1:
             raise ValueError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to reduce")
-        best, baseline = BestPrograms(hierarchy, topology, backend, max_len).best_row(bytes)
-        measured.append((placement, hierarchy, best, baseline))
-    fastest = min(best.time_s for _, _, best, _ in measured)
-    fastest_baseline = min(baseline.time_s for _, _, _, baseline in measured)
+        context = cost_context(hierarchy, topology, backend)
+        chooser = BestPrograms(context, max_len, estimate)
+        best, baseline = chooser.best_row(bytes)
+        measured.append((placement, hierarchy, best, baseline, chooser.ranker.bound_times([bytes])[0]))
+        backend_name = context.backend.name
+    fastest = min(best.time_s for _, _, best, _, _ in measured)
+    fastest_baseline = min(baseline.time_s for _, _, _, baseline, _ in measured)
     rows = [
         PlacementRow(
             matrix=placement.matrix, placement=placement.to_text(), hierarchy=hierarchy_text(hierarchy),
             best_program=best.program, best_time_s=best.time_s, best_busbw_GBps=best.busbw_GBps,
             baseline_time_s=baseline.time_s, baseline_busbw_GBps=baseline.busbw_GBps,
-            speedup=baseline.time_s / best.time_s, lower_bound_s=lower_bound(hierarchy, topology, bytes).time_s,
+            speedup=baseline.time_s / best.time_s, lower_bound_s=float(bound),
             bound_ratio=best.bound_ratio, spread_vs_best=best.time_s / fastest,
             baseline_spread_vs_best=baseline.time_s / fastest_baseline,
         )
-        for placement, hierarchy, best, baseline in measured
+        for placement, hierarchy, best, baseline, bound in measured
     ]
     rows.sort(key=lambda row: (row.best_time_s, row.placement))
-    return ExploreResult(topology.name, tuple(reduce_axes), bytes, backend.name, tuple(rows))
+    return ExploreResult(topology.name, tuple(reduce_axes), bytes, backend_name, tuple(rows))

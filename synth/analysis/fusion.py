@@ -32,9 +32,8 @@ buckets means fewer calls (each pays a launch) and less stream time, for the sam
 
 C(S) comes from `synth.analysis.best`: by default the fastest of the candidate programs (the
 top 3 of the exact search at every power of two spanning the bucket sizes, and the default
-all-reduce), each costed exactly on the grid and on its line between grid sizes where the
-backend's algorithm picks do not change (exactly otherwise); with `exact=True` the exact
-top-1 search at every distinct bucket size. Buckets whose start plus the lower bound of
+all-reduce), each costed exactly at every bucket size (in batches); with `exact=True` the
+exact top-1 search at every distinct bucket size. Buckets whose start plus the lower bound of
 synth/model/bound.py already ends after the best found are not costed at all.
 
 The baseline is PyTorch DDP's default bucketing running the default all-reduce:
@@ -53,13 +52,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from synth.hierarchy import SynthesisHierarchy
 from synth.analysis.best import BestPrograms, Choice
-from synth.model.bound import lower_bound
-from synth.model.algorithms import Backend
+from synth.language import Program
+from synth.model.bound import bound_line
+from synth.model.context import CostContext
 from synth.model.cost import baseline_program
-from synth.model.network import check_costable
-from synth.topology import Topology
+from synth.model.estimate import Estimate, resolve_estimate
 
 MiB = 2**20
 DDP_BUCKET_CAP = 25 * MiB  # torch DistributedDataParallel bucket_cap_mb=25
@@ -78,7 +76,7 @@ class Bucket:
     first: int  # index of the first tensor (0 = produced first)
     last: int  # index of the last tensor, inclusive
     bytes: int
-    program: str
+    program: Program
     ready_s: float  # its last tensor's ready time
     start_s: float
     end_s: float
@@ -93,7 +91,7 @@ class Bucket:
 
     def to_json(self) -> dict:
         return {"first": self.first, "last": self.last, "tensors": self.tensors, "bytes": self.bytes,
-                "program": self.program, "ready_s": self.ready_s, "start_s": self.start_s, "end_s": self.end_s}
+                "program": str(self.program), "ready_s": self.ready_s, "start_s": self.start_s, "end_s": self.end_s}
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,7 @@ def ready_times(tensors: tuple[int, ...], compute_rate: float) -> tuple[float, .
 
 
 def schedule(tensors: tuple[int, ...], ready: tuple[float, ...], ranges: list[tuple[int, int]],
-             cost: Callable[[int], tuple[str, float]]) -> Schedule:
+             cost: Callable[[int], tuple[Program, float]]) -> Schedule:
     """Run the buckets `ranges` ((first, last) inclusive, covering 0..n-1 in order) on one
     stream; `cost(S)` gives (program, seconds) for a bucket of S bytes."""
     buckets, free = [], 0.0
@@ -253,27 +251,43 @@ def ddp_ranges(tensors: tuple[int, ...], bucket_cap: int = DDP_BUCKET_CAP,
     return ranges
 
 
-def bound_floor(hierarchy: SynthesisHierarchy, topology: Topology) -> Callable[[int], float]:
-    """The lower bound as a function of the size: latency + S * seconds per byte (it is affine
-    in S, synth/model/bound.py), shaved by a relative 1e-9 so rounding never lifts it above
-    a program's time."""
-    probe = lower_bound(hierarchy, topology, 2**30)
-    per_byte = probe.transfer_s / 2**30
-    return lambda size: (probe.latency_s + size * per_byte) * (1 - 1e-9)
+def bound_floor(context: CostContext, estimate: str | Estimate | None = None) -> Callable[[int], float]:
+    """The lower bound under the estimate as a function of the size (it is a line in S for the
+    lockstep sum, the larger of its two parts for the pipelined estimate,
+    synth/model/bound.py), shaved by a relative 1e-9 so rounding never lifts it above a
+    program's time."""
+    line, estimate = bound_line(context), resolve_estimate(estimate)
+    return lambda size: float(estimate.bound_times(line, [size])[0]) * (1 - 1e-9)
+
+
+def bucket_sizes(tensors: tuple[int, ...]) -> set[int]:
+    """Every sum of consecutive tensors: the sizes a bucket can have."""
+    prefix = [0]
+    for size in tensors:
+        prefix.append(prefix[-1] + size)
+    return {prefix[b] - prefix[a] for a in range(len(tensors)) for b in range(a + 1, len(tensors) + 1)}
+
+
+PREFETCH_TENSORS = 600  # up to here every bucket size is costed in batches up front (180k sizes)
 
 
 def bucket_chooser(best: BestPrograms, tensors: tuple[int, ...], exact: bool = False) -> Callable[[int], Choice]:
     """C(S) for every bucket of these tensors: the exact search per size, or the candidates of
-    the power-of-two grid from the smallest tensor to the sum of all (every bucket lies there)."""
-    return best.best if exact else best.candidates((min(tensors), sum(tensors)))
+    the power-of-two grid from the smallest tensor to the sum of all (every bucket lies there),
+    every bucket size costed in batches up front when there are not too many."""
+    if exact:
+        return best.best
+    candidates = best.candidates((min(tensors), sum(tensors)))
+    if len(tensors) <= PREFETCH_TENSORS:
+        candidates.prefetch(bucket_sizes(tensors))
+    return candidates
 
 
-def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list[int] | tuple[int, ...],
-                compute_rate: float = DEFAULT_COMPUTE_RATE, backend: str | Backend = "nccl", max_len: int = 5,
-                exact: bool = False, bucket_cap: int = DDP_BUCKET_CAP,
-                first_bucket_cap: int = DDP_FIRST_BUCKET_CAP) -> FusionPlan:
+def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
+                compute_rate: float = DEFAULT_COMPUTE_RATE, max_len: int = 5, exact: bool = False,
+                bucket_cap: int = DDP_BUCKET_CAP, first_bucket_cap: int = DDP_FIRST_BUCKET_CAP,
+                estimate: str | Estimate | None = None) -> FusionPlan:
     """The optimal bucketing and programs for these gradients, and DDP's default beside it."""
-    check_costable(topology)
     tensors = tuple(int(size) for size in tensors)
     if not tensors:
         raise ValueError("no tensors to fuse")
@@ -283,13 +297,13 @@ def plan_fusion(hierarchy: SynthesisHierarchy, topology: Topology, tensors: list
         raise ValueError(f"{len(tensors)} tensors: the planner handles at most {MAX_TENSORS}")
     if bucket_cap < 1 or first_bucket_cap < 1:
         raise ValueError("bucket caps must be positive byte counts")
-    chooser = bucket_chooser(BestPrograms(hierarchy, topology, backend, max_len), tensors, exact)
+    chooser = bucket_chooser(BestPrograms(context, max_len, estimate), tensors, exact)
     ready = ready_times(tensors, compute_rate)
     seconds = lambda size: chooser(size).time_s  # noqa: E731
-    ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, bound_floor(hierarchy, topology)),
+    ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, bound_floor(context, estimate)),
                         seconds)
     ddp = ddp_ranges(tensors, bucket_cap, first_bucket_cap)
-    default = str(baseline_program(hierarchy))
+    default = baseline_program(context.hierarchy)
     best = lambda size: (chooser(size).program, chooser(size).time_s)  # noqa: E731
     fallback = lambda size: (default, chooser(size).baseline_time_s)  # noqa: E731
     return FusionPlan(tensors, compute_rate, plan=schedule(tensors, ready, ranges, best),

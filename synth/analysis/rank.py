@@ -1,21 +1,18 @@
-"""Programs ranked by predicted time, the K best by a cost-guided search, and a Pareto filter.
+"""Programs ranked by predicted time, the K best by a best-first search, and a Pareto filter.
 
 Order: by predicted time, ties by canonical program text, so every run on every machine (and
 every rank of a job) picks the same program. The default all-reduce (the one program of
-length 1) is always listed and marked, whatever its place.
+length 1) is always listed and marked, whatever its place. Times come from one estimate
+(synth/model/estimate.py, lockstep or pipelined) through the costing engine.
 
-`top=K` does not list every program. It is a uniform-cost search (Dijkstra on the tree of
-program prefixes) over the state graph: a node is a prefix with its quotient state
-(synth/semantics.py, whose members carry the real range lengths), an edge is a valid step
-costing its simulated time for every group at once. Step times are positive (every call
-pays a launch), so a prefix is never dearer than its completions and the first K complete
-programs popped, in (cost, text) order, are the K best in exactly the order of the full
-ranking. Dead prefixes are cut with the enumerator's memoized counts (which use the Z3
-dead-prefix oracle), and a step's time is cached by (instruction, chunks of each call): a
-step's cost depends only on its groups and the bytes of each call, so the key is sound.
-
-The full ranking walks each program over the same state graph (`ProgramWalker`) instead of
-lowering it; the tests check both against `simulate(lower(...))`.
+`top=K` does not list every program. It is a best-first search over the tree of program
+prefixes: a node is a prefix with its quotient state (synth/analysis/programs.py), an edge a
+valid step; a prefix's key is the estimate's `value`, a lower bound on every program that
+extends it which equals the program's time once it is complete (the estimate module proves
+both for each estimate). So complete programs are popped in exactly the order of the full
+ranking, (time, text) included (a prefix's text sorts before its extensions'), and the first
+K popped are its head. Prefixes that cannot reach the goal in the steps left are cut by a
+yes/no reachability check that stops at the first completion it finds.
 
 Objectives besides time, per program:
 
@@ -33,26 +30,25 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from synth.hierarchy import SynthesisHierarchy
-from synth.language import Program, Step, parse_program
-from synth.lowering import lower
-from synth.search import Enumerator, SearchOptions, enumerate_programs
-from synth.semantics import FORMS, Semantics, StepFailure
-from synth.model.bound import LowerBound, lower_bound
-from synth.model.algorithms import Backend
-from synth.model.cost import ProgramCost, Simulator, baseline_program
-from synth.model.overlap import pipelined_cost
-from synth.topology import Topology
+from synth.analysis.programs import ProgramSet, ProgramSets, StateWalker, program_set
+from synth.language import Program
+from synth.model.bound import LowerBound, bound_line
+from synth.model.context import CostContext
+from synth.model.cost import baseline_program, bus_factor
+from synth.model.engine import PAD, CostEngine, ProgramTable, StepCalls, engine_for
+from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
+
+__all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
 
 
 @dataclass(frozen=True)
 class RankedProgram:
-    program: str
+    program: Program
     matrix: tuple[tuple[int, ...], ...]
     bytes: int
     time_s: float
@@ -72,7 +68,7 @@ class RankedProgram:
 
     def to_json(self) -> dict:
         return {
-            "program": self.program, "matrix": [list(row) for row in self.matrix], "bytes": self.bytes,
+            "program": str(self.program), "matrix": [list(row) for row in self.matrix], "bytes": self.bytes,
             "time_s": self.time_s, "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
             "speedup": self.speedup, "bound_ratio": self.bound_ratio, "baseline": self.baseline,
             "extra_memory_bytes": self.extra_memory_bytes, "communicators": self.communicators,
@@ -80,195 +76,174 @@ class RankedProgram:
         }
 
 
-class ProgramWalker:
-    """Walks programs over the quotient state graph of one hierarchy: for each step, the calls
-    it makes in the real hierarchy (sorted member-rank tuples, as lowering gives them) and the
-    chunks each call spans, read from the state before the step (its lengths are real).
-    Shared by the full ranking and the search so that both cost a step through one key."""
-
-    def __init__(self, hierarchy: SynthesisHierarchy):
-        self.hierarchy = hierarchy
-        self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
-        self.alphabet = self.semantics.alphabet
-        self.calls: list[tuple[tuple[int, ...], ...]] = []
-        for step, _ in self.alphabet:
-            groups, _ = FORMS[step.form](hierarchy.sizes, hierarchy.level_index(step.level))
-            self.calls.append(tuple(sorted(groups)))
-        # The quotient member standing for each real member: the one with the same zero digits.
-        capped = self.semantics.sizes
-        self.representative = [
-            int(np.ravel_multi_index(tuple(min(p, 1) for p in position), capped))
-            for position in itertools.product(*(range(size) for size in hierarchy.sizes))
-        ]
-        self._index = {(instruction.collective, instruction.groups): i
-                       for i, (_, instruction) in enumerate(self.alphabet)}
-        self._transitions: dict[tuple[tuple, int], tuple | None] = {}
-        self._enumerators: dict[int, Enumerator] = {}
-
-    def enumerator(self, max_len: int) -> Enumerator:
-        """The enumerator whose memoized counts tell which states can still reach the goal."""
-        if max_len not in self._enumerators:
-            self._enumerators[max_len] = Enumerator(self.semantics, SearchOptions(max_len=max_len))
-        return self._enumerators[max_len]
-
-    def index_of(self, step: Step) -> int:
-        """The alphabet entry of a step, whichever of its equal spellings (SPEC section 5) it uses."""
-        instruction = self.semantics.instruction_of(step)
-        return self._index[(instruction.collective, instruction.groups)]
-
-    def advance(self, state: tuple, index: int) -> tuple | None:
-        """The next state, or None when the step is invalid or a no-op (no valid program goes on)."""
-        key = (state, index)
-        if key not in self._transitions:
-            try:
-                self._transitions[key] = self.semantics.apply(state, self.alphabet[index][1])
-            except StepFailure:
-                self._transitions[key] = None
-        return self._transitions[key]
-
-    def chunks(self, state: tuple, index: int) -> tuple[int, ...]:
-        """The range each call of the step spans: its root's held range, or for AllGather the
-        joined output. Calls of one step may differ (members of different classes can hold
-        ranges of different lengths), so each call is read from its own root."""
-        instruction = self.alphabet[index][1]
-        factor = instruction.real_group_size if instruction.collective == "AllGather" else 1
-        return tuple(state[self.representative[members[0]]][3] * factor for members in self.calls[index])
-
-    def steps(self, program: Program) -> list[tuple[Step, tuple[tuple[int, ...], ...], int]]:
-        """(step, calls, chunks) per step of a valid program."""
-        state, result = self.semantics.initial, []
-        for step in program.steps:
-            index = self.index_of(step)
-            result.append((step, self.calls[index], self.chunks(state, index)))
-            state = self.advance(state, index)
-            if state is None:
-                raise ValueError(f"{program} is not a valid program on this hierarchy")
-        return result
+def _communicators(table: ProgramTable) -> np.ndarray:
+    """[program] distinct group sets among its steps (AllReduce and ReduceScatter over the same
+    groups share one communicator)."""
+    ids: dict[tuple, int] = {}
+    of_step = np.array([ids.setdefault(step.calls, len(ids)) for step in table.steps] + [-1], dtype=np.int64)
+    groups = np.sort(of_step[table.rows], axis=1)
+    distinct = (groups[:, :1] != -1).astype(np.int64).reshape(-1)
+    if groups.shape[1] > 1:
+        distinct = distinct + ((groups[:, 1:] != groups[:, :-1]) & (groups[:, 1:] != -1)).sum(axis=1)
+    return distinct
 
 
-def communicators(steps) -> int:
-    """Distinct group sets among the steps (AllReduce and ReduceScatter over the same groups share)."""
-    return len({calls for _, calls, _ in steps})
+def _calls_per_device(table: ProgramTable, group_size: int) -> np.ndarray:
+    """[program] the most calls any member makes (Master steps leave some members idle)."""
+    made = np.zeros((len(table.steps) + 1, group_size), dtype=np.int64)
+    for d, step in enumerate(table.steps):
+        for members in step.calls:
+            made[d, list(members)] += 1
+    total = np.zeros((len(table), group_size), dtype=np.int64)
+    for position in range(table.rows.shape[1]):
+        total += made[table.rows[:, position]]
+    return total.max(axis=1) if len(table) else np.zeros(0, dtype=np.int64)
 
 
-def calls_per_device(steps, group_size: int) -> int:
-    """The most calls any member makes (Master steps leave some members idle)."""
-    made = [0] * group_size
-    for _, calls, _ in steps:
-        for members in calls:
-            for member in members:
-                made[member] += 1
-    return max(made)
+class Ranker:
+    """Ranks the programs of one context under one estimate; keeps the engine, the state
+    walker and the enumerated programs, so many sizes (and the search) reuse them."""
 
+    def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None,
+                 sets: ProgramSets | None = None, engine: CostEngine | None = None):
+        self.context = context
+        self.hierarchy = context.hierarchy
+        self.max_len = max_len
+        self.estimate = resolve_estimate(estimate)
+        self.engine = engine or engine_for(context)
+        self.walker = StateWalker(context.hierarchy)
+        self.sets = sets or ProgramSets()
+        self.baseline = baseline_program(context.hierarchy)
 
-def cheapest_programs(hierarchy: SynthesisHierarchy, simulator: Simulator, bytes_per_device: int,
-                      max_len: int = 5, walker: ProgramWalker | None = None) -> Iterator[tuple[float, Program]]:
-    """Every valid program up to `max_len` steps, cheapest first (ties by text), lazily."""
-    walker = walker or ProgramWalker(hierarchy)
-    semantics, alphabet = walker.semantics, walker.alphabet
-    enumerator = walker.enumerator(max_len)
-    goal = semantics.goal
-    alive: dict[tuple[tuple, int], bool] = {}
+    # --- program sets -------------------------------------------------------------------------
 
-    def can_finish(state: tuple, remaining: int) -> bool:
-        if state == goal:
-            return True
-        key = (state, remaining)
-        if key not in alive:
-            alive[key] = any(enumerator.count(state, steps) for steps in range(1, remaining + 1))
-        return alive[key]
+    def every_program(self) -> ProgramSet:
+        """Every valid program up to max_len steps (the default all-reduce among them)."""
+        return self.sets.get(self.hierarchy, self.max_len, self.walker)
 
-    heap: list[tuple[float, str, int, tuple, tuple[int, ...]]] = [(0.0, "", 0, semantics.initial, ())]
-    while heap:
-        cost, text, depth, state, path = heapq.heappop(heap)
-        if state == goal:
-            yield cost, Program(tuple(alphabet[i][0] for i in path))
-            continue
-        if depth == max_len:
-            continue
-        for index in range(len(alphabet)):
-            following = walker.advance(state, index)
-            if following is None or not can_finish(following, max_len - depth - 1):
+    def programs(self, programs: Sequence[Program]) -> ProgramSet:
+        """The given programs as a set, the default all-reduce appended when missing."""
+        programs = list(programs)
+        if not any(len(program) == 1 for program in programs):
+            programs.append(self.baseline)
+        return program_set(self.walker, programs)
+
+    def times(self, programs: ProgramSet, sizes) -> np.ndarray:
+        """[program, size] predicted seconds."""
+        return self.estimate.program_times(self.engine, programs.table, sizes)
+
+    def bound_times(self, sizes) -> np.ndarray:
+        """The lower bound under this estimate, per size."""
+        return self.estimate.bound_times(bound_line(self.context), sizes)
+
+    def lower_bound(self, size: int) -> LowerBound:
+        """The lower bound at one size, its time under this estimate (what `bound_ratio` divides by)."""
+        line = bound_line(self.context)
+        return LowerBound(size, float(self.bound_times([size])[0]), size * line.seconds_per_byte, line.latency_s,
+                          line.bottleneck)
+
+    # --- full rankings ----------------------------------------------------------------------------
+
+    def rank(self, sizes, programs: ProgramSet | None = None) -> list[list[RankedProgram]]:
+        """For each size, every program of the set (default: every valid program), fastest first."""
+        programs = programs if programs is not None else self.every_program()
+        sizes = [int(size) for size in sizes]
+        times = self.times(programs, sizes)
+        return [self._rows(programs, times[:, z], size, np.arange(len(programs))) for z, size in enumerate(sizes)]
+
+    def _rows(self, programs: ProgramSet, times: np.ndarray, size: int, chosen: np.ndarray) -> list[RankedProgram]:
+        """Rows for the programs `chosen` (indices), sorted by (time, text)."""
+        baseline = programs.baseline
+        baseline_time = float(times[baseline])
+        bound = float(self.bound_times([size])[0])
+        objectives = programs.__dict__.get("_objectives")
+        if objectives is None:
+            objectives = programs.__dict__["_objectives"] = (
+                _communicators(programs.table), _calls_per_device(programs.table, self.context.group_size))
+        communicators, calls = objectives
+        extra = self._extra_memory(programs.table, size)
+        n = self.context.group_size
+        matrix = self.hierarchy.placement.matrix
+        lengths = programs.table.lengths
+        order = chosen[np.lexsort((programs.text_rank[chosen], times[chosen]))]
+        rows = []
+        for i in order.tolist():
+            time = float(times[i])
+            algbw = size / time
+            rows.append(RankedProgram(
+                program=programs.program(i), matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
+                busbw_GBps=algbw * bus_factor(n) / 1e9, speedup=baseline_time / time, bound_ratio=time / bound,
+                baseline=i == baseline, extra_memory_bytes=math.ceil(float(extra[i])),
+                communicators=int(communicators[i]), calls_per_device=int(calls[i]), length=int(lengths[i])))
+        return rows
+
+    def _extra_memory(self, table: ProgramTable, size: int) -> np.ndarray:
+        figures = self.engine.figures(table.steps, [size])
+        per_step = np.array([self.engine.regimes[int(r)].extra_memory for r in figures.regime[:, 0]] + [0.0])
+        largest = np.array([step.largest for step in table.steps] + [0], dtype=np.int64)
+        per_step = per_step * (largest * size / self.context.group_size)
+        return per_step[table.rows].max(axis=1) if table.rows.shape[1] else np.zeros(len(table))
+
+    # --- the search -----------------------------------------------------------------------------------
+
+    def cheapest(self, size: int) -> Iterator[tuple[float, Program]]:
+        """Every valid program up to max_len steps, cheapest first (ties by text), lazily."""
+        walker, engine, estimate = self.walker, self.engine, self.estimate
+        size = int(size)
+        costed: dict[StepCalls, object] = {}
+        alphabet = walker.alphabet
+        tie = itertools.count()
+        start = estimate.start(engine, size)
+        heap = [(estimate.value(start, size), "", next(tie), 0, walker.semantics.initial, (), start)]
+        while heap:
+            value, text, _, depth, state, path, prefix = heapq.heappop(heap)
+            if state == walker.goal:
+                yield value, Program(tuple(alphabet[i][0] for i in path))
                 continue
-            step = alphabet[index][0]
-            step_time = simulator.step_time(step.collective, walker.calls[index], walker.chunks(state, index),
-                                            bytes_per_device)
-            heapq.heappush(heap, (cost + step_time, f"{text}; {step}" if text else str(step), depth + 1,
-                                  following, path + (index,)))
+            if depth == self.max_len or not walker.reaches_goal(state, self.max_len - depth, self.max_len):
+                continue
+            for index, following in walker.successors(state, self.max_len - depth, self.max_len):
+                step = walker.step(state, index)
+                figures = costed.get(step)
+                if figures is None:
+                    figures = costed[step] = engine.figures([step], [size])
+                extended = estimate.extend(engine, prefix, figures, 0)
+                spelled = str(alphabet[index][0])
+                heapq.heappush(heap, (estimate.value(extended, size), f"{text}; {spelled}" if text else spelled,
+                                      next(tie), depth + 1, following, path + (index,), extended))
+
+    def top(self, size: int, k: int) -> list[RankedProgram]:
+        """The K fastest programs at `size` (the default all-reduce added when not among them),
+        without listing every program."""
+        if k < 1:
+            raise ValueError("top must be at least 1")
+        chosen = list(itertools.islice((program for _, program in self.cheapest(size)), k))
+        return self.rank([size], self.programs(chosen))[0]
+
+    def best(self, size: int) -> tuple[RankedProgram, RankedProgram]:
+        """(the fastest program, the default all-reduce) at `size`, as ranking rows."""
+        rows = self.top(size, 1)
+        return rows[0], next(row for row in rows if row.baseline)
 
 
-def _row(program: Program, cost: ProgramCost, steps, hierarchy: SynthesisHierarchy, baseline_time: float,
-         bound: LowerBound) -> RankedProgram:
-    extra = max((step.extra_memory_bytes for step in cost.steps), default=0.0)
-    return RankedProgram(
-        program=str(program), matrix=hierarchy.placement.matrix, bytes=cost.bytes_per_device, time_s=cost.time_s,
-        algbw_GBps=cost.algbw_GBps, busbw_GBps=cost.busbw_GBps, speedup=baseline_time / cost.time_s,
-        bound_ratio=cost.time_s / bound.time_s, baseline=len(program) == 1,
-        extra_memory_bytes=math.ceil(extra), communicators=communicators(steps),
-        calls_per_device=calls_per_device(steps, hierarchy.group_size), length=len(program),
-    )
-
-
-def rank_programs(hierarchy: SynthesisHierarchy, topology: Topology, bytes_per_device: int, max_len: int = 5,
-                  top: int | None = None, backend: str | Backend = "nccl", simulator: Simulator | None = None,
-                  programs: list[Program] | None = None,
-                  walker: ProgramWalker | None = None) -> list[RankedProgram]:
+def rank_programs(context: CostContext, bytes_per_device: int, max_len: int = 5, top: int | None = None,
+                  estimate: str | Estimate | None = None, programs: Sequence[Program] | None = None,
+                  ranker: Ranker | None = None) -> list[RankedProgram]:
     """Programs ordered by predicted time (ties by text), the baseline always included.
 
-    Every valid program up to `max_len` steps; or the ones given in `programs` (e.g. one
-    enumeration reused across sizes); or, with `top=K`, the K best found by the cost-guided
-    search, plus the baseline if it is not among them. A reduction group of one member has
-    nothing to rank: the result is empty. Pass the same `simulator` and `walker` across calls
-    on one hierarchy to reuse their caches.
-    """
-    if hierarchy.group_size == 1:
+    Every valid program up to `max_len` steps; or the ones given in `programs`; or, with
+    `top=K`, the K best found by the search, plus the baseline if it is not among them. A
+    reduction group of one member has nothing to rank: the result is empty. Pass a `ranker`
+    (for this context) to reuse its caches across calls."""
+    if context.group_size == 1:
         return []
     if top is not None and top < 1:
         raise ValueError("top must be at least 1")
-    simulator = simulator or Simulator(hierarchy, topology, backend)
-    walker = walker or ProgramWalker(hierarchy)
-    bound = lower_bound(hierarchy, topology, bytes_per_device)
+    ranker = ranker or Ranker(context, max_len, estimate)
     if top is not None:
-        chosen = []
-        for _, program in cheapest_programs(hierarchy, simulator, bytes_per_device, max_len, walker):
-            chosen.append(program)
-            if len(chosen) == top:
-                break
-    elif programs is not None:
-        chosen = list(programs)
-    else:
-        chosen = list(enumerate_programs(hierarchy, max_len=max_len))
-    if not any(len(program) == 1 for program in chosen):
-        chosen.append(baseline_program(hierarchy))
-    steps = {program: walker.steps(program) for program in chosen}
-    costs = {program: simulator.cost_of_steps(str(program), steps[program], bytes_per_device) for program in chosen}
-    baseline_time = next(cost.time_s for program, cost in costs.items() if len(program) == 1)
-    rows = [_row(p, costs[p], steps[p], hierarchy, baseline_time, bound) for p in chosen]
-    return sorted(rows, key=lambda row: (row.time_s, row.program))
-
-
-ESTIMATES = ("lockstep", "pipelined")
-
-
-def rerank_pipelined(rows: list[RankedProgram], hierarchy: SynthesisHierarchy, simulator: Simulator,
-                     bytes_per_device: int) -> list[RankedProgram]:
-    """The same programs, timed by the pipelined estimate (synth/model/overlap.py: groups do
-    not wait for each other between steps) instead of the lockstep sum, and re-ordered.
-
-    That estimate is not a sum of step costs, so the cost-guided search cannot use it; it
-    re-times a ranking of every program. It is the one that matched the emulated cluster's
-    measurements where several groups share links (docs/accuracy.md)."""
-    timed = {row.program: pipelined_cost(simulator, lower(parse_program(row.program), hierarchy), bytes_per_device).time_s
-             for row in rows}
-    baseline_time = next(timed[row.program] for row in rows if row.baseline)
-    bound_time = rows[0].time_s / rows[0].bound_ratio
-    result = []
-    for row in rows:
-        time_s = timed[row.program]
-        algbw = bytes_per_device / time_s / 1e9
-        result.append(replace(row, time_s=time_s, algbw_GBps=algbw, busbw_GBps=algbw * row.busbw_GBps / row.algbw_GBps,
-                              speedup=baseline_time / time_s, bound_ratio=time_s / bound_time))
-    return sorted(result, key=lambda row: (row.time_s, row.program))
+        return ranker.top(bytes_per_device, top)
+    chosen = ranker.programs(programs) if programs is not None else None
+    return ranker.rank([bytes_per_device], chosen)[0]
 
 
 def pareto_front(rows: list[RankedProgram], keep_baseline: bool = True) -> list[RankedProgram]:

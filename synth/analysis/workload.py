@@ -23,13 +23,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from synth.analysis.best import BestPrograms
+from synth.analysis.explore import hierarchy_text
 from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
-from synth.placement import Axis, Placement, enumerate_placements
-from synth.analysis.best import BestPrograms
+from synth.language import Program
 from synth.model.algorithms import Backend, resolve_backend
-from synth.analysis.explore import hierarchy_text
+from synth.model.context import cost_context
+from synth.model.estimate import Estimate
 from synth.model.network import check_costable
+from synth.placement import Axis, Placement, enumerate_placements
 from synth.topology import Topology
 from synth.units import format_bytes, parse_bytes
 
@@ -81,7 +84,7 @@ class ReductionTerm:
 
     reduction: Reduction
     hierarchy: str
-    program: str
+    program: Program
     time_s: float  # one call of the fastest program
     baseline_time_s: float  # one call of the default all-reduce
 
@@ -96,7 +99,7 @@ class ReductionTerm:
     def to_json(self) -> dict:
         return {
             "reduction": self.reduction.text, "axes": list(self.reduction.axes), "bytes": self.reduction.bytes,
-            "count": self.reduction.count, "hierarchy": self.hierarchy, "program": self.program,
+            "count": self.reduction.count, "hierarchy": self.hierarchy, "program": str(self.program),
             "time_s": self.time_s, "baseline_time_s": self.baseline_time_s, "total_s": self.total_s,
             "baseline_total_s": self.baseline_total_s,
         }
@@ -151,7 +154,8 @@ def _sum(values) -> float:
 
 def evaluate_workload(topology: Topology, axes: tuple[Axis, ...], reductions: list[Reduction],
                       placements: list[Placement] | None = None, constraints=(), max_len: int = 5,
-                      backend: str | Backend = "nccl", hierarchy_kind: str = "merged") -> WorkloadResult:
+                      backend: str | Backend = "nccl", hierarchy_kind: str = "merged",
+                      estimate: str | Estimate | None = None) -> WorkloadResult:
     """Every placement (or the ones given) with its step's total reduction time, smallest first.
 
     Raises ValueError for a reduction whose groups have one member: it has nothing to reduce
@@ -171,7 +175,7 @@ def evaluate_workload(topology: Topology, axes: tuple[Axis, ...], reductions: li
                 hierarchy = build_hierarchy(placement, reduction.axes, hierarchy_kind)
                 if hierarchy.group_size == 1:
                     raise ValueError(f"reduction {reduction.text} involves one device per group: nothing to reduce")
-                choosers[reduction.axes] = BestPrograms(hierarchy, topology, backend, max_len)
+                choosers[reduction.axes] = BestPrograms(cost_context(hierarchy, topology, backend), max_len, estimate)
             chooser = choosers[reduction.axes]
             choice = chooser.best(reduction.bytes)
             terms.append(ReductionTerm(reduction, hierarchy_text(chooser.hierarchy), choice.program, choice.time_s,

@@ -11,6 +11,7 @@ from synth.commands.common import add_job_options, add_json_option, add_model_op
     resolve_placements, resolve_reduce
 from synth.commands.simulation import parse_size
 from synth.errors import NoSolutionError, UsageError
+from synth.model.context import cost_context
 from synth.model.cost import baseline_program
 from synth.analysis.explore import ExploreResult, explore_placements, hierarchy_text
 from synth.analysis.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, MAX_TENSORS, FusionPlan, Schedule,
@@ -83,8 +84,8 @@ def _check_max_len(args) -> None:
         raise UsageError(f"--max-len {args.max_len}: give a positive number of steps")
 
 
-def _multiline(program: str) -> str:
-    return program.replace("; ", ";\n")
+def _multiline(program) -> str:
+    return ";\n".join(map(str, program.steps))
 
 
 # --- explore ---------------------------------------------------------------------------------------
@@ -120,7 +121,7 @@ def _explore_table(result: ExploreResult, axes_text: str) -> Table:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("placement", no_wrap=True)
     table.add_column("levels", no_wrap=True)
-    widest_step = max((len(step) for row in result.rows for step in row.best_program.split("; ")), default=0)
+    widest_step = max((len(str(step)) for row in result.rows for step in row.best_program.steps), default=0)
     table.add_column("best program", overflow="fold", min_width=widest_step + 1)
     for name in ("time", "busbw", "default", "speedup", "vs bound", "vs fastest"):
         table.add_column(name, justify="right", no_wrap=True)
@@ -231,7 +232,7 @@ def run_fusion(args) -> int:
     hierarchy = hierarchy_for(placements[0], reduce_axes, args.hierarchy)
     if hierarchy.group_size == 1:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to fuse")
-    plan = plan_fusion(hierarchy, job.topology, tensors, compute_rate=rate, backend=args.backend,
+    plan = plan_fusion(cost_context(hierarchy, job.topology, args.backend), tensors, compute_rate=rate,
                        max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
     if args.json:
         print_json(_fusion_json(plan, hierarchy, args))
@@ -269,7 +270,7 @@ def _schedule_table(title: str, schedule: Schedule, programs: bool) -> Table:
     table.add_column("tensors", justify="right", no_wrap=True)
     table.add_column("bytes", justify="right", no_wrap=True)
     if programs:
-        widest = max(len(step) for bucket in schedule.buckets for step in bucket.program.split("; "))
+        widest = max(len(str(step)) for bucket in schedule.buckets for step in bucket.program.steps)
         table.add_column("program", overflow="fold", min_width=widest + 1)
     for name in ("ready", "start", "time", "end"):
         table.add_column(name, justify="right", no_wrap=True)

@@ -26,7 +26,8 @@ from synth.lowering import lower
 from synth.placement import parse_axes
 from synth.model.algorithms import BACKENDS
 from synth.model.network import check_costable
-from synth.analysis.rank import rank_programs
+from synth.analysis.rank import Ranker
+from synth.model.context import cost_context
 from synth.units import parse_bytes
 
 FORMATS = ("torch", "nccl", "json", "mesh")
@@ -107,13 +108,12 @@ def _given_programs(args) -> list[Program]:
 def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str) -> list[Program]:
     """The simulator's K best programs at each size (their union, best first), for one placement."""
     check_costable(topology)
+    ranker = Ranker(cost_context(hierarchy, topology, backend), args.max_len)
     programs: list[Program] = []
     for nbytes in sizes:
-        rows = rank_programs(hierarchy, topology, nbytes, max_len=args.max_len, top=args.top, backend=backend)
-        for row in rows[:args.top]:
-            program = parse_program(row.program)
-            if program not in programs:
-                programs.append(program)
+        for row in ranker.top(nbytes, args.top)[:args.top]:
+            if row.program not in programs:
+                programs.append(row.program)
     return programs
 
 

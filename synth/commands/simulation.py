@@ -10,11 +10,10 @@ from rich.table import Table
 from synth.commands.common import (add_job_options, add_json_option, add_model_options, hierarchy_for, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
-from synth.model.bound import lower_bound
-from synth.model.cost import Simulator
+from synth.model.context import cost_context
+from synth.model.estimate import DEFAULT_ESTIMATE, ESTIMATES
 from synth.model.network import check_costable
-from synth.search import enumerate_programs
-from synth.analysis.rank import ESTIMATES, ProgramWalker, pareto_front, rank_programs, rerank_pipelined
+from synth.analysis.rank import Ranker, pareto_front
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
 
 # nccl-tests' size suffixes (-b 8M -e 1G): K, M, G, T are binary multiples.
@@ -36,10 +35,10 @@ def register(subparsers) -> None:
                         help="multiply the size by F between MIN and MAX (integer >= 2, default 2)")
     parser.add_argument("--top", "-k", metavar="K", type=int, help="only the K best programs, found by a cost-guided search")
     add_model_options(parser)
-    parser.add_argument("--estimate", choices=ESTIMATES, default="lockstep",
-                        help="lockstep (default): a program is the sum of its steps, each step all groups at once; "
-                             "pipelined: groups do not wait for each other between steps (closer to measurements where "
-                             "groups share links; times every program, then keeps --top K)")
+    parser.add_argument("--estimate", choices=tuple(ESTIMATES), default=DEFAULT_ESTIMATE.name,
+                        help="pipelined (default; it predicts the emulated cluster's measurements better, "
+                             "results/estimate-choice.md): groups do not wait for each other between steps; "
+                             "lockstep: a program is the sum of its steps, each step all groups at once")
     parser.add_argument("--pareto", action="store_true",
                         help="keep the programs no other beats on time, extra memory, communicators and calls")
     add_json_option(parser)
@@ -91,22 +90,12 @@ def run_rank(args) -> int:
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
         if hierarchy.group_size == 1:
             continue
-        simulator, walker = Simulator(hierarchy, job.topology, args.backend), ProgramWalker(hierarchy)
-        # Without --top (or with the pipelined estimate) every program is ranked: enumerate them once for all sizes.
-        pipelined = args.estimate == "pipelined"
-        programs = (None if args.top is not None and not pipelined
-                    else list(enumerate_programs(hierarchy, max_len=args.max_len)))
-        for size in sizes:
-            rows = rank_programs(hierarchy, job.topology, size, max_len=args.max_len,
-                                 top=None if pipelined else args.top,
-                                 simulator=simulator, programs=programs, walker=walker)
-            if pipelined:
-                rows = rerank_pipelined(rows, hierarchy, simulator, size)
-                if args.top is not None:
-                    rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
+        ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
+        ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
+        for size, rows in zip(sizes, ranked):
             if args.pareto:
                 rows = pareto_front(rows)
-            sections.append((size, hierarchy, lower_bound(hierarchy, job.topology, size), rows))
+            sections.append((size, hierarchy, ranker.lower_bound(size), rows))
     if not sections:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group on every "
                               f"placement: there is nothing to rank")
@@ -131,7 +120,7 @@ def _table(topology_name: str, size: int, hierarchy, bound, rows, args) -> Table
                f"backend {args.backend}; {args.estimate} estimate")
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
-    widest_step = max((len(step) for row in rows for step in row.program.split("; ")), default=0)
+    widest_step = max((len(str(step)) for row in rows for step in row.program.steps), default=0)
     table.add_column("program", overflow="fold", min_width=widest_step + 1)
     for name in ("time", "algbw", "busbw", "speedup", "vs bound"):
         table.add_column(name, justify="right", no_wrap=True)
@@ -139,7 +128,7 @@ def _table(topology_name: str, size: int, hierarchy, bound, rows, args) -> Table
         for name in ("extra mem", "comms", "calls"):
             table.add_column(name, justify="right", no_wrap=True)
     for index, row in enumerate(rows, 1):
-        cells = [f"{index}{' *' if row.baseline else ''}", row.program.replace("; ", ";\n"), format_time(row.time_s),
+        cells = [f"{index}{' *' if row.baseline else ''}", ";\n".join(map(str, row.program.steps)), format_time(row.time_s),
                  format_bandwidth(row.algbw_GBps * 1e9), format_bandwidth(row.busbw_GBps * 1e9),
                  f"{row.speedup:.3f}x", f"{row.bound_ratio:.2f}x"]
         if args.pareto:

@@ -18,7 +18,10 @@ from pathlib import Path
 
 from synth.export.plan import ITEMSIZE, PlanEntry, buffer_count
 from synth.lowering import lower
-from synth.model.cost import Simulator
+from synth.model.context import cost_context
+from synth.model.cost import program_cost
+from synth.model.engine import CostEngine
+from synth.model.estimate import Estimate, resolve_estimate
 from synth.topology import Topology
 
 
@@ -57,19 +60,21 @@ class EntryInfo:
 
 
 def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
-                sizes: list[int]) -> dict[tuple[int, int], Prediction]:
-    """The simulator's figures for plan entry i at each size, keyed (i, bytes) with the bytes
+                sizes: list[int], estimate: str | Estimate | None = None) -> dict[tuple[int, int], Prediction]:
+    """The model's figures for plan entry i at each size, keyed (i, bytes) with the bytes
     the script really runs (rounded up to whole chunks); ranked per size like the measurements."""
-    simulators: dict[int, Simulator] = {}
+    estimate = resolve_estimate(estimate)
+    engines: dict[int, CostEngine] = {}
     costs = {}
     for index, entry in enumerate(entries):
         key = id(entry.hierarchy)
-        if key not in simulators:
-            simulators[key] = Simulator(entry.hierarchy, topology, backend)
+        if key not in engines:
+            engines[key] = CostEngine(cost_context(entry.hierarchy, topology, backend))
+        engine = engines[key]
         lowered = lower(entry.program, entry.hierarchy)
         for size in sizes:
             nbytes = buffer_count(size, entry.hierarchy.group_size) * ITEMSIZE
-            costs[index, nbytes] = simulators[key].program_cost(lowered, nbytes)
+            costs[index, nbytes] = program_cost(engine.context, lowered, nbytes, estimate, engine)
     result = {}
     for nbytes in {key[1] for key in costs}:
         order = sorted((key for key in costs if key[1] == nbytes), key=lambda key: (costs[key].time_s, key[0]))

@@ -47,18 +47,24 @@ one pair of processes), so nothing is spread:
 
 `Backend` keeps the per-collective algorithm table, the per-call launch cost and a per-
 collective bandwidth efficiency (the fraction of link bandwidth the implementation reaches,
-1.0 by default), so calibration can replace any of them with measured figures.
+1.0 by default), so calibration can replace any of them with measured figures. It is the
+flow-level implementation of the engine's backend seam (synth/model/backend.py): its plans
+are its traffic, and its estimate of a call alone is the flow model's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from synth.errors import UsageError
+
+if TYPE_CHECKING:
+    from synth.model.backend import CallSite
 
 Flow = tuple[int, int, float]  # (from member index, to member index, fraction of B)
 
@@ -89,11 +95,30 @@ class Phase:
 
 @dataclass(frozen=True)
 class Plan:
-    """One algorithm for one call: phases in order, and scratch memory per member."""
+    """One algorithm for one call: phases in order, scratch memory per member, and the
+    fraction of the links' rate its transfers reach (its flows occupy links 1/efficiency as
+    long as their bytes alone would: protocol overheads, achieved bandwidth)."""
 
     algorithm: str
     phases: tuple[Phase, ...]
     extra_memory: float = 0.0  # scratch bytes per member, as a fraction of B
+    efficiency: float = 1.0
+
+
+def call_layout(coords: np.ndarray, level_latencies) -> Layout:
+    """The shape of one call whose members sit at `coords` ([member, level]), with the given
+    latency per level: nodes, hop latencies, and the outermost and innermost latencies."""
+    coords = np.asarray(coords)
+    nodes: dict[tuple, list[int]] = {}
+    for index, row in enumerate(coords.tolist()):
+        nodes.setdefault(tuple(row[:-1]), []).append(index)
+    latency_of_level = np.asarray(level_latencies, dtype=float)
+    differs = coords[:, None, :] != coords[None, :, :]
+    hop = np.where(differs.any(axis=-1), latency_of_level[differs.argmax(axis=-1)], 0.0)
+    spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l].tolist())) > 1]
+    outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
+    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), tuple(map(tuple, hop.tolist())),
+                  outer, float(latency_of_level[-1]))
 
 
 Algorithm = Callable[[Layout], Plan]
@@ -287,6 +312,20 @@ class Backend:
     def efficiency_of(self, collective: str) -> float:
         return dict(self.efficiency).get(collective, 1.0)
 
+    # --- the engine's backend seam (synth/model/backend.py) ---------------------------------
+
+    def plans(self, call: CallSite) -> tuple[Plan, ...]:
+        """Every candidate algorithm for the call, at this backend's efficiency for it."""
+        efficiency = self.efficiency_of(call.collective)
+        return tuple(replace(algorithm(call.layout), efficiency=efficiency)
+                     for algorithm in self.candidates(call.collective))
+
+    def alone_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
+                flow_s: np.ndarray) -> np.ndarray:
+        """The time of each candidate alone: the flow model's (the same object, so the engine
+        knows it adds nothing to the flows' contention)."""
+        return flow_s
+
 
 # NCCL's own per-call base latency for the Ring/Simple algorithm (NCCL 2.7-2.8
 # src/graph/tuning.cc, baseLat[NCCL_ALGO_RING][NCCL_PROTO_SIMPLE] = 8.4 us): the fixed cost of
@@ -329,7 +368,8 @@ BACKENDS = {backend.name: backend for backend in (NCCL, GLOO)}
 
 
 def resolve_backend(backend: str | Backend) -> Backend:
-    if isinstance(backend, Backend):
+    """A backend by name, or the backend object given (any synth.model.backend.CallModel)."""
+    if not isinstance(backend, str):
         return backend
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")

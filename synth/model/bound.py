@@ -36,16 +36,19 @@ counting every device of the unit (members of other groups too: their traffic is
 Entering is symmetric (same links in the other direction, same bytes), so it gives the same
 bound. The time bound is the largest bytes/capacity over the levels, plus one latency of the
 outermost level the group spans: at least one message must cross it.
+
+The bound is affine in S (every byte count above is a multiple of S), so it is computed once
+per context as a line: `time(S) = latency + S * seconds per byte`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from synth.hierarchy import SynthesisHierarchy
-from synth.model.network import check_costable, network_for
+from synth.model.context import CostContext
 from synth.topology import Topology
 
 
@@ -56,6 +59,22 @@ class LowerBound:
     transfer_s: float
     latency_s: float
     bottleneck: str  # the cut that gives the bound, e.g. "node units: 1.5 S out through 200 GB/s"
+
+
+@dataclass(frozen=True)
+class BoundLine:
+    """The lower bound of one context at every size: latency + S * seconds_per_byte."""
+
+    latency_s: float
+    seconds_per_byte: float
+    bottleneck: str
+
+    def at(self, bytes_per_device: int) -> LowerBound:
+        transfer = bytes_per_device * self.seconds_per_byte
+        return LowerBound(bytes_per_device, self.latency_s + transfer, transfer, self.latency_s, self.bottleneck)
+
+    def times(self, sizes) -> np.ndarray:
+        return self.latency_s + np.asarray(sizes, dtype=np.int64) * self.seconds_per_byte
 
 
 def exit_capacity(topology: Topology, level: int, spanned: int = 0) -> float:
@@ -72,35 +91,40 @@ def exit_capacity(topology: Topology, level: int, spanned: int = 0) -> float:
     return capacity
 
 
-def required_bytes(hierarchy: SynthesisHierarchy, topology: Topology, level: int, bytes_per_device: float) -> float:
-    """Bytes that must leave the busiest unit of a system level, summed over groups."""
-    coords = network_for(topology).coords[np.array(hierarchy.groups, dtype=np.int64)]  # [group, member, level]
-    sizes = topology.sizes[: level + 1]
+def required_bytes(context: CostContext, level: int) -> float:
+    """Bytes per byte of S that must leave the busiest unit of a system level, over all groups."""
+    coords = context.network.coords[context.devices]  # [group, member, level]
+    sizes = context.topology.sizes[: level + 1]
     unit_ids = np.ravel_multi_index(tuple(np.moveaxis(coords[:, :, : level + 1], -1, 0)), sizes)
     total, crossing = 0.0, np.zeros(int(np.prod(sizes)), dtype=np.int64)
     for row in unit_ids:
         met = np.unique(row)
         if len(met) >= 2:
-            total += 2 * (len(met) - 1) * bytes_per_device
+            total += 2 * (len(met) - 1)
             crossing[met] += 1
-    return max(total / len(crossing), float(crossing.max()) * bytes_per_device)
+    return max(total / len(crossing), float(crossing.max()))
 
 
-def lower_bound(hierarchy: SynthesisHierarchy, topology: Topology, bytes_per_device: int) -> LowerBound:
-    """The time the busiest cut needs for the bytes any correct all-reduce moves across it."""
-    check_costable(topology)
-    if hierarchy.group_size == 1:
-        return LowerBound(bytes_per_device, 0.0, 0.0, 0.0, "")
-    coords = network_for(topology).coords[list(hierarchy.groups[0])]
-    spanned = next(l for l in range(coords.shape[1]) if len(set(coords[:, l])) > 1)
+@lru_cache(maxsize=1024)
+def bound_line(context: CostContext) -> BoundLine:
+    """The busiest cut's time for the bytes any correct all-reduce moves across it, per byte."""
+    topology = context.topology
+    if context.group_size == 1:
+        return BoundLine(0.0, 0.0, "")
+    coords = context.network.coords[context.devices[0]]
+    spanned = next(l for l in range(coords.shape[1]) if len(set(coords[:, l].tolist())) > 1)
     best, best_level, best_bytes = 0.0, spanned, 0.0
     for level in range(spanned, len(topology.levels)):  # outer units hold whole groups
-        needed = required_bytes(hierarchy, topology, level, bytes_per_device)
+        needed = required_bytes(context, level)
         seconds = needed / exit_capacity(topology, level, spanned)
         if seconds > best:
             best, best_level, best_bytes = seconds, level, needed
-    latency = topology.levels[spanned].latency.value
     name = topology.levels[best_level].name
-    described = (f"{name} units: {best_bytes / bytes_per_device:.3g} S out through "
+    described = (f"{name} units: {best_bytes:.3g} S out through "
                  f"{exit_capacity(topology, best_level, spanned) / 1e9:.4g} GB/s")
-    return LowerBound(bytes_per_device, best + latency, best, latency, described)
+    return BoundLine(topology.levels[spanned].latency.value, best, described)
+
+
+def lower_bound(context: CostContext, bytes_per_device: int) -> LowerBound:
+    """The lower bound of SPEC section 8's run at one size (see the module docstring)."""
+    return bound_line(context).at(bytes_per_device)

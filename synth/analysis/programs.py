@@ -1,0 +1,278 @@
+"""Programs as the cost model sees them: for each step, its calls and the chunks each spans.
+
+A program's steps become `StepCalls` (synth/model/engine.py) by walking it over the quotient
+state graph of its hierarchy (synth/semantics.py), whose members carry the real range
+lengths: the calls of a step are its groups in the real hierarchy (member ranks, as lowering
+gives them) and each call spans the range its root holds before the step (AllGather: the
+joined output), read from the quotient member standing for that root. That is cheaper than
+lowering every program and gives the same calls (tests check both).
+
+A `ProgramSet` is many programs of one hierarchy as one `ProgramTable` (each program a row of
+indices into the distinct steps), with the typed programs and their texts for ties.
+`ProgramSets` shares the enumeration between hierarchies: a step's validity reads the real
+sizes only through the real range lengths (a ReduceScatter must split its range evenly,
+AllGather's blocks must be equally long), and on the hierarchy whose levels all have the
+quotient's sizes (2, or 1) those lengths are the quotient ranges' own, so its valid programs
+include those of every hierarchy with the same quotient. One enumeration per quotient shape,
+filtered by walking each program on the real sizes (which drops any the real lengths
+forbid), gives every hierarchy's valid programs in the enumerator's order; the walk is
+needed for the costs anyway. Programs are spelled per level names.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from synth.hierarchy import SynthesisHierarchy
+from synth.language import Program, Step
+from synth.model.engine import ProgramTable, StepCalls
+from synth.search import Enumerator, SearchOptions
+from synth.semantics import FORMS, QUOTIENT_CAP, Semantics, StepFailure
+
+
+def call_chunks(state: tuple, instruction, calls: tuple[tuple[int, ...], ...],
+                representative: Sequence[int]) -> tuple[int, ...]:
+    """The chunks each call of a step spans, from the quotient state before the step: its
+    root's held range length, or for AllGather the joined output (the length times the
+    group's real size). Calls of one step may differ (members of different classes can hold
+    ranges of different lengths), so each is read from its own root.
+
+    The one place the analyses read the semantics' member state; it mirrors lowering's ranges
+    (synth/lowering.py) and is where a shared "chunks each call of a step spans" function of
+    the core belongs."""
+    factor = instruction.real_group_size if instruction.collective == "AllGather" else 1
+    return tuple(state[representative[members[0]]][3] * factor for members in calls)
+
+
+class StateWalker:
+    """Steps of programs over the quotient state graph of one hierarchy, with memoized
+    transitions, `StepCalls` and liveness (shared by the full ranking and the search)."""
+
+    def __init__(self, hierarchy: SynthesisHierarchy):
+        self.hierarchy = hierarchy
+        self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
+        self.alphabet = self.semantics.alphabet
+        self.goal = self.semantics.goal
+        self.calls: list[tuple[tuple[int, ...], ...]] = []
+        for step, _ in self.alphabet:
+            groups, _ = FORMS[step.form](hierarchy.sizes, hierarchy.level_index(step.level))
+            self.calls.append(tuple(sorted(groups)))
+        # The quotient member standing for each real member: the one with the same zero digits.
+        capped = self.semantics.sizes
+        self.representative = [
+            int(np.ravel_multi_index(tuple(min(p, 1) for p in position), capped))
+            for position in itertools.product(*(range(size) for size in hierarchy.sizes))
+        ]
+        self._spelled = {step: i for i, (step, _) in enumerate(self.alphabet)}
+        self._index = {(instruction.collective, instruction.groups): i
+                       for i, (_, instruction) in enumerate(self.alphabet)}
+        self._transitions: dict[tuple[tuple, int], tuple | None] = {}
+        self._steps: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
+        self._enumerators: dict[int, Enumerator] = {}
+        self._reaches: dict[tuple[tuple, int], bool] = {}
+        self._successors: dict[tuple[tuple, int], list[tuple[int, tuple]]] = {}
+
+    def enumerator(self, max_len: int) -> Enumerator:
+        if max_len not in self._enumerators:
+            self._enumerators[max_len] = Enumerator(self.semantics, SearchOptions(max_len=max_len))
+        return self._enumerators[max_len]
+
+    def index_of(self, step: Step) -> int:
+        """The alphabet entry of a step, whichever of its equal spellings (SPEC section 5) it uses."""
+        index = self._spelled.get(step)
+        if index is None:
+            instruction = self.semantics.instruction_of(step)
+            index = self._index[(instruction.collective, instruction.groups)]
+        return index
+
+    def advance(self, state: tuple, index: int) -> tuple | None:
+        """The next state, or None when the step is invalid or a no-op (no valid program goes on)."""
+        key = (state, index)
+        if key not in self._transitions:
+            try:
+                self._transitions[key] = self.semantics.apply(state, self.alphabet[index][1])
+            except StepFailure:
+                self._transitions[key] = None
+        return self._transitions[key]
+
+    def step(self, state: tuple, index: int) -> StepCalls:
+        """Alphabet entry `index` taken from `state`, as the cost model sees it."""
+        chunks = call_chunks(state, self.alphabet[index][1], self.calls[index], self.representative)
+        key = (index, chunks)
+        found = self._steps.get(key)
+        if found is None:
+            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], chunks)
+        return found
+
+    def walk(self, program: Program) -> tuple[StepCalls, ...]:
+        """The steps of a valid program; ValueError when it is not valid on this hierarchy."""
+        state, result = self.semantics.initial, []
+        for step in program.steps:
+            index = self.index_of(step)
+            result.append(self.step(state, index))
+            state = self.advance(state, index)
+            if state is None:
+                raise ValueError(f"{program} is not a valid program on this hierarchy")
+        if state != self.goal:
+            raise ValueError(f"{program} does not reach the goal on this hierarchy")
+        return tuple(result)
+
+    def successors(self, state: tuple, remaining: int, max_len: int) -> list[tuple[int, tuple]]:
+        """Valid steps from `state` that may begin a completion of at most `remaining` steps:
+        (alphabet index, next state), in alphabet order. The enumerator's dead-prefix oracle
+        answers for exactly k steps left; the union over k <= remaining is sound for "at most"."""
+        key = (state, remaining)
+        found = self._successors.get(key)
+        if found is None:
+            enumerator = self.enumerator(max_len)
+            merged: dict[int, tuple] = {}
+            for steps in range(remaining, 0, -1):
+                for index, following in enumerator.successors(state, steps):
+                    merged.setdefault(index, following)
+            found = self._successors[key] = sorted(merged.items())
+        return found
+
+    def reaches_goal(self, state: tuple, remaining: int, max_len: int) -> bool:
+        """Whether some valid completion of at most `remaining` steps reaches the goal. A
+        yes/no answer stops at the first completion found (counting every completion, as
+        the enumerator does, explores the whole subtree)."""
+        if state == self.goal:
+            return True
+        if remaining == 0:
+            return False
+        key = (state, remaining)
+        found = self._reaches.get(key)
+        if found is None:
+            found = any(self.reaches_goal(following, remaining - 1, max_len)
+                        for _, following in self.successors(state, remaining, max_len))
+            self._reaches[key] = found
+        return found
+
+
+@dataclass(frozen=True, eq=False)
+class ProgramShape:
+    """Programs of one hierarchy shape (level sizes), level names aside."""
+
+    spelled: tuple[tuple[tuple[str, str, int], ...], ...]  # per program: (collective, form, level index) per step
+    table: ProgramTable
+
+    @cached_property
+    def baseline(self) -> int | None:
+        """The default all-reduce (the one valid program of one step: an AllReduce over the
+        whole group, SPEC section 8), when listed."""
+        return next((i for i, program in enumerate(self.spelled) if len(program) == 1), None)
+
+
+@dataclass(frozen=True, eq=False)
+class ProgramSet:
+    """Programs of one hierarchy with their step table; the typed programs and their texts
+    (for ties and output) are made when first asked for."""
+
+    shape: ProgramShape
+    level_names: tuple[str, ...]
+
+    @property
+    def table(self) -> ProgramTable:
+        return self.shape.table
+
+    @property
+    def baseline(self) -> int | None:
+        return self.shape.baseline
+
+    def __len__(self) -> int:
+        return len(self.shape.spelled)
+
+    def program(self, i: int) -> Program:
+        return self.programs[i]
+
+    @cached_property
+    def programs(self) -> tuple[Program, ...]:
+        names = self.level_names
+        return tuple(Program(tuple(Step(c, f, names[l]) for c, f, l in spelled)) for spelled in self.shape.spelled)
+
+    @cached_property
+    def texts(self) -> tuple[str, ...]:
+        names = self.level_names
+        return tuple("; ".join(f"{c}({f}({names[l]}))" for c, f, l in spelled) for spelled in self.shape.spelled)
+
+    @cached_property
+    def text_rank(self) -> np.ndarray:
+        """[program] -> position in text order: the tie-break of every ranking."""
+        order = np.empty(len(self), dtype=np.int64)
+        order[sorted(range(len(self)), key=self.texts.__getitem__)] = np.arange(len(self))
+        return order
+
+    def order(self, times: np.ndarray) -> np.ndarray:
+        """Program indices by (time, text)."""
+        return np.lexsort((self.text_rank, times))
+
+    def fastest(self, times: np.ndarray) -> int:
+        """The index of the smallest time, ties by text."""
+        tied = np.flatnonzero(times == times.min())
+        return int(tied[np.argmin(self.text_rank[tied])])
+
+
+def program_set(walker: StateWalker, programs: Iterable[Program]) -> ProgramSet:
+    """Given programs (valid on the walker's hierarchy) as one set."""
+    hierarchy = walker.hierarchy
+    programs = list(programs)
+    spelled = tuple(tuple((s.collective, s.form, hierarchy.level_index(s.level)) for s in p.steps) for p in programs)
+    table = ProgramTable.of(walker.walk(program) for program in programs)
+    result = ProgramSet(ProgramShape(spelled, table), hierarchy.level_names)
+    result.__dict__["programs"] = tuple(programs)  # keep the caller's spellings
+    return result
+
+
+class ProgramSets:
+    """Every valid program of a hierarchy up to a length: enumerated once per quotient shape
+    and max_len, walked once per level sizes, spelled once per level names (see the module
+    docstring), for every placement and request."""
+
+    def __init__(self):
+        self._enumerated: dict[tuple, tuple[tuple[tuple[str, str, int], ...], ...]] = {}
+        self._shapes: dict[tuple, ProgramShape] = {}
+        self._named: dict[tuple, ProgramSet] = {}
+
+    @property
+    def shapes(self) -> int:
+        """How many enumerations ran."""
+        return len(self._enumerated)
+
+    def get(self, hierarchy: SynthesisHierarchy, max_len: int, walker: StateWalker | None = None) -> ProgramSet:
+        key = (hierarchy.sizes, max_len)
+        if key not in self._shapes:
+            quotient = (tuple(min(size, QUOTIENT_CAP) for size in hierarchy.sizes), max_len)
+            if quotient not in self._enumerated:
+                self._enumerated[quotient] = _enumerated(hierarchy.level_names, quotient[0], max_len)
+            self._shapes[key] = _walked(walker or StateWalker(hierarchy), self._enumerated[quotient])
+        named = (hierarchy.level_names, *key)
+        if named not in self._named:
+            self._named[named] = ProgramSet(self._shapes[key], hierarchy.level_names)
+        return self._named[named]
+
+
+def _enumerated(level_names: tuple[str, ...], sizes: tuple[int, ...], max_len: int):
+    """Every valid program on the hierarchy of these (quotient) sizes, as (collective, form,
+    level index) per step, in the enumerator's order."""
+    index = {name: i for i, name in enumerate(level_names)}
+    enumerator = Enumerator(Semantics(level_names, sizes, quotient=True), SearchOptions(max_len=max_len))
+    return tuple(tuple((s.collective, s.form, index[s.level]) for s in program.steps)
+                 for program in enumerator.programs())
+
+
+def _walked(walker: StateWalker, candidates) -> ProgramShape:
+    """The candidates valid on the walker's hierarchy, walked into a step table."""
+    names = walker.hierarchy.level_names
+    spelled, rows = [], []
+    for candidate in candidates:
+        try:
+            rows.append(walker.walk(Program(tuple(Step(c, f, names[l]) for c, f, l in candidate))))
+        except ValueError:
+            continue
+        spelled.append(candidate)
+    return ProgramShape(tuple(spelled), ProgramTable.of(rows))

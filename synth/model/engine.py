@@ -1,0 +1,379 @@
+"""The costing engine: every predicted time comes from here, for any set of steps and sizes.
+
+A step (`StepCalls`) is what the model needs of one program step: the collective, each call's
+member ranks (all reduction groups make the same calls, SPEC section 3) and the chunks each
+call spans. Every call i of a step holds B_i = chunks_i * S / N bytes (S bytes per device
+cut into N chunks); the backend (synth/model/backend.py) gives each call's candidate plans
+and picks one per size; all groups' calls of the step then run at once and share links.
+With the choices fixed a step is linear in S (a "regime"), so the engine computes, once per
+(step, choices), per phase:
+
+* the slowest call's latency and the busiest link's drain time per byte of B = B_max, the
+  largest call's bytes, with every call's flows weighted by B_i / B_max and 1/efficiency;
+* the same drain for one reduction group's calls alone (what the group's own chain pays);
+* the link-seconds per byte of S the step puts on every link (what the pipelined estimate
+  sums over a program's steps),
+
+and a size costs a few multiply-adds, vectorized over sizes and steps. A step's lockstep time is
+
+    launch + sum over phases (latency_p + B_max * drain_p) + residual
+
+and one group's own time of it (its chain step) `launch + max_i latency_i + sum over phases
+B_max * drain0_p + residual`, `residual` being the backend's own time alone minus the flows'
+(0 for the built-in backends). The estimates (synth/model/estimate.py) combine steps into
+program times; `ProgramTable` holds many programs as rows of step indices so that a batch
+costs each distinct step once.
+
+Engines are shared: two contexts whose groups sit on the system alike (the same unit pattern
+up to renumbering units inside their parents, which the network cannot tell apart) have the
+same costs, so `engine_for` keys engines by that pattern and costs it on canonical devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from synth.lowering import LoweredProgram, LoweredStep
+from synth.model.algorithms import Plan
+from synth.model.backend import CallSite, canonical_coords
+from synth.model.context import CostContext
+from synth.model.network import NO_LINK, Network
+
+PAD = -1  # past the end of a program in a ProgramTable row
+
+
+@dataclass(frozen=True)
+class StepCalls:
+    """One step as the cost model sees it (names aside): the collective, every call's member
+    ranks (sorted, each call root first) and the chunks each call spans, in the same order."""
+
+    collective: str
+    calls: tuple[tuple[int, ...], ...]
+    chunks: tuple[int, ...]
+
+    @property
+    def largest(self) -> int:
+        return max(self.chunks)
+
+
+def step_calls(lowered: LoweredStep) -> StepCalls:
+    """A lowered step's calls, sorted by members (the engine's canonical order)."""
+    calls = sorted(lowered.calls, key=lambda call: call.members)
+    return StepCalls(lowered.collective, tuple(call.members for call in calls), tuple(call.chunks for call in calls))
+
+
+def steps_of(lowered: LoweredProgram) -> tuple[StepCalls, ...]:
+    return tuple(step_calls(step) for step in lowered.steps)
+
+
+@dataclass(frozen=True, eq=False)
+class ProgramTable:
+    """Programs as rows of indices into their distinct steps: a batch costs each step once."""
+
+    steps: tuple[StepCalls, ...]
+    rows: np.ndarray  # [program, position] -> index into `steps`; PAD past a program's end
+
+    @classmethod
+    def of(cls, programs: Iterable[Sequence[StepCalls]]) -> ProgramTable:
+        index: dict[StepCalls, int] = {}
+        rows = [[index.setdefault(step, len(index)) for step in steps] for steps in programs]
+        width = max((len(row) for row in rows), default=0)
+        table = np.full((len(rows), width), PAD, dtype=np.int64)
+        for i, row in enumerate(rows):
+            table[i, :len(row)] = row
+        return cls(tuple(index), table)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return (self.rows != PAD).sum(axis=1)
+
+    def program(self, i: int) -> tuple[StepCalls, ...]:
+        return tuple(self.steps[j] for j in self.rows[i] if j != PAD)
+
+
+@dataclass(frozen=True)
+class StepRegime:
+    """One step with the backend's choice fixed for every call: all of it linear in S."""
+
+    algorithm: str  # what the calls run, e.g. "ring" or "ring/tree"
+    latency_s: float  # launch + sum over phases of the slowest call's phase latency
+    drain_s: tuple[float, ...]  # per phase: busiest link's seconds per byte of B_max, all groups
+    links: tuple[int, ...]  # per phase: that busiest link (NO_LINK when nothing moves)
+    chain_latency_s: float  # launch + the largest latency sum of one call
+    chain_drain_s: tuple[float, ...]  # per phase: seconds per byte of B_max, one group's calls alone
+    extra_memory: float  # largest scratch per device, per byte of B_max
+    link_s: np.ndarray  # seconds per byte of S the step keeps each link busy (all phases, all groups)
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """Steps x sizes: what the estimates combine."""
+
+    sizes: np.ndarray  # [size], bytes per device
+    time_s: np.ndarray  # [step, size] lockstep time of the step
+    chain_s: np.ndarray  # [step, size] one group's own time of the step
+    regime: np.ndarray  # [step, size] index into CostEngine.regimes
+    residual_s: np.ndarray  # [step, size] the backend's own time alone beyond its flows' (0 for flow backends)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One plan of one call, its flows on every reduction group's devices."""
+
+    plan: Plan
+    latencies: tuple[float, ...]  # per phase
+    latency_s: float
+    flows: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # per phase: src, dst, bytes per byte of B
+    per_group: tuple[int, ...]  # flows per group per phase (group 0's are the first)
+    alone_s_per_byte: float  # one group's call alone on an idle network, per byte of B
+
+
+@dataclass(frozen=True, eq=False)
+class _Call:
+    site: CallSite
+    site_id: int  # the engine's number for the site (hashing a site is slow)
+    plans: tuple[Plan, ...]
+    candidates: tuple[_Candidate, ...]
+    latency: np.ndarray  # [candidate] latency sum
+    per_byte: np.ndarray  # [candidate] alone seconds per byte of B
+
+
+@lru_cache(maxsize=4096)
+def _local_flows(plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """A plan's flows per phase as (from member, to member, bytes per byte of B) arrays."""
+    result = []
+    for phase in plan.phases:
+        pairs = np.array([(a, b) for a, b, _ in phase.flows], dtype=np.int64).reshape(-1, 2)
+        weight = np.array([f for _, _, f in phase.flows], dtype=float) / plan.efficiency
+        result.append((pairs[:, 0], pairs[:, 1], weight))
+    return tuple(result)
+
+
+_PLANS: dict[tuple, tuple[Plan, ...]] = {}
+
+
+def _plans(backend, site: CallSite) -> tuple[Plan, ...]:
+    key = (backend, site)
+    if key not in _PLANS:
+        _PLANS[key] = tuple(backend.plans(site))
+    return _PLANS[key]
+
+
+class CostEngine:
+    """Costs steps of one context at any sizes; caches what repeats (calls, regimes)."""
+
+    def __init__(self, context: CostContext, devices: np.ndarray | None = None):
+        self.context = context
+        self.backend = context.backend
+        self.group_size = context.group_size
+        self.devices = context.devices if devices is None else devices  # [group, member] -> device
+        self.network = context.network
+        self.regimes: list[StepRegime] = []
+        self._calls: dict[tuple[str, tuple[int, ...]], _Call] = {}
+        self._regime_ids: dict[tuple[StepCalls, tuple[int, ...]], int] = {}
+        self._choices: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._site_ids: dict[CallSite, int] = {}
+        self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
+        self._link_rows: np.ndarray | None = None
+
+    # --- one call ------------------------------------------------------------------------------
+
+    def call(self, collective: str, members: tuple[int, ...]) -> _Call:
+        key = (collective, members)
+        found = self._calls.get(key)
+        if found is not None:
+            return found
+        network = self.context.network_of(collective)
+        coords = self.network.coords[self.devices[0, list(members)]]
+        site = CallSite(collective, canonical_coords(coords), self.context.levels_of(collective))
+        plans = _plans(self.backend, site)
+        member_ranks = np.array(members, dtype=np.int64)
+        groups = len(self.devices)
+        candidates = []
+        for plan in plans:
+            flows, counts, alone = [], [], 0.0
+            for src_local, dst_local, weight in _local_flows(plan):
+                src = self.devices[:, member_ranks[src_local]]
+                dst = self.devices[:, member_ranks[dst_local]]
+                flows.append((src.ravel(), dst.ravel(), np.tile(weight, groups)))
+                counts.append(len(weight))
+                alone += network.makespan(src[0], dst[0], weight)[0]
+            latencies = tuple(phase.latency_s for phase in plan.phases)
+            candidates.append(_Candidate(plan, latencies, sum(latencies), tuple(flows), tuple(counts), alone))
+        site_id = self._site_ids.setdefault(site, len(self._site_ids))
+        found = _Call(site, site_id, plans, tuple(candidates), np.array([c.latency_s for c in candidates]),
+                      np.array([c.alone_s_per_byte for c in candidates]))
+        self._calls[key] = found
+        return found
+
+    def _call_choices(self, call: _Call, chunks: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per size, the candidate the backend's own estimate of the call alone prefers (the
+        first on a tie), and its estimate minus the flows' (None when it is the flows')."""
+        key = (call.site_id, chunks, sizes.tobytes())
+        found = self._choices.get(key)
+        if found is not None:
+            return found
+        call_bytes = chunks * sizes / self.group_size
+        flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]
+        own = self.backend.alone_s(call.site, call.plans, call_bytes, flow)
+        choice = np.argmin(own, axis=1) if own.shape[1] > 1 else np.zeros(len(sizes), dtype=np.int64)
+        residual = None
+        if own is not flow:
+            picked = np.arange(len(sizes))
+            residual = own[picked, choice] - flow[picked, choice]
+        self._choices[key] = (choice, residual)
+        return choice, residual
+
+    # --- one step, choices fixed -----------------------------------------------------------------
+
+    def regime(self, step: StepCalls, choices: tuple[int, ...]) -> int:
+        """The index in `regimes` of the step with these candidate choices (computed once)."""
+        key = (step, choices)
+        found = self._regime_ids.get(key)
+        if found is not None:
+            return found
+        chosen = [self.call(step.collective, members).candidates[c] for members, c in zip(step.calls, choices)]
+        largest = step.largest
+        weights = [part / largest for part in step.chunks]
+        network = self.context.network_of(step.collective)
+        capacity = network.capacity
+        latencies, drains, links, chain_drains = [], [], [], []
+        link_s = np.zeros(len(capacity))
+        for phase in range(max(len(c.latencies) for c in chosen)):
+            present = [(c, w) for c, w in zip(chosen, weights) if phase < len(c.latencies)]
+            src = np.concatenate([c.flows[phase][0] for c, _ in present])
+            dst = np.concatenate([c.flows[phase][1] for c, _ in present])
+            nbytes = np.concatenate([c.flows[phase][2] * w for c, w in present])
+            seconds = network.loads(src, dst, nbytes) / capacity
+            busiest = int(np.argmax(seconds))  # the first of equals: deterministic
+            drains.append(float(seconds[busiest]))
+            links.append(busiest if seconds[busiest] > 0 else NO_LINK)
+            link_s += seconds
+            src0 = np.concatenate([c.flows[phase][0][:c.per_group[phase]] for c, _ in present])
+            dst0 = np.concatenate([c.flows[phase][1][:c.per_group[phase]] for c, _ in present])
+            nbytes0 = np.concatenate([c.flows[phase][2][:c.per_group[phase]] * w for c, w in present])
+            chain_drains.append(float((network.loads(src0, dst0, nbytes0) / capacity).max()) if len(src0) else 0.0)
+            latencies.append(max(c.latencies[phase] for c, _ in present))
+        launch = self.backend.launch_s
+        regime = StepRegime(
+            algorithm="/".join(sorted({c.plan.algorithm for c in chosen})),
+            latency_s=launch + sum(latencies), drain_s=tuple(drains), links=tuple(links),
+            chain_latency_s=launch + max(c.latency_s for c in chosen), chain_drain_s=tuple(chain_drains),
+            extra_memory=max(c.plan.extra_memory for c in chosen), link_s=link_s * (largest / self.group_size))
+        self.regimes.append(regime)
+        self._link_rows = None
+        self._regime_ids[key] = len(self.regimes) - 1
+        return len(self.regimes) - 1
+
+    # --- steps x sizes -------------------------------------------------------------------------------
+
+    def figures(self, steps: Sequence[StepCalls], sizes) -> StepFigures:
+        """Lockstep time, one group's chain time and the regime of every step at every size."""
+        sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
+        count = len(steps)
+        regime = np.empty((count, len(sizes)), dtype=np.int64)
+        residual = np.zeros((count, len(sizes)))
+        for d, step in enumerate(steps):
+            columns, extra = self._step_choices(step, sizes)
+            if extra is not None:
+                residual[d] = extra
+            if columns is None:
+                regime[d] = self.regime(step, (0,) * len(step.calls))
+                continue
+            ids: dict[bytes, int] = {}
+            columns = np.ascontiguousarray(columns.T)  # [size, call]
+            for z in range(len(sizes)):
+                key = columns[z].tobytes()
+                if key not in ids:
+                    ids[key] = self.regime(step, tuple(columns[z].tolist()))
+                regime[d, z] = ids[key]
+        return self._combine(steps, sizes, regime, residual)
+
+    def _step_choices(self, step: StepCalls, sizes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """[call, size] candidate choices (None: every call has one candidate and nothing to
+        choose) and the step's residual per size (None: zero)."""
+        found = self._step_calls.get(step)
+        if found is None:
+            calls = tuple(self.call(step.collective, members) for members in step.calls)
+            distinct: dict[tuple[int, int], int] = {}
+            kinds = tuple(distinct.setdefault((call.site_id, chunks), len(distinct))
+                          for call, chunks in zip(calls, step.chunks))
+            found = self._step_calls[step] = (calls, kinds, any(len(call.candidates) > 1 for call in calls))
+        calls, kinds, varied = found
+        answers: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        for call, chunks, kind in zip(calls, step.chunks, kinds):
+            if kind not in answers:
+                answers[kind] = self._call_choices(call, chunks, sizes)
+        residual = None
+        for _, extra in answers.values():
+            if extra is not None:
+                residual = extra if residual is None else np.maximum(residual, extra)
+        columns = np.stack([answers[kind][0] for kind in kinds]) if varied else None
+        return columns, residual
+
+    def _combine(self, steps, sizes, regime, residual) -> StepFigures:
+        """Times from regimes, elementwise in a fixed order (phases in order) so every caller
+        that costs the same step at the same size gets the same float."""
+        used, position = np.unique(regime, return_inverse=True)
+        position = position.reshape(regime.shape)
+        chosen = [self.regimes[i] for i in used.tolist()]
+        phases = max(len(r.drain_s) for r in chosen)
+        latency = np.array([r.latency_s for r in chosen])[position]
+        chain_latency = np.array([r.chain_latency_s for r in chosen])[position]
+        drain = np.array([r.drain_s + (0.0,) * (phases - len(r.drain_s)) for r in chosen])
+        chain_drain = np.array([r.chain_drain_s + (0.0,) * (phases - len(r.chain_drain_s)) for r in chosen])
+        largest = np.array([step.largest for step in steps], dtype=np.int64)
+        call_bytes = largest[:, None] * sizes[None, :] / self.group_size
+        transfer = np.zeros(regime.shape)
+        chain_transfer = np.zeros(regime.shape)
+        for phase in range(phases):
+            transfer = transfer + call_bytes * drain[position, phase]
+            chain_transfer = chain_transfer + call_bytes * chain_drain[position, phase]
+        time = latency + transfer + residual
+        chain = chain_latency + chain_transfer + residual
+        return StepFigures(sizes, time, chain, regime, residual)
+
+    def link_rows(self) -> np.ndarray:
+        """[regime, link] link-seconds per byte of S (for the pipelined estimate)."""
+        if self._link_rows is None or len(self._link_rows) != len(self.regimes):
+            self._link_rows = np.stack([r.link_s for r in self.regimes]) if self.regimes else np.zeros((0, 0))
+        return self._link_rows
+
+    def call_bytes(self, step: StepCalls, size: int) -> float:
+        return step.largest * size / self.group_size
+
+    def link_name(self, link: int) -> str:
+        return self.network.link_name(link)
+
+
+def canonical_devices(context: CostContext) -> np.ndarray:
+    """The context's [group, member] devices with every unit renumbered, inside its parent,
+    in order of first appearance: an isomorphic copy of the same groups on the same network."""
+    network = context.network
+    coords = network.coords[context.devices.reshape(-1)]
+    relabelled = np.array(canonical_coords(coords), dtype=np.int64).reshape(coords.shape)
+    return np.ravel_multi_index(tuple(relabelled.T), network.sizes).reshape(context.devices.shape)
+
+
+_ENGINES: dict[tuple, CostEngine] = {}
+MAX_ENGINES = 256
+
+
+def engine_for(context: CostContext) -> CostEngine:
+    """A shared engine for every context whose groups sit on the system alike (same backend,
+    topology, hierarchy sizes and canonical devices): their step costs are the same numbers."""
+    devices = canonical_devices(context)
+    key = (context.backend, context.topology, context.hierarchy.sizes, devices.tobytes())
+    engine = _ENGINES.get(key)
+    if engine is None:
+        if len(_ENGINES) >= MAX_ENGINES:
+            _ENGINES.pop(next(iter(_ENGINES)))
+        engine = _ENGINES[key] = CostEngine(context, devices)
+    return engine
