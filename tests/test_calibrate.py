@@ -16,7 +16,7 @@ from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
 from synth.language import collective_names
 from synth.placement import make_placement, parse_axes
-from synth.model.cost import Simulator
+from synth.model import CostEngine, StepCalls, cost_context
 from synth.topology_file import load_topology
 
 NODES, GPUS = 2, 4
@@ -104,13 +104,14 @@ class Truth:
         self.backend = backend
         placement = make_placement(self.topology, parse_axes(f"data={NODES * GPUS}"), [[NODES, GPUS]])
         hierarchy = build_hierarchy(placement, ("data",))
-        self.simulator = Simulator(hierarchy, self.topology, backend)
+        self.engine = CostEngine(cost_context(hierarchy, self.topology, backend))
         self.member_of = {device: member for member, device in enumerate(hierarchy.groups[0])}
 
     def time(self, collective: str, devices: tuple[int, ...], nbytes: int) -> float:
         members = tuple(sorted(self.member_of[d] for d in devices))
         # chunks = N of the all-device group: the call's range is then exactly nbytes
-        return self.simulator.step_time(collective, (members,), (NODES * GPUS,), nbytes)
+        step = StepCalls(collective, (members,), (NODES * GPUS,))
+        return float(self.engine.figures([step], [nbytes]).time_s[0, 0])
 
 
 ONE_HOST = tuple(range(GPUS))  # 4 ranks on one host: the gpu level

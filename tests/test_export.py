@@ -326,6 +326,7 @@ def test_several_programs_go_to_a_directory_or_one_batch(run_cli, tmp_path):
 
 def test_export_top_k_takes_the_simulator_ranking(run_cli, tmp_path):
     from synth.analysis.rank import rank_programs
+    from synth.model import cost_context
     from synth.topology_file import load_topology
 
     out = tmp_path / "top.json"
@@ -335,8 +336,8 @@ def test_export_top_k_takes_the_simulator_ranking(run_cli, tmp_path):
     assert code == 0, stderr
     document = json.loads(out.read_text())
     hierarchy = build_hierarchy(make_placement(load_topology("emu-2x4"), parse_axes("data=8"), [[2, 4]]), ("data",))
-    ranked = rank_programs(hierarchy, load_topology("emu-2x4"), 2**20, max_len=3, top=3, backend="gloo")
-    assert [program["text"] for program in document["programs"]] == [row.program for row in ranked[:3]]
+    ranked = rank_programs(cost_context(hierarchy, load_topology("emu-2x4"), "gloo"), 2**20, max_len=3, top=3)
+    assert [program["text"] for program in document["programs"]] == [str(row.program) for row in ranked[:3]]
     assert "--top 3 --max-len 3 --backend gloo" in document["command"]
 
 

@@ -85,18 +85,19 @@ def test_pipelined_estimate_is_at_most_the_lockstep_sum_and_equal_for_one_call()
     from synth.language import parse_program
     from synth.lowering import lower
     from synth.placement import make_placement, parse_axes
-    from synth.model.cost import Simulator
-    from synth.model.overlap import pipelined_cost
+    from synth.model import LOCKSTEP, PIPELINED, CostEngine, cost_context, program_cost
 
     topology = emulated_figures(load_topology("emu-2x4"), 1 / 256)
     placement = make_placement(topology, parse_axes("data=4,model=2"), ((2, 2), (1, 2)))
     hierarchy = build_hierarchy(placement, ("data",), "merged")
-    simulator = Simulator(hierarchy, topology, "gloo")
+    context = cost_context(hierarchy, topology, "gloo")
+    engine = CostEngine(context)
     nbytes = 65536
 
     def both(text):
         lowered = lower(parse_program(text), hierarchy)
-        return simulator.program_cost(lowered, nbytes).time_s, pipelined_cost(simulator, lowered, nbytes)
+        return (program_cost(context, lowered, nbytes, LOCKSTEP, engine).time_s,
+                program_cost(context, lowered, nbytes, PIPELINED, engine))
 
     lockstep, pipelined = both("AllReduce(InsideGroup(node))")
     assert pipelined.time_s == pytest.approx(lockstep, rel=0.01)  # the same link-seconds, less the hop latencies

@@ -11,8 +11,10 @@ import pytest
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import enumerate_programs
+from synth.analysis.programs import ProgramSets
 from synth.analysis.rank import rank_programs
-from synth.analysis.sweep import FIELDS, Catalogues, reduction_requests, run_sweep
+from synth.analysis.sweep import FIELDS, reduction_requests, run_sweep
+from synth.model import ESTIMATES, cost_context
 from synth.topology_file import load_topology
 
 KiB, MiB = 2**10, 2**20
@@ -83,23 +85,24 @@ def test_deterministic_files(swept, tmp_path, run_cli):
         assert (tmp_path / f"{STEM}{suffix}").read_bytes() == (directory / f"{STEM}{suffix}").read_bytes()
 
 
+@pytest.mark.parametrize("estimate", ESTIMATES)
 @pytest.mark.parametrize("topology, axes, backend", [("dgx-a100-x4", "data=8,model=4", "nccl"),
                                                      ("emu-2x2x2", "a=2,b=4", "gloo")])
-def test_rows_are_rank_programs_first_and_baseline(topology, axes, backend):
+def test_rows_are_rank_programs_first_and_baseline(topology, axes, backend, estimate):
     """Row for row what `synth rank` puts on top: same program, same time, same count."""
     system, parsed = load_topology(topology), parse_axes(axes)
     placements = enumerate_placements(system, parsed)
     sizes = [KiB, 4 * MiB]
-    sweep = run_sweep(system, placements, parsed, sizes, backend=backend)
-    assert len(sweep.rows) == len(placements) * 3 * len(sizes)
+    sweep = run_sweep(system, placements, parsed, sizes, backend=backend, estimate=estimate)
+    assert len(sweep.rows) == len(placements) * 3 * len(sizes) and sweep.estimate == estimate
     by_matrix = {placement.to_text(): placement for placement in placements}
     for row in sweep.rows:
         hierarchy = build_hierarchy(by_matrix[row.matrix], tuple(row.reduce.split(",")))
-        ranked = rank_programs(hierarchy, system, row.bytes, backend=backend)
+        ranked = rank_programs(cost_context(hierarchy, system, backend), row.bytes, estimate=estimate)
         baseline = next(r for r in ranked if r.baseline)
-        assert (row.best_program, row.best_time_s, row.bound_ratio) == (ranked[0].program, ranked[0].time_s,
+        assert (row.best_program, row.best_time_s, row.bound_ratio) == (str(ranked[0].program), ranked[0].time_s,
                                                                          ranked[0].bound_ratio)
-        assert (row.baseline_program, row.baseline_time_s) == (baseline.program, baseline.time_s)
+        assert (row.baseline_program, row.baseline_time_s) == (str(baseline.program), baseline.time_s)
         assert row.programs == len(ranked)
 
 
@@ -111,12 +114,32 @@ def test_catalogue_shared_across_level_names_spells_programs_as_the_enumerator_d
     shaped = [h for h in shaped if h.sizes == (2, 8)]
     names = {h.level_names for h in shaped}
     assert len(names) >= 2  # e.g. (rack, node) and (rack, gpu)
-    catalogues = Catalogues()
+    program_sets = ProgramSets()
     for hierarchy in shaped:
-        catalogue = catalogues.get(hierarchy, 4)
-        assert set(catalogue.texts) == {str(p) for p in enumerate_programs(hierarchy, max_len=4)}
-        assert catalogue.texts == tuple(str(p) for p in enumerate_programs(hierarchy, max_len=4))
-    assert catalogues.shapes == 1
+        programs = program_sets.get(hierarchy, 4)
+        assert set(programs.texts) == {str(p) for p in enumerate_programs(hierarchy, max_len=4)}
+        assert programs.texts == tuple(str(p) for p in enumerate_programs(hierarchy, max_len=4))
+        assert programs.programs == tuple(enumerate_programs(hierarchy, max_len=4))
+    assert program_sets.shapes == 1
+
+
+@pytest.mark.parametrize("kind", ["merged", "split", "system"])
+def test_one_enumeration_per_quotient_shape_gives_every_hierarchy_its_own_programs(kind):
+    """Shapes with the same quotient (every level of size >= 2 shrunk to 2) share one
+    enumeration, filtered by walking on the real sizes: exactly the direct enumeration."""
+    program_sets, direct = ProgramSets(), 0
+    for name, axes in (("dgx-h100-2x8x8", "data=4,pipe=4,model=8"), ("paper-fig3", "data=4,model=4")):
+        system, parsed = load_topology(name), parse_axes(axes)
+        seen = set()
+        for placement in enumerate_placements(system, parsed):
+            for request in reduction_requests(parsed):
+                hierarchy = build_hierarchy(placement, request, kind)
+                if hierarchy.group_size == 1 or hierarchy.sizes in seen or len(hierarchy.sizes) > 4:
+                    continue
+                seen.add(hierarchy.sizes)
+                direct += 1
+                assert program_sets.get(hierarchy, 4).programs == tuple(enumerate_programs(hierarchy, max_len=4))
+    assert program_sets.shapes < direct
 
 
 def test_axes_of_size_one_leave_requests_out():

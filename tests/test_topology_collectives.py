@@ -12,7 +12,7 @@ from synth.hierarchy import build_hierarchy
 from synth.language import parse_program
 from synth.lowering import lower
 from synth.placement import make_placement, parse_axes
-from synth.model import simulate
+from synth.model import cost_context, simulate
 from synth.topology_file import load_topology
 
 BASE = """\
@@ -113,7 +113,8 @@ def test_collectives_need_the_level_figures(tmp_path):
 def step_costs(topology, text: str, size: int = 2**24):
     placement = make_placement(topology, parse_axes("data=8"), [[2, 4]])
     hierarchy = build_hierarchy(placement, ("data",))
-    return simulate(lower(parse_program(text), hierarchy), hierarchy, topology, size, "gloo").steps
+    return simulate(lower(parse_program(text), hierarchy), cost_context(hierarchy, topology, "gloo"), size,
+                    "lockstep").steps
 
 
 def test_the_simulator_costs_each_collective_with_its_own_figures(tmp_path):
