@@ -31,6 +31,7 @@ import numpy as np
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.model.engine import ProgramTable, StepCalls
+from synth.pruning import AbstractState, abstract
 from synth.search import Enumerator, SearchOptions
 from synth.semantics import FORMS, QUOTIENT_CAP, Semantics, StepFailure
 
@@ -74,8 +75,8 @@ class StateWalker:
         self._transitions: dict[tuple[tuple, int], tuple | None] = {}
         self._steps: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
         self._enumerators: dict[int, Enumerator] = {}
-        self._reaches: dict[tuple[tuple, int], bool] = {}
         self._successors: dict[tuple[tuple, int], list[tuple[int, tuple]]] = {}
+        self._requirements: dict[tuple, AbstractState] = {}
 
     def enumerator(self, max_len: int) -> Enumerator:
         if max_len not in self._enumerators:
@@ -137,21 +138,25 @@ class StateWalker:
             found = self._successors[key] = sorted(merged.items())
         return found
 
-    def reaches_goal(self, state: tuple, remaining: int, max_len: int) -> bool:
-        """Whether some valid completion of at most `remaining` steps reaches the goal. A
-        yes/no answer stops at the first completion found (counting every completion, as
-        the enumerator does, explores the whole subtree)."""
+    def requirement(self, state: tuple) -> AbstractState:
+        """What any completion of the state must still do (the dead-prefix oracle's
+        abstraction, synth/pruning.py: doublings the weakest chunk still needs, -1 when a chunk
+        is held by nobody; whether a widening step or a Broadcast is still due), memoized."""
+        if state not in self._requirements:
+            self._requirements[state] = abstract(state, self.semantics.member_count)
+        return self._requirements[state]
+
+    def steps_needed(self, state: tuple, remaining: int, max_len: int) -> int | None:
+        """A lower bound on the steps any valid completion takes, from the enumerator's
+        dead-prefix oracle (sound: it never rules out a real completion); None when none fits
+        in `remaining`."""
         if state == self.goal:
-            return True
-        if remaining == 0:
-            return False
-        key = (state, remaining)
-        found = self._reaches.get(key)
-        if found is None:
-            found = any(self.reaches_goal(following, remaining - 1, max_len)
-                        for _, following in self.successors(state, remaining, max_len))
-            self._reaches[key] = found
-        return found
+            return 0
+        oracle = self.enumerator(max_len).oracle
+        for steps in range(1, remaining + 1):
+            if oracle is None or oracle.first_steps(state, steps):
+                return steps
+        return None
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,8 +11,11 @@ valid step; a prefix's key is the estimate's `value`, a lower bound on every pro
 extends it which equals the program's time once it is complete (the estimate module proves
 both for each estimate). So complete programs are popped in exactly the order of the full
 ranking, (time, text) included (a prefix's text sorts before its extensions'), and the first
-K popped are its head. Prefixes that cannot reach the goal in the steps left are cut by a
-yes/no reachability check that stops at the first completion it finds.
+K popped are its head. Prefixes the enumerator's dead-prefix oracle says cannot reach the
+goal in the steps left are never pushed; the oracle's fewest steps still needed, times a
+step's least cost (the backend's launch), raises a prefix's key (still a lower bound). An
+exact reachability check per prefix was tried and dropped: proving a prefix dead explores
+its whole subtree, which cost more than expanding the dead prefixes the oracle lets through.
 
 Objectives besides time, per program:
 
@@ -42,6 +45,8 @@ from synth.model.context import CostContext
 from synth.model.cost import baseline_program, bus_factor
 from synth.model.engine import PAD, CostEngine, ProgramTable, StepCalls, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
+from synth.pruning import FILLS_EMPTY, WIDENS_RANGE
+from synth.semantics import REDUCING
 
 __all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
 
@@ -187,30 +192,98 @@ class Ranker:
     # --- the search -----------------------------------------------------------------------------------
 
     def cheapest(self, size: int) -> Iterator[tuple[float, Program]]:
-        """Every valid program up to max_len steps, cheapest first (ties by text), lazily."""
+        """Every valid program up to max_len steps, cheapest first (ties by text), lazily.
+
+        A prefix's key is the estimate's value of it plus the least any completion can add
+        (`_still_needed`), so it stays a lower bound on every completion and the order is the
+        full ranking's (synth/model/estimate.py)."""
         walker, engine, estimate = self.walker, self.engine, self.estimate
         size = int(size)
+        still_needed = self._still_needed(size)
         costed: dict[StepCalls, object] = {}
         alphabet = walker.alphabet
         tie = itertools.count()
-        start = estimate.start(engine, size)
-        heap = [(estimate.value(start, size), "", next(tie), 0, walker.semantics.initial, (), start)]
+        start, initial = estimate.start(engine, size), walker.semantics.initial
+        need = still_needed(initial, self.max_len)
+        if need is None:
+            return
+        heap = [(estimate.value(start, size, need), "", next(tie), 0, initial, (), start)]
         while heap:
-            value, text, _, depth, state, path, prefix = heapq.heappop(heap)
+            key, text, _, depth, state, path, prefix = heapq.heappop(heap)
             if state == walker.goal:
-                yield value, Program(tuple(alphabet[i][0] for i in path))
+                yield key, Program(tuple(alphabet[i][0] for i in path))
                 continue
-            if depth == self.max_len or not walker.reaches_goal(state, self.max_len - depth, self.max_len):
-                continue
-            for index, following in walker.successors(state, self.max_len - depth, self.max_len):
+            left = self.max_len - depth
+            for index, following in walker.successors(state, left, self.max_len):
+                need = still_needed(following, left - 1)
+                if need is None:
+                    continue
                 step = walker.step(state, index)
                 figures = costed.get(step)
                 if figures is None:
                     figures = costed[step] = engine.figures([step], [size])
                 extended = estimate.extend(engine, prefix, figures, 0)
                 spelled = str(alphabet[index][0])
-                heapq.heappush(heap, (estimate.value(extended, size), f"{text}; {spelled}" if text else spelled,
-                                      next(tie), depth + 1, following, path + (index,), extended))
+                heapq.heappush(heap, (estimate.value(extended, size, need),
+                                      f"{text}; {spelled}" if text else spelled, next(tie), depth + 1, following,
+                                      path + (index,), extended))
+
+    def _still_needed(self, size: int):
+        """`(state, steps left) -> least step times` any valid completion adds (one per step
+        it must contain), or None when none fits in the steps left.
+
+        From the state's requirement (StateWalker.requirement: doublings still needed, a
+        widening or a Broadcast still due) and each alphabet step's least time at this size
+        (launch plus its costliest call alone at one chunk, CostEngine.least_step_s): the
+        cheapest multiset of reducing steps whose growth covers the doublings, plus the
+        cheapest widening step (a Broadcast when a member is empty). Every completion contains
+        such steps, each at least that long, so adding them keeps the key a lower bound; the
+        dead-prefix oracle's fewest steps cuts what cannot finish in the steps left."""
+        walker, engine = self.walker, self.engine
+        least = [engine.least_step_s(instruction.collective, walker.calls[i], size)
+                 for i, (_, instruction) in enumerate(walker.alphabet)]
+        growth = [max(len(group) for group in instruction.groups) - 1 for _, instruction in walker.alphabet]
+        growth = [g.bit_length() for g in growth]
+        collectives = [instruction.collective for _, instruction in walker.alphabet]
+        top = walker.semantics.member_count.bit_length()
+        # cheapest[c][g]: the least-time multiset of at most c reducing steps with growth >= g
+        cheapest: list[list[tuple[float, ...] | None]] = [[()] + [None] * top]
+        for c in range(1, self.max_len + 1):
+            row = list(cheapest[-1])
+            for g in range(1, top + 1):
+                for i, collective in enumerate(collectives):
+                    if collective not in REDUCING or growth[i] == 0:
+                        continue
+                    rest = cheapest[c - 1][max(0, g - growth[i])]
+                    if rest is None:
+                        continue
+                    option = tuple(sorted(rest + (least[i],)))
+                    if row[g] is None or sum(option) < sum(row[g]):
+                        row[g] = option
+            cheapest.append(row)
+        widen = min((t for t, c in zip(least, collectives) if c in WIDENS_RANGE), default=None)
+        fill = min((t for t, c in zip(least, collectives) if c in FILLS_EMPTY), default=None)
+        memo: dict[tuple, tuple[float, ...] | None] = {}
+
+        def still_needed(state: tuple, left: int):
+            key = (state, left)
+            if key in memo:
+                return memo[key]
+            steps = walker.steps_needed(state, left, self.max_len)
+            due = walker.requirement(state) if steps is not None else None
+            answer = None
+            if due is not None and 0 <= due.need <= top:
+                extra = fill if due.empty else widen if due.partial else 0.0
+                room = left - (1 if due.empty or due.partial else 0)
+                times = cheapest[min(max(room, 0), self.max_len)][due.need] if room >= 0 else None
+                if times is not None and extra is not None:
+                    times = times + ((extra,) if due.empty or due.partial else ())
+                    if max(len(times), steps) <= left:
+                        answer = times
+            memo[key] = answer
+            return answer
+
+        return still_needed
 
     def top(self, size: int, k: int) -> list[RankedProgram]:
         """The K fastest programs at `size` (the default all-reduce added when not among them),

@@ -24,7 +24,9 @@ estimates (synth/model/estimate.py). A backend answers two questions about one c
   the drain time the contention adds. A backend whose `alone_s` returns `flow_s` itself (the
   built-in flow backends of synth/model/algorithms.py) adds nothing beyond the flows.
 
-`launch_s` is charged once per step (once per call on each device). A performance model of
+`launch_s` is charged once per step (once per call on each device). `alone_s` must be a time
+(>= 0) and never decrease with the call's bytes: the search's lower bounds rely on both. A
+performance model of
 NCCL as measured (per-call algorithm and protocol choice, channels, size ramp, transports)
 plugs in by implementing `CallModel`: its tuning formulas become `alone_s`, its algorithm's
 ring or tree flows (scaled by the protocol's wire overhead through `Plan.efficiency`)

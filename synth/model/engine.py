@@ -231,6 +231,20 @@ class CostEngine:
         self._choices[key] = (choice, residual)
         return choice, residual
 
+    def least_step_s(self, collective: str, calls: tuple[tuple[int, ...], ...], size: int) -> float:
+        """A lower bound on the step's time (lockstep, and one group's chain) whatever chunks its
+        calls span: launch plus, for its costliest call, the least the backend's own estimate
+        of the call alone gives any candidate at one chunk (a step's time is at least launch +
+        each call's time alone, and a call of more bytes is never faster alone)."""
+        sizes = np.array([size], dtype=np.int64)
+        least = 0.0
+        for members in calls:
+            call = self.call(collective, members)
+            call_bytes = sizes / self.group_size
+            flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]
+            least = max(least, float(self.backend.alone_s(call.site, call.plans, call_bytes, flow).min()))
+        return self.backend.launch_s + least
+
     # --- one step, choices fixed -----------------------------------------------------------------
 
     def regime(self, step: StepCalls, choices: tuple[int, ...]) -> int:

@@ -32,6 +32,14 @@ does multiplying by S > 0 or taking a max. Lockstep: a completion adds step time
 prefix's sum, in program order, as the batch adds them. Pipelined: a completion adds to every
 link's sum and to the chain, so both terms of the max can only grow. The batch computes the
 same sums in the same order, so a popped program's value is its ranked time to the last bit.
+With `more` (times m_1 .. m_j such that every completion adds j steps or more whose times
+can be matched one to one with m_i <= t_i), the sum or chain is raised by the m_i and shaved
+by a relative SHAVE: exactly, the completion's sum is at least the prefix's plus the sum of
+the m_i; in floating point the completion's rounded sum of n steps is within n units of
+rounding (2^-53 relative each) of its exact value and the raised key within j, so the key,
+shaved by 1e-14 > 24 * 2^-53 (n, j <= 12 steps), stays at or below the completion's rounded
+sum. The key is never below the prefix's own value, and equals it for a complete program
+(nothing more to add), so popped programs carry their exact times.
 """
 
 from __future__ import annotations
@@ -63,8 +71,23 @@ class Estimate(Protocol):
     def extend(self, engine: CostEngine, prefix, figures: StepFigures, index: int):
         """The prefix followed by step `index` of `figures` (costed at the search's one size)."""
 
-    def value(self, prefix, size: int) -> float:
-        """A lower bound on every completion of the prefix; the time when it is complete."""
+    def value(self, prefix, size: int, more: tuple[float, ...] = ()) -> float:
+        """A lower bound on every completion of the prefix that adds steps at least as long
+        as `more` (ascending); the time when it is complete."""
+
+
+SHAVE = 1e-14  # relative: more than the rounding of two sums of <= 12 steps in different orders
+
+
+def _plus(total: float, more: tuple[float, ...] = ()) -> float:
+    """`total` raised by the step times `more`, shaved by SHAVE, never below `total` (see the
+    module docstring)."""
+    if not more:
+        return total
+    raised = total
+    for seconds in more:
+        raised = raised + seconds
+    return max(total, raised * (1 - SHAVE))
 
 
 def _padded(values: np.ndarray) -> np.ndarray:
@@ -115,8 +138,8 @@ class Lockstep:
     def extend(self, engine: CostEngine, prefix: float, figures: StepFigures, index: int) -> float:
         return prefix + float(figures.time_s[index, 0])
 
-    def value(self, prefix: float, size: int) -> float:
-        return prefix
+    def value(self, prefix: float, size: int, more: tuple[float, ...] = ()) -> float:
+        return _plus(prefix, more)
 
 
 @dataclass(frozen=True)
@@ -152,9 +175,9 @@ class Pipelined:
         loads, chain = prefix
         return loads + engine.regimes[int(figures.regime[index, 0])].link_s, chain + float(figures.chain_s[index, 0])
 
-    def value(self, prefix, size: int) -> float:
+    def value(self, prefix, size: int, more: tuple[float, ...] = ()) -> float:
         loads, chain = prefix
-        return max(size * float(loads.max()), chain)
+        return max(size * float(loads.max()), _plus(chain, more))
 
 
 LOCKSTEP = Lockstep()
