@@ -382,7 +382,9 @@ MAX_ENGINES = 256
 
 def engine_for(context: CostContext) -> CostEngine:
     """A shared engine for every context whose groups sit on the system alike (same backend,
-    topology, hierarchy sizes and canonical devices): their step costs are the same numbers."""
+    topology, hierarchy sizes and canonical devices): their step costs are the same numbers.
+    Its `context` is the first that asked and its link names are the canonical devices'; a
+    cost shown in detail (synth/model/cost.py) uses `CostEngine(context)`, with the real ones."""
     devices = canonical_devices(context)
     key = (context.backend, context.topology, context.hierarchy.sizes, devices.tobytes())
     engine = _ENGINES.get(key)
