@@ -108,6 +108,53 @@ def time_case(case: Case, baseline: str | None = None) -> Timing:
                   case.configurations(), sweep, wall, cpu, load)
 
 
+@dataclass(frozen=True)
+class SweepCpu:
+    """The sweep alone (run_sweep, no imports, no files) in a fresh process: its CPU time."""
+
+    code: str
+    estimate: str
+    configurations: int
+    cpu_s: float
+    wall_s: float
+    load_before: float
+
+    @property
+    def per_cpu_second(self) -> float:
+        return self.configurations / self.cpu_s
+
+
+_IN_PROCESS = """
+import json, os, time
+from synth.placement import enumerate_placements, parse_axes
+from synth.analysis.sweep import run_sweep
+from synth.topology_file import load_topology
+system, axes = load_topology({topology!r}), parse_axes({axes!r})
+placements = enumerate_placements(system, axes)
+options = {options}
+load = os.getloadavg()[0]
+cpu, wall = time.process_time(), time.perf_counter()
+rows = run_sweep(system, placements, axes, {sizes!r}, **options).rows
+print(json.dumps([len(rows), time.process_time() - cpu, time.perf_counter() - wall, load]))
+"""
+
+
+def sweep_cpu(case: Case, estimate: str | None, baseline: str | None = None) -> SweepCpu:
+    """`run_sweep` of the case in a fresh process (this checkout with `estimate`, or the
+    `baseline` checkout with its own default), caches cold."""
+    environment = dict(os.environ)
+    if baseline:
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, (baseline, environment.get("PYTHONPATH"))))
+    options = {"estimate": estimate} if estimate else {}
+    code = _IN_PROCESS.format(topology=case.topology, axes=case.axes, sizes=case.sizes(), options=options)
+    with tempfile.TemporaryDirectory() as directory:
+        done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                              env=environment, cwd=directory)
+    count, cpu, wall, load = json.loads(done.stdout.strip().splitlines()[-1])
+    return SweepCpu(f"baseline {baseline}" if baseline else "this checkout", estimate or "its default (lockstep)",
+                    count, cpu, wall, load)
+
+
 # Where the time goes: (label, function name as pstats shows it, file suffix).
 PARTS = (
     ("enumerating programs, once per quotient shape (_enumerated)", "_enumerated", "analysis/programs.py"),
@@ -145,7 +192,7 @@ def profile_case(case: Case) -> list[tuple[str, float, float]]:
         ("whole sweep under cProfile", total, 1.0)]
 
 
-def render(timings: list[Timing], parts) -> str:
+def render(timings: list[Timing], cpus: list[SweepCpu], parts) -> str:
     lines = ["# Sweep speed", "", header(COMMAND), ""]
     lines.append(f"Target (issue 8): {TARGET_PER_SECOND} configurations per second or more on the 3-axis sweep. "
                  f"Each run is `synth sweep` in a fresh process; 'sweep' is the time the command itself reports "
@@ -159,6 +206,13 @@ def render(timings: list[Timing], parts) -> str:
         lines.append(f"| `{timing.command}` | {timing.code} | {timing.configurations} | {timing.sweep_s:.1f} | "
                      f"{timing.per_second:.0f} | {timing.wall_s:.1f} | {timing.cpu_s:.1f} | {timing.load_before:.1f} "
                      f"| {verdict} |")
+    lines += ["", f"## The sweep alone (`run_sweep` of `{MAIN.axes}` on `{MAIN.topology}`, -f {MAIN.factor}, fresh "
+              f"process, caches cold, imports excluded): CPU time, which the load does not inflate", "",
+              "| code | estimate | configurations | CPU (s) | configurations per CPU second | wall (s) | load |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for cpu in cpus:
+        lines.append(f"| {cpu.code} | {cpu.estimate} | {cpu.configurations} | {cpu.cpu_s:.2f} | {cpu.per_cpu_second:.0f} | "
+                     f"{cpu.wall_s:.2f} | {cpu.load_before:.1f} |")
     lines += ["", f"## Where the time goes (`{MAIN.topology}`, `{MAIN.axes}`, -f {MAIN.factor}, in-process under "
               f"cProfile, which slows Python calls, so shares rather than seconds)", "",
               "| part | seconds | share |", "|---|---:|---:|"]
@@ -185,13 +239,19 @@ def main(argv=None) -> int:
         timings.append(timing)
         print(f"{timing.command} [{timing.code}]: {timing.configurations} configurations, sweep {timing.sweep_s:.1f} s, "
               f"process {timing.wall_s:.1f} s wall, {timing.cpu_s:.1f} s CPU (load {timing.load_before:.1f})", flush=True)
+    cpus = [sweep_cpu(MAIN, None, args.baseline)] if args.baseline else []
+    cpus += [sweep_cpu(MAIN, estimate) for estimate in ("lockstep", "pipelined")]
+    for cpu in cpus:
+        print(f"run_sweep [{cpu.code}, {cpu.estimate}]: {cpu.cpu_s:.2f} s CPU, {cpu.per_cpu_second:.0f} "
+              f"configurations per CPU second", flush=True)
     parts = profile_case(MAIN)
     directory = results_dir(args.output)
     (directory / "sweep-speed.json").write_text(json.dumps(
         {"command": COMMAND, "timings": [dict(asdict(t), per_second=t.per_second) for t in timings],
+         "sweep_cpu": [dict(asdict(c), per_cpu_second=c.per_cpu_second) for c in cpus],
          "profile": [{"part": label, "seconds": seconds, "share": share} for label, seconds, share in parts]},
         indent=2) + "\n")
-    (directory / "sweep-speed.md").write_text(render(timings, parts))
+    (directory / "sweep-speed.md").write_text(render(timings, cpus, parts))
     print(f"wrote {directory / 'sweep-speed.md'} and {write_index(directory)}")
     return 0
 
