@@ -33,7 +33,7 @@ from synth.analysis.sweep import configurations, run_sweep
 from synth.topology_file import load_topology
 
 COMMAND = "python -m benchmarks.sweep"
-TARGET_PER_SECOND = 1000  # configurations per second, wall, the sweep's own time (issue 8)
+TARGET_PER_SECOND = 1000  # configurations per second on MAIN, wall, the sweep's own time (issue 8)
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,8 @@ def render(timings: list[Timing], cpus: list[SweepCpu], parts) -> str:
     lines += ["", "| command | code | configurations | sweep (s) | configurations / s (sweep) | process wall (s) | "
               "process CPU (s) | load | target |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for timing in timings:
-        verdict = "met" if timing.per_second >= TARGET_PER_SECOND else "missed"
+        main = timing.command == "synth sweep " + " ".join(MAIN.arguments)
+        verdict = ("met" if timing.per_second >= TARGET_PER_SECOND else "missed") if main else "-"
         lines.append(f"| `{timing.command}` | {timing.code} | {timing.configurations} | {timing.sweep_s:.1f} | "
                      f"{timing.per_second:.0f} | {timing.wall_s:.1f} | {timing.cpu_s:.1f} | {timing.load_before:.1f} "
                      f"| {verdict} |")
