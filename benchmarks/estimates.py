@@ -23,7 +23,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from benchmarks.accuracy import CAMPAIGN, SIZES, evaluate, observations, predict, variant_topologies
+from benchmarks.accuracy import CAMPAIGN, evaluate, observations, predict, variant_topologies
 from benchmarks.accuracy_metrics import summarize
 from benchmarks.index import write_index
 from benchmarks.record import header, results_dir

@@ -43,7 +43,7 @@ from synth.language import Program
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
 from synth.model.cost import baseline_program, bus_factor
-from synth.model.engine import PAD, CostEngine, ProgramTable, StepCalls, engine_for
+from synth.model.engine import CostEngine, ProgramTable, StepCalls, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
 from synth.pruning import FILLS_EMPTY, WIDENS_RANGE
 from synth.semantics import REDUCING

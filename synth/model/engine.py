@@ -41,7 +41,7 @@ from synth.lowering import LoweredProgram, LoweredStep
 from synth.model.algorithms import Plan
 from synth.model.backend import CallSite, canonical_coords
 from synth.model.context import CostContext
-from synth.model.network import NO_LINK, Network
+from synth.model.network import NO_LINK
 
 PAD = -1  # past the end of a program in a ProgramTable row
 
