@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.console import Console
 from rich.table import Table
 
@@ -17,8 +15,6 @@ from synth.search import enumerate_programs
 from synth.analysis.rank import ESTIMATES, ProgramWalker, pareto_front, rank_programs, rerank_pipelined
 from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
 
-# nccl-tests' size suffixes (-b 8M -e 1G): K, M, G, T are binary multiples.
-_NCCL_TESTS_SIZE = re.compile(r"\s*(\d+)\s*([KMGT])\s*\Z", re.IGNORECASE)
 MAX_SIZES = 64
 PIPED_WIDTH = 160
 
@@ -47,10 +43,7 @@ def register(subparsers) -> None:
 
 
 def parse_size(text: str, option: str) -> int:
-    """A byte size as synth.units.parse_bytes reads it, or nccl-tests' `8M`/`1G`/`256K` (binary)."""
-    match = _NCCL_TESTS_SIZE.match(text)
-    if match:
-        return int(match[1]) * 1024 ** ("KMGT".index(match[2].upper()) + 1)
+    """A byte size as synth.units.parse_bytes reads it (nccl-tests' `8M`/`1G` binary included)."""
     return parse_bytes(text, where=option)
 
 
