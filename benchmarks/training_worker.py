@@ -25,7 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from synth.torch import HierarchicalReducer, load_plan
 
-LAYERS = (37, 611, 449, 5)  # DDP buckets of 277038, 611 and 22607 elements (2 KiB cap): none a multiple of 8
+LAYERS = (37, 611, 449, 7)  # DDP buckets of 301156 elements (first step), then 3150, 274788, 611 and 22607
+# (2 KiB cap): none a multiple of 8
 
 
 def model_of(seed: int) -> torch.nn.Module:
@@ -64,6 +65,42 @@ def train(args, rank: int, hook=None, record=None):
         if step >= args.warmup:
             times.append(float(elapsed))
     return [p.detach().clone() for p in model.module.parameters()], times
+
+
+def fsdp_check(args, rank: int) -> dict:
+    """FSDP2 sharding over the inner mesh dimension with the reducer's program as the
+    all-reduce across replicas (`set_all_reduce_hook`), against native HSDP on the 2-D mesh
+    (replicate, shard): the parameters after training must agree."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    names, sizes = zip(*(item.split("=") for item in args.fsdp_mesh.split(",")))
+    mesh = init_device_mesh("cpu", tuple(map(int, sizes)), mesh_dim_names=names)
+    reducer = HierarchicalReducer(load_plan(args.fsdp_plan), op="avg", mesh=mesh)
+
+    def train_fsdp(custom: bool):
+        torch.manual_seed(args.seed)
+        model = torch.nn.Sequential(torch.nn.Linear(LAYERS[0], 61), torch.nn.Tanh(), torch.nn.Linear(61, LAYERS[-1]))
+        if custom:
+            fully_shard(model, mesh=mesh[names[1]])
+            model.set_all_reduce_hook(reducer.fsdp_all_reduce_hook)
+        else:
+            fully_shard(model, mesh=mesh)  # native HSDP: replicate over names[0], shard over names[1]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(args.steps):
+            x, y = batch(rank, step, args.batch)
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        return [p.full_tensor().detach().clone() for p in model.parameters()]
+
+    native, custom = train_fsdp(False), train_fsdp(True)
+    diff = torch.tensor([max(float((a - b).abs().max()) for a, b in zip(native, custom))], dtype=torch.float64)
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    summary = reducer.summary()
+    reducer.close()
+    return {"plan": os.path.basename(args.fsdp_plan), "max_abs_diff": float(diff), "ok": float(diff) <= args.atol,
+            "summary": summary}
 
 
 def reduce_checks(reducer: HierarchicalReducer, rank: int) -> list[dict]:
@@ -106,6 +143,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mesh", help="NAME=SIZE,... : a DeviceMesh whose groups the reducer may reuse")
     parser.add_argument("--check-reduce", action="store_true")
+    parser.add_argument("--fsdp-plan", help="a plan over the replicate axis: FSDP2 + set_all_reduce_hook vs HSDP")
+    parser.add_argument("--fsdp-mesh", default="rep=4,shard=2", help="REPLICATE=SIZE,SHARD=SIZE")
     parser.add_argument("--atol", type=float, default=1e-5)
     parser.add_argument("--json-out")
     args = parser.parse_args()
@@ -125,6 +164,9 @@ def main():
         report["reduce_checks"] = checks = [dict(c, plan=path) for reducer, path in zip(reducers, args.plans)
                                             for c in reduce_checks(reducer, rank)]
         failed |= any(c["wrong"] or not c["same_storage"] for c in checks)
+    if args.fsdp_plan:
+        report["fsdp"] = fsdp_check(args, rank)
+        failed |= not report["fsdp"]["ok"]
     plain, plain_times = train(args, rank)
     report["plain"] = {"step_times": plain_times, "median_step_s": statistics.median(plain_times)}
     report["hooks"] = []
