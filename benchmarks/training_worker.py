@@ -43,8 +43,21 @@ def batch(rank: int, step: int, size: int):
     return x, torch.randn(size, LAYERS[-1], generator=generator)
 
 
-def train(args, rank: int, hook=None, record=None):
-    model = DistributedDataParallel(model_of(args.seed), bucket_cap_mb=args.bucket_cap_kb / 1024)
+def ddp_group(groups):
+    """DDP's process group: this rank's reduction group (every rank creates every group), or
+    the world when there is one group."""
+    if len(groups) == 1:
+        return None
+    mine = None
+    for group in groups:
+        created = dist.new_group(ranks=list(group))
+        if dist.get_rank() in group:
+            mine = created
+    return mine
+
+
+def train(args, rank: int, hook=None, record=None, group=None):
+    model = DistributedDataParallel(model_of(args.seed), bucket_cap_mb=args.bucket_cap_kb / 1024, process_group=group)
     if hook is not None:
         def recording_hook(state, bucket):
             record.append(bucket.buffer().numel())
@@ -156,7 +169,11 @@ def main():
 
         names, sizes = zip(*(item.split("=") for item in args.mesh.split(",")))
         mesh = init_device_mesh("cpu", tuple(map(int, sizes)), mesh_dim_names=names)
-    reducers = [HierarchicalReducer(load_plan(path), op="avg", mesh=mesh) for path in args.plans]
+    loaded = [load_plan(path) for path in args.plans]
+    if len({plan.reduction_groups for plan in loaded}) != 1:
+        parser.error("the plans must reduce over the same groups (one DDP process group)")
+    group = ddp_group(loaded[0].reduction_groups)
+    reducers = [HierarchicalReducer(plan, op="avg", mesh=mesh) for plan in loaded]
     report = {"world_size": dist.get_world_size(), "torch": torch.__version__, "steps": args.steps,
               "bucket_cap_kb": args.bucket_cap_kb, "threads": torch.get_num_threads()}
     failed = False
@@ -167,12 +184,12 @@ def main():
     if args.fsdp_plan:
         report["fsdp"] = fsdp_check(args, rank)
         failed |= not report["fsdp"]["ok"]
-    plain, plain_times = train(args, rank)
+    plain, plain_times = train(args, rank, group=group)
     report["plain"] = {"step_times": plain_times, "median_step_s": statistics.median(plain_times)}
     report["hooks"] = []
     for reducer, path in zip(reducers, args.plans):
         buckets: list[int] = []
-        params, times = train(args, rank, reducer.ddp_hook, buckets)
+        params, times = train(args, rank, reducer.ddp_hook, buckets, group)
         diff = max(float((a - b).abs().max()) for a, b in zip(plain, params))
         # Every rank's parameters must also agree with rank 0's (DDP keeps replicas equal).
         spread = torch.tensor([diff], dtype=torch.float64)

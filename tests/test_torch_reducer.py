@@ -144,3 +144,22 @@ def test_ddp_with_the_hook_trains_like_plain_ddp(tmp_path):
     used = [line for line in by_name["best-by-size.json"]["summary"] if "by program" in line]
     assert len(used) >= 2, used  # buckets of different sizes ran different programs
     (tmp_path / "report.json").write_text(json.dumps(report))
+
+
+@pytest.mark.emulate
+@pytest.mark.torchrun
+def test_ddp_with_the_hook_on_the_emulated_cluster():
+    """Every rank in its node's namespace of an emulated emu-2x4 (links shaped with tc): DDP
+    with the hooks trains like plain DDP (the worker exits 1 otherwise) and step times are
+    measured for each (benchmarks/training.py writes them to results/ when run on purpose)."""
+    pytest.importorskip("torch")
+    from benchmarks import training
+
+    reason = training.problem()
+    if reason:
+        pytest.skip(reason)
+    results, scale = training.run("emu-2x4", 1 / 64, 2, training.CALIBRATED, cases=training.CASES[1:])
+    (name, report, configurations), = results
+    assert scale == 1 / 64 and len(configurations) == len(report["hooks"]) == 4
+    assert report["plain"]["median_step_s"] > 0
+    assert all(hook["ok"] and hook["median_step_s"] > 0 for hook in report["hooks"])

@@ -220,27 +220,43 @@ def size_thresholds(choose, low: int, high: int) -> list[tuple[int, str]]:
 
 
 def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, min_bytes: int = DEFAULT_MIN_BYTES,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> ReductionPlan:
+                 max_bytes: int = DEFAULT_MAX_BYTES, estimate: str = "lockstep") -> ReductionPlan:
     """At every size the program the simulator ranks first on `topology` for `backend`: the
     ranking (synth.analysis.best) is asked at powers of two from `min_bytes` to `max_bytes`
     and bisected where its answer changes; below `min_bytes` the first program runs, above
-    `max_bytes` the last."""
+    `max_bytes` the last. `estimate="pipelined"` ranks by the pipelined estimate instead
+    (synth rank --estimate pipelined: groups do not wait for each other between steps), which
+    times every program at each size asked, so it suits small groups."""
     from synth.analysis.best import BestPrograms
+    from synth.analysis.rank import ESTIMATES, rank_programs, rerank_pipelined
+    from synth.search import enumerate_programs
 
     if not 1 <= min_bytes <= max_bytes:
         raise UsageError(f"size range {min_bytes}..{max_bytes} B: give 1 <= min_bytes <= max_bytes")
+    if estimate not in ESTIMATES:
+        raise UsageError(f"estimate {estimate!r}: choose one of {', '.join(ESTIMATES)}")
     best = BestPrograms(hierarchy, topology, backend, max_len)
-    changes = size_thresholds(lambda size: best.best(size).program, min_bytes, max_bytes)
+    if estimate == "lockstep":
+        def choose(size: int) -> str:
+            return best.best(size).program
+    else:
+        programs = list(enumerate_programs(hierarchy, max_len=max_len))
+
+        def choose(size: int) -> str:
+            rows = rank_programs(hierarchy, topology, size, max_len=max_len, simulator=best.simulator,
+                                 programs=programs, walker=best.walker)
+            return rerank_pipelined(rows, hierarchy, best.simulator, size)[0].program
+    changes = size_thresholds(choose, min_bytes, max_bytes)
     texts = list(dict.fromkeys(text for _, text in changes))
     ranges = tuple(SizeRange(0 if i == 0 else size, texts.index(text)) for i, (size, text) in enumerate(changes))
-    description = (f"best program per size on {topology.name} ({backend} model, up to {max_len} steps), "
+    description = (f"best program per size on {topology.name} ({backend} model, {estimate} estimate, up to {max_len} steps), "
                    f"{min_bytes}..{max_bytes} B")
     return plan_programs(hierarchy, texts, ranges, description)
 
 
 def plan_reduction(topology, axes: str, reduce: str, placement, hierarchy: str = "merged",
                    programs=None, backend: str = "nccl", max_len: int = 5, min_bytes: int = DEFAULT_MIN_BYTES,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> ReductionPlan:
+                   max_bytes: int = DEFAULT_MAX_BYTES, estimate: str = "lockstep") -> ReductionPlan:
     """The plan for one job, from the same values the command line takes:
 
         plan_reduction("dgx-a100-x4", "data=8,model=4", "data", [[4, 2], [1, 4]])
@@ -269,4 +285,4 @@ def plan_reduction(topology, axes: str, reduce: str, placement, hierarchy: str =
     if not topology.has_link_figures:
         raise UsageError(f"{topology.name} has no link figures to rank programs by: give programs=... or a "
                          "topology with bandwidths and latencies")
-    return best_by_size(hierarchy_value, topology, backend, max_len, min_bytes, max_bytes)
+    return best_by_size(hierarchy_value, topology, backend, max_len, min_bytes, max_bytes, estimate)
