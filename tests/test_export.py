@@ -368,3 +368,76 @@ def test_bench_refusals_run_nothing(run_cli, tmp_path):
         code, _, stderr = run_cli("bench", *LEVELS_2X4, *common, "--backend", "nccl")
         assert code == 2 and "GPUs" in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_scripts_and_bench_print_the_same_nccl_tests_rows():
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    from synth.execute import nccl_tests
+
+    rows = [{"bytes": 1024, "count": 256, "type": "float", "time_us": 12.5, "algbw_gbs": 0.08, "busbw_gbs": 0.14,
+             "wrong": 0}, {"bytes": 2048, "count": 1024, "type": "bfloat16", "time_us": 1e4, "algbw_gbs": 1e-4,
+                           "busbw_gbs": 2e-4, "wrong": None}]
+    assert torch_runtime.HEADER == nccl_tests.HEADER
+    assert [torch_runtime.format_row(r) for r in rows] == [nccl_tests.format_row(r) for r in rows]
+    assert torch_runtime.footer(rows) == nccl_tests.footer(rows)
+    assert nccl_tests.footer(rows).startswith("# Avg bus bandwidth    : ")
+    header = nccl_tests.HEADER.splitlines()[1].split()
+    assert header == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                      "time", "algbw", "busbw", "#wrong"]
+
+
+SIZE_TEXTS = ["1", "8", "1000", "8M", "8m", "1G", "1g", "1.5K", "3 k", "64KiB", "1MiB", "1MB", "1kB", "2T", "1e6",
+              "1PiB", " 16 MiB ", "1.25MiB", "0", "-8M", "1e308PiB", "2PiB", "1.5", "0.1KiB", "8 parsecs", "4Gb",
+              "M", "", "1e999", "9" * 400, "nan", "inf", "1 KB", "2 KiB", "+4K", ".5K", "5e-1K"]
+
+
+@pytest.mark.parametrize("text", SIZE_TEXTS)
+def test_exported_scripts_read_sizes_as_synth_does(text):
+    """One size grammar: synth's --bytes (synth/units.py) and the scripts' copy agree on every
+    value, nccl-tests' bare letters binary, and refuse the same texts."""
+    import argparse
+
+    from synth.units import parse_bytes
+
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    try:
+        expected = parse_bytes(text)
+    except UsageError:
+        expected = None
+    try:
+        got = torch_runtime.parse_size(text)
+    except argparse.ArgumentTypeError:
+        got = None
+    assert got == expected
+    if text in ("8M", "8m"):
+        assert got == 8 * 2**20
+
+
+def test_size_property_scripts_equal_synth():
+    import argparse
+
+    from hypothesis import given, settings, strategies as strategies_
+
+    from synth.units import parse_bytes
+
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    units = ["", "B", "K", "k", "M", "m", "G", "g", "T", "t", "KiB", "MiB", "GiB", "TiB", "PiB", "kB", "KB", "MB",
+             "GB", "TB", "PB", "b", "Kb", "x"]
+
+    @settings(max_examples=300, deadline=None)
+    @given(strategies_.one_of(strategies_.integers(-5, 10**7).map(str),
+                              strategies_.decimals(0, 10**5, places=3).map(str)),
+           strategies_.sampled_from(units), strategies_.sampled_from(["", " "]))
+    def check(number, unit, space):
+        text = number + space + unit
+        try:
+            expected = parse_bytes(text)
+        except UsageError:
+            expected = None
+        try:
+            got = torch_runtime.parse_size(text)
+        except argparse.ArgumentTypeError:
+            got = None
+        assert got == expected, text
+
+    check()

@@ -65,8 +65,10 @@ def register(subparsers) -> None:
     parser.add_argument("-e", "--maxbytes", metavar="S", help="largest size of a sweep, as nccl-tests -e")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, metavar="F", help="sweep factor (default 2)")
     parser.add_argument("--nproc", type=int, metavar="N", help="processes; must equal the device count (the default)")
-    parser.add_argument("--iters", type=int, default=20, metavar="I", help="timed runs per size (default 20)")
-    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs first (default 5)")
+    parser.add_argument("-n", "--iters", type=int, default=20, metavar="I",
+                        help="timed runs per size (nccl-tests -n, default 20)")
+    parser.add_argument("-w", "--warmup", type=int, default=5, metavar="W",
+                        help="untimed runs first (nccl-tests -w, default 5)")
     parser.add_argument("--results", default="results", metavar="DIR", help="where the CSV goes (default results/)")
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS", help="stop torchrun after this long")
     add_emulate_options(parser)
@@ -312,6 +314,7 @@ def _bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
               prediction_note, *notes, f"script: {script_path.name}; log: {log_path.name}"]
     benchmod.write_csv(csv_path, rows, header)
     _print_rows(rows)
+    _print_nccl_tests(rows)
     print(f"wrote {csv_path}")
     failed = sorted({row.program for row in rows if row.check == "FAILED"})
     if failed or result.returncode != 0:
@@ -344,12 +347,36 @@ def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
 
 
 def _require_gpus(devices: int) -> None:
+    """NCCL needs a GPU; with fewer GPUs than ranks the ranks share them (the script gives each
+    its own NCCL_HOSTID, so NCCL connects them over sockets): correct, but not the GPUs' speed."""
     import torch
 
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if available < devices:
-        raise UsageError(f"--backend nccl needs {devices} GPUs on this machine, it has {available}: use --backend gloo, "
+    if available < 1:
+        raise UsageError("--backend nccl needs a GPU on this machine and torch sees none: use --backend gloo, "
                          "or export with 'synth export --format torch' and run on the cluster")
+    if available < devices:
+        print(f"note: {devices} ranks share {available} GPU(s), each with its own NCCL_HOSTID (NCCL's socket "
+              "transport): the check is real NCCL, the times are not the GPUs' speed", file=sys.stderr)
+
+
+def _print_nccl_tests(rows: list[benchmod.BenchRow]) -> None:
+    """The measurements as nccl-tests prints them, one table per program with its "Avg bus
+    bandwidth" line, to hold beside all_reduce_perf's output (programs and torch's all_reduce
+    run in place only: out-of-place reads N/A)."""
+    from synth.execute.nccl_tests import HEADER, footer, format_row
+
+    programs: dict[tuple[str, str, str], list[benchmod.BenchRow]] = {}
+    for row in rows:
+        programs.setdefault((row.placement, row.role, row.program), []).append(row)
+    for (placement, role, program), group in programs.items():
+        print(f"#\n# {role} on placement {placement}: {program}\n{HEADER}")
+        values = [{"bytes": row.nbytes, "count": row.count, "type": "float", "time_us": row.seconds * 1e6,
+                   "algbw_gbs": row.algbw / 1e9, "busbw_gbs": row.busbw / 1e9,
+                   "wrong": {"ok": 0, "FAILED": "FAILED"}.get(row.check)} for row in group]
+        for value in values:
+            print(format_row(value))
+        print(footer(values))
 
 
 def _print_rows(rows: list[benchmod.BenchRow]) -> None:
