@@ -441,3 +441,19 @@ def test_size_property_scripts_equal_synth():
         assert got == expected, text
 
     check()
+
+
+def test_bytes_follow_nccl_tests_in_the_cli_and_huge_sizes_are_one_line(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    code, _, stderr = run_cli("export", *LEVELS_2X4, "--program", PROGRAM, "--format", "json", "--bytes", "256M",
+                              "-o", str(out))
+    assert code == 0, stderr
+    assert json.loads(out.read_text())["buffer"]["bytes"] == 256 * 2**20
+    for args in (("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1e308PiB"),
+                 ("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "-b", "1", "-e", "1e308PiB"),
+                 ("export", *LEVELS_2X4, "--program", PROGRAM, "--format", "json", "--bytes", "1e308PiB", "-o", str(out)),
+                 ("workload", "--topology", "emu-2x4", "--axes", "data=8", "--reduction", "data:1e308PiB"),
+                 ("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "9" * 5000 + "M")):
+        code, _, stderr = run_cli(*args)
+        assert code == 2 and len(stderr.strip().splitlines()) == 1 and len(stderr) < 300, (args[:1], stderr[:300])
+        assert "Traceback" not in stderr
