@@ -212,3 +212,50 @@ def embedding_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp
     if pp == 1:
         return StageParameters(first + last, first + last)
     return StageParameters(first, last)
+
+
+# --- memory traffic of the operations that are not matrix multiplications -------------------------
+
+
+@dataclass(frozen=True)
+class LayerTraffic:
+    """HBM bytes one layer's forward reads and writes outside its matrix multiplications, per
+    micro-batch and device: the norms, bias-dropout-adds, the FFN activation, and the attention
+    scores' softmax and dropout (`scores`, the part selective recomputation repeats)."""
+
+    total: float
+    scores: float
+
+
+def layer_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, sequence_parallel: bool) -> LayerTraffic:
+    """Memory-bound operations of a Megatron-LM layer, with its fused kernels (Narayanan et al.
+    SC'21 section 4.2: fused bias+GeLU, bias+dropout+add, scale+mask+softmax): each reads its
+    inputs and writes its output once, in elements per token:
+
+    * two norms: read h, write h each (4h);
+    * two bias-dropout-adds: read the branch and the residual, write h, and a 1-byte mask (3h + 2h
+      masks; 3h without dropout);
+    * the FFN activation: read f, write f (2f); gated: read gate and up, write f (3f);
+    * softmax over the scores: read and write a s values per token (2as); dropout on them: read
+      a s, write a s and a 1-byte mask; FlashAttention keeps the scores on chip (none).
+
+    The norms and adds run on whole activations unless sequence parallelism splits them by t;
+    the FFN and attention parts are split by t. Values are of the model's precision, masks 1 byte."""
+    value = model.bytes_per_value
+    tokens = model.seq_len / cp * micro_batch
+    h, f, a = model.hidden, model.ffn, model.heads
+    dropout = model.dropout
+    replicated = (4 * h + 3 * h) * value + (2 * h if dropout else 0)
+    ffn = (3 if model.gated_mlp else 2) * f * value
+    if model.flash_attention:
+        scores = 0.0
+    else:
+        context = model.seq_len
+        scores = 2 * a * context * value + ((2 * value + 1) * a * context if dropout else 0)
+    total = tokens * (replicated / (tp if sequence_parallel else 1) + (ffn + scores) / tp)
+    return LayerTraffic(total, tokens * scores / tp)
+
+
+def head_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int) -> float:
+    """The cross entropy's softmax over fp32 logits: read and write s b V / t values of 4 bytes."""
+    return 2 * FP32 * model.seq_len / cp * micro_batch * model.vocab / tp

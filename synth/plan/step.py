@@ -6,9 +6,11 @@ device (the last pipeline stage, which also runs the output layer) spends
     t_mb = compute + exposed tensor-parallel collectives + context-parallel exchange
            + pipeline point-to-point
 
-* compute: the forward FLOPs of its L/p layers (formulas.py), x3 for forward and backward,
-  + one forward more with full recomputation (the attention scores with selective), + the
-  output layer, at `peak x matmul efficiency` of the device;
+* compute: the forward FLOPs of its L/p layers (formulas.py) at `peak x matmul efficiency`
+  plus the bytes its memory-bound operations move (norms, bias-dropout-adds, activation,
+  softmax; formulas.layer_traffic_bytes) at the device's memory bandwidth, x3 for forward and
+  backward, + one forward more with full recomputation (the attention scores with selective),
+  + the output layer;
 * tensor parallelism (Megatron-LM, Shoeybi et al. 2019, section 3): two all-reduces of the
   layer's `b s h` activations in forward and two in backward (two more in the recomputed
   forward), on the critical path; with sequence parallelism (Korthikanti et al. 2022, section
@@ -234,9 +236,13 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     # --- compute per micro-batch on the slowest (last) stage --------------------------------------
     layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
-    forward = layers * layer_flops / tp / compute.rate
-    recompute = forward if full else (layers * score_flops / tp / compute.rate if selective else 0.0)
-    head = formulas.head_forward_flops(model, tokens) / tp / compute.rate
+    traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
+    bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
+    forward = layers * (layer_flops / tp / compute.rate + traffic.total / bandwidth)
+    scores_s = layers * (score_flops / tp / compute.rate + traffic.scores / bandwidth)
+    recompute = forward if full else (scores_s if selective else 0.0)
+    head = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
+            + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
     compute_mb = 3 * forward + recompute + 3 * head
 
     # --- tensor parallelism -----------------------------------------------------------------------
@@ -264,7 +270,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         gather = costs.all_gather(placement, ("cp",), kv)
         scatter = costs.reduce_scatter(placement, ("cp",), kv)
         exchange = gather.time_s * (2 if full else 1) + scatter.time_s
-        attention = score_flops / tp / compute.rate * (3 + (1 if full or selective else 0))
+        attention = scores_s / layers * (3 + (1 if full or selective else 0))
         cp_mb = layers * max(0.0, exchange - attention)
         routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
 
