@@ -258,3 +258,26 @@ def test_model_files_and_their_errors(tmp_path):
                     'micro_batch = 1\nglobal_batch = 8\n')
     with pytest.raises(Exception, match="not a multiple of heads"):
         load_model(str(path))
+
+
+# --- workload and explore say what they leave out ------------------------------------------------------
+
+
+def test_workload_separates_exposed_from_overlapped(capsys):
+    from synth.analysis.workload import evaluate_workload, parse_reduction
+    from synth.placement import parse_axes
+
+    topology = load_topology("dgx-h100-2x8x8")
+    axes = parse_axes("data=16,model=8")
+    grads = parse_reduction("data:1GiB@overlap", ("data", "model"))
+    assert grads.overlapped and grads.text == "data:1GiB@overlap"
+    result = evaluate_workload(topology, axes, [grads, parse_reduction("model:64MiBx96", ("data", "model"))])
+    for row in result.rows:
+        assert row.exposed_s == row.terms[1].total_s and row.overlapped_s == row.terms[0].total_s
+    assert [row.exposed_s for row in result.rows] == sorted(row.exposed_s for row in result.rows)
+    assert main(["workload", "-t", "dgx-h100-2x8x8", "-a", "data=16,model=8", "-R", "data:1GiB@overlap",
+                 "-R", "model:64MiBx96", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["exposed_s"] <= rows[-1]["exposed_s"] and "compute" in rows[0]["ignores"]
+    assert main(["explore", "-t", "dgx-a100-x4", "-a", "data=8,model=4", "-r", "data", "-B", "64MiB", "--json"]) == 0
+    assert "the model axis's own collectives" in json.loads(capsys.readouterr().out)[0]["ignores"]
