@@ -458,7 +458,7 @@ def _render_device(device) -> list[str]:
     if device.memory_bandwidth is not None:
         lines += _write_figure("device.memory_bandwidth", device.memory_bandwidth, _exact_bandwidth)
     if device.matmul_efficiency is not None:
-        lines += _write_figure("device.matmul_efficiency", device.matmul_efficiency, lambda value, digits: f"{value:.{digits}g}")
+        lines += _write_figure("device.matmul_efficiency", device.matmul_efficiency, lambda value, digits: repr(value))
     for precision, figure in device.peak:
         lines += _write_figure(f"device.peak.{precision}", figure, format_flop_rate)
     return lines

@@ -281,3 +281,46 @@ def test_workload_separates_exposed_from_overlapped(capsys):
     assert rows[0]["exposed_s"] <= rows[-1]["exposed_s"] and "compute" in rows[0]["ignores"]
     assert main(["explore", "-t", "dgx-a100-x4", "-a", "data=8,model=4", "-r", "data", "-B", "64MiB", "--json"]) == 0
     assert "the model axis's own collectives" in json.loads(capsys.readouterr().out)[0]["ignores"]
+
+
+# --- the [device] table -------------------------------------------------------------------------------
+
+_BASE = ('name = "x"\n[[levels]]\nname = "gpu"\nsize = 2\nbandwidth = { value = "1 GB/s", source = "s" }\n'
+         'latency = { value = "1 us", source = "s" }\n')
+
+
+@pytest.mark.parametrize("device, words", [
+    ('[device]\nname = "d"\nmemory = { value = "8 GiB", source = "s" }\n', "device.peak: missing"),
+    ('[device]\nname = "d"\nmemory = { value = "8 GiB", source = "s" }\nspeed = 1\n[device.peak]\n'
+     'bf16 = { value = "1 TFLOP/s", source = "s" }\n', "device.speed: unknown key"),
+    ('[device]\nname = "d"\nmemory = { value = "8 GiB" }\n[device.peak]\nbf16 = { value = "1 TFLOP/s", source = "s" }\n',
+     "device.memory.source: missing"),
+    ('[device]\nname = "d"\nmemory = { value = "8 GiB", source = "s" }\n[device.peak]\n'
+     'bf16 = { value = "1 TB/s", source = "s" }\n', "not a compute rate"),
+    ('[device]\nname = "d"\nmemory = { value = "8 GiB", source = "s" }\nmatmul_efficiency = { value = "140%", source = "s" }\n'
+     '[device.peak]\nbf16 = { value = "1 TFLOP/s", source = "s" }\n', "not a fraction"),
+    ('[device]\nname = "d"\nmemory = { value = "8 GiB", source = "s" }\n[device.peak]\n'
+     'fp4 = { value = "1 TFLOP/s", source = "s" }\n', "device.peak.fp4: unknown key"),
+])
+def test_device_table_errors_name_the_field(tmp_path, device, words):
+    from synth.errors import UsageError
+
+    path = tmp_path / "t.toml"
+    path.write_text(_BASE + device)
+    with pytest.raises(UsageError, match=words.replace(".", r"\.")):
+        load_topology(str(path))
+
+
+def test_device_tables_of_builtins_read_back_exactly():
+    from synth.topology_file import _parse_topology, builtin_topology_names, render_topology
+
+    with_device = 0
+    for name in builtin_topology_names():
+        topology = load_topology(name)
+        again = _parse_topology(render_topology(topology), "copy", None)
+        assert again.device == topology.device
+        with_device += topology.device is not None
+        if topology.device is not None:
+            assert all(figure.source for _, figure in topology.device.peak)
+            assert topology.device.matmul_efficiency.source
+    assert with_device >= 6

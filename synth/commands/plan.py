@@ -238,17 +238,39 @@ def _share(part: float, total: float) -> str:
     return f"{100 * part / total:.1f}%"
 
 
-def where_time_goes(prediction) -> list[tuple[str, float, str]]:
-    """(what, seconds, where) for every non-zero term of the step, largest first."""
+def where_time_goes(prediction, costs=None) -> list[tuple[str, float, str]]:
+    """(what, seconds, where) for every non-zero term of the step, largest first; `where` names
+    the groups' levels, the program and (given the search's costs) its busiest link."""
     b = prediction.breakdown
+
     def at(name: str) -> str:
-        return "; then ".join(f"{route.levels}: {route.program}" if route.levels else route.program
-                              for route in prediction.routes if route.name == name)
+        return "; then ".join(_route_text(route, prediction, costs) for route in prediction.routes if route.name == name)
     terms = [("compute", b.compute, ""), ("exposed TP", b.tensor_parallel, at("tensor")),
              ("exposed CP", b.context_parallel, at("context")), ("PP bubble", b.pipeline_bubble, ""),
              ("PP p2p", b.pipeline_p2p, at("pipeline")), ("exposed DP", b.data_parallel, at("data")),
              ("embedding sync", b.embedding_sync, at("embedding")), ("optimizer", b.optimizer, "")]
     return sorted([term for term in terms if term[1] > 0], key=lambda term: -term[1])
+
+
+ROLE_OF_ROUTE = {"tensor": ("tp",), "data": ("dp",), "context": ("cp",)}
+
+
+def _route_text(route, prediction, costs) -> str:
+    if not route.levels:
+        return route.program
+    text = f"{route.levels}: {route.program}"
+    axes = ROLE_OF_ROUTE.get(route.name)
+    if costs is not None and axes:
+        link = costs.bottleneck(prediction.placement, axes, route.program.split("; then ")[0], route.bytes)
+        if link:
+            text += f", busiest link {link}"
+    return text
+
+
+def programs_text(prediction, costs=None) -> str:
+    """The program each reduction of the step runs, hidden or not."""
+    names = {"tensor": "TP", "data": "DP", "context": "CP", "pipeline": "PP", "embedding": "emb"}
+    return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 
 def _print_tables(result) -> None:
@@ -271,13 +293,14 @@ def _print_tables(result) -> None:
     for name in ("degrees", "placement", "settings"):
         table.add_column(name, no_wrap=True)
     table.add_column("where the time goes", overflow="fold")
+    table.add_column("programs", overflow="fold")
     for index, prediction in enumerate(result.ranked, 1):
         terms = where_time_goes(prediction)
-        split = "\n".join(f"{what} {_share(seconds, prediction.step_s)}" + (f" ({where})" if where else "")
-                          for what, seconds, where in terms)
+        split = "\n".join(f"{what} {_share(seconds, prediction.step_s)}" for what, seconds, _ in terms)
         table.add_row(str(index), format_time(prediction.step_s), f"{prediction.tokens_per_s(request.model):,.0f}",
                       f"{100 * prediction.mfu(peak):.1f}%", format_bytes(int(prediction.memory.peak)),
-                      prediction.degrees.text, prediction.placement.to_text(), prediction.settings.text, split)
+                      prediction.degrees.text, prediction.placement.to_text(), prediction.settings.text, split,
+                      programs_text(prediction, result.costs))
     console.print(table)
     pareto = Table(title="Pareto set: no other candidate is both faster and smaller")
     for name in ("step", "memory", "MFU"):
@@ -297,7 +320,7 @@ def _print_tables(result) -> None:
                   highlight=False, soft_wrap=True)
 
 
-def prediction_json(prediction, request) -> dict:
+def prediction_json(prediction, request, costs=None) -> dict:
     from synth.plan.launch import megatron_order
 
     order = megatron_order(prediction.placement)
@@ -308,7 +331,8 @@ def prediction_json(prediction, request) -> dict:
         "axes": list(prediction.placement.axis_names), "settings": prediction.settings.to_json(),
         "microbatches": prediction.microbatches, "memory": prediction.memory.to_json(),
         "breakdown": prediction.breakdown.to_json(),
-        "where": [{"what": what, "seconds": seconds, "where": where} for what, seconds, where in where_time_goes(prediction)],
+        "where": [{"what": what, "seconds": seconds, "where": where}
+                  for what, seconds, where in where_time_goes(prediction, costs)],
         "communication": [dataclasses.asdict(route) for route in prediction.routes],
         "megatron_order": order.order,
     }
@@ -323,6 +347,6 @@ def plan_json(result) -> dict:
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
         "elapsed_s": result.elapsed_s,
-        "ranked": [prediction_json(prediction, request) for prediction in result.ranked],
-        "pareto": [prediction_json(prediction, request) for prediction in result.pareto],
+        "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
+        "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
     }

@@ -138,10 +138,17 @@ class CommunicationCosts:
     def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str, size: int) -> str:
         """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
         best = self._best_programs(placement, axes)
-        steps = best.walker.steps(parse_program(program))
-        cost = best.simulator.cost_of_steps(program, steps, size)
-        slowest = max(cost.steps, key=lambda step: step.time_s)
-        return slowest.bottleneck
+        hierarchy = best.hierarchy
+        steps = []
+        for step in parse_program(program).steps:
+            n = hierarchy.group_size
+            if step.collective in ("ReduceScatter", "AllGather") and step.form == "InsideGroup" \
+                    and step.level == hierarchy.level_names[0]:
+                steps.append(best.simulator.step_cost(step, (tuple(range(n)),), (n,), size))  # one whole-group call
+            else:
+                walked = best.walker.steps(parse_program(program))
+                return max(best.simulator.cost_of_steps(program, walked, size).steps, key=lambda c: c.time_s).bottleneck
+        return max(steps, key=lambda c: c.time_s).bottleneck if steps else ""
 
     # --- point to point --------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from synth.errors import NoSolutionError, UsageError
@@ -111,7 +111,7 @@ class PlanResult:
     no_placement: int = 0  # degree choices whose axes have no placement under the constraints
     smallest_dropped: Prediction | None = None  # the least memory among the dropped (to say by how much)
     elapsed_s: float = 0.0
-    refused_settings: Counter = field(default_factory=Counter)
+    costs: CommunicationCosts | None = None  # the search's memoized costs, for explaining rows
 
 
 def _key(prediction: Prediction) -> tuple:
@@ -212,7 +212,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     check_size(size, request)
     started = time.perf_counter()
     costs = CommunicationCosts(request.topology, request.backend, request.max_len)
-    result = PlanResult(request, size, [], [])
+    result = PlanResult(request, size, [], [], costs=costs)
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
     done = 0
