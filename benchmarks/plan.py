@@ -126,6 +126,26 @@ def speed(model_name: str, nodes: int):
             "step_s": best["step_s"]}
 
 
+SPREAD_CASES = (("dgx-a100-x4", "gpt3-1.3b"), ("gcp-n1-v100-4x8", "gpt3-1.3b"))
+
+
+def placement_spread(topology_name: str, model_name: str) -> dict:
+    """The issue's example, data=8 x model=4 on four 8-GPU nodes, as whole steps: per placement
+    of dp=8, tp=4 the fastest step (selective recomputation, sharded optimizer), and the spread."""
+    topology = load_topology(topology_name)
+    model = dataclasses.replace(PRESETS[model_name], precision="fp16")
+    space = SearchSpace(sequence_parallel=(False,), recompute=("selective",), sharded_optimizer=(True,))
+    request = PlanRequest(model, topology, compute_of(topology.device, model.precision),
+                          limits=DegreeLimits(dp=8, tp=4, pp=1), space=space, top=1000)
+    best: dict[str, float] = {}
+    for prediction in plan(request).ranked:
+        text = prediction.placement.to_text()
+        best[text] = min(best.get(text, float("inf")), prediction.step_s)
+    ordered = sorted(best.items(), key=lambda item: item[1])
+    return {"topology": topology_name, "model": model_name, "steps": ordered,
+            "spread": ordered[-1][1] / ordered[0][1]}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="published configurations only")
@@ -152,10 +172,11 @@ def main(argv=None) -> int:
                           "search_candidates": result.evaluated})
         rows.append(entry)
         print(json.dumps({k: v for k, v in entry.items() if k != "breakdown"}), file=sys.stderr)
+    spreads = [placement_spread(*case) for case in SPREAD_CASES]
     speeds = [] if args.quick else [speed("gpt3-6.7b", 8), speed("gpt3-175b", 128)]  # (cold processes)
     document = {"command": command, "machine": machine, "date": stamp, "efficiency_in_topology":
                 compute_of(selene(32).device, "fp16").efficiency, "efficiency_refit_on_row_1": refit,
-                "published": rows, "speed": speeds}
+                "published": rows, "spreads": spreads, "speed": speeds}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "plan.json").write_text(json.dumps(document, indent=1) + "\n")
     (RESULTS / "plan.md").write_text(render(document))
@@ -197,6 +218,14 @@ def render(document: dict) -> str:
         lines.append(f"| {row['model']} | {row['predicted_step_s']:.2f} | {b['compute_s']:.2f} | {b['tensor_parallel_s']:.2f} | "
                      f"{b['pipeline_bubble_s']:.2f} | {b['pipeline_p2p_s']:.2f} | {b['data_parallel_exposed_s']:.2f} | "
                      f"{other:.2f} | {row['predicted_memory_gib']:.1f} |")
+    lines += ["", "## Placement spread of whole steps", "",
+              "The issue's example: data=8 x model=4 (dp=8, tp=4) on four 8-GPU nodes, gpt3-1.3b in fp16, selective "
+              "recomputation and the sharded optimizer; per placement (rows pp/dp/tp as `--placement` takes them, here "
+              "dp then tp) the predicted step, and the slowest over the fastest:", "",
+              "| topology | placements, fastest first (step time) | spread |", "|---|---|---:|"]
+    for spread in document["spreads"]:
+        steps = ", ".join(f"`{text}` {seconds:.2f} s" for text, seconds in spread["steps"])
+        lines.append(f"| {spread['topology']} | {steps} | {spread['spread']:.2f}x |")
     if document["speed"]:
         lines += ["", "## Speed of a full plan", "",
                   "Each a fresh process running the whole command (start-up, imports, every degree, placement, setting "

@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     parser.add_argument("--max-tp", type=int, metavar="N", help="largest tensor-parallel degree to try")
     add_constraint_options(parser)
     parser.add_argument("--micro-batch", metavar="B,B,...", help="micro-batch sizes to try (default: the model's)")
-    parser.add_argument("--global-batch", type=int, metavar="N", help="sequences per step (default: the model's)")
+    parser.add_argument("--global-batch", type=int, metavar="N",
+                        help="sequences per step (default: the model's; micro-batch 1 unless --micro-batch)")
     parser.add_argument("--virtual-stages", metavar="V,V,...",
                         help="model chunks per pipeline device to try (1: 1F1B; default 1 and every divisor of L/p up to 8)")
     parser.add_argument("--recompute", metavar="R,R,...", default="none,selective,full",
