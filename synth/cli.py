@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "synth.commands.calibration",  # calibrate
     "synth.commands.export",       # export, bench
     "synth.commands.emulate",      # emulate
+    "synth.commands.plan",         # plan
 )
 
 

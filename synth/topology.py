@@ -82,6 +82,7 @@ class Topology:
     description: str
     levels: tuple[Level, ...]
     source_path: str | None = None
+    device: Device | None = None  # compute and memory of one device (synth/plan); None: not described
 
     @property
     def level_names(self) -> tuple[str, ...]:
@@ -117,7 +118,7 @@ class Topology:
                 if fabric is not None:
                     fabric = Figure(fabric.value * factor, fabric.source)
             levels.append(Level(level.name, level.size, bandwidth, latency, uplinks, level.collectives, fabric))
-        return Topology(self.name, self.description, tuple(levels), self.source_path)
+        return Topology(self.name, self.description, tuple(levels), self.source_path, self.device)
 
     def level_index(self, name: str) -> int:
         for index, level in enumerate(self.levels):
@@ -151,3 +152,32 @@ def topology_from_levels(text: str) -> Topology:
     levels = tuple(Level(item.name, item.size) for item in sized)
     check_levels(levels, f"--levels {text}")
     return Topology(name=f"levels({text})", description="bare hierarchy from --levels", levels=levels)
+
+
+# --- the device: compute rate and memory (read by the training-step planner, synth/plan) ---------
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator of the system: its memory, memory bandwidth, dense peak compute rate per
+    precision (FLOP/s) and the fraction of that peak its matrix multiplications reach in a
+    training step (`matmul_efficiency`), each a figure with its source.
+
+    Peaks are dense (no structured sparsity), as datasheets list them beside the sparse ones.
+    The efficiency is a dimensionless Figure (0 < value <= 1)."""
+
+    name: str
+    memory: Figure  # bytes
+    peak: tuple[tuple[str, Figure], ...]  # precision -> FLOP/s, in PRECISIONS order
+    memory_bandwidth: Figure | None = None  # bytes/s (HBM)
+    matmul_efficiency: Figure | None = None  # achieved / peak
+
+    def peak_for(self, precision: str) -> Figure:
+        for name, figure in self.peak:
+            if name == precision:
+                return figure
+        known = ", ".join(name for name, _ in self.peak) or "none"
+        raise UsageError(f"device {self.name!r} has no peak compute rate for {precision}: it lists {known}; "
+                         f"add [device.peak] {precision} = {{ value = \"...\", source = \"...\" }} to the topology")

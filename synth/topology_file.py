@@ -75,7 +75,7 @@ from synth.topology import CollectiveFigures, Figure, Level, Topology, Uplinks, 
 from synth.units import BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_time
 
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
-_TOP_KEYS = ("name", "description", "levels")
+_TOP_KEYS = ("name", "description", "levels", "device")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
@@ -300,7 +300,9 @@ def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
     seen: dict[str, int] = {}
     levels = tuple(_level(table, index, where, seen) for index, table in enumerate(raw_levels))
     check_levels(levels, where)
-    return Topology(name=name, description=" ".join(description.split()), levels=levels, source_path=source_path)
+    device = _device(document["device"], where) if "device" in document else None
+    return Topology(name=name, description=" ".join(description.split()), levels=levels, source_path=source_path,
+                    device=device)
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,4 +343,122 @@ def render_topology(topology: Topology, header: str = "") -> str:
         for name, figures in level.collectives:
             lines += _write_figure(f"levels.collectives.{name}.bandwidth", figures.bandwidth, format_bandwidth)
             lines += _write_figure(f"levels.collectives.{name}.latency", figures.latency, format_time)
+    lines += _render_device(topology.device)
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# The device table (optional; read by `synth plan`): one accelerator's memory, memory bandwidth,
+# dense peak compute rate per precision and the fraction of peak its matrix multiplications
+# reach in a training step, each with its source::
+#
+#     [device]
+#     name = "NVIDIA A100-SXM4-80GB"
+#     memory = { value = "80 GiB", source = "..." }
+#     memory_bandwidth = { value = "2039 GB/s", source = "..." }    # optional
+#     matmul_efficiency = { value = "46%", source = "..." }         # optional; or value = 0.46
+#
+#     [device.peak]                                                  # dense FLOP/s per precision
+#     fp16 = { value = "312 TFLOP/s", source = "..." }
+#     bf16 = { value = "312 TFLOP/s", source = "..." }
+#
+# Precisions are fp32, tf32, fp16, bf16 and fp8; rates are written with a unit (FLOP/s or
+# FLOPS, with k M G T P prefixes).
+
+_DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
+_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z")
+_FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+FLOP_RATE_EXAMPLE = "312 TFLOP/s"
+
+
+def parse_flop_rate(text, where: str | None = None) -> float:
+    """'312 TFLOP/s' (or '312 TFLOPS') -> 3.12e14 FLOP/s."""
+    prefix = f"{where}: " if where else ""
+    match = _FLOP_RATE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise UsageError(f'{prefix}{text!r} is not a compute rate; write e.g. "{FLOP_RATE_EXAMPLE}"')
+    value = float(match[1]) * _FLOP_PREFIXES[match[2]]
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f'{prefix}{text!r} is not a positive compute rate; write e.g. "{FLOP_RATE_EXAMPLE}"')
+    return value
+
+
+def parse_fraction(value, where: str | None = None) -> float:
+    """0.46 or '46%' -> 0.46: a fraction in (0, 1]."""
+    prefix = f"{where}: " if where else ""
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            number = None
+    if number is None or not 0 < number <= 1:
+        raise UsageError(f'{prefix}{value!r} is not a fraction in (0, 1]; write e.g. "46%" or 0.46')
+    return number
+
+
+def format_flop_rate(value: float, digits: int = 4) -> str:
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+        if value >= scale:
+            return f"{value / scale:.{digits}g} {unit}"
+    return f"{value:.{digits}g} FLOP/s"
+
+
+def _device(table, where: str):
+    from synth.topology import PRECISIONS, Device  # the value type lives with Topology
+    from synth.units import parse_bytes
+
+    field = "device"
+    if not isinstance(table, dict):
+        raise _field_error(where, field, 'is not a table; write [device] with name, memory and [device.peak]')
+    _check_keys(table, _DEVICE_KEYS, where, field)
+    name = _string(_require(table, "name", where, field, 'name = "NVIDIA A100-SXM4-80GB"'), where, f"{field}.name",
+                   'name = "NVIDIA A100-SXM4-80GB"')
+    memory = _figure(_require(table, "memory", where, field, 'memory = { value = "80 GiB", source = "..." }'),
+                     lambda text, where: float(parse_bytes(text, where=where)), "80 GiB", where, f"{field}.memory")
+    bandwidth = None
+    if "memory_bandwidth" in table:
+        bandwidth = _figure(table["memory_bandwidth"], parse_bandwidth, "2039 GB/s", where, f"{field}.memory_bandwidth")
+    efficiency = None
+    if "matmul_efficiency" in table:
+        efficiency = _figure(table["matmul_efficiency"], parse_fraction, "46%", where, f"{field}.matmul_efficiency")
+    peaks = _require(table, "peak", where, field, f'[device.peak] with bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
+    if not isinstance(peaks, dict) or not peaks:
+        raise _field_error(where, f"{field}.peak", f'needs at least one precision, e.g. bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
+    _check_keys(peaks, PRECISIONS, where, f"{field}.peak")
+    peak = tuple((precision, _figure(peaks[precision], parse_flop_rate, FLOP_RATE_EXAMPLE, where, f"{field}.peak.{precision}"))
+                 for precision in PRECISIONS if precision in peaks)
+    return Device(" ".join(name.split()), memory, peak, bandwidth, efficiency)
+
+
+def _exact_bytes(value: float, digits: int) -> str:
+    """A byte count that reads back exactly: whole GiB or GB where it is one, else bytes."""
+    count = int(value)
+    if count % 2**30 == 0:
+        return f"{count // 2**30} GiB"
+    if count % 10**9 == 0:
+        return f"{count // 10**9} GB"
+    return f"{count} B"
+
+
+def _exact_bandwidth(value: float, digits: int) -> str:
+    """A bandwidth that reads back exactly: the shortest decimal form in B/s."""
+    return f"{value!r} B/s" if value != int(value) else f"{int(value)} B/s"
+
+
+def _render_device(device) -> list[str]:
+    """The [device] table, when the topology has one (so a calibrated copy keeps it)."""
+    if device is None:
+        return []
+    lines = ["", "[device]", f"name = {_toml_string(device.name)}"]
+    lines += _write_figure("device.memory", device.memory, _exact_bytes)
+    if device.memory_bandwidth is not None:
+        lines += _write_figure("device.memory_bandwidth", device.memory_bandwidth, _exact_bandwidth)
+    if device.matmul_efficiency is not None:
+        lines += _write_figure("device.matmul_efficiency", device.matmul_efficiency, lambda value, digits: repr(value))
+    for precision, figure in device.peak:
+        lines += _write_figure(f"device.peak.{precision}", figure, format_flop_rate)
+    return lines
