@@ -81,6 +81,7 @@ class Transport:
     stream: Figure | None = None
     latency: Figure | None = None
     unpack: bool = False
+    stages: Figure | None = None  # store-and-forward stages per network hop (fitted by synth calibrate)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class NcclSystem:
     cpu: str = "intel"
     algorithms: tuple[str, ...] = ()
     protocols: tuple[str, ...] = ()
+    buffsize: int | None = None  # NCCL_BUFFSIZE when the system sets it
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ from synth.errors import UsageError
 from synth.names import check_name
 from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem, Topology,
                             Transport, Uplinks, check_levels)
-from synth.units import BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_time
+from synth.units import (BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_bytes,
+                         parse_time)
 
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels",
@@ -126,8 +127,8 @@ GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
 NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _LINK_KEYS = ("kind", "source")
-_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack")
-_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols")
+_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
+_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
@@ -390,10 +391,16 @@ def _transport(value, where: str, field: str) -> Transport:
     if "latency" in table:
         latency = Figure(parse_time(table["latency"], where=f"{where}: {field}.latency"), source)
     unpack = _bool(table.get("unpack", False), where, f"{field}.unpack")
+    stages = None
+    if "stages" in table:
+        raw = table["stages"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 1000:
+            raise _field_error(where, f"{field}.stages", f"{raw!r} is not a number of pipeline stages in [0, 1000]")
+        stages = Figure(float(raw), source)
     if kind != "socket" and (sockets is not None or stream is not None):
         raise _field_error(where, field, "sockets and stream describe the socket transport; drop them or set "
                                          "kind = \"socket\"")
-    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack)
+    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages)
 
 
 def _efficiency(value, where: str, field: str) -> Figure:
@@ -432,7 +439,11 @@ def _nccl(value, where: str) -> NcclSystem:
         for item in items:
             _choice(item, allowed, where, f"nccl.{key}")
         lists.append(tuple(items))
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1])
+    buffsize = None
+    if "buffsize" in table:
+        buffsize = parse_bytes(table["buffsize"], where=f"{where}: nccl.buffsize") if isinstance(table["buffsize"], str) \
+            else _positive_int(table["buffsize"], where, "nccl.buffsize", 'buffsize = "8MiB"')
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -510,6 +521,8 @@ def render_topology(topology: Topology, header: str = "") -> str:
         for key, items in (("algorithms", nccl.algorithms), ("protocols", nccl.protocols)):
             if items:
                 lines.append(f"{key} = [{', '.join(_toml_string(item) for item in items)}]")
+        if nccl.buffsize is not None:
+            lines.append(f"buffsize = {nccl.buffsize}")
         lines.append(f"source = {_toml_string(nccl.source)}")
     for level in topology.levels:
         lines += ["", "[[levels]]", f"name = {_toml_string(level.name)}", f"size = {level.size}"]
@@ -554,6 +567,8 @@ def _render_nccl_level(level: Level) -> list[str]:
             lines.append(f"latency = {_toml_string(format_time(transport.latency.value, _digits(transport.latency)))}")
         if transport.unpack:
             lines.append("unpack = true")
+        if transport.stages is not None:
+            lines.append(f"stages = {round(transport.stages.value, 4)!r}")
         lines.append(f"source = {_toml_string(transport.source)}")
     if level.efficiency is not None:
         lines += ["", "[levels.efficiency]", f"value = {round(level.efficiency.value, 6)!r}",

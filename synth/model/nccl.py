@@ -86,6 +86,7 @@ class Network:
     stream_bandwidth: float = math.inf
     stream_source: str = ""
     unpack: bool = False  # a net plugin whose receive side unpacks on the GPU (GPUDirect-TCPX/O)
+    stages: float | None = None  # store-and-forward stages per network hop (None: NET_HOP_STAGES for NVLS trees)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class Hardware:
     nvls: bool = False
     cpu: str = "intel"
     overhead_s: float = 0.0
+    algorithms: tuple[str, ...] = ()  # NCCL_ALGO: the algorithms NCCL may pick (empty: all)
+    protocols: tuple[str, ...] = ()  # NCCL_PROTO
+    buffsize: int = T.BUFFER["Simple"]  # NCCL_BUFFSIZE: the Simple protocol's buffer per connection
 
     def __post_init__(self):
         if self.generation not in T.GENERATIONS:
@@ -298,6 +302,8 @@ def _view(hardware: Hardware, call: Call) -> _View:
         return _View(ppn, 1, 0, 0.0, path, total, g, type_intra, PATH_PIX)
     network = hardware.network
     nic_bw = network.link.bandwidth / 1e9
+    if network.link.kind == "loopback":  # lo has no /sys/class/net/lo/speed: NCCL assumes 10 Gbps (net_socket.cc:96-98)
+        nic_bw = T.SOCKET_DEFAULT_SPEED_GBPS / 8
     if network.transport == "socket":
         type_inter = PATH_PHB  # sockets move host memory: the NIC is reached through the CPU
         gpu_to_nic = nic_bw
@@ -472,6 +478,8 @@ def _entry(call: Call, hardware: Hardware, a: str, p: str, graph: Graph | None, 
         return (0.0, 0.0, math.inf)
     if a in ("nvls", "nvls_tree") and p != "Simple":
         return (0.0, 0.0, math.inf)
+    if (hardware.algorithms and a not in hardware.algorithms) or (hardware.protocols and p not in hardware.protocols):
+        return (0.0, 0.0, math.inf)  # NCCL_ALGO / NCCL_PROTO (tuning.cc:363-378, 441-442)
     if a == "pat" and (p != "Simple" or nodes != n or unpack):  # tuning.cc:178-185 ncclPatEnable
         return (0.0, 0.0, math.inf)
     if a in ("nvls", "nvls_tree") and graph is None:
@@ -636,23 +644,30 @@ def _loads(call: Call, algorithm: str) -> tuple[float, float]:
     return (0.0, (n - 1) / n)  # pat
 
 
-def _pipeline_stages(call: Call, algorithm: str) -> int:
-    """Store-and-forward stages the first chunk crosses before an NVLS pipeline streams. Rings
-    and chains stream from the first step (every rank starts on its own block); NCCL's tree
-    latency already counts a hop latency per tree level (tuning.cc:326-330), and its 512 KiB
-    steps would make a chunk-sized fill far larger than measured trees show."""
+def _pipeline_stages(hardware: Hardware, call: Call, algorithm: str) -> float:
+    """Store-and-forward stages the first chunk crosses before the pipeline streams: an NVLS
+    pass is one, a network hop `Network.stages` (NET_HOP_STAGES by default) in each direction
+    of each tree level. Rings and chains stream from the first step (every rank starts on its
+    own block). For the classic tree NCCL's latency already counts a hop latency per tree level
+    (tuning.cc:326-330) and measured InfiniBand trees show no chunk-sized fill, so it has none
+    unless a calibration fitted `stages` for the network (a plugin such as GPUDirect-TCPXO
+    stages every chunk through bounce buffers)."""
     depth = max(1, math.ceil(math.log2(call.nodes))) if call.nodes > 1 else 0
+    fitted = hardware.network.stages if hardware.network is not None else None
+    hop = NET_HOP_STAGES if fitted is None else fitted
     if algorithm == "nvls_tree":
-        return 2 * INTRA_HOP_STAGES + 2 * depth * NET_HOP_STAGES
+        return 2 * INTRA_HOP_STAGES + 2 * depth * hop
     if algorithm == "nvls":
         return 2 * INTRA_HOP_STAGES
-    return 0
+    if algorithm == "tree" and fitted is not None:
+        return 2 * depth * fitted
+    return 0.0
 
 
 def chunk_bytes(table: Tuning, hardware: Hardware, call: Call, algorithm: str, protocol: str, channels: int) -> int:
     """calcCollChunking (enqueue.cc:1812-1912): the chunk a channel moves per step, which NCCL
     shrinks for smaller calls on NVLS and trees."""
-    step = T.BUFFER[protocol] // T.NCCL_STEPS
+    step = (hardware.buffsize if protocol == "Simple" else T.BUFFER[protocol]) // T.NCCL_STEPS
     chunk = step * (T.RING_CHUNK_STEPS if (protocol == "Simple" and algorithm == "ring") else 1)
     if protocol == "LL":
         chunk //= 2
@@ -753,11 +768,12 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
     bottleneck, per_byte = max(seconds_per_byte, key=lambda item: item[1])
     transfer = call.nbytes * per_byte
     fill = 0.0
-    stages = _pipeline_stages(call, algorithm) if protocol == "Simple" else 0
+    stages = _pipeline_stages(hardware, call, algorithm) if protocol == "Simple" else 0
     if stages and per_byte > 0 and channels:
         per_channel = 1.0 / (per_byte * channels)
-        fill = stages * chunk_bytes(table, hardware, call, algorithm, protocol, channels) / per_channel
-        fill = min(fill, transfer)  # the fill cannot outlast the transfer it starts
+        # a call smaller than a chunk per channel crosses every stage whole
+        chunk = min(chunk_bytes(table, hardware, call, algorithm, protocol, channels), call.nbytes / channels)
+        fill = stages * chunk / per_channel
     latency = latency_us * 1e-6 + hardware.overhead_s
     loads = []
     if intra_load > 0:
