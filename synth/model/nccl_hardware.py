@@ -21,6 +21,7 @@ from math import prod
 
 import numpy as np
 
+from synth.errors import UsageError
 from synth.model import nccl
 from synth.model import nccl_tables as T
 from synth.topology import Figure, Level, Topology
@@ -110,11 +111,16 @@ def _intra_link(inner: tuple[Level, ...], generation: str, assumptions: list[str
         efficiency = level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)
         candidates.append(nccl.Link(kind, level.bandwidth.value, efficiency.value, efficiency.source))
     if not candidates:
-        raise ValueError("the levels inside a node have no bandwidth figures")
+        names = ", ".join(level.name for level in inner)
+        raise UsageError(f"level(s) {names} have no bandwidth and latency: the NCCL model needs the links inside a node; "
+                         f"add them to the topology (or measure a single-node run on a base that has them)")
     return min(candidates, key=lambda link: link.achieved)
 
 
 def _network(level: Level, gpus_per_node: int, generation: str, assumptions: list[str]) -> nccl.Network:
+    if level.bandwidth is None:
+        raise UsageError(f"level {level.name} has no bandwidth and latency: the NCCL model needs the network's line rate; "
+                         f"add them to the topology")
     kind = level.link.kind if level.link is not None else "infiniband"
     if level.link is None:
         assumptions.append(f"level {level.name} is InfiniBand (no link kind given)")
