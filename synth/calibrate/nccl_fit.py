@@ -161,8 +161,17 @@ def _with(topology: Topology, level: int, params: _Params, source: str) -> Topol
 
 
 def _evaluate(topology: Topology, points: list[_Point]) -> list[nccl.Estimate]:
+    """The model's estimate for every point; repeated sizes (nccl-tests -N cycles, several
+    files of one group) are estimated once."""
     view = nccl_view(topology)
-    return [estimate_group(topology, p.devices, p.measurement.collective, p.measurement.bytes, view) for p in points]
+    cache: dict[tuple, nccl.Estimate] = {}
+    result = []
+    for p in points:
+        key = (p.devices, p.measurement.collective, p.measurement.bytes)
+        if key not in cache:
+            cache[key] = estimate_group(topology, p.devices, p.measurement.collective, p.measurement.bytes, view)
+        result.append(cache[key])
+    return result
 
 
 def _binding_level(topology: Topology, view: NcclView, estimate: nccl.Estimate) -> int | None:
@@ -203,6 +212,9 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
     view = nccl_view(topology)
     network_level = view.node_level is not None and level <= view.node_level
     fits_stages = network_level and any(_layout(topology, view, p)[0] > 1 for p in points)
+    if fits_stages:  # only where a pipelined algorithm runs Simple across nodes is there a fill to fit
+        probe = _evaluate(_with(topology, level, replace_params(params, stages=1.0), source), points)
+        fits_stages = any(e.fill_s > 0 for e in probe)
     for _ in range(ROUNDS):
         current = _with(topology, level, params, source)
         estimates = _evaluate(current, points)
@@ -295,7 +307,7 @@ def _fit_stages(topology: Topology, level: int, params: _Params, source: str, po
     ratio = (math.sqrt(5) - 1) / 2
     a, b = high - ratio * (high - low), low + ratio * (high - low)
     fa, fb = loss(a), loss(b)
-    for _ in range(24):
+    for _ in range(18):
         if fa < fb:
             high, b, fb = b, a, fa
             a = high - ratio * (high - low)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from synth.model import nccl_tables as T
 
@@ -189,10 +190,11 @@ class Choice:
 
 @dataclass(frozen=True)
 class Load:
-    """Bytes a call puts on one resource of the hardware, and how fast that resource drains
-    them for this call (`capacity`): what a contention model adds up across concurrent calls.
-    `resource` is "intra" (each GPU's intra-node links, per GPU) or "net" (each node's NICs,
-    per node); `per` says which."""
+    """Bytes a call puts on one resource, and how fast that resource drains them for this call
+    (`capacity`, bytes/s). "intra": each GPU's intra-node links (bytes per GPU), shared by every
+    call on that GPU; "net": each node's NICs (bytes per node), shared by every call leaving the
+    node; "streams": the call's own TCP streams over sockets (bytes per node), not shared: many
+    concurrent calls open many streams, one call is held to its own (net_socket.cc)."""
 
     resource: str
     bytes: float
@@ -433,8 +435,15 @@ def communicator_channels(ring: Graph, tree: Graph, hardware: Hardware, call: Ca
 
 def tuning(hardware: Hardware, call: Call) -> Tuning:
     """NCCL's latency and bandwidth per (algorithm, protocol) for this call's collective and
-    communicator (tuning.cc:212-443), with every algorithm NCCL would not run at 0 bandwidth."""
-    n, nodes = call.ranks, call.nodes
+    communicator (tuning.cc:212-443), with every algorithm NCCL would not run at 0 bandwidth.
+    NCCL computes it once per communicator; so does this (it does not depend on the size)."""
+    return _tuning(hardware, call.collective, call.nodes, call.ranks_per_node)
+
+
+@lru_cache(maxsize=4096)
+def _tuning(hardware: Hardware, collective: str, nodes: int, ranks_per_node: int) -> Tuning:
+    call = Call(collective, nodes, ranks_per_node, 0)
+    n = call.ranks
     g = hardware.generation
     ring = search(hardware, call, "ring")
     tree = search(hardware, call, "tree") or ring
@@ -749,8 +758,9 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
     payload = PAYLOAD[protocol]
     intra_cap *= payload * used
     net_cap *= payload * used
+    stream_cap = 0.0
     if hardware.network is not None and call.nodes > 1 and hardware.network.transport == "socket":
-        net_cap = min(net_cap, _socket_capacity(hardware, call, channels))
+        stream_cap = _socket_capacity(hardware, call, channels)
     latency_us, nccl_bw = table.get(algorithm, protocol)
     if algorithm == "ring" and protocol == "Simple" and call.nodes > 1 and call.collective == "AllReduce" and \
             int(call.nbytes) // (table.channels * call.ranks) >= 64:
@@ -760,6 +770,8 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         seconds_per_byte.append(("intra", intra_load / intra_cap))
     if net_load > 0:
         seconds_per_byte.append(("net", net_load / net_cap))
+        if stream_cap > 0:
+            seconds_per_byte.append(("streams", net_load / stream_cap))
     cap = _protocol_cap(table, call, algorithm, protocol) * used
     if cap > 0:
         seconds_per_byte.append(("protocol", 1.0 / cap))
@@ -780,6 +792,8 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         loads.append(Load("intra", intra_load * call.nbytes, intra_cap))
     if net_load > 0:
         loads.append(Load("net", net_load * call.nbytes, net_cap))
+        if stream_cap > 0:
+            loads.append(Load("streams", net_load * call.nbytes, stream_cap))
     return Estimate(call, choice, latency + fill + transfer, latency, fill, transfer, bottleneck, tuple(loads))
 
 
