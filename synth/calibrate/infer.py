@@ -110,8 +110,11 @@ def infer_nccl_base(measurements: list[Measurement]) -> Inferred:
                                f"GPUDirect RDMA (the output does not say; give --topology to set them)")
     check_levels(levels, "the measured groups")
     nvls = gpu.generation in ("hopper", "blackwell") and gpu.intra == "nvswitch"
-    assumptions.append(f"GPU {names[0]}: {gpu.generation}, {gpu.intra}"
-                       f"{' with NVLS' if nvls else ''}, {gpu.intra_bandwidth / GB:g} GB/s per GPU")
+    if shared:
+        assumptions.append(f"GPU {names[0]}: NCCL's {gpu.generation} tables")
+    else:
+        assumptions.append(f"GPU {names[0]}: {gpu.generation}, {gpu.intra}"
+                           f"{' with NVLS' if nvls else ''}, {gpu.intra_bandwidth / GB:g} GB/s per GPU")
     gpp = max((m.run.gpus_per_process for m in measurements if m.run is not None), default=1)
     if gpp > 1:
         assumptions.append(f"one process drove {gpp} GPUs (nccl-tests -g {gpp}): its launches are serial, which the "
