@@ -544,7 +544,13 @@ def render_topology(topology: Topology, header: str = "") -> str:
         lines += ["", "[[calibration]]"]
         for key in _CALIBRATION_KEYS:
             value = getattr(record, key)
-            lines.append(f"{key} = {_toml_string(value) if isinstance(value, str) else repr(round(value, 6) if isinstance(value, float) else value)}")
+            if isinstance(value, str):
+                text = _toml_string(value)
+            elif isinstance(value, float):
+                text = repr(round(value, 6))
+            else:
+                text = str(value)
+            lines.append(f"{key} = {text}")
     return "\n".join(lines) + "\n"
 
 

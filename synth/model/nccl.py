@@ -24,9 +24,15 @@ the hardware then does:
    busiest resource (a GPU's intra-node links, a node's NICs), each at its line rate times the
    efficiency NCCL achieves on it (`Link.efficiency`, with its source), times the protocol's
    payload share (LL carries 4 data bytes in 8, LL128 120 in 128) and within NCCL's measured
-   per-channel protocol caps; plus, for pipelined trees, the time the first chunk needs to
-   fill the pipeline (`PIPELINE_STAGES`). Over TCP sockets the network moves at most
-   `sockets per connection x stream bandwidth` per crossing channel, whatever the NIC.
+   per-channel protocol caps (LL, LL128, and NCCL 2.28's NVLS and NVLS-tree figures); plus,
+   for NVLS pipelines, the time the first chunk needs to fill them (`_pipeline_stages`,
+   chunks sized as src/enqueue.cc calcCollChunking sizes them). Over TCP sockets a call
+   moves at most `sockets per connection x stream bandwidth` per crossing channel, whatever
+   the NIC (src/transport/net_socket.cc).
+
+The figures NCCL's source does not have (how fast links really run under NCCL, a per-call
+overhead, pipeline stages of a net plugin) are the ones `synth calibrate` fits
+(synth/calibrate/nccl_fit.py).
 
 Units: seconds and bytes/s at the interface; NCCL's GB/s and microseconds inside the tuning.
 """
@@ -45,7 +51,7 @@ NET_KINDS = ("infiniband", "roce", "ethernet", "loopback")
 TRANSPORTS = ("ib", "socket", "plugin")
 PAYLOAD = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}  # src/include/device.h: LL line 8 B = 4 B data + flag
 
-# Pipeline fill of the tree family (Simple): before every channel streams, the first chunk
+# Pipeline fill of NVLS trees (Simple): before every channel streams, the first chunk
 # crosses each stage of its path store-and-forward. A network hop is counted as 6 stages (the
 # sending kernel's copy into the FIFO slot, the proxy's post, the wire, the receiving proxy's
 # completion poll, the GPUDirect flush, the receiving kernel's copy: src/transport/net.cc
