@@ -12,11 +12,19 @@ path; `uplinks` are the links each unit of the level shares to reach the rest of
 system; `fabric` is a shared medium all of a level's traffic inside one parent crosses;
 `collectives` replaces bandwidth and latency for single collectives (what `synth calibrate`
 measures per collective).
+
+How NCCL runs on the system (synth/model/nccl.py reads it through synth/model/nccl_hardware.py):
+a level's `link` kind (nvswitch, nvlink, pcie inside a node; infiniband, roce, ethernet,
+loopback between nodes), the `transport` NCCL uses over a network level (ib, socket, plugin),
+the `efficiency` NCCL reaches on the level's links (a fraction of the line rate, which stays
+the fact in `bandwidth`), a per-call `overhead` NCCL's latency model does not have; and, for
+the whole system, the GPU generation and NVLS (`Topology.nccl`). `calibration` records what a
+calibrated file was fitted on and how well, so a ranking can say how sure it is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from synth.errors import UsageError
 from synth.names import MAX_DEVICES, check_name, parse_sized_list, product
@@ -48,6 +56,67 @@ class CollectiveFigures:
 
 
 @dataclass(frozen=True)
+class LinkKind:
+    """What a level's links are (a fact with its source): nvswitch, nvlink, pcie, infiniband,
+    roce, ethernet or loopback."""
+
+    kind: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How NCCL moves data over a network level: `kind` ib (InfiniBand/RoCE verbs), socket
+    (TCP) or plugin (an external net plugin such as GPUDirect-TCPXO); `gdr` whether the NIC
+    reads and writes GPU memory; for sockets, `sockets` streams per connection (None: NCCL's
+    default for the NIC `vendor`, aws / gcp / other) of at most `stream` bytes/s each; for a
+    plugin, the `latency` it reports (added to every network step) and whether its receive side
+    `unpack`s on the GPU."""
+
+    kind: str
+    source: str
+    gdr: bool = True
+    sockets: int | None = None
+    vendor: str = "other"
+    stream: Figure | None = None
+    latency: Figure | None = None
+    unpack: bool = False
+    stages: Figure | None = None  # store-and-forward stages per network hop (fitted by synth calibrate)
+
+
+@dataclass(frozen=True)
+class NcclSystem:
+    """What NCCL's tables key on for the whole system: the GPU generation (volta, ampere,
+    hopper, blackwell), whether NVLink SHARP (NVLS) is there and enabled, the CPU vendor, and
+    the algorithms and protocols NCCL may use (NCCL_ALGO / NCCL_PROTO; empty: all)."""
+
+    generation: str
+    source: str
+    nvls: bool = False
+    cpu: str = "intel"
+    algorithms: tuple[str, ...] = ()
+    protocols: tuple[str, ...] = ()
+    buffsize: int | None = None  # NCCL_BUFFSIZE when the system sets it
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """One measured configuration a calibrated topology was fitted on, and the model's error on
+    it after the fit: relative RMS and worst error over its sizes."""
+
+    collective: str
+    level: str
+    nodes: int
+    ranks_per_node: int
+    min_bytes: int
+    max_bytes: int
+    points: int
+    rms_error: float
+    worst_error: float
+    file: str
+
+
+@dataclass(frozen=True)
 class Level:
     """One level of the system tree: `size` children per parent.
 
@@ -67,6 +136,11 @@ class Level:
     uplinks: Uplinks | None = None
     collectives: tuple[tuple[str, CollectiveFigures], ...] = ()
     fabric: Figure | None = None  # bytes/s, the level's whole traffic inside one parent
+    # How NCCL runs over this level (synth/model/nccl_hardware.py):
+    link: LinkKind | None = None
+    transport: Transport | None = None
+    efficiency: Figure | None = None  # fraction of the line rate NCCL moves data at
+    overhead: Figure | None = None  # seconds per call spanning this level, beyond NCCL's latency model
 
     def figures_for(self, collective: str) -> tuple[Figure | None, Figure | None]:
         """(bandwidth, latency) that a call of `collective` sees on this level."""
@@ -83,6 +157,8 @@ class Topology:
     levels: tuple[Level, ...]
     source_path: str | None = None
     device: Device | None = None  # compute and memory of one device (synth/plan); None: not described
+    nccl: NcclSystem | None = None
+    calibration: tuple[CalibrationRecord, ...] = ()
 
     @property
     def level_names(self) -> tuple[str, ...]:
@@ -117,8 +193,8 @@ class Topology:
                     uplinks = Uplinks(uplinks.count, Figure(uplinks.bandwidth.value * factor, uplinks.bandwidth.source))
                 if fabric is not None:
                     fabric = Figure(fabric.value * factor, fabric.source)
-            levels.append(Level(level.name, level.size, bandwidth, latency, uplinks, level.collectives, fabric))
-        return Topology(self.name, self.description, tuple(levels), self.source_path, self.device)
+            levels.append(replace(level, bandwidth=bandwidth, latency=latency, uplinks=uplinks, fabric=fabric))
+        return replace(self, levels=tuple(levels))
 
     def level_index(self, name: str) -> int:
         for index, level in enumerate(self.levels):

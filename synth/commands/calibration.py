@@ -50,6 +50,8 @@ def run_calibrate(args) -> int:
         formats[path] = kind
         measurements += found
     backend = resolve_backend(_backend(args.backend, measurements))
+    if backend.name == "nccl":  # the NCCL model (synth/model/nccl.py), fitted by synth/calibrate/nccl_fit.py
+        return _run_nccl(args, measurements, formats)
     base = load_topology(args.topology) if args.topology else infer_base(measurements)
     result = calibrate(measurements, base, backend)
     header = (f"Written by synth calibrate (backend {backend.name}) from {', '.join(args.files)}\n"
@@ -144,3 +146,66 @@ def _json(result: Calibration, formats: dict[str, str], errors, output: str | No
         "replay_max_relative_error": float(abs(errors).max()),
         "notes": list(result.notes),
     }
+
+
+# --- the NCCL model (issue 9) ------------------------------------------------------------------------
+
+
+def _run_nccl(args, measurements, formats) -> int:
+    """Fit the NCCL model's figures (efficiencies, overheads, pipeline stages), write the
+    topology with what it was fitted on, and print every group's per-size error."""
+    from synth.calibrate.infer import infer_nccl_base
+    from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
+    from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
+
+    assumptions: tuple[str, ...] = ()
+    if args.topology:
+        base = load_topology(args.topology)
+    else:
+        inferred = infer_nccl_base(measurements)
+        base, assumptions = inferred.topology, inferred.assumptions
+    result = calibrate_nccl(measurements, base, assumptions)
+    header = (f"Written by synth calibrate (NCCL model) from {', '.join(args.files)}\n"
+              f"on the base topology {base.name}; every fitted figure's source gives its fit.")
+    text = render_topology(result.topology, header)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "calibrated.toml"
+        path.write_text(text, encoding="utf-8")
+        errors = replay_nccl(load_topology(path), measurements)
+    if args.output:
+        _write(Path(args.output), text)
+    if args.json:
+        print_json(nccl_fit_json(result, formats, errors, args.output, text))
+        return 0
+    if not args.output:
+        sys.stdout.write(text)
+    console = Console(stderr=not args.output)
+    if not console.is_terminal:
+        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    for line in assumptions + tuple(a for a in result.assumptions if a not in assumptions):
+        console.print(f"assumed: {line}")
+    rms = float((errors ** 2).mean() ** 0.5)
+    table = Table(title=f"{result.topology.name}: fitted under the NCCL model",
+                  caption=f"the written file reproduces the {len(errors)} measurements with relative RMS error "
+                          f"{rms:.2%} (worst {abs(errors).max():.2%})")
+    headers, rows = nccl_fit_rows(result)
+    for name in headers:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for fit in result.fits:
+        for group in fit.groups:
+            sizes = Table(title=f"{group.file.rsplit('/', 1)[-1]} ({group.group}, {group.collective}): per-size error",
+                          title_justify="left")
+            size_headers, size_rows = nccl_size_rows(group)
+            for name in size_headers:
+                sizes.add_column(name, justify="right" if name != "NCCL choice" else "left")
+            for row in size_rows:
+                sizes.add_row(*row)
+            console.print(sizes)
+        for note in fit.notes:
+            console.print(f"{'warning' if note.startswith('poor fit') else 'note'}: {note}")
+    if args.output:
+        console.print(f"wrote {args.output}")
+    return 0

@@ -111,17 +111,20 @@ def run_rank(args) -> int:
     console = Console()
     if not console.is_terminal:  # piped or captured: wide enough that no figure is cut
         console = Console(width=PIPED_WIDTH)
+    from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
+
     for size, hierarchy, bound, rows in sections:
-        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args))
+        sure = model_error_for_group(job.topology, hierarchy.groups[0], "AllReduce", size).describe()
+        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure))
     return 0
 
 
-def _table(topology_name: str, size: int, hierarchy, bound, rows, args) -> Table:
+def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: str = "") -> Table:
     levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
     caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); * default all-reduce; "
-               f"backend {args.backend}; {args.estimate} estimate")
+               f"backend {args.backend}; {args.estimate} estimate" + (f"\n{sure}" if sure else ""))
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     widest_step = max((len(step) for row in rows for step in row.program.split("; ")), default=0)
