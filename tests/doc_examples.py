@@ -27,6 +27,9 @@ What is not run, and why (each a `Command.reason`):
   can be found (`$CUDA_HOME`, `$NCCL_HOME`, or the nvidia-* wheels), else it is skipped;
 * `synth bench` without `--emulate` needs torch (the `run` extra) and torchrun.
 
+A trailing `# exits N` comment says the command is expected to exit with status N (an
+example of an error); every other command must exit 0.
+
 Slow (`@pytest.mark.slow`, excluded by default): `pytest` itself, benchmarks
 (`python -m benchmarks.NAME`), `--emulate` runs, and a trailing `# takes minutes` comment.
 
@@ -81,6 +84,12 @@ class Command:
     @property
     def comment(self) -> str:
         return self.shell[len(self.code):].strip().lower()
+
+    @property
+    def expected_exit(self) -> int:
+        """0, or N for a trailing `# exits N` comment."""
+        match = re.match(r"# exits (\d+)\b", self.comment)
+        return int(match.group(1)) if match else 0
 
     @property
     def words(self) -> list[str]:

@@ -14,6 +14,7 @@ tests/doc_examples.py, whose docstring is the convention for whoever writes a do
   with iproute2 only;
 * a trailing `# takes minutes` comment (and `pytest`, benchmarks, `--emulate` runs): slow,
   run with `pytest -m slow`;
+* a trailing `# exits N` comment: an example of an error, expected to exit with status N;
 * usage synopses (`[...]`, `(a | b)`, `...`) and `pip` lines are never run.
 
 Running a document's `pytest` example inside this suite would run this module again, so the
@@ -267,9 +268,10 @@ class Workspace:
             outcome.failures.append(f"line {command.line}: did not finish in {timeout} s: {command.text}")
             return False
         outcome.ran += 1
-        if result.returncode != 0:
+        if result.returncode != command.expected_exit:
             tail = (result.stdout[-1500:] + "\n" + result.stderr[-2500:]).strip()
-            outcome.failures.append(f"line {command.line}: exit code {result.returncode}: {command.text}\n{tail}")
+            outcome.failures.append(f"line {command.line}: exit code {result.returncode} (expected "
+                                    f"{command.expected_exit}): {command.text}\n{tail}")
             return False
         return True
 
@@ -378,6 +380,7 @@ synth bench --topology t --backend nccl
 python -m benchmarks.sweep
 gcc x.c -o x
 synth bench --topology t > log.txt  # as root
+synth check --levels 2 --axes 2 --reduce a0 'Broadcast(InsideGroup(l0))'  # exits 1: no sum
 ```
 """
 
@@ -404,5 +407,7 @@ def test_extraction_follows_the_documented_conventions(tmp_path):
     assert by_text["gcc x.c -o x"].needs_toolkit and by_text["gcc x.c -o x"].outputs() == ["x"]
     last = by_text["synth bench --topology t > log.txt"]
     assert last.needs_root and last.needs_torchrun is False and last.outputs() == ["log.txt"]
+    assert by_text["synth check --levels 2 --axes 2 --reduce a0 'Broadcast(InsideGroup(l0))'"].expected_exit == 1
+    assert last.expected_exit == 0
     assert not Command("synth placements --placement '[[1,2],[2,1]]' --json", 1).is_synopsis
     assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:19", "README.md:22"]
