@@ -125,9 +125,9 @@ def _toolkit_env(scratch: Path) -> dict[str, str] | str:
     libraries, no GPU needed), staged with the unversioned library names `-l` looks for."""
     env = {}
     cuda = os.environ.get("CUDA_HOME")
-    if not cuda and shutil.which("nvcc"):
-        candidate = Path(shutil.which("nvcc")).resolve().parent.parent
-        if (candidate / "include" / "cuda_runtime.h").exists():
+    candidates = [Path(shutil.which("nvcc")).resolve().parent.parent] if shutil.which("nvcc") else []
+    for candidate in [*candidates, Path("/usr/local/cuda")]:
+        if not cuda and (candidate / "include" / "cuda_runtime.h").exists() and (candidate / "lib64").is_dir():
             cuda = str(candidate)
     if not cuda:
         runtime, nvcc, cccl = (_wheel_dir(n) for n in ("cuda_runtime", "cuda_nvcc", "cuda_cccl"))

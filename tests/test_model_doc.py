@@ -256,3 +256,18 @@ def test_nothing_cites_a_document_outside_the_repository():
             if re.search(r"SPEC\.md|SPEC('s)? (section|well-known)|\bthe SPEC\b", text):
                 offenders.append(str(path.relative_to(REPOSITORY)))
     assert not offenders, f"these cite SPEC.md, which is not in the repository; cite docs/model.md: {offenders}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_to_model_sections_resolve():
+    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", MODEL.read_text(encoding="utf-8"), re.MULTILINE)}
+    broken = []
+    for path in [REPOSITORY / "README.md", *REPOSITORY.glob("docs/**/*.md")]:
+        for anchor in re.findall(r"\]\((?:docs/)?model\.md#([^)]+)\)", path.read_text(encoding="utf-8")):
+            if anchor not in anchors:
+                broken.append(f"{path.relative_to(REPOSITORY)}: #{anchor}")
+    assert not broken, f"links to headings docs/model.md does not have: {broken}"
