@@ -262,7 +262,7 @@ class Workspace:
     def _run_command(self, command: Command, slow: bool, outcome: Outcome) -> bool:
         timeout = SLOW_EXAMPLE_TIMEOUT_S if slow else EXAMPLE_TIMEOUT_S
         try:
-            result = subprocess.run(["bash", "-c", command.text], cwd=self.root, env=self.environment(command),
+            result = subprocess.run(["bash", "-c", command.shell], cwd=self.root, env=self.environment(command),
                                     stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             outcome.failures.append(f"line {command.line}: did not finish in {timeout} s: {command.text}")
@@ -411,3 +411,22 @@ def test_extraction_follows_the_documented_conventions(tmp_path):
     assert last.expected_exit == 0
     assert not Command("synth placements --placement '[[1,2],[2,1]]' --json", 1).is_synopsis
     assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:19", "README.md:22"]
+
+
+def test_the_runner_skips_installs_allows_named_outputs_and_catches_litter(tmp_path):
+    """On a real copy: the install step before `&&` is not run, a file the command was told to
+    write is fine, and a file it was not told to write fails the example."""
+    if not _is_checkout(REPOSITORY):
+        pytest.skip("needs git and a git checkout of the repository")
+    workspace = Workspace(tmp_path)
+    told = Example("README.md", 1, 0, (Command("pip install ./no-such-directory && synth topologies --json > topologies.json", 1),))
+    outcome = workspace.run(told, slow=False)
+    assert outcome.failures == [] and outcome.ran == 1
+    assert (workspace.root / "topologies.json").read_text().startswith("[")
+    stray = Example("README.md", 2, 1, (Command("python -c \"open('results/stray.csv', 'w').write('x')\"", 2),))
+    outcome = workspace.run(stray, slow=False)
+    assert len(outcome.failures) == 1 and "results/stray.csv" in outcome.failures[0]
+    failing = Example("README.md", 3, 2, (Command("synth placements --levels 2 --axes 3", 3),
+                                            Command("synth topologies", 4)))
+    outcome = workspace.run(failing, slow=False)
+    assert outcome.ran == 1 and "exit code 2 (expected 0)" in outcome.failures[0]
