@@ -243,7 +243,7 @@ class Workspace:
                 if command.is_synth and command.synth_subcommand() == "emulate" and "up" in command.program_words[:4]:
                     brought_up.append(command)
         finally:
-            self._bring_down(brought_up, example)
+            self._bring_down(brought_up)
         self.ran.add(example.index)
         after = _status(self.root)
         changed = set(after) ^ set(before)
@@ -275,7 +275,7 @@ class Workspace:
             return False
         return True
 
-    def _bring_down(self, brought_up: list[Command], example: Example) -> None:
+    def _bring_down(self, brought_up: list[Command]) -> None:
         """An example that brought a cluster up and failed before its `down` still removes it."""
         for command in brought_up:
             words = command.program_words
