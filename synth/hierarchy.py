@@ -1,4 +1,4 @@
-"""Reduction groups (SPEC section 3) and synthesis hierarchies (SPEC section 4).
+"""Reduction groups (docs/model.md section 3) and synthesis hierarchies (docs/model.md section 4).
 
 A request reduces over a set R of axes; devices agreeing on every other axis form one
 reduction group. A synthesis hierarchy names the levels a program is written over and gives
@@ -104,7 +104,7 @@ class SynthesisHierarchy:
 
 
 def build_hierarchy(placement: Placement, reduce_axes: tuple[str, ...], kind: str = "merged") -> SynthesisHierarchy:
-    """SPEC section 4: `merged` (default), `split` or `system`."""
+    """docs/model.md section 4: `merged` (default), `split` or `system`."""
     if kind not in HIERARCHY_KINDS:
         raise UsageError(f"unknown hierarchy {kind!r}: choose one of {', '.join(HIERARCHY_KINDS)}")
     reduced = tuple(placement.axis_index(name) for name in reduce_axes)

@@ -4,7 +4,7 @@ semantics.py decides validity on contributor sets of a few members; this module 
 same programs the way hardware would see them, so a bug in the set bookkeeping, in the
 quotient, or in the mapping from hierarchy positions to global ranks shows up as a wrong sum.
 Every device holds N chunks (N = reduction group size) of random int64 elements; each step
-of SPEC section 7 is applied to the arrays of all reduction groups at once, and the final
+of docs/model.md section 7 is applied to the arrays of all reduction groups at once, and the final
 buffers are compared with the direct sum over each reduction group.
 
 Only ranges and data are tracked, never contributor sets. Preconditions on ranges (equal

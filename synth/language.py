@@ -1,4 +1,4 @@
-"""The program language of SPEC section 6: parse text into frozen dataclasses, print the
+"""The program language of docs/model.md section 6: parse text into frozen dataclasses, print the
 canonical form, and read the instruction alphabet from the grammar."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This is what the simulator costs and what every export emits: for each step, the groups
 that call the collective (member ranks in the reduction group, root first), the chunk range
-each call covers, and the members left idle. Ranges follow SPEC section 7 exactly, so the
+each call covers, and the members left idle. Ranges follow docs/model.md section 7 exactly, so the
 in-place offsets and counts are the ones NCCL needs.
 
 All reduction groups have the same shape and run the same calls at the same time, so a

@@ -1,7 +1,7 @@
 """Names and `name=size` lists that users type: validated once, here, before anything uses them.
 
-Names reach generated code (C, Python) and file names, so they are restricted to the SPEC's
-identifier pattern; nothing else gets through.
+Names reach generated code (C, Python) and file names, so they are restricted to the
+identifier pattern of docs/model.md section 1; nothing else gets through.
 """
 
 from __future__ import annotations

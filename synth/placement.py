@@ -1,4 +1,4 @@
-"""Placements (SPEC section 2): parallelism matrices of axis factors per system level.
+"""Placements (docs/model.md section 2): parallelism matrices of axis factors per system level.
 
 `M[a][l]` is how many of level l's units axis a spans. Every column multiplies to the level
 size and every row to the axis size. The matrices are enumerated as models of a Z3 formula
@@ -103,7 +103,7 @@ def _row_major(coords: np.ndarray, sizes: list[int]) -> np.ndarray:
 
 
 def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=None) -> None:
-    """SPEC section 2's rules, each violation named with the row or column at fault."""
+    """docs/model.md section 2's rules, each violation named with the row or column at fault."""
     axis_names = axis_names or [f"a{i}" for i in range(len(axis_sizes))]
     level_names = level_names or [f"l{i}" for i in range(len(level_sizes))]
     if len(matrix) != len(axis_sizes):
@@ -205,7 +205,7 @@ def _prime_factors(n: int) -> dict[int, int]:
 
 
 def enumerate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[Placement]:
-    """Every parallelism matrix satisfying SPEC section 2 and the constraints, as models of a
+    """Every parallelism matrix satisfying docs/model.md section 2 and the constraints, as models of a
     Z3 formula; sorted (lexicographically by matrix) so every run lists them in one order."""
     check_axes_fit(topology, axes)
     level_sizes, axis_sizes = topology.sizes, tuple(a.size for a in axes)

@@ -1,10 +1,10 @@
 """The enumerator: every valid program up to a length, one per distinct instruction sequence.
 
 Syntax-guided: programs grow one step at a time over the grammar's alphabet of instructions
-(deduplicated by group sets, SPEC section 5). Pruning rules, each switchable for the ablation
+(deduplicated by group sets, docs/model.md section 5). Pruning rules, each switchable for the ablation
 benchmark:
 
-* invalid steps and no-op steps end a branch (by SPEC section 7 no extension is valid);
+* invalid steps and no-op steps end a branch (by docs/model.md section 7 no extension is valid);
 * dead prefixes: a Z3 query over an abstract state says the goal is out of reach in the
   steps that remain (synth/pruning.py);
 * shared suffixes: the number of valid completions of (state, steps left) is memoized, so a

@@ -1,4 +1,4 @@
-"""The meaning of a program (SPEC sections 5 and 7) as a state machine over group members.
+"""The meaning of a program (docs/model.md sections 5 and 7) as a state machine over group members.
 
 A member's state is `None` (empty) or `(lo, hi, sets, length)`: the chunk range [lo, hi),
 `sets`, one int holding for each chunk c the set of members summed into it as a bitmask in
@@ -33,7 +33,7 @@ class StepFailure(Exception):
     """A step's precondition does not hold; the message says which members and why."""
 
 
-# --- forms: which members talk in one step (SPEC section 5) ----------------------------------
+# --- forms: which members talk in one step (docs/model.md section 5) ----------------------------------
 
 
 def _positions(sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -67,7 +67,7 @@ def master(sizes, level):
 FORMS = {"InsideGroup": inside_group, "Parallel": parallel, "Master": master}
 
 
-# --- collectives (SPEC section 7) --------------------------------------------------------------
+# --- collectives (docs/model.md section 7) --------------------------------------------------------------
 
 
 def _same_range_disjoint(states, collective):
@@ -149,7 +149,7 @@ REDUCING = frozenset({"AllReduce", "ReduceScatter", "Reduce"})
 @dataclass(frozen=True)
 class Instruction:
     """What a step does, independent of how it is spelled: a collective and its groups.
-    Two steps with equal instructions are the same instruction (SPEC section 5)."""
+    Two steps with equal instructions are the same instruction (docs/model.md section 5)."""
 
     collective: str
     groups: tuple[tuple[int, ...], ...]
@@ -249,7 +249,7 @@ class Semantics:
         return new_state
 
     def run(self, program: Program) -> list[StepTrace]:
-        """Check a program against SPEC section 7; InvalidProgramError names the failing step."""
+        """Check a program against docs/model.md section 7; InvalidProgramError names the failing step."""
         state, trace = self.initial, []
         for index, step in enumerate(program.steps):
             instruction = self.instruction_of(step)

@@ -204,7 +204,7 @@ class Topology:
 
 
 def check_levels(levels: tuple[Level, ...], where: str) -> None:
-    """The structural rules of SPEC section 1 shared by every way of building a topology."""
+    """The structural rules of docs/model.md section 1 shared by every way of building a topology."""
     if not levels:
         raise UsageError(f"{where}: a system needs at least one level")
     seen = set()

@@ -52,7 +52,7 @@ def all_cases():
 
 
 def paper_example(kind: str = "merged"):
-    """SPEC's well-known example: merged hierarchy cpu=2, gpu=2."""
+    """docs/model.md's worked example: merged hierarchy cpu=2, gpu=2."""
     return hierarchy("server=2,cpu=2,gpu=4", "a0=4,a1=4", [[1, 2, 2], [2, 1, 2]], ["a0"], kind)
 
 

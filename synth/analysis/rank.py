@@ -20,7 +20,7 @@ lowering it; the tests check both against `simulate(lower(...))`.
 Objectives besides time, per program:
 
 * extra memory: the largest scratch buffer per device any call of the program allocates
-  (the backend's data-sized temporaries: 0 for NCCL, whose calls are all in place as SPEC
+  (the backend's data-sized temporaries: 0 for NCCL, whose calls are all in place as docs/model.md
   section 7 lowers them; gloo's ReduceScatter clones its input and its AllGather gathers
   into a flat copy). Fixed-size library buffers (NCCL's per-channel FIFOs) are per
   communicator, so they are counted by the next objective.
@@ -112,7 +112,7 @@ class ProgramWalker:
         return self._enumerators[max_len]
 
     def index_of(self, step: Step) -> int:
-        """The alphabet entry of a step, whichever of its equal spellings (SPEC section 5) it uses."""
+        """The alphabet entry of a step, whichever of its equal spellings (docs/model.md section 5) it uses."""
         instruction = self.semantics.instruction_of(step)
         return self._index[(instruction.collective, instruction.groups)]
 

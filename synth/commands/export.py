@@ -127,7 +127,7 @@ def _check_valid(program: Program, hierarchy: SynthesisHierarchy) -> None:
 
 
 def default_all_reduce(hierarchy: SynthesisHierarchy) -> Program:
-    """SPEC section 8's baseline: one AllReduce over the whole reduction group."""
+    """docs/model.md section 8's baseline: one AllReduce over the whole reduction group."""
     return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
 
 

@@ -2,7 +2,7 @@
 
 network: the topology as a graph of devices, switches and links; link loads of flows.
 collectives: how a backend (NCCL, gloo) runs each collective, as phases of flows.
-cost: the time of a lowered program for every reduction group at once (SPEC section 8).
+cost: the time of a lowered program for every reduction group at once (docs/model.md section 8).
 bound: a lower bound on any correct all-reduce's time, for the ratio to it.
 rank: programs ranked by predicted time, the top K by a cost-guided search, Pareto filter.
 """

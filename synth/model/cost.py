@@ -1,4 +1,4 @@
-"""The cost of a lowered program (SPEC section 8): one run by every reduction group at once.
+"""The cost of a lowered program (docs/model.md section 8): one run by every reduction group at once.
 
 Per step, every call of every reduction group runs at the same time, so their flows share
 links: a step's phase lasts `max over links of load / capacity` for all of them together
@@ -82,7 +82,7 @@ def bus_factor(n: int) -> float:
 
 
 def baseline_program(hierarchy: SynthesisHierarchy) -> Program:
-    """The default all-reduce: one call over the whole reduction group (SPEC section 8)."""
+    """The default all-reduce: one call over the whole reduction group (docs/model.md section 8)."""
     return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
 
 
@@ -147,7 +147,7 @@ class Simulator:
     # --- one call --------------------------------------------------------------------------------
 
     def layout(self, members: tuple[int, ...], collective: str = "") -> Layout:
-        """The call's shape on the system. Every reduction group has the same shape (SPEC
+        """The call's shape on the system. Every reduction group has the same shape (docs/model.md
         section 3), so the first group's devices stand for all."""
         coords = self.network.coords[self.devices[0, list(members)]]
         levels = self.topology.for_collective(collective).levels
