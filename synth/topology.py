@@ -19,7 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.errors import UsageError
-from synth.names import MAX_DEVICES, check_name, parse_sized_list, product
+from synth.names import MAX_DEVICES, MAX_NAMES, check_name, echo, parse_sized_list, product
+
+# Figures outside these ranges are typos, and would make every time infinite or zero: a
+# latency of 1e308 s turns every sum into inf and every speedup into nan.
+LATENCY_RANGE = (1e-12, 60.0)  # seconds: a picosecond to a minute
+BANDWIDTH_RANGE = (1.0, 1e16)  # bytes/s: a byte per second to 10 PB/s
+MAX_UPLINKS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,8 @@ def check_levels(levels: tuple[Level, ...], where: str) -> None:
     """The structural rules of SPEC section 1 shared by every way of building a topology."""
     if not levels:
         raise UsageError(f"{where}: a system needs at least one level")
+    if len(levels) > MAX_NAMES:
+        raise UsageError(f"{where}: {len(levels)} levels; this tool handles at most {MAX_NAMES}")
     seen = set()
     for level in levels:
         check_name(level.name, "level")
@@ -143,11 +151,37 @@ def check_levels(levels: tuple[Level, ...], where: str) -> None:
         raise UsageError(
             f"{where}: {devices} devices is more than this tool handles ({MAX_DEVICES}); describe a smaller system"
         )
+    for index, level in enumerate(levels):
+        check_figures(level, f"{where}: levels[{index}] ({level.name})")
+
+
+def check_figures(level: Level, where: str) -> None:
+    """Every figure of a level inside the range a real link has, so no time is inf or nan."""
+    def check(figure: Figure | None, field: str, bounds: tuple[float, float], unit: str) -> None:
+        if figure is None:
+            return
+        low, high = bounds
+        value = figure.value
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+            raise UsageError(f"{where}.{field}: {value!r} {unit} is outside the range a link has "
+                             f"({low:g} to {high:g} {unit}); check the figure and its unit")
+
+    check(level.bandwidth, "bandwidth", BANDWIDTH_RANGE, "B/s")
+    check(level.latency, "latency", LATENCY_RANGE, "s")
+    check(level.fabric, "fabric", BANDWIDTH_RANGE, "B/s")
+    if level.uplinks is not None:
+        count = level.uplinks.count
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_UPLINKS:
+            raise UsageError(f"{where}.uplinks.count: {count!r} is not a count from 1 to {MAX_UPLINKS}")
+        check(level.uplinks.bandwidth, "uplinks.bandwidth", BANDWIDTH_RANGE, "B/s")
+    for name, figures in level.collectives:
+        check(figures.bandwidth, f"collectives.{name}.bandwidth", BANDWIDTH_RANGE, "B/s")
+        check(figures.latency, f"collectives.{name}.latency", LATENCY_RANGE, "s")
 
 
 def topology_from_levels(text: str) -> Topology:
     """A bare hierarchy from `rack=2,node=4,gpu=8` (or `2,4,8`): sizes, no link figures."""
     sized = parse_sized_list(text, "level", "l")
     levels = tuple(Level(item.name, item.size) for item in sized)
-    check_levels(levels, f"--levels {text}")
-    return Topology(name=f"levels({text})", description="bare hierarchy from --levels", levels=levels)
+    check_levels(levels, echo(text))
+    return Topology(name=f"levels({text})", description="bare hierarchy (level sizes only)", levels=levels)
