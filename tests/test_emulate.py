@@ -280,7 +280,7 @@ def test_bench_on_an_emulated_2x2_runs_every_rank_in_its_node(run_cli, tmp_path)
     pytest.importorskip("torch")
     before = machine_snapshot()
     args = ["bench", "--emulate", "emu-2x2", "--emulate-name", NAME, "-a", "data=4", "-r", "data", "-p", "[[2,2]]",
-            "--bytes", "64KiB", "--iters", "3", "--warmup", "1", "--results", str(tmp_path), "--timeout", "120"]
+            "--bytes", "64KiB", "--iters", "3", "--warmup", "1", "-o", str(tmp_path), "--timeout", "120"]
     for program in PROGRAMS:
         args += ["--program", program]
     started = time.monotonic()
@@ -316,7 +316,7 @@ def test_bench_reuses_a_cluster_that_is_up_and_leaves_it_up(run_cli, tmp_path):
         code, _, err = run_cli("bench", "--emulate", "emu-2x2", "--scale", "1/50", *common)
         assert code == 2 and "at scale 1/100, not 1/50" in err
         code, _, err = run_cli("bench", "--emulate", "emu-2x2", *common, "--bytes", "4KiB", "--iters", "1",
-                               "--warmup", "0", "--results", str(tmp_path))
+                               "--warmup", "0", "-o", str(tmp_path))
         assert code == 0, err
         assert find_cluster(NAME) is not None  # still up
         [path] = tmp_path.glob("*.csv")
