@@ -75,7 +75,7 @@ class SynthesisHierarchy:
             if level.name == name:
                 return index
         known = ", ".join(self.level_names) or "none: the reduction group has one member"
-        raise UsageError(f"unknown level {name!r} in the {self.kind} hierarchy; its levels are {known}")
+        raise UsageError(f"unknown level {echo(name)} in the {self.kind} hierarchy; its levels are {known}")
 
     @cached_property
     def positions(self) -> np.ndarray:

@@ -130,7 +130,7 @@ class Topology:
         for index, level in enumerate(self.levels):
             if level.name == name:
                 return index
-        raise UsageError(f"unknown level {name!r}: this system has levels {', '.join(self.level_names)}")
+        raise UsageError(f"unknown level {echo(name)}: this system has levels {', '.join(self.level_names)}")
 
 
 def check_levels(levels: tuple[Level, ...], where: str) -> None:

@@ -390,19 +390,37 @@ def print_json(value) -> None:
     sys.stdout.write("\n")
 
 
+MAX_INPUT_BYTES = 16 << 20  # a program or a list of sizes longer than this is not one
+
+
+def read_text(path: str, what: str) -> str:
+    """The UTF-8 text of a file the user names, at most MAX_INPUT_BYTES (so /dev/zero is refused,
+    not read forever)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"cannot read {what} {echo(path)}: {error.strerror or error}") from None
+    except ValueError:  # a NUL in the name
+        raise UsageError(f"cannot read {what} {echo(path)}: not a file name") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise UsageError(f"{what} {echo(path)} is larger than {MAX_INPUT_BYTES >> 20} MiB: not a {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {echo(path)} is not UTF-8 text; give a text file") from None
+
+
 def read_program_text(text: str) -> str:
     """A program given inline, as '-' for standard input, or as @FILE."""
     if text == "-":
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1) if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        if len(data) > MAX_INPUT_BYTES:
+            raise UsageError(f"the program on standard input is larger than {MAX_INPUT_BYTES >> 20} MiB")
         try:
-            return sys.stdin.read()
+            return data.decode("utf-8")
         except UnicodeDecodeError:
             raise UsageError("the program on standard input is not UTF-8 text") from None
     if text.startswith("@"):
-        try:
-            with open(text[1:], encoding="utf-8") as handle:
-                return handle.read()
-        except UnicodeDecodeError:
-            raise UsageError(f"program file {echo(text[1:])} is not UTF-8 text; give a text file with the program") from None
-        except OSError as error:
-            raise UsageError(f"cannot read program file {echo(text[1:])}: {error.strerror or error}") from None
+        return read_text(text[1:], "program file")
     return text

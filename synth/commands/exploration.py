@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (add_bytes_option, add_job_options, add_json_option, add_model_options,
+from synth.commands.common import (add_bytes_option, echo, read_text, add_job_options, add_json_option, add_model_options,
                                    hierarchy_for, one_placement, parse_size, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
@@ -99,7 +99,9 @@ def run_explore(args) -> int:
     try:
         result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
                                     max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy)
-    except ValueError as error:
+    except UsageError:
+        raise
+    except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)
         raise NoSolutionError(str(error)) from None
     if args.json:
         print_json([dict(row.to_json(), bytes=size, reduce=list(reduce_axes), backend=result.backend)
@@ -156,7 +158,9 @@ def run_workload(args) -> int:
     try:
         result = evaluate_workload(job.topology, job.axes, reductions, placements=placements, max_len=args.max_len,
                                    backend=args.backend, hierarchy_kind=args.hierarchy)
-    except ValueError as error:
+    except UsageError:
+        raise
+    except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)
         raise NoSolutionError(str(error)) from None
     if args.json:
         print_json([dict(row.to_json(), backend=result.backend) for row in result.rows])
@@ -214,17 +218,12 @@ def _tensor_items(args) -> list[tuple[str, str]]:
             if not part:
                 raise UsageError(f"--tensors: size {index + 1} is empty; give e.g. 4MiB,16MiB,8KiB")
         return [(part, f"--tensors size {index + 1}") for index, part in enumerate(parts)]
-    try:
-        with open(args.tensors_file, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not a UTF-8 text file"
-        raise UsageError(f"cannot read tensors file {args.tensors_file!r}: {reason}") from None
+    lines = read_text(args.tensors_file, "tensors file").splitlines()
     items = []
     for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if text:
-            items.append((text, f"{args.tensors_file} line {number}"))
+            items.append((text, f"{echo(args.tensors_file)} line {number}"))
     return items
 
 
