@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from synth import __version__
 from synth.errors import SynthError, UsageError
@@ -113,7 +115,55 @@ def build_parser(command: str | None = None, every_command: bool = False) -> arg
     return parser
 
 
+class _Interrupts:
+    """Ctrl-C as KeyboardInterrupt, never lost. Python prints and drops an exception raised in a
+    finalizer (`__del__`, which Z3's objects run all the time), so a Ctrl-C landing there used to
+    vanish and the run went on to exit 0; here it is raised 10 ms later instead, and a run that
+    saw Ctrl-C never reports success."""
+
+    def __init__(self):
+        self.received = False
+        self.previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGALRM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0) if self.previous else None
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
+
+    def _handle(self, signum, frame):
+        if signum == signal.SIGINT:
+            self.received = True
+        elif not self.received:
+            return
+        while frame is not None:
+            if frame.f_code.co_name == "__del__":
+                signal.setitimer(signal.ITIMER_REAL, 0.01)
+                return
+            frame = frame.f_back
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    interrupts = _Interrupts()
+    try:
+        with interrupts:
+            code = _main(argv)
+    except KeyboardInterrupt:  # one that arrived after the command's own handling
+        code = 0
+    if interrupts.received and code != 130:  # a Ctrl-C swallowed somewhere: not a success
+        _report("synth", "interrupted")
+        return 130
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = command_name(argv)
     prefix = f"synth {command}" if command else "synth"
@@ -136,6 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
+    except Exception as error:
+        if not _interrupt_in_native_call(error):
+            raise
+        _report(prefix, "interrupted")
+        return 130
+
+
+def _interrupt_in_native_call(error: Exception) -> bool:
+    """Ctrl-C that landed while ctypes converted the arguments of a native call (Z3's): ctypes
+    turns the KeyboardInterrupt into an ArgumentError naming it."""
+    return type(error).__name__ == "ArgumentError" and "KeyboardInterrupt" in str(error)
 
 
 def _report(prefix: str, error: BaseException | str) -> None:

@@ -29,6 +29,9 @@ z3.set_param("ctrl_c", False)
 Axis = Sized
 # A --placement text longer than this is not a matrix anyone typed.
 MAX_MATRIX_CHARS = 4096
+# Z3 finds placements one model at a time (each call a few milliseconds, growing with the
+# models already excluded): past this many a listing cannot finish in minutes, nor be read.
+MAX_PLACEMENTS = 2000
 
 
 def parse_axes(text: str) -> tuple[Axis, ...]:
@@ -295,8 +298,16 @@ def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=(
             solver.add(z3.Sum([exponent[p, a, l] for a in range(n_axes)]) == _prime_factors(level_sizes[l]).get(p, 0))
         for a in range(n_axes):
             solver.add(z3.Sum([exponent[p, a, l] for l in range(n_levels)]) == _prime_factors(axis_sizes[a]).get(p, 0))
-    for constraint in constraints:
-        _add_constraint(solver, exponent, primes, constraint, topology, axes)
+    fixed = constraint_cells(topology, axes, constraints)
+    for key, value in fixed.items():
+        solver.add(exponent[key] == value if value >= 0 else z3.BoolVal(False))
+    count = count_placements(level_sizes, axis_sizes, fixed, MAX_PLACEMENTS)
+    if count > MAX_PLACEMENTS:
+        shown = "; ".join(str(c) for c in constraints)
+        raise UsageError(f"more than {MAX_PLACEMENTS} placements of "
+                         f"{','.join(f'{a.name}={a.size}' for a in axes)} on {topology.name}"
+                         f"{' with ' + shown if shown else ''}: too many to list; fix some factors or keep axes "
+                         f"inside levels to narrow them")
     results = []
     while (answer := solver.check()) == z3.sat:
         model = solver.model()
@@ -314,7 +325,78 @@ def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=(
     return sorted(results)
 
 
-def _add_constraint(solver, exponent, primes, constraint, topology: Topology, axes: tuple[Axis, ...]) -> None:
+def count_placements(level_sizes, axis_sizes, fixed: dict[tuple[int, int, int], int], limit: int) -> int:
+    """How many placements there are (at most limit + 1: counting stops there), without Z3:
+    per prime, the tables of exponents with the axes' and levels' sums and the `fixed`
+    entries ((prime, axis, level) -> exponent); placements are one table per prime."""
+    primes = sorted(set().union(*(_prime_factors(n) for n in tuple(level_sizes) + tuple(axis_sizes))))
+    total = 1
+    for p in primes:
+        rows = [_prime_factors(size).get(p, 0) for size in axis_sizes]
+        columns = [_prime_factors(size).get(p, 0) for size in level_sizes]
+        cells = {(a, l): value for (q, a, l), value in fixed.items() if q == p}
+        total *= _count_tables(rows, columns, cells, limit // total + 1)
+        if total == 0 or total > limit:
+            return total
+    return total
+
+
+def _count_tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int], limit: int) -> int:
+    """Non-negative integer tables with these row and column sums and fixed cells, counted by
+    depth-first search up to limit + 1."""
+    n_rows, n_columns = len(rows), len(columns)
+    left_in_column = list(columns)
+    count = 0
+
+    def fill(a: int, l: int, left_in_row: int) -> None:
+        nonlocal count
+        if count > limit:
+            return
+        if l == n_columns:
+            if left_in_row:
+                return
+            if a + 1 == n_rows:
+                count += not any(left_in_column)
+                return
+            fill(a + 1, 0, rows[a + 1])
+            return
+        if (a, l) in fixed:
+            choices = [fixed[a, l]]
+        elif a + 1 == n_rows:
+            choices = [left_in_column[l]]  # the last row takes what the column still needs
+        else:
+            choices = range(min(left_in_row, left_in_column[l]) + 1)
+        for value in choices:
+            if value < 0 or value > left_in_row or value > left_in_column[l]:
+                continue
+            left_in_column[l] -= value
+            fill(a, l + 1, left_in_row - value)
+            left_in_column[l] += value
+
+    if n_rows:
+        fill(0, 0, rows[0])
+    return count
+
+
+def constraint_cells(topology: Topology, axes: tuple[Axis, ...], constraints) -> dict[tuple[int, int, int], int]:
+    """What the constraints fix: (prime, axis, level) -> the exponent of that prime in the
+    axis's factor at that level (-1 where two constraints disagree, so nothing fits)."""
+    primes = sorted(set().union(*(_prime_factors(n) for n in topology.sizes + tuple(a.size for a in axes))))
+    fixed: dict[tuple[int, int, int], int] = {}
+    for constraint in constraints:
+        for key, value in _constraint_cells(constraint, topology, axes, primes).items():
+            fixed[key] = value if fixed.get(key, value) == value else -1
+    return fixed
+
+
+def count_matching(topology: Topology, axes: tuple[Axis, ...], constraints=(), limit: int = MAX_PLACEMENTS) -> int:
+    """How many placements satisfy the constraints (counting stops past `limit`)."""
+    check_axes_fit(topology, axes)
+    return count_placements(topology.sizes, tuple(a.size for a in axes), constraint_cells(topology, axes, constraints),
+                            limit)
+
+
+def _constraint_cells(constraint, topology: Topology, axes: tuple[Axis, ...], primes) -> dict[tuple[int, int, int], int]:
     axis_names = tuple(axis.name for axis in axes)
     if constraint.axis not in axis_names:
         raise UsageError(f"{constraint}: unknown axis {constraint.axis!r}; the axes are {', '.join(axis_names)}")
@@ -326,10 +408,7 @@ def _add_constraint(solver, exponent, primes, constraint, topology: Topology, ax
             raise NoSolutionError(f"{constraint}: one {constraint.level} holds {room} device(s) and "
                                   f"{constraint.axis}={axes[a].size} does not divide that, so it cannot stay inside "
                                   f"one; name an outer level")
-        for level in range(l + 1):
-            for p in primes:
-                solver.add(exponent[p, a, level] == 0)
-        return
+        return {(p, a, level): 0 for level in range(l + 1) for p in primes}
     if constraint.value < 1:
         raise UsageError(f"{constraint}: a factor must be a positive integer")
     # Before any factoring: a factor that does not divide both sizes has no placement (and a
@@ -339,8 +418,7 @@ def _add_constraint(solver, exponent, primes, constraint, topology: Topology, ax
         raise NoSolutionError(f"{constraint}: {constraint.value} does not divide both the {constraint.level} size "
                               f"{level_size} and the {constraint.axis} size {axis_size}, so no placement has it")
     wanted = _prime_factors(constraint.value)
-    for p in primes:
-        solver.add(exponent[p, a, l] == wanted.get(p, 0))
+    return {(p, a, l): wanted.get(p, 0) for p in primes}
 
 
 def enumerate_placements_direct(level_sizes, axis_sizes) -> list[tuple[tuple[int, ...], ...]]:

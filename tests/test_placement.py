@@ -208,3 +208,46 @@ def test_z3_does_not_swallow_ctrl_c():
 
     import synth.placement  # noqa: F401  (sets the parameter)
     assert z3.get_param("ctrl_c") == "false"
+
+
+# --- counting before enumerating -------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from synth.placement import MAX_PLACEMENTS, count_matching, count_placements, placement_matrices  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1, max_size=3),
+       st.data())
+def test_the_count_is_the_number_of_placements_z3_finds(levels, data):
+    topology = topology_from_levels(",".join(map(str, levels)))
+    devices = topology.device_count
+    first = data.draw(st.sampled_from([d for d in range(1, devices + 1) if devices % d == 0]))
+    axes = parse_axes(f"x={first},y={devices // first}")
+    constraints = data.draw(st.lists(st.one_of(
+        st.builds(Inside, st.sampled_from(["x", "y"]), st.sampled_from(topology.level_names)),
+        st.builds(Factor, st.sampled_from(["x", "y"]), st.sampled_from(topology.level_names),
+                  st.sampled_from([1, 2, 3, 4]))), max_size=2))
+    try:
+        found = placement_matrices(topology, axes, constraints)
+    except NoSolutionError:
+        found = []
+    try:
+        counted = count_matching(topology, axes, constraints, 10**6)
+    except NoSolutionError:
+        counted = 0
+    assert counted == len(found)
+    if not constraints:
+        assert len(found) == len(enumerate_placements_direct(topology.sizes, (first, devices // first)))
+
+
+def test_too_many_placements_are_refused_before_z3_lists_them():
+    topology = topology_from_levels("2,2,2,2,2,2,2,2,2,2")
+    with pytest.raises(UsageError, match=f"more than {MAX_PLACEMENTS} placements"):
+        enumerate_placements(topology, parse_axes("4,4,4,4,4"))
+    narrowed = enumerate_placements(topology, parse_axes("4,4,4,4,4"),
+                                    [Inside("a0", "l7"), Inside("a1", "l5"), Inside("a2", "l3")])
+    assert 0 < len(narrowed) <= MAX_PLACEMENTS
+    assert len(narrowed) == count_placements(topology.sizes, (4,) * 5, {
+        (2, a, l): 0 for a, last in ((0, 7), (1, 5), (2, 3)) for l in range(last + 1)}, 10**6)
