@@ -344,13 +344,29 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     if predicted is not None and placeholders:
         print(f"note: predicted from placeholder figures of {job.topology.name} ({', '.join(placeholders)}): the "
               f"predicted columns rank the programs but are not this machine's speed; calibrate it "
-              f"(`synth calibrate`, docs/calibrate.md) and pass the calibrated file with -t")
+              f"(`synth calibrate`, docs/calibrate.md) and pass the calibrated file with -t"
+              f"{calibrated_hint(job.topology.name)}")
     print(f"wrote {csv_path}")
     failed = sorted({row.program for row in rows if row.check == "FAILED"})
     if failed or result.returncode != 0:
         raise NoSolutionError(f"check failed for {', '.join(failed) or 'a program'} (exit code {result.returncode}); "
                               f"see {csv_path} and {log_path}")
     return 0
+
+
+def calibrated_hint(name: str) -> str:
+    """Where a calibration of this topology ships (`emu-2x4` -> `emu-2x4-gloo`), if one does."""
+    from synth.topology_file import builtin_topology_names, load_topology
+
+    import re
+
+    calibrated = f"{name}-gloo"
+    if calibrated not in builtin_topology_names():
+        return ""
+    scale = re.search(r"at scale ([0-9./]+[0-9])", load_topology(calibrated).description)
+    where = f" at scale {scale[1]}" if scale else ""
+    return (f"; {calibrated} has figures calibrated on the emulated cluster{where}: --emulate {name}"
+            f"{' --scale ' + scale[1] if scale else ''} -t {calibrated}")
 
 
 def placeholder_figures(topology) -> list[str]:
