@@ -51,6 +51,8 @@ def run_calibrate(args) -> int:
         raise UsageError("--level names a level of the base topology; give --topology BASE too")
     measurements, formats = [], {}
     for path in args.files:
+        _check_readable(path)
+    for path in args.files:
         kind, found = read_measurements(path, args.level)
         formats[path] = kind
         measurements += found
@@ -81,6 +83,21 @@ def run_calibrate(args) -> int:
     if args.output:
         console.print(f"wrote {args.output}")
     return 0
+
+
+def _check_readable(path: str) -> None:
+    """A measurement file that exists as a regular file of a sane size, or one line saying why."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or "not a file name"
+        raise UsageError(f"cannot read measurement file {echo(path)}: {reason}") from None
+    import stat
+
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"measurement file {echo(path)} is not a regular file")
+    if info.st_size > 64 << 20:
+        raise UsageError(f"measurement file {echo(path)} is {info.st_size >> 20} MiB: not a measurement file")
 
 
 def _backend(option: str | None, measurements) -> str:
