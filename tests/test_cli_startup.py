@@ -47,7 +47,10 @@ def heavy(modules: set[str]) -> list[str]:
 def test_help_and_topologies_load_nothing_heavy():
     for argv in (["--help"], ["topologies"], ["topologies", "--json"], []):
         code, modules = loaded(argv)
-        assert code in (0, 2) and heavy(modules) == [], (argv, heavy(modules))
+        # Topology files with per-collective figures check the names against the grammar (lark),
+        # until the collectives have a table of their own (issue 8).
+        allowed = {"lark"} if argv and argv[0] == "topologies" else set()
+        assert code in (0, 2) and set(heavy(modules)) <= allowed, (argv, heavy(modules))
         assert not any(name.startswith("synth.commands.") and name not in (
             "synth.commands.synthesis", "synth.commands.common", "synth.commands.examples") for name in modules)
 
