@@ -139,6 +139,28 @@ def test_a_31_digit_factor_is_refused_before_any_factoring(run_cli):
 # --- the order of checks ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("command, rest", [
+    ("rank", ("--reduce", "data", "--bytes", "1MiB")),
+    ("explore", ("--reduce", "data", "--bytes", "1MiB")),
+    ("workload", ("--reduction", "data:1MiB")),
+    ("sweep", ("-b", "1KiB", "-e", "4KiB")),
+    ("fusion", ("--reduce", "data", "--placement", "[[" + ",".join(["2"] * 20) + "]]", "--tensors", "1MiB")),
+    ("export", ("--reduce", "data", "--placement", "[[" + ",".join(["2"] * 20) + "]]", "--top", "1",
+                "--format", "json", "-o", "x.json")),
+])
+def test_a_20_level_topology_is_refused_before_anything_is_costed(run_cli, tmp_path, command, rest, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "deep.toml"
+    lines = ['name = "deep20"']
+    for index in range(20):
+        lines += ["[[levels]]", f'name = "l{index}"', "size = 2", 'bandwidth = { value = "10 GB/s", source = "test" }',
+                  'latency = { value = "1 us", source = "test" }']
+    path.write_text("\n".join(lines) + "\n")
+    started = time.perf_counter()
+    refused(run_cli, command, "--topology", str(path), "--axes", "data=1048576", *rest, fragments=("20 levels",))
+    assert time.perf_counter() - started < 60
+
+
 def test_rank_on_a_20_level_topology_is_refused_before_anything_is_costed(run_cli, tmp_path):
     path = tmp_path / "deep.toml"
     lines = ['name = "deep20"']

@@ -316,6 +316,20 @@ def hierarchy_for(placement: Placement, reduce_axes: tuple[str, ...], kind: str)
     return build_hierarchy(placement, reduce_axes, kind)
 
 
+def check_search(hierarchies, max_len: int) -> None:
+    """The search's own refusals (a hierarchy too deep, a program too long), asked of every
+    hierarchy before anything is costed: the Enumerator checks its limits when it is made and
+    searches only when asked. A topology too deep to search is refused before its network is
+    built (a 20-level system used gigabytes first)."""
+    from synth.search import Enumerator, SearchOptions, semantics_for
+
+    seen = set()
+    for hierarchy in hierarchies:
+        if hierarchy.group_size > 1 and hierarchy.sizes not in seen:
+            seen.add(hierarchy.sizes)
+            Enumerator(semantics_for(hierarchy), SearchOptions(max_len=max_len))
+
+
 # --- sizes -----------------------------------------------------------------------------------------
 
 MAX_SIZES = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (add_bytes_option, echo, read_text, add_job_options, add_json_option, add_model_options,
+from synth.commands.common import (add_bytes_option, check_search, echo, read_text, add_job_options, add_json_option, add_model_options,
                                    hierarchy_for, one_placement, parse_size, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
@@ -96,6 +96,7 @@ def run_explore(args) -> int:
     size = parse_size(args.bytes, "--bytes")
     reduce_axes = resolve_reduce(args, job)
     placements = resolve_placements(args, job)
+    check_search([hierarchy_for(p, reduce_axes, args.hierarchy) for p in placements], args.max_len)
     try:
         result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
                                     max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy)
@@ -155,6 +156,8 @@ def run_workload(args) -> int:
                              f"e.g. data:1GiB")
         reductions.append(parse_reduction(text, job.axis_names))
     placements = resolve_placements(args, job)
+    check_search([hierarchy_for(p, reduction.axes, args.hierarchy) for p in placements for reduction in reductions],
+                 args.max_len)
     try:
         result = evaluate_workload(job.topology, job.axes, reductions, placements=placements, max_len=args.max_len,
                                    backend=args.backend, hierarchy_kind=args.hierarchy)
@@ -253,6 +256,7 @@ def run_fusion(args) -> int:
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     if hierarchy.group_size == 1:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to fuse")
+    check_search([hierarchy], args.max_len)
     plan = plan_fusion(hierarchy, job.topology, tensors, compute_rate=rate, backend=args.backend,
                        max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
     if args.json:

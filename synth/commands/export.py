@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (DEFAULT_BACKEND, Job, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
+from synth.commands.common import (DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
                                    add_output_option, add_size_options, add_top_option, echo, flagged, hierarchy_for,
                                    iter_placements, natural_int, one_placement, output_directory, positive_int,
                                    read_program_text, resolve_axes, resolve_job, resolve_reduce, resolve_sizes, seconds)
@@ -103,6 +103,7 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
     from synth.language import parse_program
     from synth.model.network import check_costable
 
+    check_search([hierarchy], args.max_len)
     check_costable(topology)
     programs: list[Program] = []
     for nbytes in sizes:
@@ -299,6 +300,7 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     sizes = resolve_sizes(args, default=DEFAULT_BENCH_BYTES[args.backend])
     programs = _given_programs(args)
     entries, infos = _bench_entries(args, job, reduce_axes, programs, sizes)
+    _require_torch()
     if args.backend == "nccl":
         _require_gpus(devices)
     directory = output_directory(args.output, "bench")
@@ -403,12 +405,20 @@ def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
     return argv
 
 
-def _require_gpus(devices: int) -> None:
+def _require_torch() -> None:
+    import importlib.util
+
     try:
-        import torch
-    except ImportError:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # torch set to None in sys.modules: as good as absent
+        found = False
+    if not found:
         raise UsageError("synth bench runs programs with torch, which is not installed: pip install "
-                         "'hierarchical-collectives-synth[run]' (see the README for the CPU and GPU builds)") from None
+                         "'hierarchical-collectives-synth[run]' (see the README for the CPU and GPU builds)")
+
+
+def _require_gpus(devices: int) -> None:
+    import torch
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if available < devices:
         raise UsageError(f"--backend nccl (the default) needs {devices} GPUs on this machine and it has {available}: "

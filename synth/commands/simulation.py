@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from synth.commands.common import (add_job_options, add_json_option, add_model_options, add_size_options, add_top_option,
+from synth.commands.common import (add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
 from synth.errors import NoSolutionError
@@ -46,8 +46,7 @@ def run_rank(args) -> int:
     # a topology too deep to search is refused before its network is built.
     hierarchies = [hierarchy_for(placement, reduce_axes, args.hierarchy) for placement in iter_placements(args, job)]
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
-    for hierarchy in hierarchies:
-        check_search_limits(hierarchy, args.max_len)
+    check_search(hierarchies, args.max_len)
     check_costable(job.topology)
     sections = []
     for hierarchy in hierarchies:
@@ -83,14 +82,6 @@ def run_rank(args) -> int:
     for size, hierarchy, bound, rows in sections:
         console.print(_table(job.topology.name, size, hierarchy, bound, rows, args))
     return 0
-
-
-def check_search_limits(hierarchy, max_len: int) -> None:
-    """The search's own refusal (too deep a hierarchy, too long a program), asked before any
-    costing: the Enumerator checks its limits when it is made and searches only when asked."""
-    from synth.search import Enumerator, SearchOptions, semantics_for
-
-    Enumerator(semantics_for(hierarchy), SearchOptions(max_len=max_len))
 
 
 def _table(topology_name: str, size: int, hierarchy, bound, rows, args):

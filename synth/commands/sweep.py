@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (add_axes_option, add_hierarchy_option, add_model_options, add_output_option,
+from synth.commands.common import (add_axes_option, check_search, hierarchy_for, add_hierarchy_option, add_model_options, add_output_option,
                                    add_size_options, add_system_options, output_directory, resolve_job, resolve_sizes)
 from synth.errors import UsageError
 
@@ -77,7 +77,7 @@ def run_sweep_command(args) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    from synth.analysis.sweep import Catalogues, configurations, run_sweep
+    from synth.analysis.sweep import Catalogues, configurations, has_members, reduction_requests, run_sweep
     from synth.model.network import check_costable
     from synth.placement import enumerate_placements
     from synth.search import MAX_PROGRAM_LENGTH
@@ -89,6 +89,8 @@ def run_sweep_command(args) -> int:
         raise UsageError(f"--max-len {args.max_len}: give a length from 1 to {MAX_PROGRAM_LENGTH}")
     directory = output_directory(args.output, "sweep")  # before the sweep: a bad DIR should not cost the whole run
     placements = enumerate_placements(job.topology, job.axes)
+    requests = [request for request in reduction_requests(job.axes) if has_members(request, job.axes)]
+    check_search([hierarchy_for(p, request, args.hierarchy) for p in placements for request in requests], args.max_len)
     total = configurations(len(placements), job.axes, len(sizes))
     started = time.perf_counter()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
