@@ -19,16 +19,18 @@ MAX_DEVICES = 1 << 20
 # of more than this many axes or levels is a typo, not a cluster.
 MAX_NAMES = 32
 MAX_NAME_CHARS = 64
-ECHO_CHARS = 60
+ECHO_CHARS = 80
 
 
 def echo(value, limit: int = ECHO_CHARS) -> str:
-    """`repr(value)` for an error message, cut to about `limit` characters with the length
-    said, so a megabyte of input is never echoed back whole."""
+    """`repr(value)` for an error message, cut in the middle to about `limit` characters with
+    the length said, so a megabyte of input is never echoed back whole (the end, where a file
+    name is, is kept)."""
     text = repr(value)
     if len(text) <= limit:
         return text
-    return f"{text[:limit - 10]}...{text[-6:]} ({len(str(value))} characters)"
+    head = limit // 3
+    return f"{text[:head]}...{text[-(limit - head - 3):]} ({len(str(value))} characters)"
 
 
 def check_name(name: str, what: str) -> str:

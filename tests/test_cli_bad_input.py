@@ -251,28 +251,53 @@ def _interrupt_after(args: list[str], seconds: float, cwd) -> subprocess.Complet
     return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
-LONG_SEARCH = ["programs", "--levels", "pod=2,rack=2,node=2,gpu=2", "--axes", "data=16", "--reduce", "data",
-               "--max-len", "7", "--json"]
+def test_ctrl_c_of_programs_json_keeps_what_was_found_as_json(run_cli, monkeypatch):
+    """Ctrl-C after the search found five programs (made deterministic by raising it there):
+    standard output is still one JSON document with those five."""
+    from synth import search
+
+    real = search.Enumerator.programs
+
+    def interrupted_after_five(self):
+        for index, program in enumerate(real(self)):
+            if index == 5:
+                raise KeyboardInterrupt
+            yield program
+
+    monkeypatch.setattr(search.Enumerator, "programs", interrupted_after_five)
+    code, out, err = run_cli("programs", "--levels", "rack=2,node=2,gpu=2", "--axes", "data=8", "--reduce", "data",
+                             "--max-len", "4", "--json")
+    assert code == 130
+    one_line(err, "synth programs: interrupted after 5 program(s)", "the JSON holds them")
+    rows = json.loads(out)
+    assert len(rows) == 5 and all("program" in row for row in rows)
 
 
-def test_ctrl_c_of_programs_json_keeps_what_was_found_as_json(tmp_path):
-    done = _interrupt_after(LONG_SEARCH, 4.0, tmp_path)
-    assert done.returncode == 130, done.stderr
-    one_line(done.stderr, "synth programs: interrupted after", "the JSON holds them")
-    rows = json.loads(done.stdout)
-    assert isinstance(rows, list) and all("program" in row for row in rows)
+def test_ctrl_c_of_sweep_writes_the_placements_done_and_says_so(run_cli, tmp_path, monkeypatch):
+    """Ctrl-C arrives while the third placement is swept (made deterministic by raising it
+    there): the files hold the two placements done, and say the sweep was interrupted."""
+    from synth.analysis import sweep
 
+    real, calls = sweep.run_sweep, []
 
-def test_ctrl_c_of_sweep_writes_the_placements_done_and_says_so(tmp_path):
-    done = _interrupt_after(["sweep", "--topology", "dgx-h100-2x8x8", "--axes", "data=4,pipe=4,model=8", "-b", "1KiB",
-                             "-e", "1GiB", "-f", "4", "-o", str(tmp_path / "out")], 6.0, tmp_path)
-    assert done.returncode == 130, done.stderr
-    assert "interrupted after" in done.stderr and "Traceback" not in done.stderr
+    def interrupted_on_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted_on_the_third)
+    code, out, err = run_cli("sweep", "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "-b", "1KiB",
+                             "-e", "4KiB", "-L", "3", "-o", str(tmp_path / "out"))
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("synth sweep: interrupted after 2 of ")
     (csv_path,) = (tmp_path / "out").glob("*.csv")
     (json_path,) = (tmp_path / "out").glob("*.json")
     written = json.loads(json_path.read_text())
-    assert written["interrupted"] is True
+    assert written["interrupted"] is True and written["placements"] == 2
+    assert {row["matrix"] for row in written["rows"]} and len({row["matrix"] for row in written["rows"]}) == 2
     assert len(csv_path.read_text().splitlines()) == 1 + len(written["rows"])
+    assert str(csv_path) in out
 
 
 @pytest.mark.slow

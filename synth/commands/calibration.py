@@ -86,16 +86,16 @@ def run_calibrate(args) -> int:
 
 
 def _check_readable(path: str) -> None:
-    """A measurement file that exists as a regular file of a sane size, or one line saying why."""
+    """What the readers would not survive, refused in one line: a name the file system cannot
+    take (too long, a NUL in it) or a file of many megabytes. A missing file or a directory the
+    readers name themselves."""
     try:
         info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
     except (OSError, ValueError) as error:
         reason = getattr(error, "strerror", None) or "not a file name"
         raise UsageError(f"cannot read measurement file {echo(path)}: {reason}") from None
-    import stat
-
-    if not stat.S_ISREG(info.st_mode):
-        raise UsageError(f"measurement file {echo(path)} is not a regular file")
     if info.st_size > 64 << 20:
         raise UsageError(f"measurement file {echo(path)} is {info.st_size >> 20} MiB: not a measurement file")
 

@@ -50,7 +50,8 @@ def _integer(text: str, minimum: int) -> int:
         raise argparse.ArgumentTypeError(f"{echo(text)} is too large (at most {MAX_COUNT_DIGITS} digits)")
     value = int(stripped)
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"{echo(text)} is less than {minimum}")
+        wanted = "a positive whole number" if minimum == 1 else f"a whole number of at least {minimum}"
+        raise argparse.ArgumentTypeError(f"{echo(text)} is not {wanted}")
     return value
 
 
