@@ -71,6 +71,7 @@ class _TopFormatter(argparse.RawDescriptionHelpFormatter):
 
     def __init__(self, prog: str):
         super().__init__(prog, max_help_position=18)
+        self._action_max_length = 16  # room for the longest command name beside its line
 
 
 class CommandLineError(UsageError):
