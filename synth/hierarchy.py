@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from synth.errors import UsageError
-from synth.names import product
+from synth.names import echo, product
 from synth.placement import Placement
 
 HIERARCHY_KINDS = ("merged", "split", "system")
@@ -33,15 +33,19 @@ class HierarchyLevel:
 
 def parse_reduce(text: str, placement_axes: tuple[str, ...]) -> tuple[str, ...]:
     """`data` or `data,model` into axis names in axis order, each known and named once."""
-    names = [part.strip() for part in str(text).split(",") if part.strip()]
-    if not names:
-        raise UsageError(f"--reduce {text!r} names no axis: give one or more of {', '.join(placement_axes)}")
-    for name in names:
+    known = ", ".join(placement_axes)
+    parts = [part.strip() for part in str(text).split(",")]
+    if not any(parts):
+        raise UsageError(f"{echo(text)} names no axis: give one or more of {known}, joined by commas")
+    if not all(parts):
+        raise UsageError(f"{echo(text)} has an empty axis name: give one or more of {known}, joined by commas "
+                         f"(e.g. {','.join(placement_axes[:2])})")
+    for name in parts:
         if name not in placement_axes:
-            raise UsageError(f"--reduce: unknown axis {name!r}; the axes are {', '.join(placement_axes)}")
-    if len(set(names)) != len(names):
-        raise UsageError(f"--reduce {text!r} names an axis twice")
-    return tuple(name for name in placement_axes if name in names)
+            raise UsageError(f"unknown axis {echo(name)}; the axes are {known}")
+    if len(set(parts)) != len(parts):
+        raise UsageError(f"{echo(text)} names an axis twice")
+    return tuple(name for name in placement_axes if name in parts)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class SynthesisHierarchy:
             if level.name == name:
                 return index
         known = ", ".join(self.level_names) or "none: the reduction group has one member"
-        raise UsageError(f"unknown level {name!r} in the {self.kind} hierarchy; its levels are {known}")
+        raise UsageError(f"unknown level {echo(name)} in the {self.kind} hierarchy; its levels are {known}")
 
     @cached_property
     def positions(self) -> np.ndarray:

@@ -109,7 +109,7 @@ from importlib import resources
 from pathlib import Path
 
 from synth.errors import UsageError
-from synth.names import check_name
+from synth.names import check_name, echo
 from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem, Topology,
                             Transport, Uplinks, check_levels)
 from synth.units import (BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_bytes,
@@ -133,6 +133,7 @@ _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_byte
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
+MAX_FILE_BYTES = 1 << 20  # a topology file of a megabyte is something else
 _SOURCE_HINT = 'source = "spec sheet, paper, or estimate: how it was guessed"'
 
 
@@ -170,6 +171,7 @@ def load_topology(spec: str | os.PathLike) -> Topology:
     built-in name first and a path only if no built-in has that name.
     """
     text_spec = os.fspath(spec)
+    shown = echo(text_spec)
     looks_like_path = text_spec.endswith(".toml") or "/" in text_spec or os.sep in text_spec
     if not looks_like_path and text_spec in builtin_topology_names():
         entry = _builtin_dir() / f"{text_spec}.toml"
@@ -177,16 +179,22 @@ def load_topology(spec: str | os.PathLike) -> Topology:
         text = entry.read_text(encoding="utf-8")
         return _parse_topology(text, where, str(entry))
     path = Path(text_spec)
-    if not path.is_file():
-        if looks_like_path or path.exists():
-            problem = f"no topology file {text_spec!r}" if not path.exists() else f"{text_spec!r} is not a file"
+    try:  # a name too long for the file system, or a NUL in it, is no file either
+        is_file, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):
+        is_file = exists = False
+    if not is_file:
+        if looks_like_path or exists:
+            problem = f"no topology file {shown}" if not exists else f"{shown} is not a file"
             raise UsageError(f"{problem}: give a path to a TOML file or a built-in name: {_builtin_list()}")
-        raise UsageError(f"unknown topology {text_spec!r}: use a built-in name ({_builtin_list()}) or a path to a .toml file")
+        raise UsageError(f"unknown topology {shown}: use a built-in name ({_builtin_list()}) or a path to a .toml file")
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise UsageError(f"{shown}: {path.stat().st_size} bytes is not a topology file (at most {MAX_FILE_BYTES})")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"{text_spec}: cannot read the file ({_one_line(error)}); give a readable UTF-8 TOML file") from None
-    return _parse_topology(text, text_spec, str(path.resolve()))
+        raise UsageError(f"{shown}: cannot read the file ({_one_line(error)}); give a readable UTF-8 TOML file") from None
+    return _parse_topology(text, text_spec if len(text_spec) <= 200 else shown, str(path.resolve()))
 
 
 def _one_line(error: BaseException) -> str:
@@ -205,6 +213,8 @@ def _toml_loads(text: str, where: str) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{where}: not valid TOML: {_one_line(error)}") from None
+    except RecursionError:  # tables or arrays nested thousands deep
+        raise UsageError(f"{where}: not a topology file: its values are nested too deeply") from None
 
 
 def _field_error(where: str, field: str, message: str) -> UsageError:

@@ -479,7 +479,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, run_cli, name, text, fragmen
     assert code == 2, (stdout, stderr)
     assert stdout == ""
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("synth: "), stderr
+    assert len(lines) == 1 and lines[0].startswith("synth calibrate: "), stderr
     assert fragment in lines[0], lines[0]
 
 

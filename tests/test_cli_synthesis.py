@@ -21,7 +21,7 @@ def test_placements_json(run_cli):
 
 def test_placements_on_a_builtin_topology_with_a_constraint(run_cli):
     code, out, _ = run_cli("placements", "--topology", "dgx-a100-x4", "--axes", "data=8,model=4",
-                           "--inside", "model=gpu", "--json")
+                           "--inside", "model=node", "--json")
     assert code == 0 and [row["matrix"] for row in json.loads(out)] == [[[4, 2], [1, 4]]]
 
 

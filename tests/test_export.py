@@ -281,7 +281,7 @@ def test_injected_names_are_refused_before_any_file_is_written(run_cli, tmp_path
         args += ["--program", options["--program"]]
     code, stdout, stderr = run_cli(*args)
     assert code == 2, stderr
-    assert stderr.startswith("synth: ")
+    assert stderr.startswith("synth export: ")
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -317,7 +317,7 @@ def test_export_is_deterministic_and_stamped(run_cli, tmp_path, fmt, suffix):
 def test_several_programs_go_to_a_directory_or_one_batch(run_cli, tmp_path):
     programs = ["--program", PROGRAM, "--program", "AllReduce(InsideGroup(node))"]
     code, stdout, _ = run_cli("export", *LEVELS_2X4, *programs, "--format", "torch", "-o", str(tmp_path / "dir"))
-    assert code == 0 and sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["program_0.py", "program_1.py"]
+    assert code == 0 and sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["program_1.py", "program_2.py"]
     code, _, _ = run_cli("export", *LEVELS_2X4, *programs, "--format", "torch", "--batch", "-o", str(tmp_path / "b.py"))
     assert code == 0 and "AllReduce(InsideGroup(node))" in (tmp_path / "b.py").read_text()
     code, _, _ = run_cli("export", *LEVELS_2X4, *programs, "--format", "nccl", "-o", str(tmp_path / "c"))
@@ -356,7 +356,7 @@ def test_export_refusals(run_cli, tmp_path):
 
 
 def test_bench_refusals_run_nothing(run_cli, tmp_path):
-    common = ("--program", "AllReduce(InsideGroup(node))", "--results", str(tmp_path))
+    common = ("--program", "AllReduce(InsideGroup(node))", "-o", str(tmp_path))
     code, _, stderr = run_cli("bench", *LEVELS_2X4, *common, "--nproc", "4")
     assert code == 2 and "--nproc 8" in stderr
     code, _, stderr = run_cli("bench", "--levels", "node=4,gpu=8", "--axes", "data=32", "--reduce", "data", *common)

@@ -79,7 +79,7 @@ def parse_reduction(text: str, axis_names: tuple[str, ...]) -> Reduction:
     count_text = match["count"]
     if count_text is None:
         count = 1
-    elif not count_text.isdigit() or int(count_text) < 1:
+    elif not re.fullmatch(r"[0-9]{1,9}", count_text) or int(count_text) < 1:  # ASCII digits, at most a billion
         raise UsageError(f"{where}: the count {count_text!r} after 'x' is not a positive integer; e.g. {EXAMPLE}")
     else:
         count = int(count_text)
