@@ -37,7 +37,7 @@ COMMANDS = {
     "bench": ("synth.commands.export", "run programs and the default all-reduce with torchrun here and time them"),
     "emulate": ("synth.commands.emulate", "bring an emulated cluster (network namespaces, shaped links) up or down; needs root"),
     "plan": ("synth.commands.plan",
-             "choose parallelism degrees, placement and every collective's program together for a training step"),
+             "degrees, placement and programs of a whole training step, ranked by predicted step time"),
 }
 
 EPILOG = """\

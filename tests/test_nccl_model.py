@@ -5,6 +5,7 @@ connect.cc at tag v2.26.2-1 unless said otherwise."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -219,7 +220,8 @@ def test_the_logged_infiniband_runs_are_predicted_within_target_from_the_topolog
     >= 64 MiB and 30% below for the 2-node H100 InfiniBand run."""
     from synth.calibrate import read_measurements
 
-    _, measurements = read_measurements("docs/examples/all_reduce_perf-h100-ib-2x8.txt")
+    log = Path(__file__).resolve().parent.parent / "docs" / "examples" / "all_reduce_perf-h100-ib-2x8.txt"
+    _, measurements = read_measurements(str(log))
     topology = load_topology("hgx-h100-ib-4x8")
     misses = []
     for m in measurements:

@@ -4,8 +4,6 @@ memoized communication costs against fresh searches."""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import warnings
 from types import SimpleNamespace
 

@@ -104,7 +104,7 @@ def infer_nccl_base(measurements: list[Measurement]) -> Inferred:
                                             f"InfiniBand NIC per GPU, as {gpu.generation} reference systems ship")
             node = Level("node", hosts, nic, Figure(9.6e-6, f"estimate ({assumed})"), Uplinks(ranks, nic),
                          link=LinkKind("infiniband", nic.source),
-                         transport=Transport("ib", f"assumed by synth calibrate: NCCL net_ib with GPUDirect RDMA"))
+                         transport=Transport("ib", "assumed by synth calibrate: NCCL net_ib with GPUDirect RDMA"))
             levels = (node, gpu_level)
             assumptions.append(f"between hosts: one {gpu.nic_bandwidth * 8 / GB:g} Gb/s InfiniBand NIC per GPU with "
                                f"GPUDirect RDMA (the output does not say; give --topology to set them)")

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import sys
 
-from synth.commands.common import add_constraint_options, add_json_option, add_model_options, print_json
+from synth.commands.common import add_constraint_options, add_json_option, add_model_options, positive_int, print_json
 from synth.errors import UsageError
 
 DEFAULT_TOP = 10
@@ -27,12 +27,12 @@ def register(subparsers) -> None:
     parser.add_argument("--list-models", action="store_true", help="list the built-in models with their sources and exit")
     parser.add_argument("--resize", metavar="LEVEL=N", help="change one level's size, e.g. node=48 (a bigger cluster of the same kind)")
     for role, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
-        parser.add_argument(f"--{role}", type=int, metavar="N",
+        parser.add_argument(f"--{role}", type=positive_int, metavar="N",
                             help=f"fix the {what}-parallel degree" + (" (default 1)" if role == "cp" else ""))
-    parser.add_argument("--max-tp", type=int, metavar="N", help="largest tensor-parallel degree to try")
+    parser.add_argument("--max-tp", type=positive_int, metavar="N", help="largest tensor-parallel degree to try")
     add_constraint_options(parser)
     parser.add_argument("--micro-batch", metavar="B,B,...", help="micro-batch sizes to try (default: the model's)")
-    parser.add_argument("--global-batch", type=int, metavar="N",
+    parser.add_argument("--global-batch", type=positive_int, metavar="N",
                         help="sequences per step (default: the model's; micro-batch 1 unless --micro-batch)")
     parser.add_argument("--virtual-stages", metavar="V,V,...",
                         help="model chunks per pipeline device to try (1: 1F1B; default 1 and every divisor of L/p up to 8)")
@@ -47,7 +47,8 @@ def register(subparsers) -> None:
     parser.add_argument("--efficiency", metavar="F", help="matmul efficiency (achieved/peak), e.g. 45%%; default: the topology's")
     parser.add_argument("--memory-headroom", metavar="F", default="0",
                         help="fraction of device memory to keep free, e.g. 10%% (default 0)")
-    parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"rows to show (default {DEFAULT_TOP})")
+    parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
+                        help=f"rows to show (default {DEFAULT_TOP})")
     parser.add_argument("--budget", type=float, default=None, metavar="S",
                         help="refuse searches estimated to take longer (seconds, default 300)")
     parser.add_argument("--export", metavar="FILE", help="write the winner's launch settings (Megatron, DeviceMesh, JAX) as JSON")
