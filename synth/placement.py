@@ -283,7 +283,6 @@ def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=(
     """The sorted matrices of every placement satisfying the constraints."""
     check_axes_fit(topology, axes)
     level_sizes, axis_sizes = topology.sizes, tuple(a.size for a in axes)
-    axis_names = tuple(a.name for a in axes)
     n_axes, n_levels = len(axes), len(level_sizes)
     primes = sorted(set().union(*(_prime_factors(n) for n in level_sizes + axis_sizes)))
     solver = z3.Solver()

@@ -150,7 +150,6 @@ def test_time_grows_with_size_within_a_choice_and_busbw_stays_below_the_links(ha
         times = [estimate_for(hardware, Call("AllReduce", nodes, ppn, s), algorithm, protocol).time_s for s in sizes]
         assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:])), (algorithm, protocol, times)
         assert times[-1] > 2 * times[-3]
-    n = nodes * ppn
     for s in sizes:
         e = estimate(hardware, Call("AllReduce", nodes, ppn, s))
         # Every byte leaves each GPU at least 2(n-1)/n times over its links or NVLS (n/(n+1) of
