@@ -5,16 +5,23 @@ states share one answer (memoized by abstract state):
 
 * `need`: the fewest doublings any chunk still needs. Every chunk must end up holding all N
   members. One reducing step over groups of k members can at most multiply a chunk's set by
-  k (a union of k sets), and copies (AllGather, Broadcast) never enlarge a chunk's best set.
-  So the chunk whose best holder has the smallest set, s, needs s * prod(k) >= N over the
-  remaining reducing steps; with growth ceil(log2 k) per step this is a sound bound.
-* `partial`: some member holds part of the buffer; only AllGather or Broadcast widen a range.
-* `empty`: some member holds nothing; only Broadcast fills it.
-* The last step cannot be a ReduceScatter or a Reduce (they leave partial or empty members),
-  and each must be followed by a step that repairs what it leaves.
+  k (a union of k sets), and other collectives never enlarge a chunk's best set. So the
+  chunk whose best holder has the smallest set, s, needs s * prod(k) >= N over the remaining
+  reducing steps; with growth ceil(log2 k) per step this is a sound bound.
+* `partial`: some member holds part of the buffer; only a collective that widens a range
+  repairs it.
+* `empty`: some member holds nothing; only one that fills empty members repairs it.
+* A step that always leaves partial (or empty) members must be followed by one that widens
+  (or fills), so neither can be last.
 
-Every rule only removes sequences that cannot reach the goal, so pruning keeps completeness.
-A collective this module does not know is treated as able to do anything (never pruned on).
+What each collective may do is read from its record (synth/collectives.py); instructions
+enter the query only through those facts and their growth, so the query ranges over a few
+classes. Every rule only removes sequences that cannot reach the goal, so pruning keeps
+completeness.
+
+The abstraction is computed once per state from per-member chunk counts cached by member
+(a step changes a few members and most states share most of their members), not by walking
+every chunk of every member again.
 """
 
 from __future__ import annotations
@@ -24,14 +31,6 @@ from functools import lru_cache
 
 import z3
 
-# What each known collective can do to the abstraction (growth is per instruction).
-LEAVES_PARTIAL = frozenset({"ReduceScatter"})
-LEAVES_EMPTY = frozenset({"Reduce"})
-WIDENS_RANGE = frozenset({"AllGather", "Broadcast"})
-FILLS_EMPTY = frozenset({"Broadcast"})
-KNOWN = frozenset({"AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast"})
-REDUCING = frozenset({"AllReduce", "ReduceScatter", "Reduce"})
-
 
 @dataclass(frozen=True)
 class AbstractState:
@@ -40,67 +39,87 @@ class AbstractState:
     empty: bool
 
 
-def abstract(state: tuple, member_count: int) -> AbstractState:
-    best = [0] * member_count
-    partial = empty = False
-    for member in state:
-        if member is None:
-            empty = True
-            continue
-        lo, hi, sets, _ = member
-        if (lo, hi) != (0, member_count):
-            partial = True
-        full = (1 << member_count) - 1
-        for chunk in range(lo, hi):
-            count = ((sets >> (chunk * member_count)) & full).bit_count()
-            if count > best[chunk]:
-                best[chunk] = count
-    weakest = min(best)
-    if weakest == 0:
-        return AbstractState(-1, partial, empty)
+# (reduces, leaves partial, leaves empty, widens, fills empty, growth): one instruction class.
+InstructionClass = tuple[bool, bool, bool, bool, bool, int]
+
+
+def chunk_counts(member, member_count: int) -> tuple[int, ...]:
+    """For each chunk of the buffer, how many members are summed into it on this member (0
+    outside its range)."""
+    lo, hi, sets, _ = member
+    full = (1 << member_count) - 1
+    return ((0,) * lo + tuple(((sets >> (chunk * member_count)) & full).bit_count() for chunk in range(lo, hi))
+            + (0,) * (member_count - hi))
+
+
+def doublings(weakest: int, member_count: int) -> int:
+    """The fewest doublings that take `weakest` contributors to at least `member_count`."""
     need = 0
     while weakest << need < member_count:
         need += 1
-    return AbstractState(need, partial, empty)
+    return need
 
 
-def _growth(instruction) -> int:
-    return max(instruction.real_group_size - 1, 0).bit_length()  # ceil(log2 k)
+def abstract(state: tuple, member_count: int) -> AbstractState:
+    """The abstraction of one state, from scratch (the oracle caches per member instead)."""
+    counts = [chunk_counts(member, member_count) for member in set(state) if member is not None]
+    return _summarize(state, counts, member_count)
+
+
+def _summarize(state: tuple, counts, member_count: int) -> AbstractState:
+    empty = None in state
+    partial = any(member is not None and (member[0] or member[1] != member_count) for member in state)
+    weakest = min(map(max, zip(*counts))) if counts else 0
+    if weakest == 0:
+        return AbstractState(-1, partial, empty)
+    return AbstractState(doublings(weakest, member_count), partial, empty)
+
+
+def instruction_class(instruction, use_quotient_sizes: bool) -> InstructionClass:
+    """What the oracle knows of an instruction. Growth is measured in the instance the state
+    lives in (quotient members or real ones), as `need` is."""
+    k = len(instruction.groups[0]) if use_quotient_sizes else instruction.real_group_size
+    return instruction.record.pruning_facts + (instruction.record.growth(k),)
 
 
 class DeadPrefixOracle:
-    """Answers which instruction classes can begin a completion, one memoized Z3 formula per abstract state.
-
-    Instructions enter the query only through (collective, growth), so the query ranges over
-    those few classes, and its answers are shared by every oracle with the same classes.
-    """
+    """Answers which instruction classes can begin a completion, one memoized Z3 formula per
+    abstract state; the answers are shared by every oracle with the same classes."""
 
     def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool):
         self.member_count = member_count
-        # Growth is measured in the instance the state lives in (quotient members or real ones).
-        classes = {
-            (instruction.collective,
-             max(len(instruction.groups[0]) - 1, 0).bit_length() if use_quotient_sizes else _growth(instruction))
-            for _, instruction in alphabet
-        }
-        self.classes = tuple(sorted(classes))
-        self.class_of = tuple(
-            self.classes.index((instruction.collective,
-                                max(len(instruction.groups[0]) - 1, 0).bit_length() if use_quotient_sizes else _growth(instruction)))
-            for _, instruction in alphabet
-        )
+        found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
+        self.classes = tuple(sorted(set(found)))
+        self.class_of = tuple(self.classes.index(found_class) for found_class in found)
         self.queries = 0
         self._facts: dict[tuple, AbstractState] = {}
+        self._member_counts: dict[tuple, tuple[int, ...]] = {}
+        self._answers: dict[tuple[AbstractState, int], frozenset[int]] = {}
+
+    def facts(self, state: tuple) -> AbstractState:
+        facts = self._facts.get(state)
+        if facts is None:
+            cache, n = self._member_counts, self.member_count
+            counts = []
+            for member in set(state):
+                if member is None:
+                    continue
+                vector = cache.get(member)
+                if vector is None:
+                    vector = cache[member] = chunk_counts(member, n)
+                counts.append(vector)
+            facts = self._facts[state] = _summarize(state, counts, n)
+        return facts
 
     def first_steps(self, state: tuple, remaining: int) -> frozenset[int]:
         """The instruction classes that can begin a completion of `remaining` steps (empty:
         the prefix is dead). Instructions of other classes need not even be applied."""
-        facts = self._facts.get(state)
-        if facts is None:
-            facts = self._facts[state] = abstract(state, self.member_count)
-        before = _first_steps.cache_info().misses
-        answer = _first_steps(self.classes, facts, remaining)
-        self.queries += _first_steps.cache_info().misses - before
+        key = (self.facts(state), remaining)
+        answer = self._answers.get(key)
+        if answer is None:
+            before = _first_steps.cache_info().misses
+            answer = self._answers[key] = _first_steps(self.classes, key[0], remaining)
+            self.queries += _first_steps.cache_info().misses - before
         return answer
 
 
@@ -108,7 +127,7 @@ ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 
 @lru_cache(maxsize=None)
-def _first_steps(classes: tuple[tuple[str, int], ...], facts: AbstractState, remaining: int) -> frozenset[int]:
+def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int) -> frozenset[int]:
     """One Z3 formula per (classes, abstract state, steps left), asked once per first class."""
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
@@ -117,21 +136,21 @@ def _first_steps(classes: tuple[tuple[str, int], ...], facts: AbstractState, rem
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
 
-    def one_of(t, predicate) -> z3.BoolRef:
-        members = [i for i, (kind, _) in enumerate(classes) if predicate(kind)]
+    def one_of(t, fact: int) -> z3.BoolRef:
+        members = [i for i, found in enumerate(classes) if found[fact]]
         return z3.Or([choice[t] == i for i in members]) if members else z3.BoolVal(False)
 
     def growth(t) -> z3.ArithRef:
         expression = z3.IntVal(0)
-        for i, (kind, amount) in enumerate(classes):
-            if kind in REDUCING or kind not in KNOWN:
-                expression = z3.If(choice[t] == i, amount, expression)
+        for i, found in enumerate(classes):
+            if found[0] and found[5]:
+                expression = z3.If(choice[t] == i, found[5], expression)
         return expression
 
-    widens = [one_of(t, lambda kind: kind in WIDENS_RANGE or kind not in KNOWN) for t in range(remaining)]
-    fills = [one_of(t, lambda kind: kind in FILLS_EMPTY or kind not in KNOWN) for t in range(remaining)]
-    leaves_partial = [one_of(t, lambda kind: kind in LEAVES_PARTIAL) for t in range(remaining)]
-    leaves_empty = [one_of(t, lambda kind: kind in LEAVES_EMPTY) for t in range(remaining)]
+    leaves_partial = [one_of(t, 1) for t in range(remaining)]
+    leaves_empty = [one_of(t, 2) for t in range(remaining)]
+    widens = [one_of(t, 3) for t in range(remaining)]
+    fills = [one_of(t, 4) for t in range(remaining)]
     for t in range(remaining):
         solver.add(choice[t] >= 0, choice[t] < len(classes))
         solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
