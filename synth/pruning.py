@@ -84,34 +84,62 @@ def instruction_class(instruction, use_quotient_sizes: bool) -> InstructionClass
 
 class DeadPrefixOracle:
     """Answers which instruction classes can begin a completion, one memoized Z3 formula per
-    abstract state; the answers are shared by every oracle with the same classes."""
+    abstract state; the answers are shared by every oracle with the same classes. States are
+    tuples of member ids into `members` (synth.semantics.InternedMachine's table)."""
 
-    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool):
+    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool, members: list):
         self.member_count = member_count
         found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
         self.classes = tuple(sorted(set(found)))
         self.class_of = tuple(self.classes.index(found_class) for found_class in found)
         self.queries = 0
-        self._facts: dict[tuple, AbstractState] = {}
-        self._member_counts: dict[tuple, tuple[int, ...]] = {}
+        self.members = members
+        self.all_chunks = (1 << member_count) - 1
+        self.thresholds = tuple(-(-member_count >> t) for t in range(member_count.bit_length()))  # ceil(N / 2^t)
+        self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
+        self._partial: list[bool] = []  # member id -> holds part of the buffer
+        self._facts: dict[frozenset, AbstractState] = {}
         self._answers: dict[tuple[AbstractState, int], frozenset[int]] = {}
 
-    def facts(self, state: tuple) -> AbstractState:
-        facts = self._facts.get(state)
+    def _learn_members(self) -> None:
+        n = self.member_count
+        for member in self.members[len(self._covers):]:
+            if member is None:
+                self._covers.append(None)
+                self._partial.append(False)
+                continue
+            counts = chunk_counts(member, n)
+            self._covers.append(tuple(
+                sum(1 << chunk for chunk, count in enumerate(counts) if count >= threshold) for threshold in self.thresholds
+            ))
+            self._partial.append(member[0] != 0 or member[1] != n)
+
+    def facts(self, state: tuple[int, ...]) -> AbstractState:
+        """The abstraction of a state; it depends only on which members occur, so it is memoized
+        by that set. `need` is the first t at which the members' chunks holding at least
+        ceil(N / 2^t) contributors cover the buffer (the weakest chunk's best set, in doublings)."""
+        distinct = frozenset(state)
+        facts = self._facts.get(distinct)
         if facts is None:
-            cache, n = self._member_counts, self.member_count
-            counts = []
-            for member in set(state):
-                if member is None:
-                    continue
-                vector = cache.get(member)
-                if vector is None:
-                    vector = cache[member] = chunk_counts(member, n)
-                counts.append(vector)
-            facts = self._facts[state] = _summarize(state, counts, n)
+            if len(self._covers) < len(self.members):
+                self._learn_members()
+            covers = [self._covers[i] for i in distinct]
+            empty = None in covers
+            if empty:
+                covers = [cover for cover in covers if cover is not None]
+            partial = any(map(self._partial.__getitem__, distinct))
+            need = -1
+            for t in range(len(self.thresholds)):
+                covered = 0
+                for cover in covers:
+                    covered |= cover[t]
+                if covered == self.all_chunks:
+                    need = t
+                    break
+            facts = self._facts[distinct] = AbstractState(need, partial, empty)
         return facts
 
-    def first_steps(self, state: tuple, remaining: int) -> frozenset[int]:
+    def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
         """The instruction classes that can begin a completion of `remaining` steps (empty:
         the prefix is dead). Instructions of other classes need not even be applied."""
         key = (self.facts(state), remaining)

@@ -23,7 +23,7 @@ from synth.errors import UsageError
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
 from synth.pruning import DeadPrefixOracle
-from synth.semantics import Semantics, StepFailure
+from synth.semantics import InternedMachine, Semantics
 
 # Beyond this, the number of programs is astronomically large on any real hierarchy.
 MAX_PROGRAM_LENGTH = 12
@@ -55,68 +55,86 @@ def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Seman
     return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
 
 
+def check_search(semantics: Semantics, options: SearchOptions) -> None:
+    """Refuse a search that makes no sense or cannot finish, before starting it."""
+    if options.max_len < 1:
+        raise UsageError(f"--max-len {options.max_len}: give a length of at least 1")
+    if options.max_len > MAX_PROGRAM_LENGTH:
+        raise UsageError(
+            f"--max-len {options.max_len} cannot finish: the number of programs grows exponentially; use at most {MAX_PROGRAM_LENGTH}"
+        )
+    depth = sum(1 for size in semantics.real_sizes if size > 1)
+    if depth > MAX_HIERARCHY_DEPTH:
+        raise UsageError(
+            f"the synthesis hierarchy has {depth} levels ({', '.join(semantics.level_names)}); the search state grows as 4^levels "
+            f"and cannot finish beyond {MAX_HIERARCHY_DEPTH}: use --hierarchy merged or describe fewer levels"
+        )
+
+
 class Enumerator:
     """Enumerates valid programs over one synthesis hierarchy."""
 
     def __init__(self, semantics: Semantics, options: SearchOptions = SearchOptions(),
                  on_progress: Callable[[SearchStats], None] | None = None):
-        if options.max_len < 1:
-            raise UsageError(f"--max-len {options.max_len}: give a length of at least 1")
-        if options.max_len > MAX_PROGRAM_LENGTH:
-            raise UsageError(
-                f"--max-len {options.max_len} cannot finish: the number of programs grows exponentially; use at most {MAX_PROGRAM_LENGTH}"
-            )
-        depth = sum(1 for size in semantics.real_sizes if size > 1)
-        if depth > MAX_HIERARCHY_DEPTH:
-            raise UsageError(
-                f"the synthesis hierarchy has {depth} levels ({', '.join(semantics.level_names)}); the search state grows as 4^levels "
-                f"and cannot finish beyond {MAX_HIERARCHY_DEPTH}: use --hierarchy merged or describe fewer levels"
-            )
+        check_search(semantics, options)
         self.semantics = semantics
         self.options = options
         self.alphabet = semantics.alphabet
         self.stats = SearchStats()
         self.on_progress = on_progress
-        self.oracle = DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient) if options.prune_dead else None
+        self.machine = InternedMachine(semantics)
+        self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members)
+                       if options.prune_dead else None)
         self._next: dict[tuple, dict[int, tuple | None]] = {}
         self._counts: dict[tuple[tuple, int], int] = {}
+        self._allowed_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
 
-    def _allowed(self, state: tuple, remaining: int) -> frozenset[int] | None:
-        """Instruction classes worth trying (None: all of them, when dead-prefix pruning is off)."""
-        return self.oracle.first_steps(state, remaining) if self.oracle is not None else None
-
-    def successors(self, state: tuple, remaining: int) -> list[tuple[int, tuple]]:
-        """Valid, non-no-op steps from a state that may still lead to the goal in `remaining`
-        steps: (alphabet index, next state)."""
-        allowed = self._allowed(state, remaining)
-        known = self._next.setdefault(state, {}) if self.options.share_suffixes else {}
+    def successors(self, state: tuple[int, ...], remaining: int) -> list[tuple[int, tuple[int, ...]]]:
+        """Valid, non-no-op steps from an interned state that may still lead to the goal in
+        `remaining` steps: (alphabet index, next interned state)."""
+        oracle = self.oracle
+        allowed = oracle.first_steps(state, remaining) if oracle is not None else None
+        if self.options.share_suffixes:
+            known = self._next.get(state)
+            if known is None:
+                known = self._next[state] = {}
+        else:
+            known = {}
         result = []
-        for index, (_, instruction) in enumerate(self.alphabet):
-            if allowed is not None and self.oracle.class_of[index] not in allowed:
-                continue
-            if index in known:
-                next_state = known[index]
-            else:
+        apply = self.machine.apply
+        for index in self._indices(allowed):
+            next_state = known.get(index, _UNSEEN)
+            if next_state is _UNSEEN:
                 self.stats.steps_applied += 1
-                try:
-                    next_state = self.semantics.apply(state, instruction)
-                except StepFailure:
-                    next_state = None
-                known[index] = next_state
+                next_state = known[index] = apply(state, index)
             if next_state is not None:
                 result.append((index, next_state))
         return result
 
+    def _indices(self, allowed: frozenset[int] | None) -> tuple[int, ...]:
+        """The alphabet indices whose instruction class is allowed (all without an oracle)."""
+        indices = self._allowed_indices.get(allowed)
+        if indices is None:
+            indices = self._allowed_indices[allowed] = tuple(
+                index for index in range(len(self.alphabet)) if allowed is None or self.oracle.class_of[index] in allowed
+            )
+        return indices
+
     def count(self, state: tuple, remaining: int) -> int:
-        """How many programs of exactly `remaining` more steps first reach the goal at their end."""
-        goal = self.semantics.goal
-        if state == goal:
+        """How many programs of exactly `remaining` more steps from `state` (member states, as
+        `Semantics.apply` gives them) first reach the goal at their end."""
+        return self._count(self.machine.intern(state), remaining)
+
+    def _count(self, state: tuple[int, ...], remaining: int) -> int:
+        if state == self.machine.goal:
             return 1 if remaining == 0 else 0
         if remaining == 0:
             return 0
         key = (state, remaining)
-        if self.options.share_suffixes and key in self._counts:
-            return self._counts[key]
+        if self.options.share_suffixes:
+            known = self._counts.get(key)
+            if known is not None:
+                return known
         if self.oracle is not None and not self.oracle.first_steps(state, remaining):
             self.stats.pruned_dead += 1
             total = 0
@@ -124,22 +142,22 @@ class Enumerator:
             self.stats.expanded += 1
             if self.on_progress is not None and self.stats.expanded % 2000 == 0:
                 self.on_progress(self.stats)
-            total = sum(self.count(next_state, remaining - 1) for _, next_state in self.successors(state, remaining))
+            total = sum(self._count(next_state, remaining - 1) for _, next_state in self.successors(state, remaining))
         if self.oracle is not None:
             self.stats.z3_queries = self.oracle.queries
         if self.options.share_suffixes:
             self._counts[key] = total
         return total
 
-    def _paths(self, state: tuple, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
+    def _paths(self, state: tuple[int, ...], remaining: int, prefix: list[int]) -> Iterator[list[int]]:
         if remaining == 0:
-            if state == self.semantics.goal:
+            if state == self.machine.goal:
                 yield list(prefix)
             return
-        if state == self.semantics.goal:
+        if state == self.machine.goal:
             return
         for index, next_state in self.successors(state, remaining):
-            if self.count(next_state, remaining - 1) == 0:
+            if self._count(next_state, remaining - 1) == 0:
                 continue
             prefix.append(index)
             yield from self._paths(next_state, remaining - 1, prefix)
@@ -147,16 +165,20 @@ class Enumerator:
 
     def programs(self) -> Iterator[Program]:
         """Every valid program up to `max_len` steps, shortest first."""
+        initial = self.machine.initial
         for length in range(1, self.options.max_len + 1):
-            if self.count(self.semantics.initial, length) == 0:
+            if self._count(initial, length) == 0:
                 continue
-            for path in self._paths(self.semantics.initial, length, []):
+            for path in self._paths(initial, length, []):
                 self.stats.programs += 1
                 yield Program(tuple(self.alphabet[i][0] for i in path))
 
     def total(self) -> int:
         """The number of valid programs up to `max_len`, without listing them."""
-        return sum(self.count(self.semantics.initial, length) for length in range(1, self.options.max_len + 1))
+        return sum(self._count(self.machine.initial, length) for length in range(1, self.options.max_len + 1))
+
+
+_UNSEEN = object()
 
 
 def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:

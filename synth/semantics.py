@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import product as cartesian
+from operator import itemgetter
 from typing import NamedTuple
 
-from synth.collectives import Collective, Combine, Delivery, collective, collectives
+from synth.collectives import Collective, Combine, Delivery, collectives
 from synth.errors import InvalidProgramError, UsageError
 from synth.language import Program, Step, form_names
 from synth.names import product
@@ -350,3 +351,96 @@ class Semantics:
         if missing:
             parts.append(f"{missing} held chunk(s) still miss contributions")
         return "; ".join(parts) or "the state differs from the goal"
+
+
+# --- the same machine over interned member states, for the search -----------------------------
+
+_UNKNOWN = object()
+
+
+class InternedMachine:
+    """`Semantics.apply` over interned states, for the search. A state is a tuple of small ints
+    naming member states: a few thousand distinct members make up the hundreds of thousands
+    of states a search visits, so states hash and compare as short int tuples. Each group's
+    combine is computed once per (combine kind, real group size, member ids), shared by the
+    collectives that combine alike (the three sums), and each delivery once per combined
+    result, by the same functions `Semantics.apply` uses. Steps are alphabet indices."""
+
+    def __init__(self, semantics: Semantics):
+        self.semantics = semantics
+        self.members: list[Holding | None] = []  # id -> member state
+        self._ids: dict[Holding | None, int] = {}
+        self.initial = self.intern(semantics.initial)
+        self.goal = self.intern(semantics.goal)
+        memos: dict[tuple, dict] = {}
+        self._plans = []
+        for _, instruction in semantics.alphabet:
+            record, real_k = instruction.record, instruction.real_group_size
+            memo = memos.setdefault((record.combine, record.delivery, real_k), {})
+            combined = memos.setdefault((record.combine, real_k), {})
+            delivered = memos.setdefault((record.delivery, real_k), {})
+            groups = tuple((group, itemgetter(*group)) for group in instruction.groups)
+            self._plans.append((groups, memo, (combined, delivered), record, real_k))
+        self._suspects: list[tuple | None] = [None] * len(self._plans)
+
+    def member_id(self, member: Holding | None) -> int:
+        found = self._ids.get(member)
+        if found is None:
+            found = self._ids[member] = len(self.members)
+            self.members.append(member)
+        return found
+
+    def intern(self, state: tuple) -> tuple[int, ...]:
+        return tuple(self.member_id(member) for member in state)
+
+    def expand(self, state: tuple[int, ...]) -> tuple:
+        return tuple(self.members[i] for i in state)
+
+    def apply(self, state: tuple[int, ...], index: int) -> tuple[int, ...] | None:
+        """The state after alphabet instruction `index`; None when it is invalid or a no-op.
+        The group that failed last time for this instruction is tried first: neighbouring
+        states of a search fail at the same place, and then nothing else is looked at."""
+        groups, memo, combined, record, real_k = self._plans[index]
+        suspect = self._suspects[index]
+        if suspect is not None and memo.get(suspect[1](state), _UNKNOWN) is None:
+            return None
+        changed = None
+        for group in groups:
+            key = group[1](state)
+            result = memo.get(key, _UNKNOWN)
+            if result is _UNKNOWN:
+                result = memo[key] = self._transition(record, combined, key, real_k)
+            if result is None:
+                self._suspects[index] = group
+                return None
+            if result != key:
+                if changed is None:
+                    changed = list(state)
+                for member, value in zip(group[0], result):
+                    changed[member] = value
+        return None if changed is None else tuple(changed)
+
+    def _transition(self, record: Collective, memos: tuple[dict, dict], key: tuple[int, ...], real_k: int):
+        """One group's member ids after the step, or None when its precondition fails: the
+        combined result (an id) memoized by the inputs, the delivery by that id."""
+        combined, delivered = memos
+        members = self.members
+        result = combined.get(key, _UNKNOWN)
+        if result is _UNKNOWN:
+            try:
+                result = self.member_id(_COMBINE[record.combine]([members[i] for i in key], real_k, record.name))
+            except StepFailure:
+                result = None
+            combined[key] = result
+        if result is None:
+            return None
+        k = len(key)
+        after = delivered.get((result, k), _UNKNOWN)
+        if after is _UNKNOWN:
+            try:
+                holdings = _DELIVER[record.delivery](members[result], k, real_k, self.semantics.member_count, record.name)
+                after = tuple(self.member_id(member) for member in holdings)
+            except StepFailure:
+                after = None
+            delivered[(result, k)] = after
+        return after
