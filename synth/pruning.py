@@ -95,7 +95,8 @@ class DeadPrefixOracle:
         self.queries = 0
         self.members = members
         self.all_chunks = (1 << member_count) - 1
-        self.thresholds = tuple(-(-member_count >> t) for t in range(member_count.bit_length()))  # ceil(N / 2^t)
+        # ceil(N / 2^t) for t = 0 .. ceil(log2 N): at the last, one contributor is enough.
+        self.thresholds = tuple(-(-member_count >> t) for t in range((member_count - 1).bit_length() + 1))
         self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
         self._partial: list[bool] = []  # member id -> holds part of the buffer
         self._facts: dict[frozenset, AbstractState] = {}
