@@ -20,10 +20,10 @@ use).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
-from collections.abc import Callable
 
 
 class Combine(Enum):
@@ -85,10 +85,10 @@ class Collective:
 
     # --- what a call spans -------------------------------------------------------------------
 
-    def span(self, root_lo: int, root_hi: int, last_hi: int) -> tuple[int, int]:
-        """The chunk range a call covers, from the root's range and the last member's end:
-        the joined output for a join, else the root's range (what every member passes)."""
-        return (root_lo, last_hi) if self.combine is Combine.JOIN else (root_lo, root_hi)
+    def span(self, held) -> tuple[int, int]:
+        """The chunk range a call covers, from the ranges its members hold (root first, None
+        when empty) before it: the joined output for a join, else the root's range."""
+        return (held[0][0], held[-1][1]) if self.combine is Combine.JOIN else held[0]
 
     def span_factor(self, k: int) -> int:
         """The span's length over the root's range length, for a group of k members."""

@@ -27,9 +27,7 @@ every chunk of every member again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-
-import z3
+from functools import cache
 
 
 @dataclass(frozen=True)
@@ -155,9 +153,11 @@ class DeadPrefixOracle:
 ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int) -> frozenset[int]:
     """One Z3 formula per (classes, abstract state, steps left), asked once per first class."""
+    import z3  # on the first query: importing the search costs nothing
+
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:

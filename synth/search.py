@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from synth.errors import UsageError
-from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
 from synth.pruning import DeadPrefixOracle
 from synth.semantics import InternedMachine, Semantics
+
+if TYPE_CHECKING:
+    from synth.hierarchy import SynthesisHierarchy
 
 # Beyond this, the number of programs is astronomically large on any real hierarchy.
 MAX_PROGRAM_LENGTH = 12
