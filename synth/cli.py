@@ -8,7 +8,7 @@ import importlib
 import sys
 
 from synth import __version__
-from synth.errors import SynthError, UsageError
+from synth.errors import SearchTooLargeError, SynthError, UsageError
 
 # Command groups, in the order of the data flow; each module exposes register(subparsers).
 COMMAND_MODULES = (
@@ -47,13 +47,22 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return args.handler(args) or 0
     except SynthError as error:
-        print(f"synth: {error}", file=sys.stderr)
+        print(f"synth: {error}{_flag_hint(error)}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt as interrupt:
         print(f"synth: {interrupt.args[0] if interrupt.args else 'interrupted'}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _flag_hint(error: SynthError) -> str:
+    """The library describes values; here they become the flags that change them."""
+    if isinstance(error, SearchTooLargeError):
+        if error.largest_length:
+            return f" (use --max-len {error.largest_length})"
+        return " (use --hierarchy merged, or fewer levels in --levels or the topology)"
+    return ""
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from synth.errors import UsageError
+from synth.errors import SearchTooLargeError, UsageError
 from synth.language import Program
 from synth.pruning import DeadPrefixOracle
+from synth.search_budget import DEFAULT_BUDGET_S, check_budget, search_depth
 from synth.semantics import InternedMachine, Semantics
 
 if TYPE_CHECKING:
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 
 # Beyond this, the number of programs is astronomically large on any real hierarchy.
 MAX_PROGRAM_LENGTH = 12
-# The quotient state has 2^k members with 2^k chunks each for k levels of size >= 2; at k = 7
-# a length-4 search already takes minutes and close to 1 GB, beyond it hours.
-MAX_HIERARCHY_DEPTH = 7
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,8 @@ class SearchOptions:
     prune_dead: bool = True
     share_suffixes: bool = True
     quotient: bool = True
+    # Refuse a search estimated above this many seconds (synth/search_budget.py); None: never.
+    budget_s: float | None = DEFAULT_BUDGET_S
 
 
 @dataclass
@@ -59,19 +59,19 @@ def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Seman
 
 
 def check_search(semantics: Semantics, options: SearchOptions) -> None:
-    """Refuse a search that makes no sense or cannot finish, before starting it."""
+    """Refuse a search that makes no sense or cannot finish, before starting it (UsageError,
+    SearchTooLargeError with the length that fits); the messages describe values only."""
     if options.max_len < 1:
-        raise UsageError(f"--max-len {options.max_len}: give a length of at least 1")
+        raise UsageError(f"a program length of {options.max_len} steps: give at least 1")
     if options.max_len > MAX_PROGRAM_LENGTH:
-        raise UsageError(
-            f"--max-len {options.max_len} cannot finish: the number of programs grows exponentially; use at most {MAX_PROGRAM_LENGTH}"
+        raise SearchTooLargeError(
+            f"programs of up to {options.max_len} steps cannot be enumerated: their number grows exponentially "
+            f"with the length; at most {MAX_PROGRAM_LENGTH} steps",
+            depth=search_depth(semantics.real_sizes), max_len=options.max_len, largest_length=MAX_PROGRAM_LENGTH,
+            expansions=0, seconds=float("inf"),
         )
-    depth = sum(1 for size in semantics.real_sizes if size > 1)
-    if depth > MAX_HIERARCHY_DEPTH:
-        raise UsageError(
-            f"the synthesis hierarchy has {depth} levels ({', '.join(semantics.level_names)}); the search state grows as 4^levels "
-            f"and cannot finish beyond {MAX_HIERARCHY_DEPTH}: use --hierarchy merged or describe fewer levels"
-        )
+    if semantics.quotient:
+        check_budget([(semantics.level_names, semantics.real_sizes)], options.max_len, options.budget_s)
 
 
 class Enumerator:

@@ -205,7 +205,12 @@ class Semantics:
         self.sizes = tuple(min(size, QUOTIENT_CAP) for size in real_sizes) if quotient else self.real_sizes
         self.member_count = product(self.sizes)
         self.real_member_count = product(self.real_sizes)
-        self.full_mask = (1 << self.member_count) - 1
+
+    @cached_property
+    def full_mask(self) -> int:
+        """Every member's bit (computed on use: building a Semantics costs nothing, so a search
+        too large to run is refused before anything grows with the hierarchy)."""
+        return (1 << self.member_count) - 1
 
     @cached_property
     def initial(self) -> tuple:

@@ -143,7 +143,7 @@ def test_ctrl_c_stops_a_long_search_without_a_traceback():
     import signal
     import time
 
-    process = subprocess.Popen([sys.executable, "-m", "synth", "programs", "--levels", "2,2,2,2,2,2", "--axes", "64",
+    process = subprocess.Popen([sys.executable, "-m", "synth", "programs", "--levels", "2,2,2,2,2", "--axes", "32",
                                 "--reduce", "a0", "--max-len", "6"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)

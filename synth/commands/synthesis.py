@@ -14,6 +14,7 @@ from synth.commands.common import (add_job_options, add_json_option, add_max_len
 from synth.errors import NoSolutionError
 from synth.language import parse_program
 from synth.search import Enumerator, SearchOptions, semantics_for
+from synth.search_budget import check_budget
 from synth.semantics import Semantics
 from synth.topology_file import builtin_topology_names, load_topology
 
@@ -124,6 +125,7 @@ def run_programs(args) -> int:
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
+    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len)  # all placements, before any output
     rows, total = [], 0
     try:
         with search_progress("synthesizing") as progress:
