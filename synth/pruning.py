@@ -27,7 +27,8 @@ every chunk of every member again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, reduce
+from operator import itemgetter, or_
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,9 @@ class DeadPrefixOracle:
         self.all_chunks = (1 << member_count) - 1
         # ceil(N / 2^t) for t = 0 .. ceil(log2 N): at the last, one contributor is enough.
         self.thresholds = tuple(-(-member_count >> t) for t in range((member_count - 1).bit_length() + 1))
+        # For a count of c contributors, the first t with ceil(N / 2^t) <= c.
+        self._first_reached = [next((t for t, threshold in enumerate(self.thresholds) if count >= threshold), None)
+                               for count in range(member_count + 1)]
         self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
         self._partial: list[bool] = []  # member id -> holds part of the buffer
         self._facts: dict[frozenset, AbstractState] = {}
@@ -107,10 +111,16 @@ class DeadPrefixOracle:
                 self._covers.append(None)
                 self._partial.append(False)
                 continue
-            counts = chunk_counts(member, n)
-            self._covers.append(tuple(
-                sum(1 << chunk for chunk, count in enumerate(counts) if count >= threshold) for threshold in self.thresholds
-            ))
+            # Bucket each chunk by the first t whose threshold it reaches, then accumulate.
+            buckets = [0] * len(self.thresholds)
+            for chunk, count in enumerate(chunk_counts(member, n)):
+                if count:
+                    buckets[self._first_reached[count]] |= 1 << chunk
+            covers, covered = [], 0
+            for bucket in buckets:
+                covered |= bucket
+                covers.append(covered)
+            self._covers.append(tuple(covers))
             self._partial.append(member[0] != 0 or member[1] != n)
 
     def facts(self, state: tuple[int, ...]) -> AbstractState:
@@ -129,10 +139,7 @@ class DeadPrefixOracle:
             partial = any(map(self._partial.__getitem__, distinct))
             need = -1
             for t in range(len(self.thresholds)):
-                covered = 0
-                for cover in covers:
-                    covered |= cover[t]
-                if covered == self.all_chunks:
+                if reduce(or_, map(itemgetter(t), covers), 0) == self.all_chunks:
                     need = t
                     break
             facts = self._facts[distinct] = AbstractState(need, partial, empty)
