@@ -102,6 +102,7 @@ class DeadPrefixOracle:
         self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
         self._partial: list[bool] = []  # member id -> holds part of the buffer
         self._facts: dict[frozenset, AbstractState] = {}
+        self._by_state: dict[tuple[int, ...], AbstractState] = {}
         self._answers: dict[tuple[AbstractState, int], frozenset[int]] = {}
 
     def _learn_members(self) -> None:
@@ -127,6 +128,9 @@ class DeadPrefixOracle:
         """The abstraction of a state; it depends only on which members occur, so it is memoized
         by that set. `need` is the first t at which the members' chunks holding at least
         ceil(N / 2^t) contributors cover the buffer (the weakest chunk's best set, in doublings)."""
+        facts = self._by_state.get(state)
+        if facts is not None:
+            return facts
         distinct = frozenset(state)
         facts = self._facts.get(distinct)
         if facts is None:
@@ -143,6 +147,7 @@ class DeadPrefixOracle:
                     need = t
                     break
             facts = self._facts[distinct] = AbstractState(need, partial, empty)
+        self._by_state[state] = facts
         return facts
 
     def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:

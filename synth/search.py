@@ -95,8 +95,9 @@ class Enumerator:
     def successors(self, state: tuple[int, ...], remaining: int) -> list[tuple[int, tuple[int, ...]]]:
         """Valid, non-no-op steps from an interned state that may still lead to the goal in
         `remaining` steps: (alphabet index, next interned state)."""
-        oracle = self.oracle
-        allowed = oracle.first_steps(state, remaining) if oracle is not None else None
+        return self._successors(state, self.oracle.first_steps(state, remaining) if self.oracle is not None else None)
+
+    def _successors(self, state: tuple[int, ...], allowed: frozenset[int] | None) -> list[tuple[int, tuple[int, ...]]]:
         if self.options.share_suffixes:
             known = self._next.get(state)
             if known is None:
@@ -138,14 +139,15 @@ class Enumerator:
             known = self._counts.get(key)
             if known is not None:
                 return known
-        if self.oracle is not None and not self.oracle.first_steps(state, remaining):
+        allowed = self.oracle.first_steps(state, remaining) if self.oracle is not None else None
+        if allowed is not None and not allowed:
             self.stats.pruned_dead += 1
             total = 0
         else:
             self.stats.expanded += 1
             if self.on_progress is not None and self.stats.expanded % 2000 == 0:
                 self.on_progress(self.stats)
-            total = sum(self._count(next_state, remaining - 1) for _, next_state in self.successors(state, remaining))
+            total = sum(self._count(next_state, remaining - 1) for _, next_state in self._successors(state, allowed))
         if self.oracle is not None:
             self.stats.z3_queries = self.oracle.queries
         if self.options.share_suffixes:
