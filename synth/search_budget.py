@@ -124,8 +124,10 @@ def _text(names, sizes) -> str:
 
 
 def _duration(seconds: float) -> str:
-    if seconds < 90:
+    if seconds < 59.5:
         return f"{seconds:.0f} s"
+    if seconds < 90:
+        return "a minute"
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} minutes"
     if seconds < 48 * 3600:
