@@ -259,11 +259,11 @@ def calibrate(output: str) -> int:
                 "seconds_per_expansion": {str(d): v for d, v in per_expansion.items()}, "runs": runs}
     (directory / "synthesis-calibration.json").write_text(json.dumps(document, indent=2) + "\n")
     lines = ["# Calibration of the search-size estimate", "", header(f"{COMMAND} --calibrate"), "",
-             f"1-minute load average: {load_before:.2f} before, {load_after:.2f} after (CPU seconds are less "
-             "affected by other work than wall time, but not immune).", "",
-             "Complete searches (every valid program up to the length) over hierarchies of 2-member levels: "
-             "expanded (state, steps left) pairs and CPU seconds. synth/search_budget.py estimates every search "
-             "from these tables (level sizes above 2 only add uneven splits, which end branches).", "",
+             (f"1-minute load average: {load_before:.2f} before, {load_after:.2f} after (CPU seconds are less "
+              "affected by other work than wall time, but not immune)."), "",
+             ("Complete searches (every valid program up to the length) over hierarchies of 2-member levels: "
+              "expanded (state, steps left) pairs and CPU seconds. synth/search_budget.py estimates every search "
+              "from these tables (level sizes above 2 only add uneven splits, which end branches)."), "",
              "| depth | length | expanded | CPU s | s per expansion |", "|---:|---:|---:|---:|---:|"]
     for run in runs:
         lines.append(f"| {run['depth']} | {run['length']} | {run['expanded']} | {run['cpu_seconds']:.2f} | "
@@ -277,11 +277,11 @@ def calibrate(output: str) -> int:
 
 def render(cases, rows, before, load_before: float, load_after: float, command: str) -> str:
     lines = ["# Synthesis speed and pruning ablation", "", header(command), "",
-             f"1-minute load average: {load_before:.2f} before the runs, {load_after:.2f} after "
-             "(wall times grow with other work on the machine; CPU times less so).", ""]
+             (f"1-minute load average: {load_before:.2f} before the runs, {load_after:.2f} after "
+              "(wall times grow with other work on the machine; CPU times less so)."), ""]
     lines.append("Complete enumeration of every valid program up to the length given (5 unless said). "
-                 "`expanded`: (state, steps left) pairs whose successors were computed; `applied`: instructions applied to a state; "
-                 "`Z3`: distinct Z3 dead-prefix formulas solved.")
+                 "`expanded`: (state, steps left) pairs whose successors were computed; `applied`: instructions applied "
+                 "to a state; `Z3`: distinct Z3 dead-prefix questions answered.")
 
     def cell(value, digits=None):
         if value is None:

@@ -167,21 +167,51 @@ ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 @cache
 def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int) -> frozenset[int]:
-    """One Z3 formula per (classes, abstract state, steps left), asked once per first class."""
-    import z3  # on the first query: importing the search costs nothing
-
+    """Which classes can begin a completion: the Z3 formula of (classes, steps left), with this
+    abstract state as assumptions, asked once whether any completion exists and then once per
+    first class."""
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:
         return ALL if facts.need == 0 and not facts.partial and not facts.empty else frozenset()
+    import z3  # on the first query: importing the search costs nothing
+
+    formula = _formula(classes, remaining)
+    assumptions = [formula.need == facts.need,
+                   formula.partial if facts.partial else z3.Not(formula.partial),
+                   formula.empty if facts.empty else z3.Not(formula.empty)]
+    if formula.solver.check(*assumptions) != z3.sat:
+        return frozenset()
+    return frozenset(i for i in range(len(classes))
+                     if formula.solver.check(*assumptions, formula.first == i) == z3.sat)
+
+
+@dataclass(frozen=True)
+class _Formula:
+    solver: object
+    first: object  # the class of the first step
+    need: object  # the abstract state, as free variables the queries fix by assumption
+    partial: object
+    empty: object
+
+
+@cache
+def _formula(classes: tuple[InstructionClass, ...], remaining: int) -> _Formula:
+    """One Z3 solver per (classes, steps left), built once: a sequence of `remaining` classes
+    whose growth covers `need`, where each step that leaves partial (empty) members is followed
+    by one that widens (fills), and a widening (filling) step comes when the state is partial
+    (has empty members)."""
+    import z3
+
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
+    need, partial, empty = z3.Int("need"), z3.Bool("partial"), z3.Bool("empty")
 
-    def one_of(t, fact: int) -> z3.BoolRef:
+    def one_of(t, fact: int):
         members = [i for i, found in enumerate(classes) if found[fact]]
         return z3.Or([choice[t] == i for i in members]) if members else z3.BoolVal(False)
 
-    def growth(t) -> z3.ArithRef:
+    def growth(t):
         expression = z3.IntVal(0)
         for i, found in enumerate(classes):
             if found[0] and found[5]:
@@ -196,9 +226,7 @@ def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, re
         solver.add(choice[t] >= 0, choice[t] < len(classes))
         solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
         solver.add(z3.Implies(leaves_empty[t], z3.Or(fills[t + 1:] or [z3.BoolVal(False)])))
-    solver.add(z3.Sum([growth(t) for t in range(remaining)]) >= facts.need)
-    if facts.partial:
-        solver.add(z3.Or(widens))
-    if facts.empty:
-        solver.add(z3.Or(fills))
-    return frozenset(i for i in range(len(classes)) if solver.check(choice[0] == i) == z3.sat)
+    solver.add(z3.Sum([growth(t) for t in range(remaining)]) >= need)
+    solver.add(z3.Implies(partial, z3.Or(widens)))
+    solver.add(z3.Implies(empty, z3.Or(fills)))
+    return _Formula(solver, choice[0], need, partial, empty)

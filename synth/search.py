@@ -10,6 +10,11 @@ benchmark:
 * shared suffixes: the number of valid completions of (state, steps left) is memoized, so a
   prefix that reaches an already-seen state reuses its suffixes instead of re-exploring them.
 
+States are interned (synth.semantics.InternedMachine): tuples of member ids, with every
+group's transition memoized. Before anything is built, the search's size is estimated
+(synth/search_budget.py) and one that cannot finish in the budget is refused with the
+longest length that does (SearchTooLargeError).
+
 Programs come out shortest first, then in alphabet order, from a generator, so a caller can
 stop early.
 """

@@ -14,7 +14,16 @@ import pytest
 
 import synth.collectives as collectives_module
 import synth.language
-from synth.collectives import RECORDS, AlphabetMismatch, Collective, Combine, Delivery, check_records, collective, collectives
+from synth.collectives import (
+    RECORDS,
+    AlphabetMismatch,
+    Collective,
+    Combine,
+    Delivery,
+    check_records,
+    collective,
+    collectives,
+)
 from synth.errors import InvalidProgramError
 from synth.export.plan import RankCall, call_buffers
 from synth.interpreter import run_reference
@@ -50,7 +59,7 @@ def test_a_grammar_name_without_a_record_fails_loudly_naming_it(monkeypatch, fre
     with pytest.raises(AlphabetMismatch, match="'AllToAll', which has no record"):
         collectives()
     with pytest.raises(AlphabetMismatch, match="AllToAll"):
-        Semantics(("a",), (2,)).alphabet
+        _ = Semantics(("a",), (2,)).alphabet
 
 
 def test_a_record_without_a_grammar_name_fails_loudly_naming_it(monkeypatch, fresh_alphabet):

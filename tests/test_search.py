@@ -8,7 +8,12 @@ from synth.interpreter import run_reference
 from synth.language import parse_program
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.pruning import DeadPrefixOracle, abstract
-from synth.search import Enumerator, SearchOptions, brute_force_programs, enumerate_programs
+from synth.search import (
+    Enumerator,
+    SearchOptions,
+    brute_force_programs,
+    enumerate_programs,
+)
 from synth.semantics import InternedMachine, Semantics, StepFailure
 from synth.topology import topology_from_levels
 

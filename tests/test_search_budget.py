@@ -12,8 +12,15 @@ from synth.errors import SearchTooLargeError, UsageError
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import Enumerator, SearchOptions
-from synth.search_budget import (DEFAULT_BUDGET_S, EXPANSIONS, MAX_DEPTH, check_budget, estimate, largest_length,
-                                 search_depth)
+from synth.search_budget import (
+    DEFAULT_BUDGET_S,
+    EXPANSIONS,
+    MAX_DEPTH,
+    check_budget,
+    estimate,
+    largest_length,
+    search_depth,
+)
 from synth.semantics import Semantics
 from synth.topology_file import load_topology
 
