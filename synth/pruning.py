@@ -102,7 +102,6 @@ class DeadPrefixOracle:
         self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
         self._partial: list[bool] = []  # member id -> holds part of the buffer
         self._facts: dict[frozenset, AbstractState] = {}
-        self._by_state: dict[tuple[int, ...], AbstractState] = {}
         self._answers: dict[tuple[AbstractState, int], frozenset[int]] = {}
 
     def _learn_members(self) -> None:
@@ -128,9 +127,6 @@ class DeadPrefixOracle:
         """The abstraction of a state; it depends only on which members occur, so it is memoized
         by that set. `need` is the first t at which the members' chunks holding at least
         ceil(N / 2^t) contributors cover the buffer (the weakest chunk's best set, in doublings)."""
-        facts = self._by_state.get(state)
-        if facts is not None:
-            return facts
         distinct = frozenset(state)
         facts = self._facts.get(distinct)
         if facts is None:
@@ -147,17 +143,20 @@ class DeadPrefixOracle:
                     need = t
                     break
             facts = self._facts[distinct] = AbstractState(need, partial, empty)
-        self._by_state[state] = facts
         return facts
 
     def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
         """The instruction classes that can begin a completion of `remaining` steps (empty:
         the prefix is dead). Instructions of other classes need not even be applied."""
-        key = (self.facts(state), remaining)
+        return self.answer(self.facts(state), remaining)
+
+    def answer(self, facts: AbstractState, remaining: int) -> frozenset[int]:
+        """`first_steps` for an abstract state already computed."""
+        key = (facts, remaining)
         answer = self._answers.get(key)
         if answer is None:
             before = _first_steps.cache_info().misses
-            answer = self._answers[key] = _first_steps(self.classes, key[0], remaining)
+            answer = self._answers[key] = _first_steps(self.classes, facts, remaining)
             self.queries += _first_steps.cache_info().misses - before
         return answer
 

@@ -93,31 +93,57 @@ class Enumerator:
         self.machine = InternedMachine(semantics)
         self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members)
                        if options.prune_dead else None)
-        self._next: dict[tuple, dict[int, tuple | None]] = {}
-        self._counts: dict[tuple[tuple, int], int] = {}
+        # Every state reached gets a small id, hashed once; memos below are keyed by it.
+        self._states: list[tuple[int, ...]] = []
+        self._state_ids: dict[tuple[int, ...], int] = {}
+        self._next: list[dict[int, int | None] | None] = []  # id -> {alphabet index: next id or None}
+        self._facts: list = []  # id -> abstract state (oracle)
+        self._counts: list[dict[int, int]] = [{} for _ in range(options.max_len + 1)]  # steps left -> {id: count}
         self._allowed_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
+        self._initial = self._state_id(self.machine.initial)
+        self._goal = self._state_id(self.machine.goal)
 
-    def successors(self, state: tuple[int, ...], remaining: int) -> list[tuple[int, tuple[int, ...]]]:
-        """Valid, non-no-op steps from an interned state that may still lead to the goal in
-        `remaining` steps: (alphabet index, next interned state)."""
-        return self._successors(state, self.oracle.first_steps(state, remaining) if self.oracle is not None else None)
+    def _state_id(self, state: tuple[int, ...]) -> int:
+        found = self._state_ids.get(state)
+        if found is None:
+            found = self._state_ids[state] = len(self._states)
+            self._states.append(state)
+            self._next.append(None)
+            self._facts.append(None)
+        return found
 
-    def _successors(self, state: tuple[int, ...], allowed: frozenset[int] | None) -> list[tuple[int, tuple[int, ...]]]:
-        if self.options.share_suffixes:
-            known = self._next.get(state)
-            if known is None:
-                known = self._next[state] = {}
-        else:
+    def _allowed(self, sid: int, remaining: int) -> frozenset[int] | None:
+        """The instruction classes worth trying (None: all, without dead-prefix pruning)."""
+        if self.oracle is None:
+            return None
+        facts = self._facts[sid]
+        if facts is None:
+            facts = self._facts[sid] = self.oracle.facts(self._states[sid])
+        return self.oracle.answer(facts, remaining)
+
+    def successors(self, state: tuple, remaining: int) -> list[tuple[int, tuple]]:
+        """Valid, non-no-op steps from a state (member states, as `Semantics.apply` gives them)
+        that may still lead to the goal in `remaining` steps: (alphabet index, next state)."""
+        sid = self._state_id(self.machine.intern(state))
+        return [(index, self.machine.expand(self._states[next_id]))
+                for index, next_id in self._successors(sid, self._allowed(sid, remaining))]
+
+    def _successors(self, sid: int, allowed: frozenset[int] | None) -> list[tuple[int, int]]:
+        known = self._next[sid] if self.options.share_suffixes else None
+        if known is None:
             known = {}
+            if self.options.share_suffixes:
+                self._next[sid] = known
         result = []
-        apply = self.machine.apply
+        apply, state = self.machine.apply, self._states[sid]
         for index in self._indices(allowed):
-            next_state = known.get(index, _UNSEEN)
-            if next_state is _UNSEEN:
+            next_id = known.get(index, _UNSEEN)
+            if next_id is _UNSEEN:
                 self.stats.steps_applied += 1
-                next_state = known[index] = apply(state, index)
-            if next_state is not None:
-                result.append((index, next_state))
+                after = apply(state, index)
+                next_id = known[index] = None if after is None else self._state_id(after)
+            if next_id is not None:
+                result.append((index, next_id))
         return result
 
     def _indices(self, allowed: frozenset[int] | None) -> tuple[int, ...]:
@@ -132,19 +158,21 @@ class Enumerator:
     def count(self, state: tuple, remaining: int) -> int:
         """How many programs of exactly `remaining` more steps from `state` (member states, as
         `Semantics.apply` gives them) first reach the goal at their end."""
-        return self._count(self.machine.intern(state), remaining)
+        while len(self._counts) <= remaining:
+            self._counts.append({})
+        return self._count(self._state_id(self.machine.intern(state)), remaining)
 
-    def _count(self, state: tuple[int, ...], remaining: int) -> int:
-        if state == self.machine.goal:
+    def _count(self, sid: int, remaining: int) -> int:
+        if sid == self._goal:
             return 1 if remaining == 0 else 0
         if remaining == 0:
             return 0
-        key = (state, remaining)
+        memo = self._counts[remaining]
         if self.options.share_suffixes:
-            known = self._counts.get(key)
+            known = memo.get(sid)
             if known is not None:
                 return known
-        allowed = self.oracle.first_steps(state, remaining) if self.oracle is not None else None
+        allowed = self._allowed(sid, remaining)
         if allowed is not None and not allowed:
             self.stats.pruned_dead += 1
             total = 0
@@ -152,40 +180,39 @@ class Enumerator:
             self.stats.expanded += 1
             if self.on_progress is not None and self.stats.expanded % 2000 == 0:
                 self.on_progress(self.stats)
-            total = sum(self._count(next_state, remaining - 1) for _, next_state in self._successors(state, allowed))
+            total = sum(self._count(next_id, remaining - 1) for _, next_id in self._successors(sid, allowed))
         if self.oracle is not None:
             self.stats.z3_queries = self.oracle.queries
         if self.options.share_suffixes:
-            self._counts[key] = total
+            memo[sid] = total
         return total
 
-    def _paths(self, state: tuple[int, ...], remaining: int, prefix: list[int]) -> Iterator[list[int]]:
+    def _paths(self, sid: int, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
         if remaining == 0:
-            if state == self.machine.goal:
+            if sid == self._goal:
                 yield list(prefix)
             return
-        if state == self.machine.goal:
+        if sid == self._goal:
             return
-        for index, next_state in self.successors(state, remaining):
-            if self._count(next_state, remaining - 1) == 0:
+        for index, next_id in self._successors(sid, self._allowed(sid, remaining)):
+            if self._count(next_id, remaining - 1) == 0:
                 continue
             prefix.append(index)
-            yield from self._paths(next_state, remaining - 1, prefix)
+            yield from self._paths(next_id, remaining - 1, prefix)
             prefix.pop()
 
     def programs(self) -> Iterator[Program]:
         """Every valid program up to `max_len` steps, shortest first."""
-        initial = self.machine.initial
         for length in range(1, self.options.max_len + 1):
-            if self._count(initial, length) == 0:
+            if self._count(self._initial, length) == 0:
                 continue
-            for path in self._paths(initial, length, []):
+            for path in self._paths(self._initial, length, []):
                 self.stats.programs += 1
                 yield Program(tuple(self.alphabet[i][0] for i in path))
 
     def total(self) -> int:
         """The number of valid programs up to `max_len`, without listing them."""
-        return sum(self._count(self.machine.initial, length) for length in range(1, self.options.max_len + 1))
+        return sum(self._count(self._initial, length) for length in range(1, self.options.max_len + 1))
 
 
 _UNSEEN = object()

@@ -384,9 +384,14 @@ class InternedMachine:
             memo = memos.setdefault((record.combine, record.delivery, real_k), {})
             combined = memos.setdefault((record.combine, real_k), {})
             delivered = memos.setdefault((record.delivery, real_k), {})
-            groups = tuple((group, itemgetter(*group)) for group in instruction.groups)
-            self._plans.append((groups, memo, (combined, delivered), record, real_k))
-        self._suspects: list[tuple | None] = [None] * len(self._plans)
+            getters = tuple(itemgetter(*group) for group in instruction.groups)
+            # The new state is the groups' results, then the idle members, put back in member order.
+            busy = [m for group in instruction.groups for m in group]
+            idle = tuple(sorted(set(range(len(self.initial))) - set(busy)))
+            position = {m: i for i, m in enumerate(busy + list(idle))}
+            order = itemgetter(*(position[m] for m in range(len(self.initial))))
+            self._plans.append((getters, memo, (combined, delivered), record, real_k, idle, order))
+        self._suspects: list[itemgetter | None] = [None] * len(self._plans)
 
     def member_id(self, member: Holding | None) -> int:
         found = self._ids.get(member)
@@ -405,25 +410,24 @@ class InternedMachine:
         """The state after alphabet instruction `index`; None when it is invalid or a no-op.
         The group that failed last time for this instruction is tried first: neighbouring
         states of a search fail at the same place, and then nothing else is looked at."""
-        groups, memo, combined, record, real_k = self._plans[index]
+        getters, memo, combined, record, real_k, idle, order = self._plans[index]
         suspect = self._suspects[index]
-        if suspect is not None and memo.get(suspect[1](state), _UNKNOWN) is None:
+        if suspect is not None and memo.get(suspect(state), _UNKNOWN) is None:
             return None
-        changed = None
-        for group in groups:
-            key = group[1](state)
+        results = []
+        for getter in getters:
+            key = getter(state)
             result = memo.get(key, _UNKNOWN)
             if result is _UNKNOWN:
                 result = memo[key] = self._transition(record, combined, key, real_k)
             if result is None:
-                self._suspects[index] = group
+                self._suspects[index] = getter
                 return None
-            if result != key:
-                if changed is None:
-                    changed = list(state)
-                for member, value in zip(group[0], result):
-                    changed[member] = value
-        return None if changed is None else tuple(changed)
+            results.extend(result)
+        for member in idle:
+            results.append(state[member])
+        after = order(results)
+        return None if after == state else after
 
     def _transition(self, record: Collective, memos: tuple[dict, dict], key: tuple[int, ...], real_k: int):
         """One group's member ids after the step, or None when its precondition fails: the

@@ -200,5 +200,5 @@ def test_the_cached_abstraction_equals_the_abstraction_from_scratch(sizes, quoti
     enumerator = Enumerator(semantics, SearchOptions(max_len=4, prune_dead=False))
     enumerator.total()
     oracle = DeadPrefixOracle(semantics.alphabet, semantics.member_count, quotient, enumerator.machine.members)
-    for ids in list(enumerator._next)[:2000]:
+    for ids in enumerator._states[:2000]:
         assert oracle.facts(ids) == abstract(enumerator.machine.expand(ids), semantics.member_count)
