@@ -109,7 +109,8 @@ def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUD
     advice = (f"programs of at most {longest} steps finish within {_duration(budget_s)}" if longest
               else "no length finishes in that time")
     if len(hierarchies) == 1:
-        what = f"a {depths[0]}-level synthesis hierarchy ({_text(*hierarchies[0])}) at length {max_len} needs"
+        article = "an" if depths[0] in (8, 11, 18) else "a"
+        what = f"{article} {depths[0]}-level synthesis hierarchy ({_text(*hierarchies[0])}) at length {max_len} needs"
     else:
         what = (f"{len(hierarchies)} synthesis hierarchies (the deepest with {found.depth} levels) at length {max_len} "
                 f"need together")
