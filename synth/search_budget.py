@@ -36,7 +36,7 @@ EXPANSIONS: dict[int, tuple[int, ...]] = {
 }
 # CPU seconds per expansion at each depth, from the largest search of that depth (never less
 # than at a smaller depth: small searches are dominated by fixed costs).
-SECONDS_PER_EXPANSION: dict[int, float] = {1: 8.1e-05, 2: 8.1e-05, 3: 8.1e-05, 4: 8.1e-05, 5: 0.00015, 6: 0.00023, 7: 0.00068, 8: 0.0027}
+SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4: 5.4e-05, 5: 9.7e-05, 6: 0.00018, 7: 0.00049, 8: 0.0026}
 CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
 # A search estimated above this is refused: it would not finish within a minute.
 DEFAULT_BUDGET_S = 60.0
@@ -127,8 +127,9 @@ def _text(names, sizes) -> str:
 def _duration(seconds: float) -> str:
     if seconds < 59.5:
         return f"{seconds:.0f} s"
-    if seconds < 90:
-        return "a minute"
+    if seconds < 600:
+        minutes = round(seconds / 60, 1)
+        return "a minute" if minutes == 1 else f"{minutes:g} minutes"
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} minutes"
     if seconds < 48 * 3600:
