@@ -15,7 +15,7 @@ import sys
 import threading
 
 from synth import __version__
-from synth.errors import SynthError, UsageError
+from synth.errors import SearchTooLargeError, SynthError, UsageError
 
 # Every command, in the order of the data flow: the module that registers it (its
 # register(subparsers) adds all of that module's commands) and the line `synth --help` shows.
@@ -181,7 +181,7 @@ def _main(argv: list[str] | None = None) -> int:
         _report(error.prog, error)
         return error.exit_code
     except SynthError as error:
-        _report(prefix, error)
+        _report(prefix, f"{error}{_flag_hint(error)}" if _flag_hint(error) else error)
         return error.exit_code
     except KeyboardInterrupt as interrupt:
         _report(prefix, interrupt.args[0] if interrupt.args and isinstance(interrupt.args[0], str) else "interrupted")
@@ -233,6 +233,15 @@ def _quiet_broken_pipe() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def _flag_hint(error: SynthError) -> str:
+    """The library describes values; here they become the flags that change them."""
+    if isinstance(error, SearchTooLargeError):
+        if error.largest_length:
+            return f" (use --max-len {error.largest_length})"
+        return " (use --hierarchy merged, or fewer levels in --levels or the topology)"
+    return ""
 
 
 if __name__ == "__main__":

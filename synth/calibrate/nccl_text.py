@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from synth.calibrate.measurements import (Measurement, RunInfo, Span, check_time, collective_from_name, parse_count,
                                          parse_float)
+from synth.collectives import RECORDS
 from synth.errors import UsageError
 from synth.language import collective_names
 
@@ -48,8 +49,7 @@ LABEL = re.compile(r"^\s*\d+:\s")
 TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
                        r"scatter|gather|hypercube)_perf(?![A-Za-z])")
 # nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
-BUS_FACTOR = {"AllReduce": lambda n: 2 * (n - 1) / n, "ReduceScatter": lambda n: (n - 1) / n,
-              "AllGather": lambda n: (n - 1) / n, "Broadcast": lambda n: 1.0, "Reduce": lambda n: 1.0}
+BUS_FACTOR = {record.name: record.bus_factor for record in RECORDS.values()}
 LOG_LINE = re.compile(r"\bNCCL\b|\bRCCL\b")
 TABLE_END = re.compile(r"#\s*(Out of bounds|Avg bus bandwidth)")
 

@@ -318,17 +318,22 @@ def hierarchy_for(placement: Placement, reduce_axes: tuple[str, ...], kind: str)
 
 
 def check_search(hierarchies, max_len: int) -> None:
-    """The search's own refusals (a hierarchy too deep, a program too long), asked of every
-    hierarchy before anything is costed: the Enumerator checks its limits when it is made and
-    searches only when asked. A topology too deep to search is refused before its network is
-    built (a 20-level system used gigabytes first)."""
-    from synth.search import Enumerator, SearchOptions, semantics_for
+    """The search's own refusals (a hierarchy too deep, a program too long, a search estimated
+    beyond a minute), asked of every distinct hierarchy shape before anything is costed: one
+    enumeration serves every hierarchy of the same sizes. A topology too deep to search is
+    refused before its network is built (a 20-level system used gigabytes first)."""
+    from synth.search import MAX_PROGRAM_LENGTH
+    from synth.search_budget import check_budget
 
-    seen = set()
-    for hierarchy in hierarchies:
-        if hierarchy.group_size > 1 and hierarchy.sizes not in seen:
-            seen.add(hierarchy.sizes)
-            Enumerator(semantics_for(hierarchy), SearchOptions(max_len=max_len))
+    if max_len > MAX_PROGRAM_LENGTH or max_len < 1:
+        from synth.search import Enumerator, SearchOptions, semantics_for
+
+        hierarchy = next((h for h in hierarchies if h.group_size > 1), None)
+        if hierarchy is not None:
+            Enumerator(semantics_for(hierarchy), SearchOptions(max_len=max_len))  # its own one-line refusal
+    shapes = {(hierarchy.level_names, hierarchy.sizes) for hierarchy in hierarchies if hierarchy.group_size > 1}
+    unique = {sizes: names for names, sizes in sorted(shapes)}
+    check_budget([(names, sizes) for sizes, names in unique.items()], max_len)
 
 
 # --- sizes -----------------------------------------------------------------------------------------

@@ -135,6 +135,7 @@ def search_progress(label: str):
 
 def run_programs(args) -> int:
     from synth.search import Enumerator, SearchOptions, semantics_for
+    from synth.search_budget import check_budget
 
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)
@@ -142,6 +143,7 @@ def run_programs(args) -> int:
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
+    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len)  # all placements, before any output
     rows, total = [], 0
     try:
         with search_progress("synthesizing") as progress:

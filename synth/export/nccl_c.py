@@ -21,6 +21,7 @@ import json
 import re
 from importlib import resources
 
+from synth.collectives import RECORDS
 from synth.export.plan import Plan
 from synth.export.provenance import Provenance
 
@@ -35,8 +36,8 @@ WHEEL_BUILD = (
     "    -L$NV/cuda_runtime/lib -L$NV/nccl/lib -l:libnccl.so.2 -l:libcudart.so.12 \\\n"
     "    -Wl,-rpath,$NV/nccl/lib:$NV/cuda_runtime/lib"
 )
-OPS = {"AllReduce": "OP_ALL_REDUCE", "ReduceScatter": "OP_REDUCE_SCATTER", "AllGather": "OP_ALL_GATHER",
-       "Reduce": "OP_REDUCE", "Broadcast": "OP_BROADCAST"}
+# The runtime's op enum, one per collective record (nccl_runtime.c lists them in this order).
+OPS = {record.name: "OP_" + record.snake_name.upper() for record in RECORDS.values()}
 _SAFE_CHARS = re.compile(r"[A-Za-z0-9 _().;,=:\[\]{}+\-]")
 _COMMENT_SAFE = re.compile(r"[ -~]*\Z")
 

@@ -166,28 +166,43 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _GROUP_ROOTS = "group_dst" in inspect.signature(dist.reduce).parameters
 
 
+def _all_reduce(span, group, block, key, root):
+    dist.all_reduce(span, group=group)
+
+
+def _reduce_scatter(span, group, block, key, root):
+    _REDUCE_SCATTER(span[key * block:(key + 1) * block], span, group=group)
+
+
+def _all_gather(span, group, block, key, root):
+    _ALL_GATHER(span, span[key * block:(key + 1) * block], group=group)
+
+
+def _reduce(span, group, block, key, root):
+    if _GROUP_ROOTS:
+        dist.reduce(span, group=group, group_dst=root)
+    else:
+        dist.reduce(span, dst=dist.get_global_rank(group, root), group=group)
+
+
+def _broadcast(span, group, block, key, root):
+    if _GROUP_ROOTS:
+        dist.broadcast(span, group=group, group_src=root)
+    else:
+        dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
+
+
+# One call per collective record of synth/collectives.py (a test keeps the two in step).
+CALLS = {"AllReduce": _all_reduce, "ReduceScatter": _reduce_scatter, "AllGather": _all_gather,
+         "Reduce": _reduce, "Broadcast": _broadcast}
+
+
 def call_collective(collective, span, group, size, key, root):
     """One in-place call on `span`: this rank is member `key` of `size`, `root` the root's
     rank inside the group; ReduceScatter keeps, AllGather contributes, block `key`."""
-    block = span.numel() // size
-    if collective == "AllReduce":
-        dist.all_reduce(span, group=group)
-    elif collective == "ReduceScatter":
-        _REDUCE_SCATTER(span[key * block:(key + 1) * block], span, group=group)
-    elif collective == "AllGather":
-        _ALL_GATHER(span, span[key * block:(key + 1) * block], group=group)
-    elif collective == "Reduce":
-        if _GROUP_ROOTS:
-            dist.reduce(span, group=group, group_dst=root)
-        else:
-            dist.reduce(span, dst=dist.get_global_rank(group, root), group=group)
-    elif collective == "Broadcast":
-        if _GROUP_ROOTS:
-            dist.broadcast(span, group=group, group_src=root)
-        else:
-            dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
-    else:
+    if collective not in CALLS:
         raise RuntimeError(f"unknown collective {collective!r}")
+    CALLS[collective](span, group, span.numel() // size, key, root)
 
 
 def run_step(step, buffer, chunk, comms, rank):
