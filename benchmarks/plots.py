@@ -1,7 +1,7 @@
 """Time-vs-size curves of the top programs against the default all-reduce, as PNG figures.
 
 For one job on one system, at the placement `torch.distributed.init_device_mesh` gives (the
-axes in order, the last innermost: rank = row-major index over the axes, SPEC section 2),
+axes in order, the last innermost: rank = row-major index over the axes, docs/model.md section 2),
 one column per reduction request: the programs that are fastest at some size of the sweep,
 topped up with the next best at the largest size, each costed at every size, the default
 all-reduce and the lower bound. The top row is time (log-log); the bottom row is each

@@ -36,3 +36,22 @@ class InvalidProgramError(NoSolutionError):
     def __init__(self, message: str, step_index: int | None = None):
         super().__init__(message)
         self.step_index = step_index
+
+
+class SearchTooLargeError(UsageError):
+    """A program search estimated not to finish in reasonable time, refused before it starts.
+
+    A usage error (exit 2), not "no solution": programs exist, the request asks for more work
+    than can be done, and the caller must change a value. The fields let a command name its
+    own option: `max_len` asked for, `largest_length` the longest that fits the budget (0:
+    none, the hierarchy itself is too deep), `depth` the hierarchy's levels of size > 1.
+    """
+
+    def __init__(self, message: str, *, depth: int, max_len: int, largest_length: int,
+                 expansions: int, seconds: float):
+        super().__init__(message)
+        self.depth = depth
+        self.max_len = max_len
+        self.largest_length = largest_length
+        self.expansions = expansions
+        self.seconds = seconds

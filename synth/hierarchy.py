@@ -1,4 +1,4 @@
-"""Reduction groups (SPEC section 3) and synthesis hierarchies (SPEC section 4).
+"""Reduction groups (docs/model.md section 3) and synthesis hierarchies (docs/model.md section 4).
 
 A request reduces over a set R of axes; devices agreeing on every other axis form one
 reduction group. A synthesis hierarchy names the levels a program is written over and gives
@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from synth.errors import UsageError
-from synth.names import product
+from synth.names import echo, product
 from synth.placement import Placement
 
 HIERARCHY_KINDS = ("merged", "split", "system")
@@ -33,15 +33,19 @@ class HierarchyLevel:
 
 def parse_reduce(text: str, placement_axes: tuple[str, ...]) -> tuple[str, ...]:
     """`data` or `data,model` into axis names in axis order, each known and named once."""
-    names = [part.strip() for part in str(text).split(",") if part.strip()]
-    if not names:
-        raise UsageError(f"--reduce {text!r} names no axis: give one or more of {', '.join(placement_axes)}")
-    for name in names:
+    known = ", ".join(placement_axes)
+    parts = [part.strip() for part in str(text).split(",")]
+    if not any(parts):
+        raise UsageError(f"{echo(text)} names no axis: give one or more of {known}, joined by commas")
+    if not all(parts):
+        raise UsageError(f"{echo(text)} has an empty axis name: give one or more of {known}, joined by commas "
+                         f"(e.g. {','.join(placement_axes[:2])})")
+    for name in parts:
         if name not in placement_axes:
-            raise UsageError(f"--reduce: unknown axis {name!r}; the axes are {', '.join(placement_axes)}")
-    if len(set(names)) != len(names):
-        raise UsageError(f"--reduce {text!r} names an axis twice")
-    return tuple(name for name in placement_axes if name in names)
+            raise UsageError(f"unknown axis {echo(name)}; the axes are {known}")
+    if len(set(parts)) != len(parts):
+        raise UsageError(f"{echo(text)} names an axis twice")
+    return tuple(name for name in placement_axes if name in parts)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class SynthesisHierarchy:
             if level.name == name:
                 return index
         known = ", ".join(self.level_names) or "none: the reduction group has one member"
-        raise UsageError(f"unknown level {name!r} in the {self.kind} hierarchy; its levels are {known}")
+        raise UsageError(f"unknown level {echo(name)} in the {self.kind} hierarchy; its levels are {known}")
 
     @cached_property
     def positions(self) -> np.ndarray:
@@ -104,7 +108,7 @@ class SynthesisHierarchy:
 
 
 def build_hierarchy(placement: Placement, reduce_axes: tuple[str, ...], kind: str = "merged") -> SynthesisHierarchy:
-    """SPEC section 4: `merged` (default), `split` or `system`."""
+    """docs/model.md section 4: `merged` (default), `split` or `system`."""
     if kind not in HIERARCHY_KINDS:
         raise UsageError(f"unknown hierarchy {kind!r}: choose one of {', '.join(HIERARCHY_KINDS)}")
     reduced = tuple(placement.axis_index(name) for name in reduce_axes)

@@ -4,10 +4,12 @@ semantics.py decides validity on contributor sets of a few members; this module 
 same programs the way hardware would see them, so a bug in the set bookkeeping, in the
 quotient, or in the mapping from hierarchy positions to global ranks shows up as a wrong sum.
 Every device holds N chunks (N = reduction group size) of random int64 elements; each step
-of SPEC section 7 is applied to the arrays of all reduction groups at once, and the final
+of docs/model.md section 7 is applied to the arrays of all reduction groups at once, and the final
 buffers are compared with the direct sum over each reduction group.
 
-Only ranges and data are tracked, never contributor sets. Preconditions on ranges (equal
+What each collective needs and does comes from its record (synth/collectives.py): its
+combine and its delivery, implemented here on arrays independently of semantics.py. Only
+ranges and data are tracked, never contributor sets. Preconditions on ranges (equal
 ranges, empty members, contiguous AllGather blocks, even splits), no-op steps and a goal
 reached early are detected from ranges and data; counting some member twice cannot be seen
 in one step, but it leaves a wrong sum that the final comparison catches.
@@ -16,13 +18,17 @@ in one step, but it leaves a wrong sum that the final comparison catches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from synth.collectives import RECORDS, Collective, Combine, Delivery, collective
 from synth.errors import InvalidProgramError, UsageError
-from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.semantics import FORMS
+
+if TYPE_CHECKING:
+    from synth.hierarchy import SynthesisHierarchy
 
 # Inputs stay small enough that a few steps of sums over hundreds of members (even counted
 # twice) never overflow int64, and wide enough that two different sums never coincide.
@@ -143,16 +149,22 @@ def _step_groups(step: Step, hierarchy: SynthesisHierarchy) -> list[np.ndarray]:
 
 
 def _apply(machine: _Machine, step: Step, hierarchy: SynthesisHierarchy, members: np.ndarray) -> None:
-    if step.collective not in _COLLECTIVES:
-        raise UsageError(f"unknown collective {step.collective!r} in step {step}: the collectives are {', '.join(_COLLECTIVES)}")
+    if step.collective not in RECORDS:
+        raise UsageError(f"unknown collective {step.collective!r} in step {step}: the collectives are {', '.join(RECORDS)}")
     buckets = _step_groups(step, hierarchy)
     if not buckets:
         raise _Failure("every group of this form has one member, so the step does nothing")
-    operation = _COLLECTIVES[step.collective]
+    record = collective(step.collective)
     for groups in buckets:
         # (R, S, k) global ranks -> one row per (reduction group, step group).
         ranks = members[:, groups].reshape(-1, groups.shape[1])
-        operation(machine, ranks, step.collective)
+        run_collective(machine, ranks, record)
+
+
+def run_collective(machine: _Machine, ranks: np.ndarray, record: Collective) -> None:
+    """One collective on every row of `ranks` (root first): its record's combine, then its delivery."""
+    data, lo, hi = _COMBINE[record.combine](machine, ranks, record.name)
+    _DELIVER[record.delivery](machine, ranks, data, lo, hi, record.name)
 
 
 def _describe(ranks: np.ndarray, machine: _Machine, row: int) -> str:
@@ -167,83 +179,81 @@ def _first(bad: np.ndarray) -> int:
     return int(np.nonzero(bad)[0][0])
 
 
-def _require_nonempty(machine: _Machine, ranks: np.ndarray, collective: str) -> None:
+def _require_nonempty(machine: _Machine, ranks: np.ndarray, name: str) -> None:
     empty = (machine.lo[ranks] == machine.hi[ranks]).any(axis=1)
     if empty.any():
-        raise _Failure(f"{collective} needs data on every member, but a member is empty: {_describe(ranks, machine, _first(empty))}")
+        raise _Failure(f"{name} needs data on every member, but a member is empty: {_describe(ranks, machine, _first(empty))}")
 
 
-def _same_range_sum(machine: _Machine, ranks: np.ndarray, collective: str) -> np.ndarray:
-    """The precondition shared by the reducing collectives; the summed data, (B, N, E)."""
-    _require_nonempty(machine, ranks, collective)
+# --- combine: the result of each row, (B, N, E) data zero outside [lo, hi), and lo, hi (B,) ------
+
+
+def _sum(machine: _Machine, ranks: np.ndarray, name: str):
+    """One range on every member; the sum (counting twice shows up in the final comparison)."""
+    _require_nonempty(machine, ranks, name)
     lo, hi = machine.lo[ranks], machine.hi[ranks]
     differ = ((lo != lo[:, :1]) | (hi != hi[:, :1])).any(axis=1)
     if differ.any():
-        raise _Failure(f"{collective} needs one range on every member: {_describe(ranks, machine, _first(differ))}")
-    return machine.data[ranks].sum(axis=1)
+        raise _Failure(f"{name} needs one range on every member: {_describe(ranks, machine, _first(differ))}")
+    return machine.data[ranks].sum(axis=1), lo[:, 0], hi[:, 0]
 
 
-def _all_reduce(machine: _Machine, ranks: np.ndarray, collective: str) -> None:
-    summed = _same_range_sum(machine, ranks, collective)
-    machine.data[ranks] = summed[:, None]
-
-
-def _reduce_scatter(machine: _Machine, ranks: np.ndarray, collective: str) -> None:
-    summed = _same_range_sum(machine, ranks, collective)
-    k = ranks.shape[1]
-    lo, hi = machine.lo[ranks[:, 0]], machine.hi[ranks[:, 0]]
-    uneven = (hi - lo) % k != 0
-    if uneven.any():
-        row = _first(uneven)
-        raise _Failure(f"{collective} over {k} members cannot split a range of {hi[row] - lo[row]} chunks evenly: {_describe(ranks, machine, row)}")
-    block = (hi - lo) // k
-    new_lo = lo[:, None] + np.arange(k)[None, :] * block[:, None]  # (B, k)
-    new_hi = new_lo + block[:, None]
-    chunks = np.arange(machine.data.shape[1])
-    keep = (chunks >= new_lo[..., None]) & (chunks < new_hi[..., None])  # (B, k, N)
-    machine.data[ranks] = summed[:, None] * keep[..., None]
-    machine.lo[ranks], machine.hi[ranks] = new_lo, new_hi
-
-
-def _all_gather(machine: _Machine, ranks: np.ndarray, collective: str) -> None:
-    _require_nonempty(machine, ranks, collective)
+def _join(machine: _Machine, ranks: np.ndarray, name: str):
+    """Equal lengths, each block starting where the previous member's ends; the joined range."""
+    _require_nonempty(machine, ranks, name)
     lo, hi = machine.lo[ranks], machine.hi[ranks]
     unequal = ((hi - lo) != (hi - lo)[:, :1]).any(axis=1)
     if unequal.any():
-        raise _Failure(f"{collective} needs equal range lengths on every member: {_describe(ranks, machine, _first(unequal))}")
+        raise _Failure(f"{name} needs equal range lengths on every member: {_describe(ranks, machine, _first(unequal))}")
     gap = (lo[:, 1:] != hi[:, :-1]).any(axis=1)
     if gap.any():
         raise _Failure(
-            f"{collective} needs each member's range to start where the previous member's ends: {_describe(ranks, machine, _first(gap))}"
+            f"{name} needs each member's range to start where the previous member's ends: {_describe(ranks, machine, _first(gap))}"
         )
     # Zero outside held ranges and the blocks are disjoint, so the join is a sum.
-    machine.data[ranks] = machine.data[ranks].sum(axis=1)[:, None]
-    machine.lo[ranks], machine.hi[ranks] = lo[:, :1], hi[:, -1:]
+    return machine.data[ranks].sum(axis=1), lo[:, 0], hi[:, -1]
 
 
-def _reduce(machine: _Machine, ranks: np.ndarray, collective: str) -> None:
-    summed = _same_range_sum(machine, ranks, collective)
+def _root(machine: _Machine, ranks: np.ndarray, name: str):
+    root = ranks[:, 0]
+    empty = machine.lo[root] == machine.hi[root]
+    if empty.any():
+        raise _Failure(f"{name} needs data on its root (the group's first member): {_describe(ranks, machine, _first(empty))}")
+    return machine.data[root].copy(), machine.lo[root].copy(), machine.hi[root].copy()
+
+
+# --- delivery: who holds what of the result ----------------------------------------------------------
+
+
+def _to_every(machine: _Machine, ranks: np.ndarray, data, lo, hi, name: str) -> None:
+    machine.data[ranks] = data[:, None]
+    machine.lo[ranks] = lo[:, None]
+    machine.hi[ranks] = hi[:, None]
+
+
+def _to_root(machine: _Machine, ranks: np.ndarray, data, lo, hi, name: str) -> None:
     root, others = ranks[:, 0], ranks[:, 1:]
-    machine.data[root] = summed
+    machine.data[root] = data
+    machine.lo[root], machine.hi[root] = lo, hi
     machine.data[others] = 0
     machine.lo[others] = 0
     machine.hi[others] = 0
 
 
-def _broadcast(machine: _Machine, ranks: np.ndarray, collective: str) -> None:
-    root = ranks[:, 0]
-    empty = machine.lo[root] == machine.hi[root]
-    if empty.any():
-        raise _Failure(f"{collective} needs data on its root (the group's first member): {_describe(ranks, machine, _first(empty))}")
-    machine.data[ranks] = machine.data[root][:, None]
-    machine.lo[ranks] = machine.lo[root][:, None]
-    machine.hi[ranks] = machine.hi[root][:, None]
+def _to_blocks(machine: _Machine, ranks: np.ndarray, data, lo, hi, name: str) -> None:
+    k = ranks.shape[1]
+    uneven = (hi - lo) % k != 0
+    if uneven.any():
+        row = _first(uneven)
+        raise _Failure(f"{name} over {k} members cannot split a range of {hi[row] - lo[row]} chunks evenly: {_describe(ranks, machine, row)}")
+    block = (hi - lo) // k
+    new_lo = lo[:, None] + np.arange(k)[None, :] * block[:, None]  # (B, k)
+    new_hi = new_lo + block[:, None]
+    chunks = np.arange(machine.data.shape[1])
+    keep = (chunks >= new_lo[..., None]) & (chunks < new_hi[..., None])  # (B, k, N)
+    machine.data[ranks] = data[:, None] * keep[..., None]
+    machine.lo[ranks], machine.hi[ranks] = new_lo, new_hi
 
 
-_COLLECTIVES = {
-    "AllReduce": _all_reduce,
-    "ReduceScatter": _reduce_scatter,
-    "AllGather": _all_gather,
-    "Reduce": _reduce,
-    "Broadcast": _broadcast,
-}
+_COMBINE = {Combine.SUM: _sum, Combine.JOIN: _join, Combine.ROOT: _root}
+_DELIVER = {Delivery.EVERY: _to_every, Delivery.ROOT: _to_root, Delivery.BLOCKS: _to_blocks}

@@ -1,4 +1,4 @@
-"""The program language of SPEC section 6: parse text into frozen dataclasses, print the
+"""The program language of docs/model.md section 6: parse text into frozen dataclasses, print the
 canonical form, and read the instruction alphabet from the grammar."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-
-import lark
+from typing import TYPE_CHECKING
 
 from synth.errors import ProgramSyntaxError
+
+if TYPE_CHECKING:
+    import lark
 
 GRAMMAR_FILE = "program.lark"
 
@@ -48,22 +50,26 @@ def grammar_text() -> str:
 
 @lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
+    """Built on first use, so importing the language costs nothing (lark is imported here too)."""
+    import lark
+
     return lark.Lark(grammar_text(), parser="lalr", lexer="contextual", propagate_positions=True)
+
+
+def _terminals_of(rule_name: str) -> tuple[str, ...]:
+    """The terminal names a grammar rule offers, in grammar order."""
+    return tuple(symbol.name for rule in _parser().rules if rule.origin.name == rule_name for symbol in rule.expansion)
 
 
 def _alternatives(rule_name: str) -> tuple[str, ...]:
     """The literal names a grammar rule offers, in grammar order."""
-    parser = _parser()
-    terminals = {terminal.name: terminal for terminal in parser.terminals}
+    terminals = {terminal.name: terminal for terminal in _parser().terminals}
     names = []
-    for rule in parser.rules:
-        if rule.origin.name != rule_name:
-            continue
-        for symbol in rule.expansion:
-            pattern = terminals[symbol.name].pattern
-            if pattern.type != "str":
-                raise RuntimeError(f"grammar rule {rule_name} must list string literals, found {pattern}")
-            names.append(pattern.value)
+    for name in _terminals_of(rule_name):
+        pattern = terminals[name].pattern
+        if pattern.type != "str":
+            raise RuntimeError(f"grammar rule {rule_name} must list string literals, found {pattern}")
+        names.append(pattern.value)
     return tuple(names)
 
 
@@ -79,6 +85,8 @@ def form_names() -> tuple[str, ...]:
 
 def parse_program(text: str) -> Program:
     """Parse program text; a syntax error names line and column and shows a caret."""
+    import lark
+
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as error:
@@ -96,6 +104,8 @@ def format_program(program: Program) -> str:
 
 
 def _describe_syntax_error(text: str, error: lark.exceptions.UnexpectedInput) -> str:
+    import lark
+
     line, column = error.line, error.column
     if line is None or line < 1:
         lines = text.splitlines() or [""]
@@ -122,10 +132,7 @@ def _expected_hint(expected: list[str]) -> str:
     if not expected:
         return ""
     readable = {"LPAR": "'('", "RPAR": "')'", "LEVEL": "a level name", "SEMICOLON": "';'", "_NL": "a new line"}
-    groups = {
-        "a collective": {"ALL_REDUCE", "REDUCE_SCATTER", "ALL_GATHER", "REDUCE", "BROADCAST"},
-        "a form": {"INSIDE_GROUP", "PARALLEL", "MASTER"},
-    }
+    groups = {"a collective": set(_terminals_of("collective")), "a form": set(_terminals_of("form"))}
     names, rest = [], set(expected)
     for label, members in groups.items():
         if members & rest:

@@ -2,7 +2,7 @@
 
 This is what the simulator costs and what every export emits: for each step, the groups
 that call the collective (member ranks in the reduction group, root first), the chunk range
-each call covers, and the members left idle. Ranges follow SPEC section 7 exactly, so the
+each call covers, and the members left idle. Ranges follow docs/model.md section 7 exactly, so the
 in-place offsets and counts are the ones NCCL needs.
 
 All reduction groups have the same shape and run the same calls at the same time, so a
@@ -13,20 +13,23 @@ global rank of a member in reduction group g.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from synth.hierarchy import SynthesisHierarchy
+from synth.collectives import collective
 from synth.language import Program, Step
 from synth.semantics import FORMS, Semantics
+
+if TYPE_CHECKING:
+    from synth.hierarchy import SynthesisHierarchy
 
 
 @dataclass(frozen=True)
 class GroupCall:
     """One collective call by one group.
 
-    `lo`, `hi`: the chunk range the call spans. AllReduce, Reduce, Broadcast: the range every
-    member holds (Broadcast: the root's). ReduceScatter: the input range; member i keeps the
-    i-th of k equal blocks. AllGather: the joined output range; member i contributes the i-th
-    block.
+    `lo`, `hi`: the chunk range the call spans (`Collective.span`): a join's output (member i
+    contributes the i-th of k blocks, AllGather), else the root's range (member i keeps the
+    i-th block when the collective delivers blocks, ReduceScatter).
     """
 
     members: tuple[int, ...]
@@ -87,27 +90,14 @@ def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, .
         level = level_names.index(step.level)
         groups, varying = FORMS[step.form](sizes, level)
         calls, busy = [], set()
+        record = collective(step.collective)
         for members in sorted(groups):
             busy.update(members)
-            held = [ranges[m] for m in members]
-            # AllGather spans the joined blocks; every other call the range its root holds.
-            lo, hi = (held[0][0], held[-1][1]) if step.collective == "AllGather" else held[0]
+            lo, hi = record.span([ranges[m] for m in members])
             calls.append(GroupCall(tuple(members), lo, hi))
-            _advance(ranges, step.collective, members, lo, hi)
+            for member, held in zip(members, record.ranges_after(lo, hi, len(members))):
+                ranges[member] = held
         idle = tuple(m for m in range(n) if m not in busy)
         steps.append(LoweredStep(step, step.collective, varying, tuple(calls), idle))
     return LoweredProgram(program, tuple(level_names), tuple(sizes), tuple(steps))
 
-
-def _advance(ranges, collective: str, members, lo: int, hi: int) -> None:
-    k = len(members)
-    if collective == "ReduceScatter":
-        block = (hi - lo) // k
-        for i, m in enumerate(members):
-            ranges[m] = (lo + i * block, lo + (i + 1) * block)
-    elif collective == "Reduce":
-        for m in members[1:]:
-            ranges[m] = None
-    else:  # AllReduce keeps, AllGather joins, Broadcast copies the root's range
-        for m in members:
-            ranges[m] = (lo, hi)

@@ -1,4 +1,4 @@
-"""Placements (SPEC section 2): parallelism matrices of axis factors per system level.
+"""Placements (docs/model.md section 2): parallelism matrices of axis factors per system level.
 
 `M[a][l]` is how many of level l's units axis a spans. Every column multiplies to the level
 size and every row to the axis size. The matrices are enumerated as models of a Z3 formula
@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import z3
 
-from synth.errors import NoSolutionError, UsageError
-from synth.names import Sized, parse_sized_list, product
+from synth.errors import NoSolutionError, SynthError, UsageError
+from synth.names import MAX_DEVICES, Sized, echo, parse_sized_list, product
 from synth.topology import Topology
 
+# Z3 catches Ctrl-C itself by default and answers "unknown", which an enumeration would take
+# for "no more models" and finish as if nothing happened: leave SIGINT to Python instead, so
+# Ctrl-C raises KeyboardInterrupt as soon as the (short) call returns.
+z3.set_param("ctrl_c", False)
+
 Axis = Sized
+# A --placement text longer than this is not a matrix anyone typed.
+MAX_MATRIX_CHARS = 4096
+# Z3 finds placements one model at a time (each call a few milliseconds, growing with the
+# models already excluded): past this many a listing cannot finish in minutes, nor be read.
+MAX_PLACEMENTS = 2000
 
 
 def parse_axes(text: str) -> tuple[Axis, ...]:
@@ -79,6 +90,33 @@ class Placement:
         matches = np.nonzero((self.axis_coordinates == np.asarray(coordinates)).all(axis=1))[0]
         return int(matches[0])
 
+    def rank_of_axis_coordinates(self, coordinates) -> int:
+        """The global rank of the device with these axis coordinates, computed digit by digit
+        (no per-device arrays): axis index -> its digit per level (outermost most
+        significant), level coordinate -> the axes' digits there (first axis most significant)."""
+        digits = [list(np.unravel_index(int(x), row)) for x, row in zip(coordinates, self.matrix)]
+        rank = 0
+        for level, size in enumerate(self.level_sizes):
+            coordinate = 0
+            for a, row in enumerate(self.matrix):
+                coordinate = coordinate * row[level] + int(digits[a][level])
+            rank = rank * size + coordinate
+        return rank
+
+    def group_head(self, axis: str, index: int, length: int) -> list[int]:
+        """The first `length` ranks of group `index` of `axis_groups(axis)`, without building them all."""
+        a = self.axis_index(axis)
+        others = [b for b in range(len(self.axis_sizes)) if b != a]
+        outside = np.unravel_index(index, [self.axis_sizes[b] for b in others]) if others else ()
+        coordinates = [0] * len(self.axis_sizes)
+        for b, value in zip(others, outside):
+            coordinates[b] = int(value)
+        head = []
+        for x in range(min(length, self.axis_sizes[a])):
+            coordinates[a] = x
+            head.append(self.rank_of_axis_coordinates(coordinates))
+        return head
+
     def axis_groups(self, axis: str) -> list[list[int]]:
         """For one axis: the rank lists of devices that agree on every other axis, each ordered
         by the axis index, the lists ordered by the other axes' coordinates (row-major)."""
@@ -103,7 +141,7 @@ def _row_major(coords: np.ndarray, sizes: list[int]) -> np.ndarray:
 
 
 def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=None) -> None:
-    """SPEC section 2's rules, each violation named with the row or column at fault."""
+    """docs/model.md section 2's rules, each violation named with the row or column at fault."""
     axis_names = axis_names or [f"a{i}" for i in range(len(axis_sizes))]
     level_names = level_names or [f"l{i}" for i in range(len(level_sizes))]
     if len(matrix) != len(axis_sizes):
@@ -113,7 +151,7 @@ def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=N
             raise UsageError(f"placement row {a} ({axis_names[a]}) has {len(row)} entries but there are {len(level_sizes)} levels ({', '.join(level_names)}): give one column per level")
         for value in row:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UsageError(f"placement entry {value!r} in row {a} ({axis_names[a]}) is not a positive integer")
+                raise UsageError(f"placement entry {echo(value)} in row {a} ({axis_names[a]}) is not a positive integer")
         if product(row) != axis_sizes[a]:
             raise UsageError(f"placement row {a} ({axis_names[a]}) multiplies to {product(row)}, not the axis size {axis_sizes[a]}")
     for level, size in enumerate(level_sizes):
@@ -124,12 +162,19 @@ def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=N
 
 def parse_matrix(text: str) -> tuple[tuple[int, ...], ...]:
     """`[[1,2,2],[2,1,2]]` into a tuple matrix (validated against a system by Placement)."""
+    problem = f"{echo(text)} is not a placement matrix: write a JSON list of rows, one per axis, e.g. '[[1,2,2],[2,1,2]]'"
+    if not isinstance(text, str) or len(text) > MAX_MATRIX_CHARS:
+        raise UsageError(problem)
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        raise UsageError(f"invalid placement {text!r}: write a JSON list of rows, e.g. '[[1,2,2],[2,1,2]]'") from None
+    except (ValueError, TypeError, RecursionError):  # bad JSON, a 5000-digit integer, 5000-deep nesting
+        raise UsageError(problem) from None
     if not isinstance(value, list) or not value or not all(isinstance(row, list) and row for row in value):
-        raise UsageError(f"invalid placement {text!r}: write a JSON list of rows, e.g. '[[1,2,2],[2,1,2]]'")
+        raise UsageError(problem)
+    for row in value:
+        for entry in row:
+            if not isinstance(entry, int) or isinstance(entry, bool) or not 1 <= entry <= MAX_DEVICES:
+                raise UsageError(f"placement entry {echo(entry)} is not a positive integer of at most {MAX_DEVICES}")
     return tuple(tuple(row) for row in value)
 
 
@@ -152,10 +197,15 @@ def check_axes_fit(topology: Topology, axes: tuple[Axis, ...]) -> None:
 
 @dataclass(frozen=True)
 class Inside:
-    """Keep `axis` inside one unit of `level` and below: factor 1 at every outer level."""
+    """Keep `axis` inside one unit of `level`: the axis never crosses a boundary between two
+    units of that level, so its factor is 1 at `level` and at every outer level
+    (`Inside("model", "node")`: every model group sits in one node)."""
 
     axis: str
     level: str
+
+    def __str__(self) -> str:
+        return f"{self.axis} inside one {self.level}"
 
 
 @dataclass(frozen=True)
@@ -166,18 +216,23 @@ class Factor:
     level: str
     value: int
 
+    def __str__(self) -> str:
+        return f"{self.axis} spans {self.value} {self.level} unit(s)"
+
 
 Constraint = Inside | Factor
 
-_INSIDE = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z_]\w*)\s*\Z")
-_FACTOR = re.compile(r"\s*([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*\Z")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_INSIDE = re.compile(rf"\s*({_IDENTIFIER})\s*=\s*({_IDENTIFIER})\s*\Z")
+_FACTOR = re.compile(rf"\s*({_IDENTIFIER})\s*\.\s*({_IDENTIFIER})\s*=\s*([+-]?[0-9]+)\s*\Z")
+MAX_FACTOR_DIGITS = 9
 
 
 def parse_inside(text: str) -> Inside:
     """`model=node`: the model axis stays inside one node."""
     match = _INSIDE.match(text)
     if not match:
-        raise UsageError(f"invalid --inside {text!r}: write AXIS=LEVEL, e.g. model=node")
+        raise UsageError(f"{echo(text)} is not AXIS=LEVEL; write e.g. model=node")
     return Inside(match[1], match[2])
 
 
@@ -185,7 +240,11 @@ def parse_factor(text: str) -> Factor:
     """`model.gpu=4`: the model axis spans 4 units of level gpu."""
     match = _FACTOR.match(text)
     if not match:
-        raise UsageError(f"invalid --factor {text!r}: write AXIS.LEVEL=N, e.g. model.gpu=4")
+        raise UsageError(f"{echo(text)} is not AXIS.LEVEL=N; write e.g. model.gpu=4")
+    digits = match[3].lstrip("+-")
+    if len(digits) > MAX_FACTOR_DIGITS:
+        raise UsageError(f"{echo(text)}: the factor has {len(digits)} digits; a factor divides a level size, "
+                         f"so it has at most {MAX_FACTOR_DIGITS}")
     return Factor(match[1], match[2], int(match[3]))
 
 
@@ -193,6 +252,7 @@ def parse_factor(text: str) -> Factor:
 
 
 def _prime_factors(n: int) -> dict[int, int]:
+    """Trial division: only ever called on level and axis sizes (at most MAX_DEVICES)."""
     factors, p = {}, 2
     while p * p <= n:
         while n % p == 0:
@@ -205,11 +265,24 @@ def _prime_factors(n: int) -> dict[int, int]:
 
 
 def enumerate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[Placement]:
-    """Every parallelism matrix satisfying SPEC section 2 and the constraints, as models of a
+    """Every parallelism matrix satisfying docs/model.md section 2 and the constraints, as models of a
     Z3 formula; sorted (lexicographically by matrix) so every run lists them in one order."""
+    return list(generate_placements(topology, axes, constraints))
+
+
+def generate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> Iterator[Placement]:
+    """`enumerate_placements` one at a time: the matrices are found (and sorted) first, each
+    Placement, with its per-device arrays, is made only when the caller gets to it."""
+    axis_names = tuple(a.name for a in axes)
+    axis_sizes = tuple(a.size for a in axes)
+    for matrix in placement_matrices(topology, axes, constraints):
+        yield Placement(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix)
+
+
+def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[tuple[tuple[int, ...], ...]]:
+    """The sorted matrices of every placement satisfying the constraints."""
     check_axes_fit(topology, axes)
     level_sizes, axis_sizes = topology.sizes, tuple(a.size for a in axes)
-    axis_names = tuple(a.name for a in axes)
     n_axes, n_levels = len(axes), len(level_sizes)
     primes = sorted(set().union(*(_prime_factors(n) for n in level_sizes + axis_sizes)))
     solver = z3.Solver()
@@ -224,10 +297,18 @@ def enumerate_placements(topology: Topology, axes: tuple[Axis, ...], constraints
             solver.add(z3.Sum([exponent[p, a, l] for a in range(n_axes)]) == _prime_factors(level_sizes[l]).get(p, 0))
         for a in range(n_axes):
             solver.add(z3.Sum([exponent[p, a, l] for l in range(n_levels)]) == _prime_factors(axis_sizes[a]).get(p, 0))
-    for constraint in constraints:
-        _add_constraint(solver, exponent, primes, constraint, topology, axis_names)
+    fixed = constraint_cells(topology, axes, constraints)
+    for key, value in fixed.items():
+        solver.add(exponent[key] == value if value >= 0 else z3.BoolVal(False))
+    count = count_placements(level_sizes, axis_sizes, fixed, MAX_PLACEMENTS)
+    if count > MAX_PLACEMENTS:
+        shown = "; ".join(str(c) for c in constraints)
+        raise UsageError(f"more than {MAX_PLACEMENTS} placements of "
+                         f"{','.join(f'{a.name}={a.size}' for a in axes)} on {topology.name}"
+                         f"{' with ' + shown if shown else ''}: too many to list; fix some factors or keep axes "
+                         f"inside levels to narrow them")
     results = []
-    while solver.check() == z3.sat:
+    while (answer := solver.check()) == z3.sat:
         model = solver.model()
         values = {key: model.eval(var, model_completion=True).as_long() for key, var in exponent.items()}
         matrix = tuple(
@@ -235,35 +316,108 @@ def enumerate_placements(topology: Topology, axes: tuple[Axis, ...], constraints
         )
         results.append(matrix)
         solver.add(z3.Or([var != values[key] for key, var in exponent.items()]) if exponent else z3.BoolVal(False))
+    if answer != z3.unsat:  # never taken for "no more placements": the list would be silently short
+        raise SynthError(f"Z3 gave up enumerating placements ({solver.reason_unknown()}) after {len(results)}")
     if not results:
-        described = "; ".join(_describe(c) for c in constraints)
+        described = "; ".join(str(c) for c in constraints)
         raise NoSolutionError(f"no placement of these axes on {topology.name} satisfies the constraints ({described}): relax one")
-    return [Placement(topology.level_names, level_sizes, axis_names, axis_sizes, m) for m in sorted(results)]
+    return sorted(results)
 
 
-def _describe(constraint: Constraint) -> str:
-    if isinstance(constraint, Inside):
-        return f"--inside {constraint.axis}={constraint.level}"
-    return f"--factor {constraint.axis}.{constraint.level}={constraint.value}"
+def count_placements(level_sizes, axis_sizes, fixed: dict[tuple[int, int, int], int], limit: int) -> int:
+    """How many placements there are (at most limit + 1: counting stops there), without Z3:
+    per prime, the tables of exponents with the axes' and levels' sums and the `fixed`
+    entries ((prime, axis, level) -> exponent); placements are one table per prime."""
+    primes = sorted(set().union(*(_prime_factors(n) for n in tuple(level_sizes) + tuple(axis_sizes))))
+    total = 1
+    for p in primes:
+        rows = [_prime_factors(size).get(p, 0) for size in axis_sizes]
+        columns = [_prime_factors(size).get(p, 0) for size in level_sizes]
+        cells = {(a, l): value for (q, a, l), value in fixed.items() if q == p}
+        total *= _count_tables(rows, columns, cells, limit // total + 1)
+        if total == 0 or total > limit:
+            return total
+    return total
 
 
-def _add_constraint(solver, exponent, primes, constraint, topology: Topology, axis_names) -> None:
+def _count_tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int], limit: int) -> int:
+    """Non-negative integer tables with these row and column sums and fixed cells, counted by
+    depth-first search up to limit + 1."""
+    n_rows, n_columns = len(rows), len(columns)
+    left_in_column = list(columns)
+    count = 0
+
+    def fill(a: int, l: int, left_in_row: int) -> None:
+        nonlocal count
+        if count > limit:
+            return
+        if l == n_columns:
+            if left_in_row:
+                return
+            if a + 1 == n_rows:
+                count += not any(left_in_column)
+                return
+            fill(a + 1, 0, rows[a + 1])
+            return
+        if (a, l) in fixed:
+            choices = [fixed[a, l]]
+        elif a + 1 == n_rows:
+            choices = [left_in_column[l]]  # the last row takes what the column still needs
+        else:
+            choices = range(min(left_in_row, left_in_column[l]) + 1)
+        for value in choices:
+            if value < 0 or value > left_in_row or value > left_in_column[l]:
+                continue
+            left_in_column[l] -= value
+            fill(a, l + 1, left_in_row - value)
+            left_in_column[l] += value
+
+    if n_rows:
+        fill(0, 0, rows[0])
+    return count
+
+
+def constraint_cells(topology: Topology, axes: tuple[Axis, ...], constraints) -> dict[tuple[int, int, int], int]:
+    """What the constraints fix: (prime, axis, level) -> the exponent of that prime in the
+    axis's factor at that level (-1 where two constraints disagree, so nothing fits)."""
+    primes = sorted(set().union(*(_prime_factors(n) for n in topology.sizes + tuple(a.size for a in axes))))
+    fixed: dict[tuple[int, int, int], int] = {}
+    for constraint in constraints:
+        for key, value in _constraint_cells(constraint, topology, axes, primes).items():
+            fixed[key] = value if fixed.get(key, value) == value else -1
+    return fixed
+
+
+def count_matching(topology: Topology, axes: tuple[Axis, ...], constraints=(), limit: int = MAX_PLACEMENTS) -> int:
+    """How many placements satisfy the constraints (counting stops past `limit`)."""
+    check_axes_fit(topology, axes)
+    return count_placements(topology.sizes, tuple(a.size for a in axes), constraint_cells(topology, axes, constraints),
+                            limit)
+
+
+def _constraint_cells(constraint, topology: Topology, axes: tuple[Axis, ...], primes) -> dict[tuple[int, int, int], int]:
+    axis_names = tuple(axis.name for axis in axes)
     if constraint.axis not in axis_names:
-        raise UsageError(f"{_describe(constraint)}: unknown axis {constraint.axis!r}; the axes are {', '.join(axis_names)}")
+        raise UsageError(f"{constraint}: unknown axis {constraint.axis!r}; the axes are {', '.join(axis_names)}")
     a = axis_names.index(constraint.axis)
     l = topology.level_index(constraint.level)
     if isinstance(constraint, Inside):
-        for outer in range(l):
-            for p in primes:
-                solver.add(exponent[p, a, outer] == 0)
-        return
+        room = product(topology.sizes[l + 1:])
+        if room % axes[a].size:
+            raise NoSolutionError(f"{constraint}: one {constraint.level} holds {room} device(s) and "
+                                  f"{constraint.axis}={axes[a].size} does not divide that, so it cannot stay inside "
+                                  f"one; name an outer level")
+        return {(p, a, level): 0 for level in range(l + 1) for p in primes}
     if constraint.value < 1:
-        raise UsageError(f"{_describe(constraint)}: a factor must be a positive integer")
+        raise UsageError(f"{constraint}: a factor must be a positive integer")
+    # Before any factoring: a factor that does not divide both sizes has no placement (and a
+    # 31-digit one would take trial division forever).
+    level_size, axis_size = topology.sizes[l], axes[a].size
+    if level_size % constraint.value or axis_size % constraint.value:
+        raise NoSolutionError(f"{constraint}: {constraint.value} does not divide both the {constraint.level} size "
+                              f"{level_size} and the {constraint.axis} size {axis_size}, so no placement has it")
     wanted = _prime_factors(constraint.value)
-    if any(p not in primes for p in wanted):
-        raise NoSolutionError(f"{_describe(constraint)}: {constraint.value} does not divide the level or axis sizes, so no placement has it")
-    for p in primes:
-        solver.add(exponent[p, a, l] == wanted.get(p, 0))
+    return {(p, a, l): wanted.get(p, 0) for p in primes}
 
 
 def enumerate_placements_direct(level_sizes, axis_sizes) -> list[tuple[tuple[int, ...], ...]]:

@@ -5,32 +5,30 @@ states share one answer (memoized by abstract state):
 
 * `need`: the fewest doublings any chunk still needs. Every chunk must end up holding all N
   members. One reducing step over groups of k members can at most multiply a chunk's set by
-  k (a union of k sets), and copies (AllGather, Broadcast) never enlarge a chunk's best set.
-  So the chunk whose best holder has the smallest set, s, needs s * prod(k) >= N over the
-  remaining reducing steps; with growth ceil(log2 k) per step this is a sound bound.
-* `partial`: some member holds part of the buffer; only AllGather or Broadcast widen a range.
-* `empty`: some member holds nothing; only Broadcast fills it.
-* The last step cannot be a ReduceScatter or a Reduce (they leave partial or empty members),
-  and each must be followed by a step that repairs what it leaves.
+  k (a union of k sets), and other collectives never enlarge a chunk's best set. So the
+  chunk whose best holder has the smallest set, s, needs s * prod(k) >= N over the remaining
+  reducing steps; with growth ceil(log2 k) per step this is a sound bound.
+* `partial`: some member holds part of the buffer; only a collective that widens a range
+  repairs it.
+* `empty`: some member holds nothing; only one that fills empty members repairs it.
+* A step that always leaves partial (or empty) members must be followed by one that widens
+  (or fills), so neither can be last.
 
-Every rule only removes sequences that cannot reach the goal, so pruning keeps completeness.
-A collective this module does not know is treated as able to do anything (never pruned on).
+What each collective may do is read from its record (synth/collectives.py); instructions
+enter the query only through those facts and their growth, so the query ranges over a few
+classes. Every rule only removes sequences that cannot reach the goal, so pruning keeps
+completeness.
+
+The abstraction is computed once per state from per-member chunk counts cached by member
+(a step changes a few members and most states share most of their members), not by walking
+every chunk of every member again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-
-import z3
-
-# What each known collective can do to the abstraction (growth is per instruction).
-LEAVES_PARTIAL = frozenset({"ReduceScatter"})
-LEAVES_EMPTY = frozenset({"Reduce"})
-WIDENS_RANGE = frozenset({"AllGather", "Broadcast"})
-FILLS_EMPTY = frozenset({"Broadcast"})
-KNOWN = frozenset({"AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast"})
-REDUCING = frozenset({"AllReduce", "ReduceScatter", "Reduce"})
+from functools import cache, reduce
+from operator import itemgetter, or_
 
 
 @dataclass(frozen=True)
@@ -40,105 +38,194 @@ class AbstractState:
     empty: bool
 
 
-def abstract(state: tuple, member_count: int) -> AbstractState:
-    best = [0] * member_count
-    partial = empty = False
-    for member in state:
-        if member is None:
-            empty = True
-            continue
-        lo, hi, sets, _ = member
-        if (lo, hi) != (0, member_count):
-            partial = True
-        full = (1 << member_count) - 1
-        for chunk in range(lo, hi):
-            count = ((sets >> (chunk * member_count)) & full).bit_count()
-            if count > best[chunk]:
-                best[chunk] = count
-    weakest = min(best)
-    if weakest == 0:
-        return AbstractState(-1, partial, empty)
+# (reduces, leaves partial, leaves empty, widens, fills empty, growth): one instruction class.
+InstructionClass = tuple[bool, bool, bool, bool, bool, int]
+
+
+def chunk_counts(member, member_count: int) -> tuple[int, ...]:
+    """For each chunk of the buffer, how many members are summed into it on this member (0
+    outside its range)."""
+    lo, hi, sets, _ = member
+    full = (1 << member_count) - 1
+    return ((0,) * lo + tuple(((sets >> (chunk * member_count)) & full).bit_count() for chunk in range(lo, hi))
+            + (0,) * (member_count - hi))
+
+
+def doublings(weakest: int, member_count: int) -> int:
+    """The fewest doublings that take `weakest` contributors to at least `member_count`."""
     need = 0
     while weakest << need < member_count:
         need += 1
-    return AbstractState(need, partial, empty)
+    return need
 
 
-def _growth(instruction) -> int:
-    return max(instruction.real_group_size - 1, 0).bit_length()  # ceil(log2 k)
+def abstract(state: tuple, member_count: int) -> AbstractState:
+    """The abstraction of one state, from scratch (the oracle caches per member instead)."""
+    counts = [chunk_counts(member, member_count) for member in set(state) if member is not None]
+    return _summarize(state, counts, member_count)
+
+
+def _summarize(state: tuple, counts, member_count: int) -> AbstractState:
+    empty = None in state
+    partial = any(member is not None and (member[0] or member[1] != member_count) for member in state)
+    weakest = min(map(max, zip(*counts))) if counts else 0
+    if weakest == 0:
+        return AbstractState(-1, partial, empty)
+    return AbstractState(doublings(weakest, member_count), partial, empty)
+
+
+def instruction_class(instruction, use_quotient_sizes: bool) -> InstructionClass:
+    """What the oracle knows of an instruction. Growth is measured in the instance the state
+    lives in (quotient members or real ones), as `need` is."""
+    k = len(instruction.groups[0]) if use_quotient_sizes else instruction.real_group_size
+    return instruction.record.pruning_facts + (instruction.record.growth(k),)
 
 
 class DeadPrefixOracle:
-    """Answers which instruction classes can begin a completion, one memoized Z3 formula per abstract state.
+    """Answers which instruction classes can begin a completion, one memoized Z3 formula per
+    abstract state; the answers are shared by every oracle with the same classes. States are
+    tuples of member ids into `members` (synth.semantics.InternedMachine's table)."""
 
-    Instructions enter the query only through (collective, growth), so the query ranges over
-    those few classes, and its answers are shared by every oracle with the same classes.
-    """
-
-    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool):
+    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool, members: list):
         self.member_count = member_count
-        # Growth is measured in the instance the state lives in (quotient members or real ones).
-        classes = {
-            (instruction.collective,
-             max(len(instruction.groups[0]) - 1, 0).bit_length() if use_quotient_sizes else _growth(instruction))
-            for _, instruction in alphabet
-        }
-        self.classes = tuple(sorted(classes))
-        self.class_of = tuple(
-            self.classes.index((instruction.collective,
-                                max(len(instruction.groups[0]) - 1, 0).bit_length() if use_quotient_sizes else _growth(instruction)))
-            for _, instruction in alphabet
-        )
+        found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
+        self.classes = tuple(sorted(set(found)))
+        self.class_of = tuple(self.classes.index(found_class) for found_class in found)
         self.queries = 0
-        self._facts: dict[tuple, AbstractState] = {}
+        self.members = members
+        self.all_chunks = (1 << member_count) - 1
+        # ceil(N / 2^t) for t = 0 .. ceil(log2 N): at the last, one contributor is enough.
+        self.thresholds = tuple(-(-member_count >> t) for t in range((member_count - 1).bit_length() + 1))
+        # For a count of c contributors, the first t with ceil(N / 2^t) <= c.
+        self._first_reached = [next((t for t, threshold in enumerate(self.thresholds) if count >= threshold), None)
+                               for count in range(member_count + 1)]
+        self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
+        self._partial: list[bool] = []  # member id -> holds part of the buffer
+        self._facts: dict[frozenset, AbstractState] = {}
+        self._answers: dict[tuple[AbstractState, int], frozenset[int]] = {}
 
-    def first_steps(self, state: tuple, remaining: int) -> frozenset[int]:
+    def _learn_members(self) -> None:
+        n = self.member_count
+        for member in self.members[len(self._covers):]:
+            if member is None:
+                self._covers.append(None)
+                self._partial.append(False)
+                continue
+            # Bucket each chunk by the first t whose threshold it reaches, then accumulate.
+            buckets = [0] * len(self.thresholds)
+            for chunk, count in enumerate(chunk_counts(member, n)):
+                if count:
+                    buckets[self._first_reached[count]] |= 1 << chunk
+            covers, covered = [], 0
+            for bucket in buckets:
+                covered |= bucket
+                covers.append(covered)
+            self._covers.append(tuple(covers))
+            self._partial.append(member[0] != 0 or member[1] != n)
+
+    def facts(self, state: tuple[int, ...]) -> AbstractState:
+        """The abstraction of a state; it depends only on which members occur, so it is memoized
+        by that set. `need` is the first t at which the members' chunks holding at least
+        ceil(N / 2^t) contributors cover the buffer (the weakest chunk's best set, in doublings)."""
+        distinct = frozenset(state)
+        facts = self._facts.get(distinct)
+        if facts is None:
+            if len(self._covers) < len(self.members):
+                self._learn_members()
+            covers = [self._covers[i] for i in distinct]
+            empty = None in covers
+            if empty:
+                covers = [cover for cover in covers if cover is not None]
+            partial = any(map(self._partial.__getitem__, distinct))
+            need = -1
+            for t in range(len(self.thresholds)):
+                if reduce(or_, map(itemgetter(t), covers), 0) == self.all_chunks:
+                    need = t
+                    break
+            facts = self._facts[distinct] = AbstractState(need, partial, empty)
+        return facts
+
+    def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
         """The instruction classes that can begin a completion of `remaining` steps (empty:
         the prefix is dead). Instructions of other classes need not even be applied."""
-        facts = self._facts.get(state)
-        if facts is None:
-            facts = self._facts[state] = abstract(state, self.member_count)
-        before = _first_steps.cache_info().misses
-        answer = _first_steps(self.classes, facts, remaining)
-        self.queries += _first_steps.cache_info().misses - before
+        return self.answer(self.facts(state), remaining)
+
+    def answer(self, facts: AbstractState, remaining: int) -> frozenset[int]:
+        """`first_steps` for an abstract state already computed."""
+        key = (facts, remaining)
+        answer = self._answers.get(key)
+        if answer is None:
+            before = _first_steps.cache_info().misses
+            answer = self._answers[key] = _first_steps(self.classes, facts, remaining)
+            self.queries += _first_steps.cache_info().misses - before
         return answer
 
 
 ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 
-@lru_cache(maxsize=None)
-def _first_steps(classes: tuple[tuple[str, int], ...], facts: AbstractState, remaining: int) -> frozenset[int]:
-    """One Z3 formula per (classes, abstract state, steps left), asked once per first class."""
+@cache
+def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int) -> frozenset[int]:
+    """Which classes can begin a completion: the Z3 formula of (classes, steps left), with this
+    abstract state as assumptions, asked once whether any completion exists and then once per
+    first class."""
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:
         return ALL if facts.need == 0 and not facts.partial and not facts.empty else frozenset()
+    import z3  # on the first query: importing the search costs nothing
+
+    formula = _formula(classes, remaining)
+    assumptions = [formula.need == facts.need,
+                   formula.partial if facts.partial else z3.Not(formula.partial),
+                   formula.empty if facts.empty else z3.Not(formula.empty)]
+    if formula.solver.check(*assumptions) != z3.sat:
+        return frozenset()
+    return frozenset(i for i in range(len(classes))
+                     if formula.solver.check(*assumptions, formula.first == i) == z3.sat)
+
+
+@dataclass(frozen=True)
+class _Formula:
+    solver: object
+    first: object  # the class of the first step
+    need: object  # the abstract state, as free variables the queries fix by assumption
+    partial: object
+    empty: object
+
+
+@cache
+def _formula(classes: tuple[InstructionClass, ...], remaining: int) -> _Formula:
+    """One Z3 solver per (classes, steps left), built once: a sequence of `remaining` classes
+    whose growth covers `need`, where each step that leaves partial (empty) members is followed
+    by one that widens (fills), and a widening (filling) step comes when the state is partial
+    (has empty members)."""
+    import z3
+
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
+    need, partial, empty = z3.Int("need"), z3.Bool("partial"), z3.Bool("empty")
 
-    def one_of(t, predicate) -> z3.BoolRef:
-        members = [i for i, (kind, _) in enumerate(classes) if predicate(kind)]
+    def one_of(t, fact: int):
+        members = [i for i, found in enumerate(classes) if found[fact]]
         return z3.Or([choice[t] == i for i in members]) if members else z3.BoolVal(False)
 
-    def growth(t) -> z3.ArithRef:
+    def growth(t):
         expression = z3.IntVal(0)
-        for i, (kind, amount) in enumerate(classes):
-            if kind in REDUCING or kind not in KNOWN:
-                expression = z3.If(choice[t] == i, amount, expression)
+        for i, found in enumerate(classes):
+            if found[0] and found[5]:
+                expression = z3.If(choice[t] == i, found[5], expression)
         return expression
 
-    widens = [one_of(t, lambda kind: kind in WIDENS_RANGE or kind not in KNOWN) for t in range(remaining)]
-    fills = [one_of(t, lambda kind: kind in FILLS_EMPTY or kind not in KNOWN) for t in range(remaining)]
-    leaves_partial = [one_of(t, lambda kind: kind in LEAVES_PARTIAL) for t in range(remaining)]
-    leaves_empty = [one_of(t, lambda kind: kind in LEAVES_EMPTY) for t in range(remaining)]
+    leaves_partial = [one_of(t, 1) for t in range(remaining)]
+    leaves_empty = [one_of(t, 2) for t in range(remaining)]
+    widens = [one_of(t, 3) for t in range(remaining)]
+    fills = [one_of(t, 4) for t in range(remaining)]
     for t in range(remaining):
         solver.add(choice[t] >= 0, choice[t] < len(classes))
         solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
         solver.add(z3.Implies(leaves_empty[t], z3.Or(fills[t + 1:] or [z3.BoolVal(False)])))
-    solver.add(z3.Sum([growth(t) for t in range(remaining)]) >= facts.need)
-    if facts.partial:
-        solver.add(z3.Or(widens))
-    if facts.empty:
-        solver.add(z3.Or(fills))
-    return frozenset(i for i in range(len(classes)) if solver.check(choice[0] == i) == z3.sat)
+    solver.add(z3.Sum([growth(t) for t in range(remaining)]) >= need)
+    solver.add(z3.Implies(partial, z3.Or(widens)))
+    solver.add(z3.Implies(empty, z3.Or(fills)))
+    return _Formula(solver, choice[0], need, partial, empty)

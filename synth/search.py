@@ -1,14 +1,19 @@
 """The enumerator: every valid program up to a length, one per distinct instruction sequence.
 
 Syntax-guided: programs grow one step at a time over the grammar's alphabet of instructions
-(deduplicated by group sets, SPEC section 5). Pruning rules, each switchable for the ablation
+(deduplicated by group sets, docs/model.md section 5). Pruning rules, each switchable for the ablation
 benchmark:
 
-* invalid steps and no-op steps end a branch (by SPEC section 7 no extension is valid);
+* invalid steps and no-op steps end a branch (by docs/model.md section 7 no extension is valid);
 * dead prefixes: a Z3 query over an abstract state says the goal is out of reach in the
   steps that remain (synth/pruning.py);
 * shared suffixes: the number of valid completions of (state, steps left) is memoized, so a
   prefix that reaches an already-seen state reuses its suffixes instead of re-exploring them.
+
+States are interned (synth.semantics.InternedMachine): tuples of member ids, with every
+group's transition memoized. Before anything is built, the search's size is estimated
+(synth/search_budget.py) and one that cannot finish in the budget is refused with the
+longest length that does (SearchTooLargeError).
 
 Programs come out shortest first, then in alphabet order, from a generator, so a caller can
 stop early.
@@ -18,18 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from synth.errors import UsageError
-from synth.hierarchy import SynthesisHierarchy
+from synth.errors import SearchTooLargeError, UsageError
 from synth.language import Program
 from synth.pruning import DeadPrefixOracle
-from synth.semantics import Semantics, StepFailure
+from synth.search_budget import DEFAULT_BUDGET_S, check_budget, search_depth
+from synth.semantics import InternedMachine, Semantics
+
+if TYPE_CHECKING:
+    from synth.hierarchy import SynthesisHierarchy
 
 # Beyond this, the number of programs is astronomically large on any real hierarchy.
 MAX_PROGRAM_LENGTH = 12
-# The quotient state has 2^k members with 2^k chunks each for k levels of size >= 2; at k = 7
-# a length-4 search already takes minutes and close to 1 GB, beyond it hours.
-MAX_HIERARCHY_DEPTH = 7
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class SearchOptions:
     prune_dead: bool = True
     share_suffixes: bool = True
     quotient: bool = True
+    # Refuse a search estimated above this many seconds (synth/search_budget.py); None: never.
+    budget_s: float | None = DEFAULT_BUDGET_S
 
 
 @dataclass
@@ -55,108 +63,159 @@ def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Seman
     return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
 
 
+def check_search(semantics: Semantics, options: SearchOptions) -> None:
+    """Refuse a search that makes no sense or cannot finish, before starting it (UsageError,
+    SearchTooLargeError with the length that fits); the messages describe values only."""
+    if options.max_len < 1:
+        raise UsageError(f"a program length of {options.max_len} steps: give at least 1")
+    if options.max_len > MAX_PROGRAM_LENGTH:
+        raise SearchTooLargeError(
+            f"programs of up to {options.max_len} steps cannot be enumerated: their number grows exponentially "
+            f"with the length; at most {MAX_PROGRAM_LENGTH} steps",
+            depth=search_depth(semantics.real_sizes), max_len=options.max_len, largest_length=MAX_PROGRAM_LENGTH,
+            expansions=0, seconds=float("inf"),
+        )
+    if semantics.quotient:
+        check_budget([(semantics.level_names, semantics.real_sizes)], options.max_len, options.budget_s)
+
+
 class Enumerator:
     """Enumerates valid programs over one synthesis hierarchy."""
 
     def __init__(self, semantics: Semantics, options: SearchOptions = SearchOptions(),
                  on_progress: Callable[[SearchStats], None] | None = None):
-        if options.max_len < 1:
-            raise UsageError(f"--max-len {options.max_len}: give a length of at least 1")
-        if options.max_len > MAX_PROGRAM_LENGTH:
-            raise UsageError(
-                f"--max-len {options.max_len} cannot finish: the number of programs grows exponentially; use at most {MAX_PROGRAM_LENGTH}"
-            )
-        depth = sum(1 for size in semantics.real_sizes if size > 1)
-        if depth > MAX_HIERARCHY_DEPTH:
-            raise UsageError(
-                f"the synthesis hierarchy has {depth} levels ({', '.join(semantics.level_names)}); the search state grows as 4^levels "
-                f"and cannot finish beyond {MAX_HIERARCHY_DEPTH}: use --hierarchy merged or describe fewer levels"
-            )
+        check_search(semantics, options)
         self.semantics = semantics
         self.options = options
         self.alphabet = semantics.alphabet
         self.stats = SearchStats()
         self.on_progress = on_progress
-        self.oracle = DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient) if options.prune_dead else None
-        self._next: dict[tuple, dict[int, tuple | None]] = {}
-        self._counts: dict[tuple[tuple, int], int] = {}
+        self.machine = InternedMachine(semantics)
+        self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members)
+                       if options.prune_dead else None)
+        # Every state reached gets a small id, hashed once; memos below are keyed by it.
+        self._states: list[tuple[int, ...]] = []
+        self._state_ids: dict[tuple[int, ...], int] = {}
+        self._next: list[dict[int, int | None] | None] = []  # id -> {alphabet index: next id or None}
+        self._facts: list = []  # id -> abstract state (oracle)
+        self._counts: list[dict[int, int]] = [{} for _ in range(options.max_len + 1)]  # steps left -> {id: count}
+        self._allowed_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
+        self._initial = self._state_id(self.machine.initial)
+        self._goal = self._state_id(self.machine.goal)
 
-    def _allowed(self, state: tuple, remaining: int) -> frozenset[int] | None:
-        """Instruction classes worth trying (None: all of them, when dead-prefix pruning is off)."""
-        return self.oracle.first_steps(state, remaining) if self.oracle is not None else None
+    def _state_id(self, state: tuple[int, ...]) -> int:
+        found = self._state_ids.get(state)
+        if found is None:
+            found = self._state_ids[state] = len(self._states)
+            self._states.append(state)
+            self._next.append(None)
+            self._facts.append(None)
+        return found
+
+    def _allowed(self, sid: int, remaining: int) -> frozenset[int] | None:
+        """The instruction classes worth trying (None: all, without dead-prefix pruning)."""
+        if self.oracle is None:
+            return None
+        facts = self._facts[sid]
+        if facts is None:
+            facts = self._facts[sid] = self.oracle.facts(self._states[sid])
+        return self.oracle.answer(facts, remaining)
 
     def successors(self, state: tuple, remaining: int) -> list[tuple[int, tuple]]:
-        """Valid, non-no-op steps from a state that may still lead to the goal in `remaining`
-        steps: (alphabet index, next state)."""
-        allowed = self._allowed(state, remaining)
-        known = self._next.setdefault(state, {}) if self.options.share_suffixes else {}
+        """Valid, non-no-op steps from a state (member states, as `Semantics.apply` gives them)
+        that may still lead to the goal in `remaining` steps: (alphabet index, next state)."""
+        sid = self._state_id(self.machine.intern(state))
+        return [(index, self.machine.expand(self._states[next_id]))
+                for index, next_id in self._successors(sid, self._allowed(sid, remaining))]
+
+    def _successors(self, sid: int, allowed: frozenset[int] | None) -> list[tuple[int, int]]:
+        known = self._next[sid] if self.options.share_suffixes else None
+        if known is None:
+            known = {}
+            if self.options.share_suffixes:
+                self._next[sid] = known
         result = []
-        for index, (_, instruction) in enumerate(self.alphabet):
-            if allowed is not None and self.oracle.class_of[index] not in allowed:
-                continue
-            if index in known:
-                next_state = known[index]
-            else:
+        apply, state = self.machine.apply, self._states[sid]
+        for index in self._indices(allowed):
+            next_id = known.get(index, _UNSEEN)
+            if next_id is _UNSEEN:
                 self.stats.steps_applied += 1
-                try:
-                    next_state = self.semantics.apply(state, instruction)
-                except StepFailure:
-                    next_state = None
-                known[index] = next_state
-            if next_state is not None:
-                result.append((index, next_state))
+                after = apply(state, index)
+                next_id = known[index] = None if after is None else self._state_id(after)
+            if next_id is not None:
+                result.append((index, next_id))
         return result
 
+    def _indices(self, allowed: frozenset[int] | None) -> tuple[int, ...]:
+        """The alphabet indices whose instruction class is allowed (all without an oracle)."""
+        indices = self._allowed_indices.get(allowed)
+        if indices is None:
+            indices = self._allowed_indices[allowed] = tuple(
+                index for index in range(len(self.alphabet)) if allowed is None or self.oracle.class_of[index] in allowed
+            )
+        return indices
+
     def count(self, state: tuple, remaining: int) -> int:
-        """How many programs of exactly `remaining` more steps first reach the goal at their end."""
-        goal = self.semantics.goal
-        if state == goal:
+        """How many programs of exactly `remaining` more steps from `state` (member states, as
+        `Semantics.apply` gives them) first reach the goal at their end."""
+        while len(self._counts) <= remaining:
+            self._counts.append({})
+        return self._count(self._state_id(self.machine.intern(state)), remaining)
+
+    def _count(self, sid: int, remaining: int) -> int:
+        if sid == self._goal:
             return 1 if remaining == 0 else 0
         if remaining == 0:
             return 0
-        key = (state, remaining)
-        if self.options.share_suffixes and key in self._counts:
-            return self._counts[key]
-        if self.oracle is not None and not self.oracle.first_steps(state, remaining):
+        memo = self._counts[remaining]
+        if self.options.share_suffixes:
+            known = memo.get(sid)
+            if known is not None:
+                return known
+        allowed = self._allowed(sid, remaining)
+        if allowed is not None and not allowed:
             self.stats.pruned_dead += 1
             total = 0
         else:
             self.stats.expanded += 1
             if self.on_progress is not None and self.stats.expanded % 2000 == 0:
                 self.on_progress(self.stats)
-            total = sum(self.count(next_state, remaining - 1) for _, next_state in self.successors(state, remaining))
+            total = sum(self._count(next_id, remaining - 1) for _, next_id in self._successors(sid, allowed))
         if self.oracle is not None:
             self.stats.z3_queries = self.oracle.queries
         if self.options.share_suffixes:
-            self._counts[key] = total
+            memo[sid] = total
         return total
 
-    def _paths(self, state: tuple, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
+    def _paths(self, sid: int, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
         if remaining == 0:
-            if state == self.semantics.goal:
+            if sid == self._goal:
                 yield list(prefix)
             return
-        if state == self.semantics.goal:
+        if sid == self._goal:
             return
-        for index, next_state in self.successors(state, remaining):
-            if self.count(next_state, remaining - 1) == 0:
+        for index, next_id in self._successors(sid, self._allowed(sid, remaining)):
+            if self._count(next_id, remaining - 1) == 0:
                 continue
             prefix.append(index)
-            yield from self._paths(next_state, remaining - 1, prefix)
+            yield from self._paths(next_id, remaining - 1, prefix)
             prefix.pop()
 
     def programs(self) -> Iterator[Program]:
         """Every valid program up to `max_len` steps, shortest first."""
         for length in range(1, self.options.max_len + 1):
-            if self.count(self.semantics.initial, length) == 0:
+            if self._count(self._initial, length) == 0:
                 continue
-            for path in self._paths(self.semantics.initial, length, []):
+            for path in self._paths(self._initial, length, []):
                 self.stats.programs += 1
                 yield Program(tuple(self.alphabet[i][0] for i in path))
 
     def total(self) -> int:
         """The number of valid programs up to `max_len`, without listing them."""
-        return sum(self.count(self.semantics.initial, length) for length in range(1, self.options.max_len + 1))
+        return sum(self._count(self._initial, length) for length in range(1, self.options.max_len + 1))
+
+
+_UNSEEN = object()
 
 
 def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:

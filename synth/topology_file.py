@@ -58,6 +58,45 @@ Every byte between two units of the level (inside one parent) crosses it once, w
 direction, so a step's time is at least the level's traffic in one parent over this figure;
 the per-device `bandwidth` still caps each device. Per-collective figures scale it like the
 uplinks.
+
+How NCCL runs on the system (synth/model/nccl.py, the NCCL performance model) takes a few more
+optional keys. Line rates stay the facts in `bandwidth` and `uplinks`; what NCCL reaches on
+them is a separate figure with its own source::
+
+    [nccl]                             # optional: what NCCL's tables key on
+    generation = "hopper"              # volta, ampere, hopper or blackwell (required in the table)
+    nvls = true                        # NVLink SHARP on NVSwitch (Hopper and later); default false
+    cpu = "intel"                      # intel or amd (NCCL's LL limits across nodes); default intel
+    algorithms = ["ring", "tree"]      # optional: NCCL_ALGO as the system runs it; default all
+    protocols = ["Simple", "LL128"]    # optional: NCCL_PROTO; default all
+    source = "..."                     # required
+
+    [[levels]]
+    ...
+    link = { kind = "infiniband", source = "..." }   # nvswitch, nvlink, pcie | infiniband, roce, ethernet, loopback
+    transport = { kind = "ib", gdr = true, source = "..." }  # network levels: ib, socket or plugin
+    efficiency = { value = 0.96, source = "..." }    # fraction of the line rate NCCL moves data at
+    overhead = { value = "15 us", source = "..." }   # per call spanning this level, beyond NCCL's latency
+
+A `transport` may also give, for sockets, `sockets` (streams per connection: NCCL_SOCKET_NTHREADS
+x NCCL_NSOCKS_PERTHREAD; default NCCL's for the NIC `vendor`: aws, gcp or other) and `stream`
+(what one stream moves, e.g. "25 Gb/s"); for a plugin, `latency` (what it reports, added to each
+network step) and `unpack = true` when its receive side unpacks on the GPU. Without these keys
+the NCCL model assumes defaults and says which (synth/model/nccl_hardware.py).
+
+`synth calibrate` also records what it fitted on, so a ranking can say how sure it is::
+
+    [[calibration]]
+    collective = "AllReduce"
+    level = "node"                     # the outermost level the measured group spans
+    nodes = 2
+    ranks_per_node = 8
+    min_bytes = 8
+    max_bytes = 17179869184
+    points = 32
+    rms_error = 0.031                  # relative, after the fit
+    worst_error = 0.087
+    file = "all_reduce_perf-2nodes.txt"
 """
 
 from __future__ import annotations
@@ -70,16 +109,31 @@ from importlib import resources
 from pathlib import Path
 
 from synth.errors import UsageError
-from synth.names import check_name
-from synth.topology import CollectiveFigures, Figure, Level, Topology, Uplinks, check_levels
-from synth.units import BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_time
+from synth.names import check_name, echo
+from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem, Topology,
+                            Transport, Uplinks, check_levels)
+from synth.units import (BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_bytes,
+                         parse_time)
 
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
-_TOP_KEYS = ("name", "description", "levels")
-_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric")
+_TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
+_LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
+               "link", "transport", "efficiency", "overhead")
+LINK_KINDS = ("nvswitch", "nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
+NETWORK_LINK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
+TRANSPORT_KINDS = ("ib", "socket", "plugin")
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+_LINK_KEYS = ("kind", "source")
+_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
+_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize")
+_CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
+                     "rms_error", "worst_error", "file")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
+MAX_FILE_BYTES = 1 << 20  # a topology file of a megabyte is something else
 _SOURCE_HINT = 'source = "spec sheet, paper, or estimate: how it was guessed"'
 
 
@@ -117,6 +171,7 @@ def load_topology(spec: str | os.PathLike) -> Topology:
     built-in name first and a path only if no built-in has that name.
     """
     text_spec = os.fspath(spec)
+    shown = echo(text_spec)
     looks_like_path = text_spec.endswith(".toml") or "/" in text_spec or os.sep in text_spec
     if not looks_like_path and text_spec in builtin_topology_names():
         entry = _builtin_dir() / f"{text_spec}.toml"
@@ -124,16 +179,22 @@ def load_topology(spec: str | os.PathLike) -> Topology:
         text = entry.read_text(encoding="utf-8")
         return _parse_topology(text, where, str(entry))
     path = Path(text_spec)
-    if not path.is_file():
-        if looks_like_path or path.exists():
-            problem = f"no topology file {text_spec!r}" if not path.exists() else f"{text_spec!r} is not a file"
+    try:  # a name too long for the file system, or a NUL in it, is no file either
+        is_file, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):
+        is_file = exists = False
+    if not is_file:
+        if looks_like_path or exists:
+            problem = f"no topology file {shown}" if not exists else f"{shown} is not a file"
             raise UsageError(f"{problem}: give a path to a TOML file or a built-in name: {_builtin_list()}")
-        raise UsageError(f"unknown topology {text_spec!r}: use a built-in name ({_builtin_list()}) or a path to a .toml file")
+        raise UsageError(f"unknown topology {shown}: use a built-in name ({_builtin_list()}) or a path to a .toml file")
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise UsageError(f"{shown}: {path.stat().st_size} bytes is not a topology file (at most {MAX_FILE_BYTES})")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"{text_spec}: cannot read the file ({_one_line(error)}); give a readable UTF-8 TOML file") from None
-    return _parse_topology(text, text_spec, str(path.resolve()))
+        raise UsageError(f"{shown}: cannot read the file ({_one_line(error)}); give a readable UTF-8 TOML file") from None
+    return _parse_topology(text, text_spec if len(text_spec) <= 200 else shown, str(path.resolve()))
 
 
 def _one_line(error: BaseException) -> str:
@@ -152,6 +213,8 @@ def _toml_loads(text: str, where: str) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{where}: not valid TOML: {_one_line(error)}") from None
+    except RecursionError:  # tables or arrays nested thousands deep
+        raise UsageError(f"{where}: not a topology file: its values are nested too deeply") from None
 
 
 def _field_error(where: str, field: str, message: str) -> UsageError:
@@ -283,7 +346,135 @@ def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
     fabric = None
     if "fabric" in table:
         fabric = _figure(table["fabric"], parse_bandwidth, BANDWIDTH_EXAMPLE, where, f"{field}.fabric")
-    return Level(name, size, bandwidth, latency, uplinks, collectives, fabric)
+    link = _link(table["link"], where, f"{field}.link") if "link" in table else None
+    transport = _transport(table["transport"], where, f"{field}.transport") if "transport" in table else None
+    if transport is not None and link is not None and link.kind not in NETWORK_LINK_KINDS:
+        raise _field_error(where, f"{field}.transport", f"given on a level whose link is {link.kind!r}; a transport "
+                           f"belongs to a network level ({', '.join(NETWORK_LINK_KINDS)})")
+    efficiency = _efficiency(table["efficiency"], where, f"{field}.efficiency") if "efficiency" in table else None
+    overhead = None
+    if "overhead" in table:
+        overhead = _figure(table["overhead"], parse_time, TIME_EXAMPLE, where, f"{field}.overhead")
+    return Level(name, size, bandwidth, latency, uplinks, collectives, fabric, link, transport, efficiency, overhead)
+
+
+def _table(value, where: str, field: str, keys: tuple[str, ...], example: str) -> dict:
+    if not isinstance(value, dict):
+        raise _field_error(where, field, f"{value!r} is not a table; write e.g. {example}")
+    _check_keys(value, keys, where, field)
+    return value
+
+
+def _choice(value, allowed: tuple[str, ...], where: str, field: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise _field_error(where, field, f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _bool(value, where: str, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise _field_error(where, field, f"{value!r} is not true or false")
+    return value
+
+
+def _link(value, where: str, field: str) -> LinkKind:
+    table = _table(value, where, field, _LINK_KEYS, f'link = {{ kind = "nvswitch", {_SOURCE_HINT} }}')
+    kind = _choice(_require(table, "kind", where, field, 'kind = "infiniband"'), LINK_KINDS, where, f"{field}.kind")
+    return LinkKind(kind, _source(table, where, field))
+
+
+def _transport(value, where: str, field: str) -> Transport:
+    table = _table(value, where, field, _TRANSPORT_KEYS, f'transport = {{ kind = "ib", {_SOURCE_HINT} }}')
+    kind = _choice(_require(table, "kind", where, field, 'kind = "socket"'), TRANSPORT_KINDS, where, f"{field}.kind")
+    source = _source(table, where, field)
+    gdr = _bool(table.get("gdr", kind != "socket"), where, f"{field}.gdr")
+    sockets = None
+    if "sockets" in table:
+        sockets = _positive_int(table["sockets"], where, f"{field}.sockets", "sockets = 4")
+        if sockets > 64:
+            raise _field_error(where, f"{field}.sockets", f"{sockets} is more than NCCL's 64 sockets per connection")
+    vendor = _choice(table.get("vendor", "other"), ("aws", "gcp", "other"), where, f"{field}.vendor")
+    stream = latency = None
+    if "stream" in table:
+        stream = Figure(parse_bandwidth(table["stream"], where=f"{where}: {field}.stream"), source)
+    if "latency" in table:
+        latency = Figure(parse_time(table["latency"], where=f"{where}: {field}.latency"), source)
+    unpack = _bool(table.get("unpack", False), where, f"{field}.unpack")
+    stages = None
+    if "stages" in table:
+        raw = table["stages"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 1000:
+            raise _field_error(where, f"{field}.stages", f"{raw!r} is not a number of pipeline stages in [0, 1000]")
+        stages = Figure(float(raw), source)
+    if kind != "socket" and (sockets is not None or stream is not None):
+        raise _field_error(where, field, "sockets and stream describe the socket transport; drop them or set "
+                                         "kind = \"socket\"")
+    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages)
+
+
+def _efficiency(value, where: str, field: str) -> Figure:
+    table = _table(value, where, field, _FIGURE_KEYS, f'efficiency = {{ value = 0.9, {_SOURCE_HINT} }}')
+    raw = _require(table, "value", where, field, "value = 0.9")
+    number = None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        number = float(raw)
+    elif isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            number = float(raw.strip()[:-1]) / 100
+        except ValueError:
+            number = None
+    if number is None or not 0 < number <= 1:
+        raise _field_error(where, f"{field}.value", f"{raw!r} is not a fraction of the line rate in (0, 1]; write "
+                                                    f"e.g. value = 0.9 or value = \"90%\"")
+    return Figure(number, _source(table, where, field))
+
+
+def _nccl(value, where: str) -> NcclSystem:
+    example = f'[nccl] with generation = "hopper" and {_SOURCE_HINT}'
+    table = _table(value, where, "nccl", _NCCL_KEYS, example)
+    generation = _choice(_require(table, "generation", where, "nccl", 'generation = "hopper"'), GENERATIONS, where,
+                         "nccl.generation")
+    source = _source(table, where, "nccl")
+    nvls = _bool(table.get("nvls", False), where, "nccl.nvls")
+    if nvls and generation not in ("hopper", "blackwell"):
+        raise _field_error(where, "nccl.nvls", f"NVLS needs Hopper or later NVSwitch systems, not {generation}")
+    cpu = _choice(table.get("cpu", "intel"), ("intel", "amd"), where, "nccl.cpu")
+    lists = []
+    for key, allowed in (("algorithms", NCCL_ALGORITHMS), ("protocols", NCCL_PROTOCOLS)):
+        items = table.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise _field_error(where, f"nccl.{key}", f"{items!r} is not a list of names; write e.g. {key} = "
+                                                     f"[\"{allowed[0]}\"]")
+        for item in items:
+            _choice(item, allowed, where, f"nccl.{key}")
+        lists.append(tuple(items))
+    buffsize = None
+    if "buffsize" in table:
+        buffsize = parse_bytes(table["buffsize"], where=f"{where}: nccl.buffsize") if isinstance(table["buffsize"], str) \
+            else _positive_int(table["buffsize"], where, "nccl.buffsize", 'buffsize = "8MiB"')
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize)
+
+
+def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
+    if not isinstance(value, list):
+        raise _field_error(where, "calibration", "is not an array of tables; write each as [[calibration]]")
+    records = []
+    for index, table in enumerate(value):
+        field = f"calibration[{index}]"
+        table = _table(table, where, field, _CALIBRATION_KEYS, "[[calibration]] with collective, level, nodes, ...")
+        values = {}
+        for key in _CALIBRATION_KEYS:
+            raw = _require(table, key, where, field, f"{key} = ...")
+            if key in ("collective", "level", "file"):
+                values[key] = _string(raw, where, f"{field}.{key}", f'{key} = "..."')
+            elif key in ("rms_error", "worst_error"):
+                if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
+                    raise _field_error(where, f"{field}.{key}", f"{raw!r} is not a non-negative number")
+                values[key] = float(raw)
+            else:
+                values[key] = _positive_int(raw, where, f"{field}.{key}", f"{key} = 2")
+        records.append(CalibrationRecord(**values))
+    return tuple(records)
 
 
 def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
@@ -300,7 +491,14 @@ def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
     seen: dict[str, int] = {}
     levels = tuple(_level(table, index, where, seen) for index, table in enumerate(raw_levels))
     check_levels(levels, where)
-    return Topology(name=name, description=" ".join(description.split()), levels=levels, source_path=source_path)
+    device = _device(document["device"], where) if "device" in document else None
+    nccl = _nccl(document["nccl"], where) if "nccl" in document else None
+    calibration = _calibration(document["calibration"], where) if "calibration" in document else ()
+    for index, record in enumerate(calibration):
+        if record.level not in {level.name for level in levels}:
+            raise _field_error(where, f"calibration[{index}].level", f"{record.level!r} is not a level of this file")
+    return Topology(name=name, description=" ".join(description.split()), levels=levels, source_path=source_path,
+                    device=device, nccl=nccl, calibration=calibration)
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,6 +524,16 @@ def _write_figure(table: str, figure: Figure, render) -> list[str]:
 def render_topology(topology: Topology, header: str = "") -> str:
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     lines += [f"name = {_toml_string(topology.name)}", f"description = {_toml_string(topology.description)}"]
+    if topology.nccl is not None:
+        nccl = topology.nccl
+        lines += ["", "[nccl]", f"generation = {_toml_string(nccl.generation)}",
+                  f"nvls = {'true' if nccl.nvls else 'false'}", f"cpu = {_toml_string(nccl.cpu)}"]
+        for key, items in (("algorithms", nccl.algorithms), ("protocols", nccl.protocols)):
+            if items:
+                lines.append(f"{key} = [{', '.join(_toml_string(item) for item in items)}]")
+        if nccl.buffsize is not None:
+            lines.append(f"buffsize = {nccl.buffsize}")
+        lines.append(f"source = {_toml_string(nccl.source)}")
     for level in topology.levels:
         lines += ["", "[[levels]]", f"name = {_toml_string(level.name)}", f"size = {level.size}"]
         if level.bandwidth is not None:
@@ -341,4 +549,164 @@ def render_topology(topology: Topology, header: str = "") -> str:
         for name, figures in level.collectives:
             lines += _write_figure(f"levels.collectives.{name}.bandwidth", figures.bandwidth, format_bandwidth)
             lines += _write_figure(f"levels.collectives.{name}.latency", figures.latency, format_time)
+        lines += _render_nccl_level(level)
+    for record in topology.calibration:
+        lines += ["", "[[calibration]]"]
+        for key in _CALIBRATION_KEYS:
+            value = getattr(record, key)
+            if isinstance(value, str):
+                text = _toml_string(value)
+            elif isinstance(value, float):
+                text = repr(round(value, 6))
+            else:
+                text = str(value)
+            lines.append(f"{key} = {text}")
+    lines += _render_device(topology.device)
     return "\n".join(lines) + "\n"
+
+
+def _render_nccl_level(level: Level) -> list[str]:
+    lines = []
+    if level.link is not None:
+        lines += ["", "[levels.link]", f"kind = {_toml_string(level.link.kind)}",
+                  f"source = {_toml_string(level.link.source)}"]
+    if level.transport is not None:
+        transport = level.transport
+        lines += ["", "[levels.transport]", f"kind = {_toml_string(transport.kind)}",
+                  f"gdr = {'true' if transport.gdr else 'false'}"]
+        if transport.sockets is not None:
+            lines.append(f"sockets = {transport.sockets}")
+        if transport.vendor != "other":
+            lines.append(f"vendor = {_toml_string(transport.vendor)}")
+        if transport.stream is not None:
+            lines.append(f"stream = {_toml_string(format_bandwidth(transport.stream.value, 15))}")
+        if transport.latency is not None:
+            lines.append(f"latency = {_toml_string(format_time(transport.latency.value, _digits(transport.latency)))}")
+        if transport.unpack:
+            lines.append("unpack = true")
+        if transport.stages is not None:
+            lines.append(f"stages = {round(transport.stages.value, 4)!r}")
+        lines.append(f"source = {_toml_string(transport.source)}")
+    if level.efficiency is not None:
+        lines += ["", "[levels.efficiency]", f"value = {round(level.efficiency.value, 6)!r}",
+                  f"source = {_toml_string(level.efficiency.source)}"]
+    if level.overhead is not None:
+        lines += _write_figure("levels.overhead", level.overhead, format_time)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# The device table (optional; read by `synth plan`): one accelerator's memory, memory bandwidth,
+# dense peak compute rate per precision and the fraction of peak its matrix multiplications
+# reach in a training step, each with its source::
+#
+#     [device]
+#     name = "NVIDIA A100-SXM4-80GB"
+#     memory = { value = "80 GiB", source = "..." }
+#     memory_bandwidth = { value = "2039 GB/s", source = "..." }    # optional
+#     matmul_efficiency = { value = "46%", source = "..." }         # optional; or value = 0.46
+#
+#     [device.peak]                                                  # dense FLOP/s per precision
+#     fp16 = { value = "312 TFLOP/s", source = "..." }
+#     bf16 = { value = "312 TFLOP/s", source = "..." }
+#
+# Precisions are fp32, tf32, fp16, bf16 and fp8; rates are written with a unit (FLOP/s or
+# FLOPS, with k M G T P prefixes).
+
+_DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
+_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z")
+_FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+FLOP_RATE_EXAMPLE = "312 TFLOP/s"
+
+
+def parse_flop_rate(text, where: str | None = None) -> float:
+    """'312 TFLOP/s' (or '312 TFLOPS') -> 3.12e14 FLOP/s."""
+    prefix = f"{where}: " if where else ""
+    match = _FLOP_RATE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise UsageError(f'{prefix}{text!r} is not a compute rate; write e.g. "{FLOP_RATE_EXAMPLE}"')
+    value = float(match[1]) * _FLOP_PREFIXES[match[2]]
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f'{prefix}{text!r} is not a positive compute rate; write e.g. "{FLOP_RATE_EXAMPLE}"')
+    return value
+
+
+def parse_fraction(value, where: str | None = None) -> float:
+    """0.46 or '46%' -> 0.46: a fraction in (0, 1]."""
+    prefix = f"{where}: " if where else ""
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            number = None
+    if number is None or not 0 < number <= 1:
+        raise UsageError(f'{prefix}{value!r} is not a fraction in (0, 1]; write e.g. "46%" or 0.46')
+    return number
+
+
+def format_flop_rate(value: float, digits: int = 4) -> str:
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+        if value >= scale:
+            return f"{value / scale:.{digits}g} {unit}"
+    return f"{value:.{digits}g} FLOP/s"
+
+
+def _device(table, where: str):
+    from synth.topology import PRECISIONS, Device  # the value type lives with Topology
+    from synth.units import parse_bytes
+
+    field = "device"
+    if not isinstance(table, dict):
+        raise _field_error(where, field, 'is not a table; write [device] with name, memory and [device.peak]')
+    _check_keys(table, _DEVICE_KEYS, where, field)
+    name = _string(_require(table, "name", where, field, 'name = "NVIDIA A100-SXM4-80GB"'), where, f"{field}.name",
+                   'name = "NVIDIA A100-SXM4-80GB"')
+    memory = _figure(_require(table, "memory", where, field, 'memory = { value = "80 GiB", source = "..." }'),
+                     lambda text, where: float(parse_bytes(text, where=where)), "80 GiB", where, f"{field}.memory")
+    bandwidth = None
+    if "memory_bandwidth" in table:
+        bandwidth = _figure(table["memory_bandwidth"], parse_bandwidth, "2039 GB/s", where, f"{field}.memory_bandwidth")
+    efficiency = None
+    if "matmul_efficiency" in table:
+        efficiency = _figure(table["matmul_efficiency"], parse_fraction, "46%", where, f"{field}.matmul_efficiency")
+    peaks = _require(table, "peak", where, field, f'[device.peak] with bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
+    if not isinstance(peaks, dict) or not peaks:
+        raise _field_error(where, f"{field}.peak", f'needs at least one precision, e.g. bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
+    _check_keys(peaks, PRECISIONS, where, f"{field}.peak")
+    peak = tuple((precision, _figure(peaks[precision], parse_flop_rate, FLOP_RATE_EXAMPLE, where, f"{field}.peak.{precision}"))
+                 for precision in PRECISIONS if precision in peaks)
+    return Device(" ".join(name.split()), memory, peak, bandwidth, efficiency)
+
+
+def _exact_bytes(value: float, digits: int) -> str:
+    """A byte count that reads back exactly: whole GiB or GB where it is one, else bytes."""
+    count = int(value)
+    if count % 2**30 == 0:
+        return f"{count // 2**30} GiB"
+    if count % 10**9 == 0:
+        return f"{count // 10**9} GB"
+    return f"{count} B"
+
+
+def _exact_bandwidth(value: float, digits: int) -> str:
+    """A bandwidth that reads back exactly: the shortest decimal form in B/s."""
+    return f"{value!r} B/s" if value != int(value) else f"{int(value)} B/s"
+
+
+def _render_device(device) -> list[str]:
+    """The [device] table, when the topology has one (so a calibrated copy keeps it)."""
+    if device is None:
+        return []
+    lines = ["", "[device]", f"name = {_toml_string(device.name)}"]
+    lines += _write_figure("device.memory", device.memory, _exact_bytes)
+    if device.memory_bandwidth is not None:
+        lines += _write_figure("device.memory_bandwidth", device.memory_bandwidth, _exact_bandwidth)
+    if device.matmul_efficiency is not None:
+        lines += _write_figure("device.matmul_efficiency", device.matmul_efficiency, lambda value, digits: repr(value))
+    for precision, figure in device.peak:
+        lines += _write_figure(f"device.peak.{precision}", figure, format_flop_rate)
+    return lines

@@ -4,20 +4,34 @@ Topology files and CLI options carry units in the text, so a figure can be check
 its spec sheet as written; everything inside the engine is bytes/s, seconds and bytes.
 `b` is a bit and `B` a byte; `k M G T P` are decimal (powers of 1000) and `Ki Mi Gi Ti Pi`
 binary (powers of 1024), as in SI and IEC 80000-13. `K` is read as `k`.
-Every malformed, non-positive or wrongly-dimensioned value is a one-line UsageError that
-names the value and shows a valid one.
+
+Byte sizes also take nccl-tests' form, a number and one bare letter (`-b 8M -e 1G`): `K M G T`
+in either case are binary there (nccl-tests: "M=Mebibytes and G=Gibibytes"), so `256M` is
+256 MiB everywhere in synth, in the scripts and C files it exports as well (they carry copies
+of `parse_bytes` that tests hold to this one). A unit written out says what it means: `256MiB`
+is binary, `256MB` decimal.
+
+Every malformed, non-positive, non-finite, absurdly large or wrongly-dimensioned value is a
+one-line UsageError that names the value and shows a valid one; no input overflows.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from synth.errors import UsageError
 
 BANDWIDTH_EXAMPLE = "25 GB/s"
 TIME_EXAMPLE = "5 us"
 BYTES_EXAMPLE = "256MiB"
+
+# The largest values taken: beyond them no buffer, link or latency is meant, and products of
+# them stay far from float overflow. A byte size of more than 1 PiB per device is a typo.
+MAX_BYTES = 2**50
+MAX_BANDWIDTH = 1e18  # bytes/s: 8 Eb/s
+MAX_TIME = 86400.0  # seconds: a day
 
 _NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
 _PREFIXES = {
@@ -28,14 +42,21 @@ _PREFIXES = {
 _PREFIX = r"(?P<prefix>[kKMGTP]i?|)"
 _BANDWIDTH_UNIT = re.compile(_PREFIX + r"(?P<base>B|b|bit)(?:/s|ps)\Z")
 _SIZE_UNIT = re.compile(_PREFIX + r"(?P<base>B|b|bit)\Z")
+_NCCL_TESTS_SUFFIX = re.compile(r"[kKmMgGtT]\Z")  # nccl-tests' -b/-e letters, binary
 # Divisors rather than factors: 5 / 1e6 is exactly the float nearest 5e-6, 5 * 1e-6 is not.
 _TIMES = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9}
+
+
+ECHO_LIMIT = 40  # characters of a bad value repeated in its error message
 
 
 def _fail(value, what: str, example: str, where: str | None, why: str = "") -> UsageError:
     prefix = f"{where}: " if where else ""
     reason = why or f"is not {what}"
-    return UsageError(f"{prefix}{value!r} {reason}; write e.g. \"{example}\"")
+    shown = repr(value)
+    if len(shown) > ECHO_LIMIT:
+        shown = f"{shown[:ECHO_LIMIT - 8]}... ({len(str(value))} characters)"
+    return UsageError(f"{prefix}{shown} {reason}; write e.g. \"{example}\"")
 
 
 def _kind_of_unit(unit: str) -> str | None:
@@ -86,7 +107,10 @@ def parse_bandwidth(text: str, where: str | None = None) -> float:
     scale = _PREFIXES[match.group("prefix")]
     if match.group("base") != "B":
         scale /= 8
-    return number * scale
+    value = number * scale
+    if not value <= MAX_BANDWIDTH:
+        raise _fail(text, what, BANDWIDTH_EXAMPLE, where, "is more than 1 EB/s, faster than any link")
+    return value
 
 
 def parse_time(text: str, where: str | None = None) -> float:
@@ -96,11 +120,17 @@ def parse_time(text: str, where: str | None = None) -> float:
     if unit not in _TIMES:
         raise _wrong_unit(text, unit, what, TIME_EXAMPLE, where)
     _check_positive(number, text, what, TIME_EXAMPLE, where)
-    return number / _TIMES[unit]
+    value = number / _TIMES[unit]
+    if not value <= MAX_TIME:
+        raise _fail(text, what, TIME_EXAMPLE, where, "is more than a day, longer than any latency")
+    if value == 0:
+        raise _fail(text, what, TIME_EXAMPLE, where, "is too small to be a time (below 1e-300 s)")
+    return value
 
 
 def parse_bytes(text: str | int, where: str | None = None) -> int:
-    """'256MiB' -> 268435456. A bare number is bytes; the result must be a whole number of bytes.
+    """'256MiB' -> 268435456; nccl-tests' '256M' (binary) too. A bare number is bytes; the
+    result must be a whole number of bytes, at most MAX_BYTES (1 PiB).
 
     Bits are refused: a buffer size in bits is almost always a typo for bytes.
     """
@@ -108,29 +138,39 @@ def parse_bytes(text: str | int, where: str | None = None) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         if text <= 0:
             raise _fail(text, what, BYTES_EXAMPLE, where, "is not a positive byte size")
+        if text > MAX_BYTES:
+            raise _too_large(text, where)
         return text
     number, unit = _split(text, what, BYTES_EXAMPLE, where)
-    match = _SIZE_UNIT.match(unit) if unit else None
-    if unit and (not match or match.group("base") != "B"):
-        if match:
-            raise _fail(text, what, BYTES_EXAMPLE, where, "is in bits; sizes are in bytes (B)")
-        kind = _kind_of_unit(unit)
-        why = f"is {kind}, not {what}" if kind and kind != "a size" else f"is not {what}"
-        raise _fail(text, what, BYTES_EXAMPLE, where, why)
+    if _NCCL_TESTS_SUFFIX.match(unit):
+        scale = 2 ** (10 * ("kmgt".index(unit.lower()) + 1))
+    else:
+        match = _SIZE_UNIT.match(unit) if unit else None
+        if unit and (not match or match.group("base") != "B"):
+            if match:
+                raise _fail(text, what, BYTES_EXAMPLE, where, "is in bits; sizes are in bytes (B)")
+            kind = _kind_of_unit(unit)
+            why = f"is {kind}, not {what}" if kind and kind != "a size" else f"is not {what}"
+            raise _fail(text, what, BYTES_EXAMPLE, where, why)
+        scale = _PREFIXES[match.group("prefix")] if match else 1
     _check_positive(number, text, what, BYTES_EXAMPLE, where)
-    scale = _PREFIXES[match.group("prefix")] if match else 1
-    # Integer arithmetic where possible so 'GiB' sizes stay exact.
-    mantissa = _whole_number(text)
-    value = mantissa * scale if mantissa is not None and isinstance(scale, int) else number * scale
-    if value != int(value):
+    if not number * scale <= MAX_BYTES:  # before any exact arithmetic: 1e308PiB stays a float
+        raise _too_large(text, where)
+    # Exact decimal arithmetic (the bound above keeps it small), so '1.5KiB' is 1536 exactly and
+    # '0.1KiB' is refused, as the exported scripts decide.
+    value = Fraction(_number_text(text)) * Fraction(scale)
+    if value.denominator != 1:
         raise _fail(text, what, BYTES_EXAMPLE, where, "is not a whole number of bytes")
     return int(value)
 
 
-def _whole_number(text: str) -> int | None:
-    """The integer written at the start of `text`, or None when it has a fraction or exponent."""
-    match = re.match(r"\s*\+?(\d+)(?![\d.eE])", text)
-    return int(match.group(1)) if match else None
+def _too_large(text, where: str | None) -> UsageError:
+    return _fail(text, "a byte size", BYTES_EXAMPLE, where,
+                 "is more than 1 PiB, the largest size synth takes (a size per device)")
+
+
+def _number_text(text: str) -> str:
+    return _NUMBER.match(text).group(1)
 
 
 def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:

@@ -21,7 +21,7 @@ def test_placements_json(run_cli):
 
 def test_placements_on_a_builtin_topology_with_a_constraint(run_cli):
     code, out, _ = run_cli("placements", "--topology", "dgx-a100-x4", "--axes", "data=8,model=4",
-                           "--inside", "model=gpu", "--json")
+                           "--inside", "model=node", "--json")
     assert code == 0 and [row["matrix"] for row in json.loads(out)] == [[[4, 2], [1, 4]]]
 
 
@@ -135,15 +135,15 @@ def test_python_dash_m_and_the_console_script_agree():
 
 
 def test_hierarchies_too_deep_to_search_are_refused(run_cli):
-    code, _, err = run_cli("programs", "--levels", "2,2,2,2,2,2,2,2", "--axes", "256", "--reduce", "a0")
-    assert code == 2 and "8 levels" in err and "--hierarchy merged" in err
+    code, _, err = run_cli("programs", "--levels", "2,2,2,2,2,2,2,2,2", "--axes", "512", "--reduce", "a0")
+    assert code == 2 and "9 levels" in err and "--hierarchy merged" in err
 
 
 def test_ctrl_c_stops_a_long_search_without_a_traceback():
     import signal
     import time
 
-    process = subprocess.Popen([sys.executable, "-m", "synth", "programs", "--levels", "2,2,2,2,2,2", "--axes", "64",
+    process = subprocess.Popen([sys.executable, "-m", "synth", "programs", "--levels", "2,2,2,2,2", "--axes", "32",
                                 "--reduce", "a0", "--max-len", "6"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +67,7 @@ def machine_snapshot() -> tuple:
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     names = sorted(entry["name"] for entry in json.loads(spaces or "[]") if entry["name"].startswith(f"{NAME}-"))
     host_links = sorted(line.split(":")[1].strip() for line in links.splitlines())
-    states = sorted(path.name for path in host.STATE_DIR.glob(f"{NAME}.json")) if host.STATE_DIR.is_dir() else []
+    states = sorted(path.name for path in host.STATE_DIR.glob(f"{NAME}*")) if host.STATE_DIR.is_dir() else []
     return names, host_links, states
 
 
@@ -280,7 +281,7 @@ def test_bench_on_an_emulated_2x2_runs_every_rank_in_its_node(run_cli, tmp_path)
     pytest.importorskip("torch")
     before = machine_snapshot()
     args = ["bench", "--emulate", "emu-2x2", "--emulate-name", NAME, "-a", "data=4", "-r", "data", "-p", "[[2,2]]",
-            "--bytes", "64KiB", "--iters", "3", "--warmup", "1", "--results", str(tmp_path), "--timeout", "120"]
+            "--bytes", "64KiB", "--iters", "3", "--warmup", "1", "-o", str(tmp_path), "--timeout", "120"]
     for program in PROGRAMS:
         args += ["--program", program]
     started = time.monotonic()
@@ -316,7 +317,7 @@ def test_bench_reuses_a_cluster_that_is_up_and_leaves_it_up(run_cli, tmp_path):
         code, _, err = run_cli("bench", "--emulate", "emu-2x2", "--scale", "1/50", *common)
         assert code == 2 and "at scale 1/100, not 1/50" in err
         code, _, err = run_cli("bench", "--emulate", "emu-2x2", *common, "--bytes", "4KiB", "--iters", "1",
-                               "--warmup", "0", "--results", str(tmp_path))
+                               "--warmup", "0", "-o", str(tmp_path))
         assert code == 0, err
         assert find_cluster(NAME) is not None  # still up
         [path] = tmp_path.glob("*.csv")
@@ -347,3 +348,110 @@ def test_ranks_run_in_their_node_with_the_env_and_a_failing_rank_stops_the_rest(
         result = ranks.run_ranks(cluster, script, 4, ["--fail"])
         assert result.returncode == 3 and time.monotonic() - started < 15
         assert not subprocess.run(["ip", "netns", "pids", f"{NAME}-n0"], capture_output=True, text=True).stdout
+
+
+# --- after kill -9 -------------------------------------------------------------------------------
+
+UP_THEN_HANG = """
+import sys, time
+from synth.emulate import host
+from synth.topology_file import load_topology
+calls = []
+def step(argv):
+    if len(calls) == int(sys.argv[2]):
+        print("cut", flush=True)
+        time.sleep(600)
+    calls.append(argv)
+    return host.run(argv)
+host.bring_up(load_topology("emu-2x2x2"), "emu-2x2x2", 1 / 100, sys.argv[1], step=step)
+"""
+
+
+def _kill_9_during_up(name: str, after: int) -> None:
+    process = subprocess.Popen([sys.executable, "-c", UP_THEN_HANG, name, str(after)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "cut"
+    finally:
+        process.kill()  # SIGKILL: no cleanup runs
+        process.wait(timeout=30)
+
+
+@needs_netns
+def test_after_kill_9_of_up_status_shows_it_incomplete_and_down_removes_it(run_cli):
+    before = machine_snapshot()
+    broken, other = f"{NAME}b", f"{NAME}c"
+    try:
+        assert run_cli("emulate", "up", "emu-2x2", "--name", other, "--scale", "1/100")[0] == 0
+        _kill_9_during_up(broken, 20)
+        assert find_cluster(broken) is not None and not find_cluster(broken).complete
+        code, out, err = run_cli("emulate", "status")
+        assert code == 0, err
+        assert f"cluster {broken!r}" in out and "INCOMPLETE" in out and f"cluster {other!r}" in out
+        code, out, err = run_cli("emulate", "status", "--json")
+        listed = {entry["name"]: entry for entry in json.loads(out)}
+        assert code == 0 and listed[broken]["complete"] is False and listed[other]["complete"] is True
+        code, out, _ = run_cli("emulate", "down", "--name", broken)
+        assert code == 0 and "removed" in out
+        assert find_cluster(broken) is None and find_cluster(other) is not None
+    finally:
+        tear_down(other)
+        tear_down(broken)
+    assert machine_snapshot() == before
+
+
+@needs_netns
+def test_a_corrupt_state_file_hides_no_other_cluster_and_down_still_removes_it(run_cli):
+    before = machine_snapshot()
+    broken, other = f"{NAME}d", f"{NAME}e"
+    try:
+        assert run_cli("emulate", "up", "emu-2x2", "--name", broken, "--scale", "1/100")[0] == 0
+        assert run_cli("emulate", "up", "emu-2x2", "--name", other, "--scale", "1/100")[0] == 0
+        host.state_path(broken).write_text('{"name": "cut sh')
+        code, out, err = run_cli("emulate", "status")
+        assert code == 0, err
+        assert f"cluster {broken!r}: INCOMPLETE, its state file cannot be read" in out
+        assert f"cluster {other!r}: emu-2x2" in out
+        code, out, err = run_cli("emulate", "status", "--name", broken)
+        assert code == 0 and "cannot be read" in out
+        code, out, _ = run_cli("emulate", "down", "--name", broken)
+        assert code == 0 and "by its names" in out
+        spaces = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
+        assert not any(entry["name"].startswith(f"{broken}-") for entry in json.loads(spaces or "[]"))
+        assert not host.state_path(broken).exists() and find_cluster(other) is not None
+    finally:
+        tear_down(other)
+        if host.state_path(broken).exists():
+            tear_down(broken)
+    assert machine_snapshot() == before
+
+
+@needs_netns
+@pytest.mark.torchrun
+def test_after_kill_9_of_an_emulated_bench_down_stops_its_ranks_and_removes_its_run_directory(tmp_path):
+    pytest.importorskip("torch")
+    before = machine_snapshot()
+    name = f"{NAME}f"
+    bench = [sys.executable, "-m", "synth", "bench", "--emulate", "emu-2x2", "--emulate-name", name, "-a", "data=4",
+             "-r", "data", "-p", "[[2,2]]", "--program", PROGRAMS[0], "--bytes", "64KiB", "--iters", "100000",
+             "--warmup", "0", "-o", str(tmp_path), "--timeout", "600"]
+    process = subprocess.Popen(bench, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        runs = host.runs_path(name)
+        while time.monotonic() < deadline and not list(runs.glob("run-*/rank3.log")):
+            time.sleep(0.2)
+        assert list(runs.glob("run-*/rank3.log")), "the ranks never started"
+        process.kill()
+        process.wait(timeout=30)
+        pids = subprocess.run(["ip", "netns", "pids", f"{name}-n1"], capture_output=True, text=True).stdout.split()
+        assert pids  # the ranks outlive their launcher
+        code = subprocess.run([sys.executable, "-m", "synth", "emulate", "down", "--name", name], capture_output=True,
+                              text=True)
+        assert code.returncode == 0, code.stderr
+        assert not runs.exists()
+        assert not any(Path(f"/proc/{int(pid)}").exists() and not host._zombie(int(pid)) for pid in pids)  # zombies: init reaps them
+    finally:
+        if process.poll() is None:
+            process.kill()
+        tear_down(name)
+    assert machine_snapshot() == before

@@ -165,7 +165,7 @@ def test_torch_script_is_standalone_and_embeds_the_plan():
     tree = ast.parse(text)
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"argparse", "inspect", "json", "os", "re", "sys", "time", "torch"}, imported
+    assert imported <= {"argparse", "fractions", "inspect", "json", "os", "re", "sys", "time", "torch"}, imported
     assign = next(node for node in tree.body if isinstance(node, ast.Assign) and node.targets[0].id == "PLAN")
     embedded = json.loads(ast.literal_eval(assign.value.args[0]))
     assert embedded == json.loads(json.dumps(plan_data(plan)))
@@ -281,7 +281,7 @@ def test_injected_names_are_refused_before_any_file_is_written(run_cli, tmp_path
         args += ["--program", options["--program"]]
     code, stdout, stderr = run_cli(*args)
     assert code == 2, stderr
-    assert stderr.startswith("synth: ")
+    assert stderr.startswith("synth export: ")
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -317,7 +317,7 @@ def test_export_is_deterministic_and_stamped(run_cli, tmp_path, fmt, suffix):
 def test_several_programs_go_to_a_directory_or_one_batch(run_cli, tmp_path):
     programs = ["--program", PROGRAM, "--program", "AllReduce(InsideGroup(node))"]
     code, stdout, _ = run_cli("export", *LEVELS_2X4, *programs, "--format", "torch", "-o", str(tmp_path / "dir"))
-    assert code == 0 and sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["program_0.py", "program_1.py"]
+    assert code == 0 and sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["program_1.py", "program_2.py"]
     code, _, _ = run_cli("export", *LEVELS_2X4, *programs, "--format", "torch", "--batch", "-o", str(tmp_path / "b.py"))
     assert code == 0 and "AllReduce(InsideGroup(node))" in (tmp_path / "b.py").read_text()
     code, _, _ = run_cli("export", *LEVELS_2X4, *programs, "--format", "nccl", "-o", str(tmp_path / "c"))
@@ -357,7 +357,7 @@ def test_export_refusals(run_cli, tmp_path):
 
 
 def test_bench_refusals_run_nothing(run_cli, tmp_path):
-    common = ("--program", "AllReduce(InsideGroup(node))", "--results", str(tmp_path))
+    common = ("--program", "AllReduce(InsideGroup(node))", "-o", str(tmp_path))
     code, _, stderr = run_cli("bench", *LEVELS_2X4, *common, "--nproc", "4")
     assert code == 2 and "--nproc 8" in stderr
     code, _, stderr = run_cli("bench", "--levels", "node=4,gpu=8", "--axes", "data=32", "--reduce", "data", *common)
@@ -367,5 +367,94 @@ def test_bench_refusals_run_nothing(run_cli, tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         code, _, stderr = run_cli("bench", *LEVELS_2X4, *common, "--backend", "nccl")
-        assert code == 2 and "GPUs" in stderr
+        assert code == 2 and "needs a GPU" in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_scripts_and_bench_print_the_same_nccl_tests_rows():
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    from synth.execute import nccl_tests
+
+    rows = [{"bytes": 1024, "count": 256, "type": "float", "time_us": 12.5, "algbw_gbs": 0.08, "busbw_gbs": 0.14,
+             "wrong": 0}, {"bytes": 2048, "count": 1024, "type": "bfloat16", "time_us": 1e4, "algbw_gbs": 1e-4,
+                           "busbw_gbs": 2e-4, "wrong": None}]
+    assert torch_runtime.HEADER == nccl_tests.HEADER
+    assert [torch_runtime.format_row(r) for r in rows] == [nccl_tests.format_row(r) for r in rows]
+    assert torch_runtime.footer(rows) == nccl_tests.footer(rows)
+    assert nccl_tests.footer(rows).startswith("# Avg bus bandwidth    : ")
+    header = nccl_tests.HEADER.splitlines()[1].split()
+    assert header == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                      "time", "algbw", "busbw", "#wrong"]
+
+
+SIZE_TEXTS = ["1", "8", "1000", "8M", "8m", "1G", "1g", "1.5K", "3 k", "64KiB", "1MiB", "1MB", "1kB", "2T", "1e6",
+              "1PiB", " 16 MiB ", "1.25MiB", "0", "-8M", "1e308PiB", "2PiB", "1.5", "0.1KiB", "8 parsecs", "4Gb",
+              "M", "", "1e999", "9" * 400, "nan", "inf", "1 KB", "2 KiB", "+4K", ".5K", "5e-1K"]
+
+
+@pytest.mark.parametrize("text", SIZE_TEXTS)
+def test_exported_scripts_read_sizes_as_synth_does(text):
+    """One size grammar: synth's --bytes (synth/units.py) and the scripts' copy agree on every
+    value, nccl-tests' bare letters binary, and refuse the same texts."""
+    import argparse
+
+    from synth.units import parse_bytes
+
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    try:
+        expected = parse_bytes(text)
+    except UsageError:
+        expected = None
+    try:
+        got = torch_runtime.parse_size(text)
+    except argparse.ArgumentTypeError:
+        got = None
+    assert got == expected
+    if text in ("8M", "8m"):
+        assert got == 8 * 2**20
+
+
+def test_size_property_scripts_equal_synth():
+    import argparse
+
+    from hypothesis import given, settings, strategies as strategies_
+
+    from synth.units import parse_bytes
+
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    units = ["", "B", "K", "k", "M", "m", "G", "g", "T", "t", "KiB", "MiB", "GiB", "TiB", "PiB", "kB", "KB", "MB",
+             "GB", "TB", "PB", "b", "Kb", "x"]
+
+    @settings(max_examples=300, deadline=None)
+    @given(strategies_.one_of(strategies_.integers(-5, 10**7).map(str),
+                              strategies_.decimals(0, 10**5, places=3).map(str)),
+           strategies_.sampled_from(units), strategies_.sampled_from(["", " "]))
+    def check(number, unit, space):
+        text = number + space + unit
+        try:
+            expected = parse_bytes(text)
+        except UsageError:
+            expected = None
+        try:
+            got = torch_runtime.parse_size(text)
+        except argparse.ArgumentTypeError:
+            got = None
+        assert got == expected, text
+
+    check()
+
+
+def test_bytes_follow_nccl_tests_in_the_cli_and_huge_sizes_are_one_line(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    code, _, stderr = run_cli("export", *LEVELS_2X4, "--program", PROGRAM, "--format", "json", "--bytes", "256M",
+                              "-o", str(out))
+    assert code == 0, stderr
+    assert json.loads(out.read_text())["buffer"]["bytes"] == 256 * 2**20
+    for args in (("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1e308PiB"),
+                 ("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "-b", "1", "-e", "1e308PiB"),
+                 ("export", *LEVELS_2X4, "--program", PROGRAM, "--format", "json", "--bytes", "1e308PiB", "-o", str(out)),
+                 ("workload", "--topology", "emu-2x4", "--axes", "data=8", "--reduction", "data:1e308PiB"),
+                 ("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "9" * 5000 + "M")):
+        code, _, stderr = run_cli(*args)
+        assert code == 2 and len(stderr.strip().splitlines()) == 1 and len(stderr) < 300, (args[:1], stderr[:300])
+        assert "Traceback" not in stderr

@@ -142,3 +142,124 @@ def test_c_export_compiles_links_and_dry_runs_the_json_plan(tmp_path, case_name,
         clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
         result = subprocess.run([str(binary)], capture_output=True, text=True, env=dict(clean, **environment), timeout=60)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# --- the build line of the docs, sizes, and NCCL for real where there is a GPU -------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "export.md"
+
+
+def test_the_docs_give_the_wheel_build_line_verbatim():
+    assert "\n".join("    " + line for line in nccl_c.WHEEL_BUILD.splitlines()) in DOCS.read_text(encoding="utf-8")
+    assert PIP_LINE in DOCS.read_text(encoding="utf-8")
+
+
+def _exported(tmp_path: Path, text: str = PROGRAMS[0][1], case_name: str = "2x4") -> Path:
+    case = next(case for case in CASES if case.name == case_name)
+    source = tmp_path / "allreduce.c"
+    source.write_text(nccl_c.render(build_plan([PlanEntry(case.built, parse_program(text))]), Provenance(("t",))))
+    return source
+
+
+@needs_wheels
+def test_the_docs_build_line_works_as_written(tmp_path):
+    """The shell lines of docs/export.md, run as they are in the directory of allreduce.c,
+    with the python that has the wheels first on PATH."""
+    _exported(tmp_path)
+    environment = dict(os.environ, PATH=f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(["bash", "-ec", nccl_c.WHEEL_BUILD], cwd=tmp_path, capture_output=True, text=True,
+                            env=environment, timeout=300)
+    assert result.returncode == 0, result.stderr
+    dry = subprocess.run([str(tmp_path / "allreduce"), "--dry-run"], capture_output=True, text=True, timeout=60,
+                         env=dict(environment, RANK="0", WORLD_SIZE="8"))
+    assert dry.returncode == 0 and dry.stdout.startswith("rank 0 world 8"), dry.stderr
+
+
+SIZES = ["8", "1000", "8M", "8m", "1G", "1.5K", "64KiB", "1MiB", "1MB", "1kB", "3 K", "2T", "1e6", "1PiB"]
+BAD_SIZES = ["0", "-8M", "1e308PiB", "2PiB", "1.5", "0.1KiB", "8 parsecs", "4Gb", "M"]
+
+
+@needs_wheels
+def test_the_c_file_reads_sizes_as_synth_does(tmp_path):
+    from synth.errors import UsageError
+    from synth.export.plan import buffer_count
+    from synth.units import parse_bytes
+
+    source = _exported(tmp_path)
+    binary = tmp_path / "program"
+    compile_c(source, binary)
+    environment = dict(os.environ, RANK="0", WORLD_SIZE="8")
+    for text in SIZES:
+        result = subprocess.run([str(binary), "--dry-run", "--bytes", text], capture_output=True, text=True,
+                                env=environment, timeout=60)
+        assert result.returncode == 0, (text, result.stderr)
+        count = int(result.stdout.split()[7])
+        assert count == buffer_count(parse_bytes(text), 8), text
+    for text in BAD_SIZES:
+        with pytest.raises(UsageError):
+            parse_bytes(text)
+        result = subprocess.run([str(binary), "--dry-run", "--bytes", text], capture_output=True, text=True,
+                                env=environment, timeout=60)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, (text, result.stderr)
+
+
+def _gpu() -> str | None:
+    """Why NCCL cannot run for real here, or None."""
+    if shutil.which("nvidia-smi") is None:
+        return "no GPU here (nvidia-smi not found): NCCL runs only on a machine with one"
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    return None
+
+
+needs_gpu = pytest.mark.skipif(_gpu() is not None, reason=_gpu() or "")
+
+
+@needs_wheels
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float", "half", "bfloat16"])
+def test_the_c_export_runs_on_nccl_with_8_ranks_sharing_the_gpus(tmp_path, dtype):
+    """Every rank its own process; with fewer GPUs than ranks, each rank its own NCCL_HOSTID
+    (the file sets it), so one GPU checks the program on the real NCCL library."""
+    source = _exported(tmp_path)
+    binary = tmp_path / "program"
+    compile_c(source, binary)
+    id_file = tmp_path / "nccl.id"
+    processes = []
+    for rank in range(8):
+        environment = dict(os.environ, RANK=str(rank), WORLD_SIZE="8", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="8",
+                           SYNTH_NCCL_ID_FILE=str(id_file), SYNTH_NCCL_TIMEOUT="120")
+        processes.append(subprocess.Popen([str(binary), "--check", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1",
+                                           "-d", dtype], env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs
+    assert "# check passed" in outputs[0] and "Avg bus bandwidth" in outputs[0] and dtype in outputs[0]
+
+
+@needs_wheels
+@needs_gpu
+def test_a_failing_rank_makes_the_others_abort_instead_of_hanging(tmp_path):
+    """Rank 7 is killed after start-up: the others see NCCL's error (or the timeout), abort
+    their communicators and exit 1, well before the test's own limit."""
+    import signal
+    import time
+
+    source = _exported(tmp_path)
+    binary = tmp_path / "program"
+    compile_c(source, binary)
+    id_file = tmp_path / "nccl.id"
+    processes = []
+    for rank in range(8):
+        environment = dict(os.environ, RANK=str(rank), WORLD_SIZE="8", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="8",
+                           SYNTH_NCCL_ID_FILE=str(id_file), SYNTH_NCCL_TIMEOUT="60")
+        processes.append(subprocess.Popen([str(binary), "--bytes", "64M", "-n", "1000", "-w", "1"], env=environment,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    time.sleep(20)
+    processes[7].send_signal(signal.SIGKILL)
+    codes = [process.wait(timeout=300) for process in processes[:7]]
+    assert all(code == 1 for code in codes), codes

@@ -83,7 +83,7 @@ def test_bench_writes_checked_measurements(run_cli, tmp_path):
     code, stdout, stderr = run_cli("bench", *LEVELS_2X2, "--program", PROGRAM,
                                    "--program", "Reduce(InsideGroup(gpu)); AllReduce(Master(node)); Broadcast(InsideGroup(gpu))",
                                    "--backend", "gloo", "-b", "1KiB", "-e", "2KiB", "--iters", "2", "--warmup", "0",
-                                   "--results", str(tmp_path))
+                                   "-o", str(tmp_path))
     assert code == 0, stderr
     path = next(tmp_path.glob("bench-*.csv"))
     assert f"wrote {path}" in stdout
@@ -123,7 +123,7 @@ def test_bench_top_k_puts_predictions_beside_measurements(run_cli, tmp_path):
     results = tmp_path / "results"
     code, stdout, stderr = run_cli("bench", "--topology", str(topology), "--axes", "data=4", "--reduce", "data",
                                    "--top", "2", "--max-len", "3", "--backend", "gloo", "--bytes", "8KiB",
-                                   "--iters", "2", "--warmup", "0", "--results", str(results))
+                                   "--iters", "2", "--warmup", "0", "-o", str(results))
     assert code == 0, stderr
     path = next(results.glob("bench-*.csv"))
     lines = path.read_text().splitlines()

@@ -16,7 +16,8 @@ import pytest
 
 from synth.errors import InvalidProgramError, UsageError
 from synth.hierarchy import HIERARCHY_KINDS, build_hierarchy
-from synth.interpreter import ReferenceResult, _Failure, _Machine, _reduce_scatter, run_reference
+from synth.collectives import collective
+from synth.interpreter import ReferenceResult, _Failure, _Machine, run_collective, run_reference
 from synth.language import Program, parse_program
 from synth.placement import Placement, enumerate_placements, parse_axes
 from synth.search import enumerate_programs
@@ -52,7 +53,7 @@ def all_cases():
 
 
 def paper_example(kind: str = "merged"):
-    """SPEC's well-known example: merged hierarchy cpu=2, gpu=2."""
+    """docs/model.md's worked example: merged hierarchy cpu=2, gpu=2."""
     return hierarchy("server=2,cpu=2,gpu=4", "a0=4,a1=4", [[1, 2, 2], [2, 1, 2]], ["a0"], kind)
 
 
@@ -192,7 +193,7 @@ def test_uneven_split_is_rejected():
     two members holding the same one-chunk range."""
     machine = _Machine(np.zeros(2, dtype=np.int64), np.ones(2, dtype=np.int64), np.zeros((2, 2, 1), dtype=np.int64))
     with pytest.raises(_Failure, match="cannot split a range of 1 chunks evenly"):
-        _reduce_scatter(machine, np.array([[0, 1]]), "ReduceScatter")
+        run_collective(machine, np.array([[0, 1]]), collective("ReduceScatter"))
 
 
 def test_unknown_level_is_a_usage_error():

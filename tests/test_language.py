@@ -1,4 +1,4 @@
-"""Program text (SPEC section 6): round trip, tolerated layout, syntax errors, the alphabet."""
+"""Program text (docs/model.md section 6): round trip, tolerated layout, syntax errors, the alphabet."""
 
 from __future__ import annotations
 

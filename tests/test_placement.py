@@ -67,7 +67,7 @@ def test_axis_groups_partition_devices_and_agree_on_other_axes():
 def test_constraints_inside_and_factor():
     topology = topology_from_levels("node=4,gpu=8")
     axes = parse_axes("data=8,model=4")
-    inside = enumerate_placements(topology, axes, [Inside("model", "gpu")])
+    inside = enumerate_placements(topology, axes, [Inside("model", "node")])
     assert [p.matrix for p in inside] == [((4, 2), (1, 4))]
     fixed = enumerate_placements(topology, axes, [Factor("model", "gpu", 2)])
     assert all(p.matrix[1][1] == 2 for p in fixed) and fixed
@@ -91,7 +91,9 @@ def test_constraint_parsing():
     ("data=8,model=4", [Inside("pipe", "gpu")], UsageError),
     ("data=8,model=4", [Inside("model", "rack")], UsageError),
     ("data=8,model=4", [Factor("model", "gpu", 3)], NoSolutionError),
-    ("data=8,model=4", [Inside("model", "gpu"), Factor("model", "node", 2)], NoSolutionError),
+    ("data=8,model=4", [Inside("model", "node"), Factor("model", "node", 2)], NoSolutionError),
+    ("data=8,model=4", [Inside("model", "gpu")], NoSolutionError),  # one gpu holds one device
+    ("data=8,model=4", [Factor("model", "gpu", 10**30 + 1)], NoSolutionError),  # no trial division of it
     ("data=8,model=4", [Factor("model", "gpu", 0)], UsageError),
 ])
 def test_impossible_requests_are_explained(axes, constraints, error):
@@ -124,3 +126,128 @@ def test_bad_matrices_name_the_fault(matrix, fragment):
 def test_bad_axes(text):
     with pytest.raises(UsageError):
         parse_axes(text)
+
+
+# --- --inside AXIS=LEVEL: the axis stays inside one unit of LEVEL ------------------------------------
+
+
+def _units_spanned(placement, axis: str, level: int) -> set[int]:
+    """For each group of `axis`, the set of units of `level` (numbered globally) it touches."""
+    sizes = placement.level_sizes
+    inner = int(np.prod(sizes[level + 1:]))
+    return {len({rank // inner for rank in group}) for group in placement.axis_groups(axis)}
+
+
+@pytest.mark.parametrize("levels, axes, axis, level", [
+    ("node=4,gpu=8", "data=8,model=4", "model", "node"),
+    ("node=4,gpu=8", "data=8,model=4", "data", "node"),
+    ("node=2,gpu=4", "data=2,model=4", "model", "node"),
+    ("rack=2,node=4,gpu=8", "data=16,model=4", "model", "node"),
+    ("rack=2,node=4,gpu=8", "data=16,model=4", "model", "rack"),
+    ("rack=2,node=4,gpu=8", "data=8,model=8", "model", "rack"),
+    ("rack=2,node=2,gpu=4", "data=2,pipe=2,model=4", "pipe", "rack"),
+])
+def test_inside_keeps_every_group_in_one_unit_of_the_level(levels, axes, axis, level):
+    """`--inside model=node` means what it reads: every model group sits inside one node, and
+    the constraint keeps exactly the placements where that is so."""
+    topology = topology_from_levels(levels)
+    parsed = parse_axes(axes)
+    index = topology.level_index(level)
+    kept = enumerate_placements(topology, parsed, [Inside(axis, level)])
+    everything = enumerate_placements(topology, parsed)
+    inside = [p for p in everything if _units_spanned(p, axis, index) == {1}]
+    assert [p.matrix for p in kept] == [p.matrix for p in inside]
+    assert kept
+
+
+def test_inside_the_outermost_level_is_no_constraint_on_one_unit():
+    topology = topology_from_levels("rack=1,node=2,gpu=4")
+    everything = enumerate_placements(topology, parse_axes("data=2,model=4"))
+    assert enumerate_placements(topology, parse_axes("data=2,model=4"), [Inside("model", "rack")]) == everything
+
+
+def test_inside_a_unit_too_small_is_refused_with_the_reason():
+    with pytest.raises(NoSolutionError, match="one node holds 4 device"):
+        enumerate_placements(topology_from_levels("rack=2,node=2,gpu=4"), parse_axes("data=2,model=8"),
+                             [Inside("model", "node")])
+
+
+def test_group_heads_match_the_full_groups():
+    topology = topology_from_levels("r=2,n=3,g=4")
+    for placement in enumerate_placements(topology, parse_axes("a=4,b=3,c=2")):
+        for axis in "abc":
+            for index, group in enumerate(placement.axis_groups(axis)):
+                assert placement.group_head(axis, index, 100) == group
+                assert placement.group_head(axis, index, 2) == group[:2]
+
+
+@pytest.mark.parametrize("text", ["[[" + "9" * 5000 + "]]", "[" * 5000 + "]" * 5000, "[[1,2]]" + " " * 5000,
+                                  "[[true, 2]]", "[[1e3, 2]]"])
+def test_hostile_matrix_text_is_refused(text):
+    with pytest.raises(UsageError) as caught:
+        parse_matrix(text)
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize("text", ["model.gpu=" + "9" * 31, "mod\u0435l=node", "model.gpu=\u0663"])
+def test_hostile_constraints_are_refused(text):
+    with pytest.raises(UsageError):
+        (parse_factor if "." in text else parse_inside)(text)
+
+
+@pytest.mark.parametrize("text", ["data=\u0663", "data=\uff18", "data=8,", "," * 100, ",".join(f"a{i}=1" for i in range(65)),
+                                  "data=" + "9" * 400])
+def test_more_bad_axes(text):
+    with pytest.raises(UsageError) as caught:
+        parse_axes(text)
+    assert len(str(caught.value)) < 300
+
+
+def test_z3_does_not_swallow_ctrl_c():
+    import z3
+
+    import synth.placement  # noqa: F401  (sets the parameter)
+    assert z3.get_param("ctrl_c") == "false"
+
+
+# --- counting before enumerating -------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from synth.placement import MAX_PLACEMENTS, count_matching, count_placements, placement_matrices  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1, max_size=3),
+       st.data())
+def test_the_count_is_the_number_of_placements_z3_finds(levels, data):
+    topology = topology_from_levels(",".join(map(str, levels)))
+    devices = topology.device_count
+    first = data.draw(st.sampled_from([d for d in range(1, devices + 1) if devices % d == 0]))
+    axes = parse_axes(f"x={first},y={devices // first}")
+    constraints = data.draw(st.lists(st.one_of(
+        st.builds(Inside, st.sampled_from(["x", "y"]), st.sampled_from(topology.level_names)),
+        st.builds(Factor, st.sampled_from(["x", "y"]), st.sampled_from(topology.level_names),
+                  st.sampled_from([1, 2, 3, 4]))), max_size=2))
+    try:
+        found = placement_matrices(topology, axes, constraints)
+    except NoSolutionError:
+        found = []
+    try:
+        counted = count_matching(topology, axes, constraints, 10**6)
+    except NoSolutionError:
+        counted = 0
+    assert counted == len(found)
+    if not constraints:
+        assert len(found) == len(enumerate_placements_direct(topology.sizes, (first, devices // first)))
+
+
+def test_too_many_placements_are_refused_before_z3_lists_them():
+    topology = topology_from_levels("2,2,2,2,2,2,2,2,2,2")
+    with pytest.raises(UsageError, match=f"more than {MAX_PLACEMENTS} placements"):
+        enumerate_placements(topology, parse_axes("4,4,4,4,4"))
+    narrowed = enumerate_placements(topology, parse_axes("4,4,4,4,4"),
+                                    [Inside("a0", "l7"), Inside("a1", "l5"), Inside("a2", "l3")])
+    assert 0 < len(narrowed) <= MAX_PLACEMENTS
+    assert len(narrowed) == count_placements(topology.sizes, (4,) * 5, {
+        (2, a, l): 0 for a, last in ((0, 7), (1, 5), (2, 3)) for l in range(last + 1)}, 10**6)

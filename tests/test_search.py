@@ -7,8 +7,14 @@ from synth.hierarchy import build_hierarchy
 from synth.interpreter import run_reference
 from synth.language import parse_program
 from synth.placement import enumerate_placements, make_placement, parse_axes
-from synth.search import Enumerator, SearchOptions, brute_force_programs, enumerate_programs
-from synth.semantics import Semantics
+from synth.pruning import DeadPrefixOracle, abstract
+from synth.search import (
+    Enumerator,
+    SearchOptions,
+    brute_force_programs,
+    enumerate_programs,
+)
+from synth.semantics import InternedMachine, Semantics, StepFailure
 from synth.topology import topology_from_levels
 
 
@@ -143,3 +149,56 @@ def test_lengths_that_cannot_finish_or_make_no_sense_are_refused(max_len):
 def test_parsed_program_matches_enumerated_spelling():
     program = parse_program("ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(cpu)); AllGather(InsideGroup(gpu))")
     assert program in list(enumerate_programs(paper_hierarchy(), max_len=3))
+
+
+# --- deeper hierarchies, where the oracles stay fast ------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes, max_len", [((2, 2, 2, 2, 2), 2), ((2, 2, 2, 2, 2, 2), 2)])
+def test_pruned_search_equals_brute_force_on_five_and_six_levels(sizes, max_len):
+    semantics = Semantics(names_for(sizes), sizes, quotient=False)
+    brute = texts(brute_force_programs(semantics, max_len))
+    assert texts(Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=max_len)).programs()) == brute
+
+
+@pytest.mark.parametrize("sizes, max_len", [((3, 2, 2, 2, 2), 3), ((2, 3, 2, 2, 2, 2), 3)])
+def test_quotient_equals_explicit_on_five_and_six_levels(sizes, max_len):
+    explicit = texts(Enumerator(Semantics(names_for(sizes), sizes, quotient=False), SearchOptions(max_len=max_len)).programs())
+    programs = list(Enumerator(Semantics(names_for(sizes), sizes), SearchOptions(max_len=max_len)).programs())
+    assert texts(programs) == explicit
+    run_on_every_device(programs, sizes)
+
+
+@pytest.mark.parametrize("sizes", [(2, 3), (3, 2, 2), (2, 2, 2), (4, 2)])
+@pytest.mark.parametrize("quotient", [False, True])
+def test_interned_machine_makes_the_same_steps_as_the_semantics(sizes, quotient):
+    """The search's memoized machine over member ids = Semantics.apply, failures included."""
+    semantics = Semantics(names_for(sizes), sizes, quotient=quotient)
+    machine = InternedMachine(semantics)
+    frontier, seen = [semantics.initial], {semantics.initial}
+    for _ in range(3):
+        following = []
+        for state in frontier:
+            ids = machine.intern(state)
+            for index, (_, instruction) in enumerate(semantics.alphabet):
+                try:
+                    expected = semantics.apply(state, instruction)
+                except StepFailure:
+                    expected = None
+                found = machine.apply(ids, index)
+                assert (None if found is None else machine.expand(found)) == expected
+                if expected is not None and expected not in seen:
+                    seen.add(expected)
+                    following.append(expected)
+        frontier = following[:150]
+
+
+@pytest.mark.parametrize("sizes", [(2, 3), (3, 3), (6,), (2, 2, 2), (3, 2, 2), (1, 3)])
+@pytest.mark.parametrize("quotient", [False, True])
+def test_the_cached_abstraction_equals_the_abstraction_from_scratch(sizes, quotient):
+    semantics = Semantics(names_for(sizes), sizes, quotient=quotient)
+    enumerator = Enumerator(semantics, SearchOptions(max_len=4, prune_dead=False))
+    enumerator.total()
+    oracle = DeadPrefixOracle(semantics.alphabet, semantics.member_count, quotient, enumerator.machine.members)
+    for ids in enumerator._states[:2000]:
+        assert oracle.facts(ids) == abstract(enumerator.machine.expand(ids), semantics.member_count)

@@ -1,4 +1,4 @@
-"""SPEC sections 5 and 7: forms, each collective's precondition and effect, program validity,
+"""docs/model.md sections 5 and 7: forms, each collective's precondition and effect, program validity,
 and the agreement of the quotient machine the search uses with the explicit one."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ QUAD = explicit(("a", 4))
 CPU_GPU = explicit(("cpu", 2), ("gpu", 2))
 
 
-# --- forms (SPEC section 5) -----------------------------------------------------------------------
+# --- forms (docs/model.md section 5) -----------------------------------------------------------------------
 
 
 def test_forms_on_two_by_two():

@@ -178,7 +178,7 @@ def test_bad_options_exit_2_with_one_line(arguments, tmp_path, run_cli):
     code, out, err = run_cli("sweep", "--axes", "data=8,model=4", *arguments, "-o", str(tmp_path / "out"))
     assert code == 2
     assert out == ""
-    assert len(err.strip().splitlines()) == 1 and err.startswith("synth: ")
+    assert len(err.strip().splitlines()) == 1 and err.startswith("synth sweep: ")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -159,7 +159,7 @@ def test_parse_bytes(text, expected):
         (parse_bytes, "1.5 B", "whole number of bytes"),
         (parse_bytes, "5 us", "is a time, not a byte size"),
         (parse_bytes, "25 GB/s", "is a bandwidth, not a byte size"),
-        (parse_bytes, "256M", "is not a byte size"),
+        (parse_bytes, "256 parsecs", "is not a byte size"),
         (parse_bytes, "lots", "is not a byte size"),
     ],
 )

@@ -2,9 +2,9 @@
 
 A program's steps become `StepCalls` (synth/model/engine.py) by walking it over the quotient
 state graph of its hierarchy (synth/semantics.py), whose members carry the real range
-lengths: the calls of a step are its groups in the real hierarchy (member ranks, as lowering
-gives them) and each call spans the range its root holds before the step (AllGather: the
-joined output), read from the quotient member standing for that root. That is cheaper than
+lengths: the calls of a step are its groups in the real hierarchy (`Semantics.real_calls`)
+and each call spans the chunks the semantics reads from the state before the step
+(`Semantics.call_spans`: the root's range, or a join's output). That is cheaper than
 lowering every program and gives the same calls (tests check both).
 
 A `ProgramSet` is many programs of one hierarchy as one `ProgramTable` (each program a row of
@@ -21,8 +21,7 @@ needed for the costs anyway. Programs are spelled per level names.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -31,23 +30,12 @@ import numpy as np
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.model.engine import ProgramTable, StepCalls
-from synth.pruning import AbstractState, abstract
+from synth.pruning import AbstractState
 from synth.search import Enumerator, SearchOptions
-from synth.semantics import FORMS, QUOTIENT_CAP, Semantics, StepFailure
+from synth.semantics import QUOTIENT_CAP, Semantics, StepFailure
 
 
-def call_chunks(state: tuple, instruction, calls: tuple[tuple[int, ...], ...],
-                representative: Sequence[int]) -> tuple[int, ...]:
-    """The chunks each call of a step spans, from the quotient state before the step: its
-    root's held range length, or for AllGather the joined output (the length times the
-    group's real size). Calls of one step may differ (members of different classes can hold
-    ranges of different lengths), so each is read from its own root.
-
-    The one place the analyses read the semantics' member state; it mirrors lowering's ranges
-    (synth/lowering.py) and is where a shared "chunks each call of a step spans" function of
-    the core belongs."""
-    factor = instruction.real_group_size if instruction.collective == "AllGather" else 1
-    return tuple(state[representative[members[0]]][3] * factor for members in calls)
+_UNSET = object()
 
 
 class StateWalker:
@@ -59,16 +47,8 @@ class StateWalker:
         self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
         self.alphabet = self.semantics.alphabet
         self.goal = self.semantics.goal
-        self.calls: list[tuple[tuple[int, ...], ...]] = []
-        for step, _ in self.alphabet:
-            groups, _ = FORMS[step.form](hierarchy.sizes, hierarchy.level_index(step.level))
-            self.calls.append(tuple(sorted(groups)))
-        # The quotient member standing for each real member: the one with the same zero digits.
-        capped = self.semantics.sizes
-        self.representative = [
-            int(np.ravel_multi_index(tuple(min(p, 1) for p in position), capped))
-            for position in itertools.product(*(range(size) for size in hierarchy.sizes))
-        ]
+        # Each alphabet entry's calls in the real hierarchy (the semantics' `real_calls`).
+        self.calls = [self.semantics.real_calls(step) for step, _ in self.alphabet]
         self._spelled = {step: i for i, (step, _) in enumerate(self.alphabet)}
         self._index = {(instruction.collective, instruction.groups): i
                        for i, (_, instruction) in enumerate(self.alphabet)}
@@ -76,7 +56,7 @@ class StateWalker:
         self._steps: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
         self._enumerators: dict[int, Enumerator] = {}
         self._successors: dict[tuple[tuple, int], list[tuple[int, tuple]]] = {}
-        self._requirements: dict[tuple, AbstractState] = {}
+        self._requirements: dict[tuple, AbstractState | None] = {}
 
     def enumerator(self, max_len: int) -> Enumerator:
         if max_len not in self._enumerators:
@@ -84,7 +64,7 @@ class StateWalker:
         return self._enumerators[max_len]
 
     def index_of(self, step: Step) -> int:
-        """The alphabet entry of a step, whichever of its equal spellings (SPEC section 5) it uses."""
+        """The alphabet entry of a step, whichever of its equal spellings (docs/model.md section 5) it uses."""
         index = self._spelled.get(step)
         if index is None:
             instruction = self.semantics.instruction_of(step)
@@ -103,7 +83,7 @@ class StateWalker:
 
     def step(self, state: tuple, index: int) -> StepCalls:
         """Alphabet entry `index` taken from `state`, as the cost model sees it."""
-        chunks = call_chunks(state, self.alphabet[index][1], self.calls[index], self.representative)
+        chunks = self.semantics.call_spans(state, self.alphabet[index][0])
         key = (index, chunks)
         found = self._steps.get(key)
         if found is None:
@@ -138,13 +118,18 @@ class StateWalker:
             found = self._successors[key] = sorted(merged.items())
         return found
 
-    def requirement(self, state: tuple) -> AbstractState:
-        """What any completion of the state must still do (the dead-prefix oracle's
-        abstraction, synth/pruning.py: doublings the weakest chunk still needs, -1 when a chunk
-        is held by nobody; whether a widening step or a Broadcast is still due), memoized."""
-        if state not in self._requirements:
-            self._requirements[state] = abstract(state, self.semantics.member_count)
-        return self._requirements[state]
+    def requirement(self, state: tuple, max_len: int) -> AbstractState | None:
+        """What any completion of the state must still do: the dead-prefix oracle's abstraction
+        (synth/pruning.py: doublings the weakest chunk still needs, -1 when a chunk is held by
+        nobody; whether a widening step or a Broadcast is still due), memoized; None without
+        the oracle."""
+        found = self._requirements.get(state, _UNSET)
+        if found is _UNSET:
+            enumerator = self.enumerator(max_len)
+            oracle = enumerator.oracle
+            found = None if oracle is None else oracle.facts(enumerator.machine.intern(state))
+            self._requirements[state] = found
+        return found
 
     def steps_needed(self, state: tuple, remaining: int, max_len: int) -> int | None:
         """A lower bound on the steps any valid completion takes, from the enumerator's
@@ -152,9 +137,12 @@ class StateWalker:
         in `remaining`."""
         if state == self.goal:
             return 0
+        facts = self.requirement(state, max_len)
+        if facts is None:
+            return 1 if remaining >= 1 else None
         oracle = self.enumerator(max_len).oracle
         for steps in range(1, remaining + 1):
-            if oracle is None or oracle.first_steps(state, steps):
+            if oracle.answer(facts, steps):
                 return steps
         return None
 
@@ -169,7 +157,7 @@ class ProgramShape:
     @cached_property
     def baseline(self) -> int | None:
         """The default all-reduce (the one valid program of one step: an AllReduce over the
-        whole group, SPEC section 8), when listed."""
+        whole group, docs/model.md section 8), when listed."""
         return next((i for i, program in enumerate(self.spelled) if len(program) == 1), None)
 
 

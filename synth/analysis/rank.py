@@ -20,7 +20,7 @@ its whole subtree, which cost more than expanding the dead prefixes the oracle l
 Objectives besides time, per program:
 
 * extra memory: the largest scratch buffer per device any call of the program allocates
-  (the backend's data-sized temporaries: 0 for NCCL, whose calls are all in place as SPEC
+  (the backend's data-sized temporaries: 0 for NCCL, whose calls are all in place as docs/model.md
   section 7 lowers them; gloo's ReduceScatter clones its input and its AllGather gathers
   into a flat copy). Fixed-size library buffers (NCCL's per-channel FIFOs) are per
   communicator, so they are counted by the next objective.
@@ -45,8 +45,7 @@ from synth.model.context import CostContext
 from synth.model.cost import baseline_program, bus_factor
 from synth.model.engine import CostEngine, ProgramTable, StepCalls, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
-from synth.pruning import FILLS_EMPTY, WIDENS_RANGE
-from synth.semantics import REDUCING
+from synth.pruning import instruction_class
 
 __all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
 
@@ -242,17 +241,18 @@ class Ranker:
         walker, engine = self.walker, self.engine
         least = [engine.least_step_s(instruction.collective, walker.calls[i], size)
                  for i, (_, instruction) in enumerate(walker.alphabet)]
-        growth = [max(len(group) for group in instruction.groups) - 1 for _, instruction in walker.alphabet]
-        growth = [g.bit_length() for g in growth]
-        collectives = [instruction.collective for _, instruction in walker.alphabet]
+        # What each step can do (the collective records, through the oracle's instruction classes).
+        classes = [instruction_class(instruction, walker.semantics.quotient) for _, instruction in walker.alphabet]
+        reduces, widens, fills = ([c[0] for c in classes], [c[3] for c in classes], [c[4] for c in classes])
+        growth = [c[5] for c in classes]
         top = walker.semantics.member_count.bit_length()
         # cheapest[c][g]: the least-time multiset of at most c reducing steps with growth >= g
         cheapest: list[list[tuple[float, ...] | None]] = [[()] + [None] * top]
         for c in range(1, self.max_len + 1):
             row = list(cheapest[-1])
             for g in range(1, top + 1):
-                for i, collective in enumerate(collectives):
-                    if collective not in REDUCING or growth[i] == 0:
+                for i in range(len(least)):
+                    if not reduces[i] or growth[i] == 0:
                         continue
                     rest = cheapest[c - 1][max(0, g - growth[i])]
                     if rest is None:
@@ -261,8 +261,8 @@ class Ranker:
                     if row[g] is None or sum(option) < sum(row[g]):
                         row[g] = option
             cheapest.append(row)
-        widen = min((t for t, c in zip(least, collectives) if c in WIDENS_RANGE), default=None)
-        fill = min((t for t, c in zip(least, collectives) if c in FILLS_EMPTY), default=None)
+        widen = min((t for t, w in zip(least, widens) if w), default=None)
+        fill = min((t for t, f in zip(least, fills) if f), default=None)
         memo: dict[tuple, tuple[float, ...] | None] = {}
 
         def still_needed(state: tuple, left: int):
@@ -270,9 +270,11 @@ class Ranker:
             if key in memo:
                 return memo[key]
             steps = walker.steps_needed(state, left, self.max_len)
-            due = walker.requirement(state) if steps is not None else None
+            due = walker.requirement(state, self.max_len) if steps is not None else None
             answer = None
-            if due is not None and 0 <= due.need <= top:
+            if steps is not None and due is None:  # no oracle: nothing known beyond the prefix
+                answer = ()
+            elif due is not None and 0 <= due.need <= top:
                 extra = fill if due.empty else widen if due.partial else 0.0
                 room = left - (1 if due.empty or due.partial else 0)
                 times = cheapest[min(max(room, 0), self.max_len)][due.need] if room >= 0 else None

@@ -37,7 +37,7 @@ WIN_MARGIN = 1e-9
 
 @dataclass(frozen=True)
 class SweepRow:
-    """One configuration: the best program and the default all-reduce on it (SPEC section 8),
+    """One configuration: the best program and the default all-reduce on it (docs/model.md section 8),
     as the files record it (programs as text)."""
 
     topology: str

@@ -15,7 +15,11 @@ step spends in reductions, not the step's wall time when they overlap with compu
 A reduction is written `AXES:BYTES[xCOUNT]`: AXES are axis names joined by `+` (a comma is
 read the same, as `--reduce` does), BYTES a size as `--bytes` takes it, COUNT the number of
 calls per step (default 1). E.g. `data:1GiB` (one gradient all-reduce) and `model:64MiBx96`
-(two per layer in a 48-layer Megatron transformer) or `data+model:8MiB`.
+(two per layer in a 48-layer Megatron transformer) or `data+model:8MiB`. A reduction that runs
+behind compute (the gradient all-reduce behind backward) ends in `@overlap`, e.g.
+`data:1GiB@overlap`: it is summed apart, as overlapped time, and placements are ranked by the
+exposed time first. Whether the overlapped time really fits behind compute, compute itself,
+memory and pipeline transfers are not modelled here (`synth plan` models the whole step).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from synth.topology import Topology
 from synth.units import format_bytes, parse_bytes
 
 _REDUCTION = re.compile(r"\s*(?P<axes>[^:]*?)\s*:\s*(?P<bytes>.*?)\s*(?:[x\u00d7]\s*(?P<count>[^x\u00d7]*?)\s*)?\Z")
+OVERLAP_SUFFIX = "@overlap"
+IGNORED = ("compute", "memory", "pipeline point-to-point", "whether overlapped reductions fit behind compute")
 EXAMPLE = "data:1GiB or model:64MiBx96"
 
 
@@ -45,16 +51,21 @@ class Reduction:
     axes: tuple[str, ...]  # in axis order
     bytes: int  # per device, per call
     count: int  # calls per step
+    overlapped: bool = False  # runs behind compute (written with the @overlap suffix)
 
     @property
     def text(self) -> str:
         count = f"x{self.count}" if self.count != 1 else ""
-        return f"{'+'.join(self.axes)}:{format_bytes(self.bytes).replace(' ', '')}{count}"
+        suffix = OVERLAP_SUFFIX if self.overlapped else ""
+        return f"{'+'.join(self.axes)}:{format_bytes(self.bytes).replace(' ', '')}{count}{suffix}"
 
 
 def parse_reduction(text: str, axis_names: tuple[str, ...]) -> Reduction:
     """`AXES:BYTES[xCOUNT]` (see the module docstring) against the job's axes."""
     where = f"--reduction {text!r}"
+    overlapped = (text or "").rstrip().endswith(OVERLAP_SUFFIX)
+    if overlapped:
+        text = text.rstrip()[: -len(OVERLAP_SUFFIX)]
     match = _REDUCTION.match(text or "")
     if not match or not match["axes"] or not match["bytes"]:
         raise UsageError(f"{where}: write AXES:BYTES[xCOUNT], e.g. {EXAMPLE}")
@@ -71,11 +82,11 @@ def parse_reduction(text: str, axis_names: tuple[str, ...]) -> Reduction:
     count_text = match["count"]
     if count_text is None:
         count = 1
-    elif not count_text.isdigit() or int(count_text) < 1:
+    elif not re.fullmatch(r"[0-9]{1,9}", count_text) or int(count_text) < 1:  # ASCII digits, at most a billion
         raise UsageError(f"{where}: the count {count_text!r} after 'x' is not a positive integer; e.g. {EXAMPLE}")
     else:
         count = int(count_text)
-    return Reduction(axes, size, count)
+    return Reduction(axes, size, count, overlapped)
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ class ReductionTerm:
             "reduction": self.reduction.text, "axes": list(self.reduction.axes), "bytes": self.reduction.bytes,
             "count": self.reduction.count, "hierarchy": self.hierarchy, "program": str(self.program),
             "time_s": self.time_s, "baseline_time_s": self.baseline_time_s, "total_s": self.total_s,
-            "baseline_total_s": self.baseline_total_s,
+            "baseline_total_s": self.baseline_total_s, "overlapped": self.reduction.overlapped,
         }
 
 
@@ -119,9 +130,20 @@ class WorkloadRow:
     def speedup(self) -> float:
         return self.baseline_total_s / self.total_s
 
+    @property
+    def exposed_s(self) -> float:
+        """The reductions on the critical path (those not marked @overlap)."""
+        return _sum(term.total_s for term in self.terms if not term.reduction.overlapped)
+
+    @property
+    def overlapped_s(self) -> float:
+        """The reductions behind compute (marked @overlap), not added to the exposed time."""
+        return _sum(term.total_s for term in self.terms if term.reduction.overlapped)
+
     def to_json(self) -> dict:
         return {
             "matrix": [list(row) for row in self.matrix], "placement": self.placement, "total_s": self.total_s,
+            "exposed_s": self.exposed_s, "overlapped_s": self.overlapped_s, "ignores": list(IGNORED),
             "baseline_total_s": self.baseline_total_s, "speedup": self.speedup,
             "spread_vs_best": self.spread_vs_best, "baseline_spread_vs_best": self.baseline_spread_vs_best,
             "reductions": [term.to_json() for term in self.terms],
@@ -187,5 +209,5 @@ def evaluate_workload(topology: Topology, axes: tuple[Axis, ...], reductions: li
     rows = [WorkloadRow(placement.matrix, placement.to_text(), terms, total, baseline, total / fastest,
                         baseline / fastest_baseline)
             for placement, terms, total, baseline in measured]
-    rows.sort(key=lambda row: (row.total_s, row.placement))
+    rows.sort(key=lambda row: (row.exposed_s, row.overlapped_s, row.placement))
     return WorkloadResult(topology.name, tuple(reductions), backend.name, tuple(rows))

@@ -42,6 +42,18 @@ class Span:
 
 
 @dataclass(frozen=True)
+class RunInfo:
+    """What an nccl-tests run says about its hardware beyond the group: the GPU names of its
+    rank lines, how many GPUs one process drives (`-g N`, or ranks sharing a Pid), whether two
+    ranks share one GPU of a host, and the NCCL version when the output prints it."""
+
+    devices: tuple[str, ...] = ()
+    gpus_per_process: int = 1
+    shared_device: bool = False
+    nccl_version: str | None = None
+
+
+@dataclass(frozen=True)
 class Measurement:
     """One timed call: `bytes` is the call's range B as the simulator counts it (the input of
     ReduceScatter, the output of AllGather, the buffer otherwise: nccl-tests' size column)."""
@@ -53,6 +65,7 @@ class Measurement:
     file: str
     line: int
     backend: str | None = None  # what the file says ran the call, when it says
+    run: RunInfo | None = None  # nccl-tests: what the run's header and rank lines say
 
     @property
     def where(self) -> str:

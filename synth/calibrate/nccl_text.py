@@ -19,6 +19,12 @@ file (a captured command line) or in the file name, and from the table itself: t
 (`none` for AllGather and Broadcast), the `root` (-1 for AllReduce, ReduceScatter and
 AllGather) and busbw / algbw (nccl-tests' bus factors 2(n-1)/n, (n-1)/n, 1). When both
 name and table tell, they must agree.
+
+Output captured through a launcher is read as printed: `mpirun --tag-output` prefixes
+(`[1,0]<stdout>:`; `<stderr>` lines are dropped), `srun --label` prefixes (`0: `), markdown
+quoting (`> `), several runs in one file, `-g N` runs (one process drives N GPUs), runs of
+one size. The rank lines also give the GPU names, how many GPUs a process drives and whether
+ranks share a GPU, and an `NCCL version` line the version (`RunInfo`).
 """
 
 from __future__ import annotations
@@ -26,17 +32,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from synth.calibrate.measurements import Measurement, Span, collective_from_name, parse_count, parse_float, check_time
+from synth.calibrate.measurements import (Measurement, RunInfo, Span, check_time, collective_from_name, parse_count,
+                                         parse_float)
+from synth.collectives import RECORDS
 from synth.errors import UsageError
 from synth.language import collective_names
 
 HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)")
+RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+                  r"(?:\s+\[[^\]]*\]\s+(.*\S))?")
+TABLE_HEADER = re.compile(r"#\s*size\s+count\s+type", re.IGNORECASE)
+VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+# Launcher prefixes: mpirun --tag-output "[1,0]<stdout>:", srun --label "0: ", markdown "> ".
+TAG = re.compile(r"^\[\d+,\d+\]<(stdout|stderr|stddiag)>:")
+LABEL = re.compile(r"^\s*\d+:\s")
 TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
                        r"scatter|gather|hypercube)_perf(?![A-Za-z])")
 # nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
-BUS_FACTOR = {"AllReduce": lambda n: 2 * (n - 1) / n, "ReduceScatter": lambda n: (n - 1) / n,
-              "AllGather": lambda n: (n - 1) / n, "Broadcast": lambda n: 1.0, "Reduce": lambda n: 1.0}
+BUS_FACTOR = {record.name: record.bus_factor for record in RECORDS.values()}
 LOG_LINE = re.compile(r"\bNCCL\b|\bRCCL\b")
 TABLE_END = re.compile(r"#\s*(Out of bounds|Avg bus bandwidth)")
 
@@ -51,10 +64,37 @@ class _Run:
     columns: list[str] | None = None
     open: bool = False  # inside the table: between its header and its trailer
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
+    devices: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # rank -> (pid, device, name)
+    version: str | None = None
+
+
+def strip_prefixes(text: str) -> str:
+    """The output without launcher prefixes, line for line (so line numbers stay the file's):
+    mpirun --tag-output's `[1,0]<stdout>:` (stderr lines become blank), srun --label's `0: ` when
+    most lines carry it, markdown's `> `."""
+    lines = text.splitlines()
+    tagged = sum(1 for line in lines if TAG.match(line))
+    labelled = sum(1 for line in lines if LABEL.match(line))
+    out = []
+    for line in lines:
+        found = TAG.match(line)
+        if found:
+            line = "" if found.group(1) != "stdout" else line[found.end():]
+        elif labelled > len([x for x in lines if x.strip()]) / 2 and not tagged and LABEL.match(line):
+            line = line[LABEL.match(line).end():]
+        if line.startswith("> "):
+            line = line[2:]
+        out.append(line)
+    return "\n".join(out)
 
 
 def is_nccl_text(text: str) -> bool:
-    return any(HEADER.match(line.strip()) or RANK.match(line.strip()) for line in text.splitlines())
+    """nccl-tests output, even damaged: its header, a rank line, its table header or trailer."""
+    for line in strip_prefixes(text).splitlines():
+        line = line.strip()
+        if HEADER.match(line) or RANK.match(line) or TABLE_HEADER.match(line) or TABLE_END.match(line):
+            return True
+    return False
 
 
 def _table_columns(tokens: list[str]) -> list[str] | None:
@@ -68,8 +108,14 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
     runs: list[_Run] = []
     named = _name_in_path(path)
     current: _Run | None = None
-    for number, raw in enumerate(text.splitlines(), 1):
+    version = None
+    for number, raw in enumerate(strip_prefixes(text).splitlines(), 1):
         line = raw.strip()
+        found_version = VERSION.search(line)
+        if found_version:
+            version = found_version.group(1)
+            if current is not None:
+                current.version = version
         if current is not None and current.open and line and not line.startswith("#"):
             if not LOG_LINE.search(line):
                 current.rows.append((number, line.split()))
@@ -80,19 +126,20 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             if current is not None and not current.rows:
                 current.named = named
         if HEADER.match(line):
-            current = _Run(number, named)
+            current = _Run(number, named, version=version)
             runs.append(current)
             continue
         rank = RANK.match(line)
         if rank:
             if current is None or current.columns is not None:
-                current = _Run(number, named)
+                current = _Run(number, named, version=version)
                 runs.append(current)
             index = int(rank.group(1))
             if index in current.ranks:
                 raise UsageError(f"{path}:{number}: rank {index} appears twice in one run (several single-process runs "
                                  f"mixed, e.g. nccl-tests built without MPI under mpirun?); give one run per file")
             current.ranks[index] = (rank.group(4), int(rank.group(2) or 0))
+            current.devices[index] = (rank.group(3), int(rank.group(5)), rank.group(6) or "")
             continue
         if line.startswith("#"):
             columns = _table_columns(line.lstrip("#").split())
@@ -107,9 +154,24 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
     for run in runs:
         measurements += _measurements(run, path, level)
     if not measurements:
-        raise UsageError(f"{path}: no result rows (nccl-tests rows of size, count, type, ..., time); "
-                         f"give the output of a run that finished")
+        seen = ("a '# nThread' header" if any(r.line for r in runs) else "no '# nThread' header",
+                f"{sum(len(r.ranks) for r in runs)} rank line(s)",
+                "a table header" if any(r.columns for r in runs) else "no table header (# size count type ...)")
+        raise UsageError(f"{path}: looks like nccl-tests output ({', '.join(seen)}) but has no result rows "
+                         f"(nccl-tests rows of size, count, type, ..., time); give the output of a run that finished")
     return measurements
+
+
+def _run_info(run: _Run) -> RunInfo:
+    names = tuple(sorted({name for _, _, name in run.devices.values() if name}))
+    per_pid: dict[tuple[str, str], int] = {}
+    per_device: dict[tuple[str, int], int] = {}
+    for rank, (pid, device, _) in run.devices.items():
+        host = run.ranks[rank][0]
+        per_pid[(host, pid)] = per_pid.get((host, pid), 0) + 1
+        per_device[(host, device)] = per_device.get((host, device), 0) + 1
+    return RunInfo(names, max(per_pid.values(), default=1), any(count > 1 for count in per_device.values()),
+                   run.version)
 
 
 def _name_in_path(path: str) -> tuple[str, int] | None:
@@ -167,7 +229,8 @@ def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
     if not parsed:
         return []
     collective = _collective(run, columns, parsed, span.size, path)
-    return [Measurement(collective, size, time_s, span, path, number, "nccl")
+    info = _run_info(run)
+    return [Measurement(collective, size, time_s, span, path, number, "nccl", info)
             for number, _, size, time_s in parsed if size > 0]
 
 

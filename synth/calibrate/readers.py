@@ -15,9 +15,10 @@ from synth.calibrate.bench_csv import looks_like_bench_csv, parse_bench_csv
 from synth.calibrate.measurements import Measurement
 from synth.calibrate.nccl_csv import looks_like_nccl_csv, parse_nccl_csv
 from synth.calibrate.nccl_text import is_nccl_text, parse_nccl_text
+from synth.calibrate.synth_bench import looks_like_synth_bench, parse_synth_bench_csv
 from synth.errors import UsageError
 
-FORMATS = ("nccl-tests text", "nccl-tests CSV", "benchmark CSV")
+FORMATS = ("nccl-tests text", "nccl-tests CSV", "benchmark CSV", "synth bench CSV")
 
 
 def read_text(path: str) -> str:
@@ -34,8 +35,10 @@ def detect_format(text: str, path: str) -> str:
     if is_nccl_text(text):  # first: a captured command line or NCCL log line may hold commas
         return "nccl-tests text"
     first = next((line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), None)
-    if first is not None and "," in first:
+    if first is not None and "," in first and _looks_like_csv_header(first):
         header = next(csv.reader([first]))
+        if looks_like_synth_bench(header):
+            return "synth bench CSV"
         if looks_like_bench_csv(header):
             return "benchmark CSV"
         if looks_like_nccl_csv(header):
@@ -48,12 +51,20 @@ def detect_format(text: str, path: str) -> str:
                      f"'#  Rank' lines), nccl-tests CSV, or our benchmark CSV (collective,level,group_size,bytes,time_s)")
 
 
+def _looks_like_csv_header(line: str) -> bool:
+    """A header of names (collective,level,...), not a sentence that happens to hold a comma."""
+    names = [name.strip() for name in next(csv.reader([line]))]
+    return len(names) >= 3 and all(name and len(name.split()) <= 2 for name in names)
+
+
 def read_measurements(path: str, level: str | None = None) -> tuple[str, list[Measurement]]:
     """(format, measurements) of one file; `level` is --level, applying to the whole file."""
     text = read_text(path)
     kind = detect_format(text, path)
     if kind == "benchmark CSV":
         return kind, parse_bench_csv(_without_comments(text), path, level)
+    if kind == "synth bench CSV":
+        return kind, parse_synth_bench_csv(text, path, level)[0]
     if kind == "nccl-tests CSV":
         return kind, parse_nccl_csv(_without_comments(text), path, level)
     return kind, parse_nccl_text(text, path, level)

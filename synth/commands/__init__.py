@@ -1,1 +1,4 @@
-"""CLI command groups, one module each; every module exposes `register(subparsers)`."""
+"""The command line's command groups, one module each; every module exposes
+`register(subparsers)`. Not an API: only synth.cli imports these."""
+
+__all__: list[str] = []

@@ -7,16 +7,15 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from synth.calibrate import Calibration, calibrate, infer_base, read_measurements, replay
-from synth.commands.common import print_json
+from synth.commands.common import BACKEND_NAMES, echo, flagged, print_json
 from synth.errors import UsageError
-from synth.model.algorithms import BACKENDS, resolve_backend
-from synth.topology_file import load_topology, render_topology
-from synth.units import format_bandwidth, format_bytes, format_time
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from synth.calibrate import Calibration
 
 PIPED_WIDTH = 160
 
@@ -35,22 +34,36 @@ def register(subparsers) -> None:
                         help="the level every measured group spans, for files that do not say (default: one host "
                              "-> innermost level, several hosts -> the level above it)")
     parser.add_argument("-o", "--output", metavar="OUT.toml", help="write the topology here (default: print it)")
-    parser.add_argument("--backend", choices=sorted(BACKENDS),
+    parser.add_argument("--backend", choices=BACKEND_NAMES,
                         help="collective library that ran the measurements (default: what the files say, else nccl)")
     parser.add_argument("--json", action="store_true", help="print the fits as JSON instead of a table")
     parser.set_defaults(handler=run_calibrate)
 
 
 def run_calibrate(args) -> int:
+    from rich.console import Console
+
+    from synth.calibrate import calibrate, infer_base, read_measurements
+    from synth.model.algorithms import resolve_backend
+    from synth.topology_file import load_topology, render_topology
+
     if args.level is not None and args.topology is None:
         raise UsageError("--level names a level of the base topology; give --topology BASE too")
     measurements, formats = [], {}
+    for path in args.files:
+        _check_readable(path)
     for path in args.files:
         kind, found = read_measurements(path, args.level)
         formats[path] = kind
         measurements += found
     backend = resolve_backend(_backend(args.backend, measurements))
-    base = load_topology(args.topology) if args.topology else infer_base(measurements)
+    if backend.name == "nccl":  # the NCCL model (synth/model/nccl.py), fitted by synth/calibrate/nccl_fit.py
+        return _run_nccl(args, measurements, formats)
+    if args.topology:
+        with flagged("--topology"):
+            base = load_topology(args.topology)
+    else:
+        base = infer_base(measurements)
     result = calibrate(measurements, base, backend)
     header = (f"Written by synth calibrate (backend {backend.name}) from {', '.join(args.files)}\n"
               f"on the base topology {base.name}; every fitted figure's source gives its fit.")
@@ -74,6 +87,21 @@ def run_calibrate(args) -> int:
     return 0
 
 
+def _check_readable(path: str) -> None:
+    """What the readers would not survive, refused in one line: a name the file system cannot
+    take (too long, a NUL in it) or a file of many megabytes. A missing file or a directory the
+    readers name themselves."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or "not a file name"
+        raise UsageError(f"cannot read measurement file {echo(path)}: {reason}") from None
+    if info.st_size > 64 << 20:
+        raise UsageError(f"measurement file {echo(path)} is {info.st_size >> 20} MiB: not a measurement file")
+
+
 def _backend(option: str | None, measurements) -> str:
     """--backend, or the one backend the files name; a file naming another one is refused."""
     named = {m.backend for m in measurements if m.backend is not None}
@@ -90,6 +118,9 @@ def _backend(option: str | None, measurements) -> str:
 
 def _check_written(text: str, backend, measurements):
     """Load the rendered file as any topology file is loaded, and replay the measurements on it."""
+    from synth.calibrate import replay
+    from synth.topology_file import load_topology
+
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "calibrated.toml"
         path.write_text(text, encoding="utf-8")
@@ -98,16 +129,23 @@ def _check_written(text: str, backend, measurements):
 
 
 def _write(path: Path, text: str) -> None:
+    temporary = None
     try:
         fd, temporary = tempfile.mkstemp(prefix=".calibrate-", suffix=".toml", dir=path.parent or Path("."))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(temporary, path)
     except OSError as error:
-        raise UsageError(f"-o {path}: cannot write it ({error.strerror or error})") from None
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        raise UsageError(f"-o {echo(str(path))}: cannot write it ({error.strerror or error})") from None
 
 
 def _table(result: Calibration, errors) -> Table:
+    from rich.table import Table
+
+    from synth.units import format_bandwidth, format_bytes, format_time
+
     rms = float((errors ** 2).mean() ** 0.5)
     table = Table(title=f"{result.topology.name}: fitted under the {result.backend} model",
                   caption=f"* the level's own figures; the written file reproduces the {len(errors)} measurements "
@@ -144,3 +182,71 @@ def _json(result: Calibration, formats: dict[str, str], errors, output: str | No
         "replay_max_relative_error": float(abs(errors).max()),
         "notes": list(result.notes),
     }
+
+
+# --- the NCCL model (issue 9) ------------------------------------------------------------------------
+
+
+def _run_nccl(args, measurements, formats) -> int:
+    """Fit the NCCL model's figures (efficiencies, overheads, pipeline stages), write the
+    topology with what it was fitted on, and print every group's per-size error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from synth.calibrate.infer import infer_nccl_base
+    from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
+    from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
+    from synth.topology_file import load_topology, render_topology
+
+    assumptions: tuple[str, ...] = ()
+    if args.topology:
+        with flagged("--topology"):
+            base = load_topology(args.topology)
+    else:
+        inferred = infer_nccl_base(measurements)
+        base, assumptions = inferred.topology, inferred.assumptions
+    result = calibrate_nccl(measurements, base, assumptions)
+    header = (f"Written by synth calibrate (NCCL model) from {', '.join(args.files)}\n"
+              f"on the base topology {base.name}; every fitted figure's source gives its fit.")
+    text = render_topology(result.topology, header)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "calibrated.toml"
+        path.write_text(text, encoding="utf-8")
+        errors = replay_nccl(load_topology(path), measurements)
+    if args.output:
+        _write(Path(args.output), text)
+    if args.json:
+        print_json(nccl_fit_json(result, formats, errors, args.output, text))
+        return 0
+    if not args.output:
+        sys.stdout.write(text)
+    console = Console(stderr=not args.output)
+    if not console.is_terminal:
+        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    for line in assumptions + tuple(a for a in result.assumptions if a not in assumptions):
+        console.print(f"assumed: {line}")
+    rms = float((errors ** 2).mean() ** 0.5)
+    table = Table(title=f"{result.topology.name}: fitted under the NCCL model",
+                  caption=f"the written file reproduces the {len(errors)} measurements with relative RMS error "
+                          f"{rms:.2%} (worst {abs(errors).max():.2%})")
+    headers, rows = nccl_fit_rows(result)
+    for name in headers:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for fit in result.fits:
+        for group in fit.groups:
+            sizes = Table(title=f"{group.file.rsplit('/', 1)[-1]} ({group.group}, {group.collective}): per-size error",
+                          title_justify="left")
+            size_headers, size_rows = nccl_size_rows(group)
+            for name in size_headers:
+                sizes.add_column(name, justify="right" if name != "NCCL choice" else "left")
+            for row in size_rows:
+                sizes.add_row(*row)
+            console.print(sizes)
+        for note in fit.notes:
+            console.print(f"{'warning' if note.startswith('poor fit') else 'note'}: {note}")
+    if args.output:
+        console.print(f"wrote {args.output}")
+    return 0

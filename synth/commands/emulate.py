@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
-
-from synth.commands.common import print_json
-from synth.emulate.host import bring_up, clusters, find_cluster, link_counters, require_host, tear_down
-from synth.emulate.layout import DEFAULT_NAME, Cluster, format_rate, format_scale, parse_scale
+from synth.commands.common import flagged, print_json
+from synth.commands.emulated_bench import DEFAULT_NAME, cleanup_hints
 from synth.errors import UsageError
-from synth.topology_file import load_topology
 
 
 def register(subparsers) -> None:
@@ -48,14 +43,29 @@ def _add_name(parser) -> None:
 
 
 def _missing_action(args) -> int:
-    raise UsageError("synth emulate: give an action: up TOPOLOGY, down or status (see synth emulate --help)")
+    raise UsageError("give an action: up TOPOLOGY, down or status (see synth emulate --help)")
+
+
+def _check_name(args) -> None:
+    from synth.emulate.layout import check_name
+
+    if args.name is not None:
+        with flagged("--name"):
+            check_name(args.name)
 
 
 def run_up(args) -> int:
+    from synth.emulate.host import bring_up, require_host
+    from synth.emulate.layout import parse_scale
+    from synth.topology_file import load_topology
+
+    _check_name(args)
     require_host()
-    scale = parse_scale(args.scale)
+    with flagged("--scale"):
+        scale = parse_scale(args.scale)
     topology = load_topology(args.topology)
-    cluster = bring_up(topology, args.topology, scale, args.name)
+    with cleanup_hints("--name"):
+        cluster = bring_up(topology, args.topology, scale, args.name)
     _print(cluster, {})
     print(f"cluster {cluster.name!r} is up; run ranks in it with 'synth bench --emulate {args.topology}"
           f"{'' if cluster.name == DEFAULT_NAME else ' --emulate-name ' + cluster.name} ...'; remove it with "
@@ -64,42 +74,68 @@ def run_up(args) -> int:
 
 
 def run_down(args) -> int:
-    cluster = tear_down(args.name)
+    from synth.emulate.host import UnreadableState, tear_down
+
+    _check_name(args)
+    with cleanup_hints("--name"):
+        cluster = tear_down(args.name)
     if cluster is None:
         print(f"no emulated cluster named {args.name!r} is up; nothing to remove")
+    elif isinstance(cluster, UnreadableState):
+        print(f"removed cluster {cluster.name!r} by its names (its state file could not be read: {cluster.reason})")
     else:
         print(f"removed cluster {cluster.name!r}: {len(cluster.namespaces)} namespace(s) with their links and qdiscs")
     return 0
 
 
 def run_status(args) -> int:
+    """Every recorded cluster, each on its own: one that an `up` killed half-way shows as
+    incomplete, a state file that cannot be read as such, and neither hides the others."""
+    from synth.emulate.host import (Cluster, EmulationError, UnreadableState, find_cluster, link_counters, recorded,
+                                    require_host)
+
+    _check_name(args)
     require_host()
     if args.name:
-        found = find_cluster(args.name)
+        try:
+            found = find_cluster(args.name)
+        except EmulationError as error:
+            found = UnreadableState(args.name, None, str(error))
         listed = [found] if found else []
     else:
-        listed = clusters()
-    counters = {cluster.name: link_counters(cluster) for cluster in listed}
+        listed = recorded()
+    counters = {entry.name: link_counters(entry) for entry in listed if isinstance(entry, Cluster)}
     if args.json:
-        print_json([dict(cluster.to_json(), counters=[
+        print_json([dict(entry.to_json(), counters=[
             {"namespace": namespace, "device": device, **{key: qdisc.get(key) for key in
                                                           ("bytes", "packets", "drops", "overlimits", "backlog")}}
-            for (namespace, device), qdisc in counters[cluster.name].items()]) for cluster in listed])
+            for (namespace, device), qdisc in counters[entry.name].items()]) if isinstance(entry, Cluster) else
+            {"name": entry.name, "complete": False, "unreadable": entry.reason} for entry in listed])
         return 0
     if not listed:
         print("no emulated cluster is up" if not args.name else f"no emulated cluster named {args.name!r} is up")
         return 0
-    for cluster in listed:
-        _print(cluster, counters[cluster.name])
+    for entry in listed:
+        if isinstance(entry, Cluster):
+            _print(entry, counters[entry.name])
+        else:
+            print(f"cluster {entry.name!r}: INCOMPLETE, its state file cannot be read ({entry.reason}); "
+                  f"'synth emulate down --name {entry.name}' removes what it made")
     return 0
 
 
-def _print(cluster: Cluster, counters: dict) -> None:
+def _print(cluster, counters: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from synth.emulate.layout import format_rate, format_scale
+
     console = Console(width=200)
     console.print(f"cluster {cluster.name!r}: {cluster.topology} ("
                   + ", ".join(f"{name}={size}" for name, size in zip(cluster.level_names, cluster.sizes))
                   + f") at scale {format_scale(cluster.scale)}"
-                  + ("" if cluster.complete else "; INCOMPLETE: an 'up' is running or was killed, 'down' removes it"))
+                  + ("" if cluster.complete else f"; INCOMPLETE: an 'up' is running or was killed; 'synth emulate down "
+                                                 f"--name {cluster.name}' removes it"))
     nodes = Table("node", "namespace", "interface", "address", "ranks")
     for node in cluster.nodes:
         nodes.add_row(str(node.index), node.namespace, node.interface, node.address,

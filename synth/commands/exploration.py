@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from synth.commands.common import add_job_options, add_json_option, add_model_options, hierarchy_for, print_json, resolve_job, \
-    resolve_placements, resolve_reduce
-from synth.commands.simulation import parse_size
+from synth.commands.common import (add_bytes_option, check_search, echo, read_text, add_job_options, add_json_option, add_model_options,
+                                   hierarchy_for, one_placement, parse_size, print_json, resolve_job,
+                                   resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
-from synth.model.context import cost_context
-from synth.model.cost import baseline_program
-from synth.analysis.explore import ExploreResult, explore_placements, hierarchy_text
-from synth.analysis.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, MAX_TENSORS, FusionPlan, Schedule,
-                                   plan_fusion)
-from synth.model.network import check_costable
-from synth.analysis.workload import WorkloadResult, evaluate_workload, parse_reduction
-from synth.units import format_bandwidth, format_bytes, format_time, parse_bandwidth, parse_bytes
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from synth.analysis.explore import ExploreResult
+    from synth.analysis.fusion import FusionPlan, Schedule
+    from synth.analysis.workload import WorkloadResult
 
 PIPED_WIDTH = 160
 DEFAULT_COMPUTE_RATE_TEXT = "30GB/s"  # synth.analysis.fusion.DEFAULT_COMPUTE_RATE, derived there
+DDP_BUCKET_CAP_TEXT, DDP_FIRST_BUCKET_CAP_TEXT = "25MiB", "1MiB"  # synth.analysis.fusion's, a test keeps them equal
 INFINITE_RATES = ("inf", "infinite", "infinity")
+MAX_REDUCTIONS = 64
 
 
 def register(subparsers) -> None:
@@ -31,7 +30,7 @@ def register(subparsers) -> None:
         description="For one request and size: per placement, the fastest program, the default all-reduce, the "
                     "speedup and the ratio to the lower bound; sorted by best time, with the placement spread.")
     add_job_options(parser)
-    parser.add_argument("--bytes", "-B", metavar="S", required=True, help="buffer size per device, e.g. 256MiB")
+    add_bytes_option(parser, required=True)
     add_model_options(parser)
     add_json_option(parser)
     parser.set_defaults(handler=run_explore)
@@ -43,7 +42,8 @@ def register(subparsers) -> None:
                     "ranked by the sum over reductions of count x the fastest program's time.")
     add_job_options(parser, reduce=False)
     parser.add_argument("--reduction", "-R", action="append", required=True, metavar="AXES:BYTES[xCOUNT]",
-                        help="one reduction of the step, e.g. data:1GiB or model:64MiBx96 or data+model:8MiB; repeatable")
+                        help="one reduction of the step, e.g. data:1GiB or model:64MiBx96 or data+model:8MiB; end it "
+                             "in @overlap when it runs behind compute (data:1GiB@overlap); repeatable")
     add_model_options(parser)
     add_json_option(parser)
     parser.set_defaults(handler=run_workload)
@@ -62,9 +62,9 @@ def register(subparsers) -> None:
     parser.add_argument("--compute-rate", metavar="RATE", default=DEFAULT_COMPUTE_RATE_TEXT,
                         help=f"bytes of gradient backward produces per second, or 'inf' for all at once "
                              f"(default {DEFAULT_COMPUTE_RATE_TEXT}: an A100 at 125 TFLOP/s, 4096 tokens, fp32 gradients)")
-    parser.add_argument("--bucket-cap", metavar="S", default=f"{DDP_BUCKET_CAP // 2**20}MiB",
+    parser.add_argument("--bucket-cap", metavar="S", default=DDP_BUCKET_CAP_TEXT,
                         help="the baseline's bucket cap (default 25MiB, DDP's bucket_cap_mb=25)")
-    parser.add_argument("--first-bucket-cap", metavar="S", default=f"{DDP_FIRST_BUCKET_CAP // 2**20}MiB",
+    parser.add_argument("--first-bucket-cap", metavar="S", default=DDP_FIRST_BUCKET_CAP_TEXT,
                         help="the baseline's first bucket cap (default 1MiB, DDP's kDefaultFirstBucketBytes)")
     parser.add_argument("--exact", action="store_true",
                         help="search the fastest program at every bucket size (slower) instead of costing the "
@@ -74,14 +74,11 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run_fusion)
 
 
-def _console() -> Console:
+def _console():
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal else Console(width=PIPED_WIDTH)  # piped: never cut a figure
-
-
-def _check_max_len(args) -> None:
-    if args.max_len < 1:
-        raise UsageError(f"--max-len {args.max_len}: give a positive number of steps")
 
 
 def _multiline(program) -> str:
@@ -92,19 +89,25 @@ def _multiline(program) -> str:
 
 
 def run_explore(args) -> int:
+    from synth.analysis.explore import explore_placements
+    from synth.model.network import check_costable
+
     job = resolve_job(args)
     check_costable(job.topology)
-    _check_max_len(args)
     size = parse_size(args.bytes, "--bytes")
     reduce_axes = resolve_reduce(args, job)
     placements = resolve_placements(args, job)
+    check_search([hierarchy_for(p, reduce_axes, args.hierarchy) for p in placements], args.max_len)
     try:
         result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
                                     max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy)
-    except ValueError as error:
+    except UsageError:
+        raise
+    except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)
         raise NoSolutionError(str(error)) from None
     if args.json:
-        print_json([dict(row.to_json(), bytes=size, reduce=list(reduce_axes), backend=result.backend)
+        print_json([dict(row.to_json(), bytes=size, reduce=list(reduce_axes), backend=result.backend,
+                         ignores=_explore_ignores(reduce_axes, args.axes))
                     for row in result.rows])
         return 0
     _console().print(_explore_table(result, args.axes))
@@ -112,11 +115,16 @@ def run_explore(args) -> int:
 
 
 def _explore_table(result: ExploreResult, axes_text: str) -> Table:
+    from rich.table import Table
+
+    from synth.units import format_bandwidth, format_bytes, format_time
+
     title = (f"{result.topology}  {axes_text}  reduce {','.join(result.reduce_axes)}  "
              f"{format_bytes(result.bytes)} per device: {len(result.rows)} placement(s)")
     caption = (f"spread between placements: best programs {result.best_spread:.3g}x, default all-reduce "
                f"{result.baseline_spread:.3g}x (slowest / fastest); vs fastest: this placement's best time over the "
-               f"fastest placement's; backend {result.backend}")
+               f"fastest placement's; backend {result.backend}\nignores: {', '.join(_explore_ignores(result.reduce_axes, axes_text))} "
+               f"(synth plan ranks placements by the whole training step)")
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("placement", no_wrap=True)
@@ -133,19 +141,40 @@ def _explore_table(result: ExploreResult, axes_text: str) -> Table:
     return table
 
 
+def _explore_ignores(reduce_axes, axes_text: str) -> list[str]:
+    """The traffic and work an exploration of one reduction leaves out."""
+    others = [part.split("=")[0].strip() for part in str(axes_text).split(",")]
+    others = [name for name in others if name and name not in reduce_axes]
+    ignored = [f"the {name} axis's own collectives" for name in others]
+    return ignored + ["compute and its overlap with this reduction", "memory", "pipeline point-to-point"]
+
+
 # --- workload --------------------------------------------------------------------------------------
 
 
 def run_workload(args) -> int:
+    from synth.analysis.workload import evaluate_workload, parse_reduction
+    from synth.model.network import check_costable
+
     job = resolve_job(args)
     check_costable(job.topology)
-    _check_max_len(args)
-    reductions = [parse_reduction(text, job.axis_names) for text in args.reduction]
+    if len(args.reduction) > MAX_REDUCTIONS:
+        raise UsageError(f"{len(args.reduction)} --reduction options; a step is described by at most {MAX_REDUCTIONS}")
+    reductions = []
+    for text in args.reduction:
+        if len(text) > 200:
+            raise UsageError(f"--reduction {text[:40]!r}... ({len(text)} characters): write AXES:BYTES[xCOUNT], "
+                             f"e.g. data:1GiB")
+        reductions.append(parse_reduction(text, job.axis_names))
     placements = resolve_placements(args, job)
+    check_search([hierarchy_for(p, reduction.axes, args.hierarchy) for p in placements for reduction in reductions],
+                 args.max_len)
     try:
         result = evaluate_workload(job.topology, job.axes, reductions, placements=placements, max_len=args.max_len,
                                    backend=args.backend, hierarchy_kind=args.hierarchy)
-    except ValueError as error:
+    except UsageError:
+        raise
+    except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)
         raise NoSolutionError(str(error)) from None
     if args.json:
         print_json([dict(row.to_json(), backend=result.backend) for row in result.rows])
@@ -155,20 +184,28 @@ def run_workload(args) -> int:
 
 
 def _workload_table(result: WorkloadResult, axes_text: str) -> Table:
+    from rich.table import Table
+
+    from synth.analysis.workload import IGNORED
+    from synth.units import format_time
+
     reductions = ", ".join(reduction.text for reduction in result.reductions)
     title = f"{result.topology}  {axes_text}  one step: {reductions}  ({len(result.rows)} placement(s))"
     caption = (f"total = sum of count x one call of the fastest program (each reduction's cell: count x time, then "
-               f"the program); default = the same with the default all-reduce; spread between placements: "
-               f"{result.spread:.3g}x, default all-reduce {result.baseline_spread:.3g}x; backend {result.backend}")
+               f"the program); exposed = the reductions on the critical path, ranked first; overlapped = those marked "
+               f"@overlap (behind compute); default = the total with the default all-reduce; spread between placements: "
+               f"{result.spread:.3g}x, default all-reduce {result.baseline_spread:.3g}x; backend {result.backend}\n"
+               f"ignores: {', '.join(IGNORED)} (synth plan models the whole training step)")
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("placement", no_wrap=True)
-    for name in ("total", "default", "speedup", "vs fastest"):
+    for name in ("exposed", "overlapped", "total", "default", "speedup", "vs fastest"):
         table.add_column(name, justify="right", no_wrap=True)
     for reduction in result.reductions:
         table.add_column(reduction.text, overflow="fold")
     for index, row in enumerate(result.rows, 1):
-        cells = [str(index), row.placement, format_time(row.total_s), format_time(row.baseline_total_s),
+        cells = [str(index), row.placement, format_time(row.exposed_s), format_time(row.overlapped_s),
+                 format_time(row.total_s), format_time(row.baseline_total_s),
                  f"{row.speedup:.3f}x", f"{row.spread_vs_best:.3g}x"]
         cells += [f"{format_time(term.total_s)}\n{_multiline(term.program)}" for term in row.terms]
         table.add_row(*cells)
@@ -180,6 +217,9 @@ def _workload_table(result: WorkloadResult, axes_text: str) -> Table:
 
 def parse_tensor_sizes(items: list[tuple[str, str]]) -> list[int]:
     """(text, where) pairs of sizes; each a positive whole byte count, units allowed."""
+    from synth.analysis.fusion import MAX_TENSORS
+    from synth.units import parse_bytes
+
     if not items:
         raise UsageError("no tensor sizes given: list them, e.g. --tensors 4MiB,16MiB,8KiB")
     if len(items) > MAX_TENSORS:
@@ -196,42 +236,43 @@ def _tensor_items(args) -> list[tuple[str, str]]:
             if not part:
                 raise UsageError(f"--tensors: size {index + 1} is empty; give e.g. 4MiB,16MiB,8KiB")
         return [(part, f"--tensors size {index + 1}") for index, part in enumerate(parts)]
-    try:
-        with open(args.tensors_file, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or "not a UTF-8 text file"
-        raise UsageError(f"cannot read tensors file {args.tensors_file!r}: {reason}") from None
+    lines = read_text(args.tensors_file, "tensors file").splitlines()
     items = []
     for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if text:
-            items.append((text, f"{args.tensors_file} line {number}"))
+            items.append((text, f"{echo(args.tensors_file)} line {number}"))
     return items
 
 
 def parse_compute_rate(text: str) -> float:
+    from synth.units import parse_bandwidth
+
     if text.strip().lower() in INFINITE_RATES:
         return math.inf
     return parse_bandwidth(text, where="--compute-rate")
 
 
 def run_fusion(args) -> int:
+    from synth.analysis.explore import hierarchy_text
+    from synth.analysis.fusion import plan_fusion
+    from synth.model.context import cost_context
+    from synth.model.cost import baseline_program
+    from synth.model.network import check_costable
+    from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
+
     job = resolve_job(args)
     check_costable(job.topology)
-    _check_max_len(args)
     tensors = parse_tensor_sizes(_tensor_items(args))
     rate = parse_compute_rate(args.compute_rate)
     bucket_cap = parse_bytes(args.bucket_cap, where="--bucket-cap")
     first_cap = parse_bytes(args.first_bucket_cap, where="--first-bucket-cap")
     reduce_axes = resolve_reduce(args, job)
-    placements = resolve_placements(args, job)
-    if len(placements) != 1:
-        raise UsageError(f"fusion plans one placement and {len(placements)} fit: give --placement M "
-                         f"(e.g. {placements[0].to_text()}; `synth explore` ranks them)")
-    hierarchy = hierarchy_for(placements[0], reduce_axes, args.hierarchy)
+    placement = one_placement(args, job, "fusion")
+    hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     if hierarchy.group_size == 1:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to fuse")
+    check_search([hierarchy], args.max_len)
     plan = plan_fusion(cost_context(hierarchy, job.topology, args.backend), tensors, compute_rate=rate,
                        max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
     if args.json:
@@ -265,6 +306,10 @@ def _buckets(schedule: Schedule) -> str:
 
 
 def _schedule_table(title: str, schedule: Schedule, programs: bool) -> Table:
+    from rich.table import Table
+
+    from synth.units import format_bytes, format_time
+
     table = Table(title=title)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("tensors", justify="right", no_wrap=True)
@@ -286,6 +331,8 @@ def _schedule_table(title: str, schedule: Schedule, programs: bool) -> Table:
 
 
 def _fusion_json(plan: FusionPlan, hierarchy, args) -> dict:
+    from synth.analysis.explore import hierarchy_text
+
     return {
         "matrix": [list(row) for row in hierarchy.placement.matrix], "placement": hierarchy.placement.to_text(),
         "reduce": list(hierarchy.reduce_axes), "hierarchy": hierarchy_text(hierarchy), "backend": args.backend,

@@ -1,5 +1,5 @@
 """`synth export` (programs and placements as files a cluster runs) and `synth bench` (run
-them here with torchrun and write the measurements to results/)."""
+them here with torchrun, or on an emulated cluster, and write the measurements to -o DIR)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,19 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from synth.commands.common import (Job, add_job_options, hierarchy_for, read_program_text, resolve_job,
-                                   resolve_placements, resolve_reduce)
-from synth.emulate.bench import add_emulate_options, emulation_requested, run_emulated
+from synth.commands.common import (DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
+                                   add_output_option, add_size_options, add_top_option, echo, flagged, hierarchy_for,
+                                   iter_placements, natural_int, one_placement, output_directory, positive_int,
+                                   read_program_text, resolve_axes, resolve_job, resolve_reduce, resolve_sizes, seconds)
 from synth.errors import InvalidProgramError, NoSolutionError, UsageError
-from synth.execute import report as benchmod
-from synth.export import json_plan, mesh, nccl_c, torch_script
-from synth.execute.launch import LaunchError, check_nproc, torchrun
-from synth.export.plan import PlanEntry, build_plan
-from synth.export.provenance import Provenance, hierarchy_metadata, placement_metadata
-from synth.hierarchy import SynthesisHierarchy
-from synth.language import Program, Step, parse_program
-from synth.lowering import lower
-from synth.placement import parse_axes
-from synth.model.algorithms import BACKENDS
-from synth.model.network import check_costable
-from synth.analysis.rank import Ranker
-from synth.model.context import cost_context
-from synth.units import parse_bytes
+
+if TYPE_CHECKING:
+    from synth.execute import report as benchmod
+    from synth.export.plan import PlanEntry
+    from synth.hierarchy import SynthesisHierarchy
+    from synth.language import Program
 
 FORMATS = ("torch", "nccl", "json", "mesh")
 EXTENSIONS = {"torch": ".py", "nccl": ".c", "json": ".json", "mesh": ".json"}
@@ -40,36 +31,39 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "export", help="write programs as a torch script, NCCL C file or JSON plan, or a placement as meshes",
         description="Write programs (or, with --format mesh, the placement) as files a cluster runs. "
-                    "Several programs: -o is a directory with one file each, or one torch script with --batch.")
-    add_job_options(parser, placement=False)
-    parser.add_argument("--placement", "-p", required=True, metavar="M",
-                        help="parallelism matrix as JSON rows, e.g. '[[1,2,2],[2,1,2]]'")
+                    "Several programs: -o is a directory with one file each, or one torch script with --batch. "
+                    "The placement is --placement, or the one placement --inside/--factor leave.")
+    add_job_options(parser, reduce_required=False)
     _add_program_options(parser)
     parser.add_argument("--format", "-F", required=True, choices=FORMATS, help="what to write")
     parser.add_argument("--output", "-o", required=True, metavar="PATH", help="file to write (a directory for several files)")
     parser.add_argument("--batch", action="store_true", help="torch: all programs in one script, run in one launch")
-    parser.add_argument("--bytes", metavar="S",
-                        help="buffer size per device: the one JSON offsets are for, and the one --top ranks at (default 32MiB)")
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nccl",
-                        help="the backend the programs will run on, which --top's ranking models (default nccl)")
+    add_bytes_option(parser, "buffer size per device: the one JSON offsets are for, and the one --top ranks at "
+                             "(default 32MiB)")
+    add_backend_option(parser, "the backend the programs will run on, which --top's ranking models")
     parser.set_defaults(handler=run_export)
 
     parser = subparsers.add_parser(
-        "bench", help="run programs and the default all-reduce with torchrun here; measurements to results/",
+        "bench", help="run programs and the default all-reduce with torchrun here and time them",
         description="Export the programs and the default all-reduce into one torch script, run it with torchrun "
-                    "(one process per device), check every result and write time, algbw and busbw to a CSV.")
+                    "(one process per device), check every result and write time, algbw and busbw to a CSV "
+                    "in -o DIR, with the script and the log beside it.")
     add_job_options(parser, placement=True, system_required=False)  # --emulate T may stand for -t T
     _add_program_options(parser)
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend (default gloo)")
-    parser.add_argument("--bytes", metavar="S", help="buffer size per device, e.g. 1MiB (default 1MiB on gloo, 32MiB on nccl)")
-    parser.add_argument("-b", "--minbytes", metavar="S", help="smallest size of a sweep, as nccl-tests -b")
-    parser.add_argument("-e", "--maxbytes", metavar="S", help="largest size of a sweep, as nccl-tests -e")
-    parser.add_argument("-f", "--stepfactor", type=int, default=2, metavar="F", help="sweep factor (default 2)")
-    parser.add_argument("--nproc", type=int, metavar="N", help="processes; must equal the device count (the default)")
-    parser.add_argument("--iters", type=int, default=20, metavar="I", help="timed runs per size (default 20)")
-    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs first (default 5)")
-    parser.add_argument("--results", default="results", metavar="DIR", help="where the CSV goes (default results/)")
-    parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS", help="stop torchrun after this long")
+    add_backend_option(parser, "torch.distributed backend: nccl needs a GPU per process, gloo runs on CPU processes",
+                       default=None, default_text="nccl; gloo with --emulate, whose ranks are CPU processes")
+    add_size_options(parser, "buffer size per device, e.g. 1MiB (default 1MiB on gloo, 32MiB on nccl)")
+    parser.add_argument("--nproc", type=positive_int, metavar="N", help="processes; must equal the device count (the default)")
+    parser.add_argument("-n", "--iters", type=positive_int, default=20, metavar="I",
+                        help="timed runs per size (nccl-tests -n, default 20)")
+    parser.add_argument("-w", "--warmup", type=natural_int, default=5, metavar="W",
+                        help="untimed runs first (nccl-tests -w, default 5)")
+    add_output_option(parser, "directory for the CSV, the script and the log (default: a new directory under the "
+                              "system's temporary directory, printed at the end)")
+    parser.add_argument("--timeout", type=seconds, default=1800.0, metavar="SECONDS",
+                        help="stop the run after this long (default 1800)")
+    from synth.commands.emulated_bench import add_emulate_options
+
     add_emulate_options(parser)
     parser.set_defaults(handler=run_bench)
 
@@ -77,9 +71,8 @@ def register(subparsers) -> None:
 def _add_program_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", action="append", default=[], metavar="TEXT",
                         help="program text, '-' for standard input or @FILE; repeatable")
-    parser.add_argument("--top", type=int, metavar="K",
-                        help="the K programs the simulator ranks first (needs a topology with link figures)")
-    parser.add_argument("--max-len", "-L", type=int, default=5, help="--top: longest program, in steps (default 5)")
+    add_top_option(parser, "the K programs the simulator ranks first (needs a topology with link figures)")
+    add_max_len_option(parser, "--top: longest program, in steps")
 
 
 # --- shared ------------------------------------------------------------------------------------
@@ -90,16 +83,17 @@ def _given_programs(args) -> list[Program]:
     if args.top is not None:
         if args.program:
             raise UsageError("give either --program or --top, not both")
-        if args.top < 1:
-            raise UsageError(f"--top {args.top}: give a positive number of programs")
         return []
     if not args.program:
         raise UsageError("give the programs to run with --program TEXT (repeatable) or --top K")
+    from synth.language import parse_program
+
     programs = []
     for text in args.program:
-        program = parse_program(read_program_text(text))
+        with flagged("--program"):
+            program = parse_program(read_program_text(text))
         if not program.steps:
-            raise UsageError(f"--program {text!r} has no step")
+            raise UsageError(f"--program {echo(text)} has no step")
         if program not in programs:
             programs.append(program)
     return programs
@@ -107,6 +101,11 @@ def _given_programs(args) -> list[Program]:
 
 def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str) -> list[Program]:
     """The simulator's K best programs at each size (their union, best first), for one placement."""
+    from synth.analysis.rank import Ranker
+    from synth.model.context import cost_context
+    from synth.model.network import check_costable
+
+    check_search([hierarchy], args.max_len)
     check_costable(topology)
     ranker = Ranker(cost_context(hierarchy, topology, backend), args.max_len)
     programs: list[Program] = []
@@ -118,6 +117,8 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
 
 
 def _check_valid(program: Program, hierarchy: SynthesisHierarchy) -> None:
+    from synth.lowering import lower
+
     try:
         lower(program, hierarchy)
     except InvalidProgramError as error:
@@ -125,7 +126,9 @@ def _check_valid(program: Program, hierarchy: SynthesisHierarchy) -> None:
 
 
 def default_all_reduce(hierarchy: SynthesisHierarchy) -> Program:
-    """SPEC section 8's baseline: one AllReduce over the whole reduction group."""
+    """docs/model.md section 8's baseline: one AllReduce over the whole reduction group."""
+    from synth.language import Program, Step
+
     return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
 
 
@@ -139,32 +142,39 @@ def _system_arguments(args) -> list[str]:
 
 
 def run_export(args) -> int:
+    from synth.export import json_plan, mesh, nccl_c, torch_script
+    from synth.export.plan import PlanEntry, build_plan
+    from synth.export.provenance import Provenance, hierarchy_metadata, placement_metadata
+
     job = resolve_job(args)
-    reduce_axes = resolve_reduce(args, job)
-    placement = resolve_placements(args, job)[0]
-    hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     if args.format != "torch" and args.batch:
         raise UsageError("--batch is for --format torch")
-    if args.format == "mesh":
-        if args.program or args.top is not None:
-            raise UsageError("--format mesh exports the placement, not programs: drop --program/--top")
-        programs = []
+    if args.format == "mesh" and (args.program or args.top is not None):
+        raise UsageError("--format mesh exports the placement, not programs: drop --program/--top")
+    if args.reduce is None and args.format != "mesh":
+        raise UsageError(f"--format {args.format} exports reduction programs: give the axes they reduce with --reduce")
     if args.bytes is not None and args.format != "json" and args.top is None:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
-    nbytes = parse_bytes(args.bytes, "--bytes") if args.bytes is not None else DEFAULT_EXPORT_BYTES
+    placement = one_placement(args, job, "export")
+    reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
+    hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
+    nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
+    programs = []
     if args.format != "mesh":
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend)
         for program in programs:
             _check_valid(program, hierarchy)
 
-    argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes, "--reduce", ",".join(reduce_axes),
-            "--placement", placement.to_text(), "--hierarchy", hierarchy.kind]
+    argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes]
+    if reduce_axes:
+        argv += ["--reduce", ",".join(reduce_axes)]
+    argv += ["--placement", placement.to_text(), "--hierarchy", args.hierarchy]
     if args.top is not None:
         argv += ["--top", str(args.top), "--max-len", str(args.max_len), "--backend", args.backend]
     for program in [] if args.top is not None else programs:
         argv += ["--program", str(program)]
     argv += ["--format", args.format] + (["--batch"] if args.batch else [])
-    if args.format == "json" or args.top is not None:
+    if nbytes is not None:
         argv += ["--bytes", str(nbytes)]
     argv += ["-o", args.output]
     provenance = Provenance(tuple(argv))
@@ -172,7 +182,8 @@ def run_export(args) -> int:
 
     # Render everything before writing anything.
     if args.format == "mesh":
-        metadata.update(hierarchy_metadata(hierarchy))
+        if hierarchy is not None:
+            metadata.update(hierarchy_metadata(hierarchy))
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
         metadata.update(hierarchy_metadata(hierarchy))
@@ -184,57 +195,45 @@ def run_export(args) -> int:
             files = [module.render(build_plan(PlanEntry(hierarchy, p) for p in programs), provenance)]
         else:
             files = [module.render(build_plan([PlanEntry(hierarchy, program)]), provenance) for program in programs]
-    for path in _write(Path(args.output), files, EXTENSIONS[args.format]):
+    for path in _write(args.output, files, EXTENSIONS[args.format]):
         print(f"wrote {path}")
     return 0
 
 
-def _write(output: Path, files: list[str], extension: str) -> list[Path]:
-    if len(files) == 1:
-        paths = [output]
-        if output.is_dir():
-            raise UsageError(f"-o {output} is a directory; give a file name, e.g. {output / ('program' + extension)}")
-    else:
-        if output.exists() and not output.is_dir():
-            raise UsageError(f"{len(files)} files to write but -o {output} is a file: give a directory "
-                             "(or --batch for one torch script)")
-        paths = [output / f"program_{index}{extension}" for index in range(len(files))]
+def _write(option: str, files: list[str], extension: str) -> list[Path]:
+    """One file at -o PATH, or several as PATH/program_1.py, program_2.py, ... (numbered from 1,
+    as every table numbers programs and placements)."""
+    output = Path(option)
     try:
+        if len(files) == 1:
+            paths = [output]
+            if output.is_dir():
+                raise UsageError(f"-o {echo(option)} is a directory; give a file name, e.g. "
+                                 f"{output / ('program' + extension)}")
+        else:
+            if output.exists() and not output.is_dir():
+                raise UsageError(f"{len(files)} files to write but -o {echo(option)} is a file: give a directory "
+                                 "(or --batch for one torch script)")
+            paths = [output / f"program_{index}{extension}" for index in range(1, len(files) + 1)]
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         for path, text in zip(paths, files):
             path.write_text(text, encoding="utf-8")
     except OSError as error:
-        raise UsageError(f"cannot write {error.filename}: {error.strerror}") from None
+        raise UsageError(f"-o {echo(option)}: cannot write it ({error.strerror or error})") from None
     return paths
 
 
 # --- bench -------------------------------------------------------------------------------------
 
 
-def _bench_sizes(args) -> list[int]:
-    if args.minbytes is not None or args.maxbytes is not None:
-        if args.bytes is not None:
-            raise UsageError("give either --bytes or -b/-e/-f")
-        if args.minbytes is None or args.maxbytes is None:
-            raise UsageError("give -b and -e together")
-        low, high = parse_bytes(args.minbytes, "-b"), parse_bytes(args.maxbytes, "-e")
-        if low > high:
-            raise UsageError(f"-b {args.minbytes} is larger than -e {args.maxbytes}")
-        if args.stepfactor < 2:
-            raise UsageError("-f must be at least 2")
-        sizes = [low]
-        while sizes[-1] * args.stepfactor <= high:
-            sizes.append(sizes[-1] * args.stepfactor)
-        return sizes
-    if args.bytes is not None:
-        return [parse_bytes(args.bytes, "--bytes")]
-    return [DEFAULT_BENCH_BYTES[args.backend]]
-
-
 def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEntry], list[benchmod.EntryInfo]]:
     """Each program (given, or the simulator's top K for the placement) on each placement
     where it is valid, and each placement's default all-reduce."""
-    placements = resolve_placements(args, job)
+    from synth.execute import report as benchmod
+    from synth.export.plan import PlanEntry
+    from synth.lowering import lower
+
+    placements = list(iter_placements(args, job))
     entries, infos = [], []
     for placement in placements:
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
@@ -262,34 +261,62 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
 
 
 def run_bench(args) -> int:
-    if emulation_requested(args):
-        return run_emulated(args, _bench)
-    return _bench(args, torchrun)
+    from synth.commands.emulated_bench import check_emulate_options, run_emulated
+    from synth.execute.launch import torchrun
+
+    emulated = check_emulate_options(args)
+    if args.backend is None:  # the one default, nccl; an emulated cluster has no GPUs to run it
+        args.backend = "gloo" if emulated else DEFAULT_BACKEND
+    if emulated:
+        return run_emulated(args, bench)
+    return bench(args, torchrun)
 
 
-def _bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
-    """The bench, with `launch` in torchrun()'s place and, when given, `topology` for the job's."""
-    job = resolve_job(args) if topology is None else Job(topology, parse_axes(args.axes))
+def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
+    """The bench, with `launch` in torchrun()'s place and, when given, `topology` for the job's
+    (what `synth bench --emulate` runs with its own launcher)."""
+    from synth.execute import report as benchmod
+    from synth.execute.launch import LaunchError, MAX_LOCAL_PROCESSES
+    from synth.export import torch_script
+    from synth.export.plan import build_plan
+    from synth.export.provenance import Provenance
+    from synth.placement import check_axes_fit
+
+    if topology is None:
+        job = resolve_job(args)
+    else:
+        job = Job(topology, resolve_axes(args.axes))
+        with flagged("--axes"):
+            check_axes_fit(job.topology, job.axes)
+    if args.reduce is None:
+        raise UsageError("give the axes to reduce with --reduce, e.g. --reduce data")
     reduce_axes = resolve_reduce(args, job)
     devices = job.topology.device_count
-    check_nproc(args.nproc if args.nproc is not None else devices, devices)
-    sizes = _bench_sizes(args)
-    if args.iters < 1 or args.warmup < 0:
-        raise UsageError("--iters must be at least 1 and --warmup at least 0")
+    if args.nproc is not None and args.nproc != devices:
+        raise UsageError(f"--nproc {args.nproc} but the placement has {devices} devices: a program runs on exactly "
+                         f"one process per device, so give --nproc {devices} (or leave it out)")
+    if devices > MAX_LOCAL_PROCESSES:
+        raise UsageError(f"{devices} devices is more than {MAX_LOCAL_PROCESSES} local processes: export the programs "
+                         f"with 'synth export --format torch --batch' and launch them with torchrun across nodes")
+    sizes = resolve_sizes(args, default=DEFAULT_BENCH_BYTES[args.backend])
     programs = _given_programs(args)
     entries, infos = _bench_entries(args, job, reduce_axes, programs, sizes)
+    _require_torch()
     if args.backend == "nccl":
         _require_gpus(devices)
+    directory = output_directory(args.output, "bench")
     plan = build_plan(entries)
     provenance = Provenance(tuple(_bench_argv(args, reduce_axes, programs, sizes)))
     script_args = ["--backend", args.backend, "--check", "--iters", str(args.iters), "--warmup", str(args.warmup)]
     for nbytes in sizes:
         script_args += ["--bytes", str(nbytes)]
-    results_dir = Path(args.results)
-    csv_path = benchmod.results_path(results_dir)
-    log_path = csv_path.with_suffix(".log")
-    script_path = csv_path.with_suffix(".py")
-    script_path.write_text(torch_script.render(plan, provenance), encoding="utf-8")
+    try:
+        csv_path = benchmod.results_path(directory)
+        log_path = csv_path.with_suffix(".log")
+        script_path = csv_path.with_suffix(".py")
+        script_path.write_text(torch_script.render(plan, provenance), encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"-o {echo(str(directory))}: cannot write there ({error.strerror or error})") from None
     started = datetime.now().astimezone()
     print(f"running {len(plan.programs)} program(s) on {devices} processes ({args.backend}), "
           f"sizes {', '.join(map(str, sizes))} B: {label} {script_path}", file=sys.stderr)
@@ -299,9 +326,14 @@ def _bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
         raise LaunchError(f"{label.rstrip(':')} exited with code {result.returncode} before the script reported; "
                           f"its output is in {log_path}")
     predicted = None
+    placeholders = placeholder_figures(job.topology)
     if job.topology.has_link_figures:
         predicted = benchmod.predictions(entries, job.topology, args.backend, sizes)
         prediction_note = f"predicted: the simulator on {job.topology.name} with the {args.backend} model"
+        if placeholders:
+            prediction_note += (f"; CAUTION: {job.topology.name} has placeholder figures ({', '.join(placeholders)}), "
+                                f"not calibrated on this machine, so predicted times show the model's ranking, not "
+                                f"this machine's speed; calibrate with `synth calibrate` and pass the result with -t")
     else:
         prediction_note = f"predicted: none ({job.topology.name} has no link figures to simulate)"
     rows = benchmod.rows_from_report(result.report, infos, predicted)
@@ -312,12 +344,44 @@ def _bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
               prediction_note, *notes, f"script: {script_path.name}; log: {log_path.name}"]
     benchmod.write_csv(csv_path, rows, header)
     _print_rows(rows)
+    if predicted is not None and placeholders:
+        print(f"note: predicted from placeholder figures of {job.topology.name} ({', '.join(placeholders)}): the "
+              f"predicted columns rank the programs but are not this machine's speed; calibrate it "
+              f"(`synth calibrate`, docs/calibrate.md) and pass the calibrated file with -t"
+              f"{calibrated_hint(job.topology.name)}")
+    _print_nccl_tests(rows)
     print(f"wrote {csv_path}")
     failed = sorted({row.program for row in rows if row.check == "FAILED"})
     if failed or result.returncode != 0:
         raise NoSolutionError(f"check failed for {', '.join(failed) or 'a program'} (exit code {result.returncode}); "
                               f"see {csv_path} and {log_path}")
     return 0
+
+
+def calibrated_hint(name: str) -> str:
+    """Where a calibration of this topology ships (`emu-2x4` -> `emu-2x4-gloo`), if one does."""
+    from synth.topology_file import builtin_topology_names, load_topology
+
+    import re
+
+    calibrated = f"{name}-gloo"
+    if calibrated not in builtin_topology_names():
+        return ""
+    scale = re.search(r"at scale ([0-9./]+[0-9])", load_topology(calibrated).description)
+    where = f" at scale {scale[1]}" if scale else ""
+    return (f"; {calibrated} has figures calibrated on the emulated cluster{where}: --emulate {name}"
+            f"{' --scale ' + scale[1] if scale else ''} -t {calibrated}")
+
+
+def placeholder_figures(topology) -> list[str]:
+    """Which figures of `topology` say they are placeholders (level.figure), for the bench's note."""
+    found = []
+    for level in topology.levels:
+        figures = {"bandwidth": level.bandwidth, "latency": level.latency,
+                   "uplinks": level.uplinks.bandwidth if level.uplinks else None}
+        found += [f"{level.name}.{name}" for name, figure in figures.items()
+                  if figure is not None and "placeholder" in figure.source.lower()]
+    return found
 
 
 def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
@@ -336,23 +400,61 @@ def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
     argv += ["--backend", args.backend, "--iters", str(args.iters), "--warmup", str(args.warmup)]
     if args.emulate is not None:
         argv += ["--emulate", args.emulate, "--emulate-name", args.emulate_name] + (["--scale", args.scale] if args.scale else [])
-    if args.minbytes is not None:
-        argv += ["-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(args.stepfactor)]
+    if len(sizes) > 1:
+        argv += ["-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(args.stepfactor or 2)]
     else:
         argv += ["--bytes", str(sizes[0])]
     return argv
 
 
-def _require_gpus(devices: int) -> None:
-    import torch
+def _require_torch() -> None:
+    import importlib.util
 
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # torch set to None in sys.modules: as good as absent
+        found = False
+    if not found:
+        raise UsageError("synth bench runs programs with torch, which is not installed: pip install "
+                         "'hierarchical-collectives-synth[run]' (see the README for the CPU and GPU builds)")
+
+
+def _require_gpus(devices: int) -> None:
+    """NCCL needs a GPU; with fewer GPUs than ranks the ranks share them (the script gives each
+    its own NCCL_HOSTID, so NCCL connects them over sockets): correct, but not the GPUs' speed."""
+    import torch
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if available < devices:
-        raise UsageError(f"--backend nccl needs {devices} GPUs on this machine, it has {available}: use --backend gloo, "
+    if available < 1:
+        raise UsageError("--backend nccl (the default) needs a GPU on this machine and torch sees none: use --backend gloo, "
                          "or export with 'synth export --format torch' and run on the cluster")
+    if available < devices:
+        print(f"note: {devices} ranks share {available} GPU(s), each with its own NCCL_HOSTID (NCCL's socket "
+              "transport): the check is real NCCL, the times are not the GPUs' speed", file=sys.stderr)
+
+
+def _print_nccl_tests(rows: list[benchmod.BenchRow]) -> None:
+    """The measurements as nccl-tests prints them, one table per program with its "Avg bus
+    bandwidth" line, to hold beside all_reduce_perf's output (programs and torch's all_reduce
+    run in place only: out-of-place reads N/A)."""
+    from synth.execute.nccl_tests import HEADER, footer, format_row
+
+    programs: dict[tuple[str, str, str], list[benchmod.BenchRow]] = {}
+    for row in rows:
+        programs.setdefault((row.placement, row.role, row.program), []).append(row)
+    for (placement, role, program), group in programs.items():
+        print(f"#\n# {role} on placement {placement}: {program}\n{HEADER}")
+        values = [{"bytes": row.nbytes, "count": row.count, "type": "float", "time_us": row.seconds * 1e6,
+                   "algbw_gbs": row.algbw / 1e9, "busbw_gbs": row.busbw / 1e9,
+                   "wrong": {"ok": 0, "FAILED": "FAILED"}.get(row.check)} for row in group]
+        for value in values:
+            print(format_row(value))
+        print(footer(values))
 
 
 def _print_rows(rows: list[benchmod.BenchRow]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     predicted = any(row.prediction is not None for row in rows)
     columns = ["placement", "role", "program", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check", "rank"]
     table = Table(*columns, *(["predicted (us)", "pred. busbw", "sim. rank"] if predicted else []))

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import re
+from synth.commands.common import (add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
+                                   hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
+                                   resolve_sizes)
+from synth.errors import NoSolutionError
 
-from rich.console import Console
-from rich.table import Table
+__all__ = ["register", "run_rank", "parse_size", "resolve_sizes"]  # the last two: benchmarks/sweep.py's imports
 
-from synth.commands.common import (add_job_options, add_json_option, add_model_options, hierarchy_for, print_json, resolve_job,
-                                   resolve_placements, resolve_reduce)
-from synth.errors import NoSolutionError, UsageError
-from synth.model.context import cost_context
-from synth.model.estimate import DEFAULT_ESTIMATE, ESTIMATES
-from synth.model.network import check_costable
-from synth.analysis.rank import Ranker, pareto_front
-from synth.units import format_bandwidth, format_bytes, format_time, parse_bytes
-
-# nccl-tests' size suffixes (-b 8M -e 1G): K, M, G, T are binary multiples.
-_NCCL_TESTS_SIZE = re.compile(r"\s*(\d+)\s*([KMGT])\s*\Z", re.IGNORECASE)
-MAX_SIZES = 64
+# synth.model.estimate.ESTIMATES and DEFAULT_ESTIMATE, without importing the model for --help
+# (tests/test_estimates.py checks they agree).
+ESTIMATES = ("lockstep", "pipelined")
+DEFAULT_ESTIMATE = "pipelined"
 PIPED_WIDTH = 160
 
 
@@ -28,14 +22,10 @@ def register(subparsers) -> None:
         description="Rank every valid program (or the --top K best) by the simulator's predicted time "
                     "for every reduction group at once; the default all-reduce is always listed and marked.")
     add_job_options(parser)
-    parser.add_argument("--bytes", "-B", metavar="S", help="buffer size per device, e.g. 256MiB")
-    parser.add_argument("-b", "--minbytes", metavar="MIN", help="smallest size of a sweep, e.g. 1KiB or 8M (nccl-tests style)")
-    parser.add_argument("-e", "--maxbytes", metavar="MAX", help="largest size of a sweep, e.g. 1GiB or 1G")
-    parser.add_argument("-f", "--stepfactor", metavar="F", type=int, default=None,
-                        help="multiply the size by F between MIN and MAX (integer >= 2, default 2)")
-    parser.add_argument("--top", "-k", metavar="K", type=int, help="only the K best programs, found by a cost-guided search")
+    add_size_options(parser)
+    add_top_option(parser)
     add_model_options(parser)
-    parser.add_argument("--estimate", choices=tuple(ESTIMATES), default=DEFAULT_ESTIMATE.name,
+    parser.add_argument("--estimate", choices=ESTIMATES, default=DEFAULT_ESTIMATE,
                         help="pipelined (default; it predicts the emulated cluster's measurements better, "
                              "results/estimate-choice.md): groups do not wait for each other between steps; "
                              "lockstep: a program is the sum of its steps, each step all groups at once")
@@ -45,51 +35,22 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run_rank)
 
 
-def parse_size(text: str, option: str) -> int:
-    """A byte size as synth.units.parse_bytes reads it, or nccl-tests' `8M`/`1G`/`256K` (binary)."""
-    match = _NCCL_TESTS_SIZE.match(text)
-    if match:
-        return int(match[1]) * 1024 ** ("KMGT".index(match[2].upper()) + 1)
-    return parse_bytes(text, where=option)
-
-
-def resolve_sizes(args) -> list[int]:
-    """--bytes S, or the sweep MIN, MIN*F, ... up to MAX (as nccl-tests' -b/-e/-f)."""
-    sweep = args.minbytes is not None or args.maxbytes is not None or args.stepfactor is not None
-    if args.bytes is not None:
-        if sweep:
-            raise UsageError("give either --bytes S or a sweep -b MIN -e MAX [-f F], not both")
-        return [parse_size(args.bytes, "--bytes")]
-    if args.minbytes is None or args.maxbytes is None:
-        raise UsageError("give the size: --bytes 256MiB, or a sweep -b 1KiB -e 1GiB [-f 2]")
-    low, high = parse_size(args.minbytes, "-b"), parse_size(args.maxbytes, "-e")
-    factor = 2 if args.stepfactor is None else args.stepfactor
-    if factor < 2:
-        raise UsageError(f"-f {factor}: the step factor must be an integer of at least 2")
-    if low > high:
-        raise UsageError(f"-b {args.minbytes} is larger than -e {args.maxbytes}: give MIN <= MAX")
-    sizes, size = [], low
-    while size <= high:
-        sizes.append(size)
-        size *= factor
-    if len(sizes) > MAX_SIZES:
-        raise UsageError(f"the sweep has {len(sizes)} sizes; use a larger -f or a narrower -b/-e (at most {MAX_SIZES})")
-    return sizes
-
-
 def run_rank(args) -> int:
+    from synth.analysis.rank import Ranker, pareto_front
+    from synth.model.context import cost_context
+    from synth.model.network import check_costable
+
     job = resolve_job(args)
-    check_costable(job.topology)
     sizes = resolve_sizes(args)
-    if args.top is not None and args.top < 1:
-        raise UsageError(f"--top {args.top}: give a positive number of programs")
     reduce_axes = resolve_reduce(args, job)
-    placements = resolve_placements(args, job)
+    # Every hierarchy first, checked against the search's limits, before anything is costed:
+    # a topology too deep to search is refused before its network is built.
+    hierarchies = [hierarchy_for(placement, reduce_axes, args.hierarchy) for placement in iter_placements(args, job)]
+    hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
+    check_search(hierarchies, args.max_len)
+    check_costable(job.topology)
     sections = []
-    for placement in placements:
-        hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
-        if hierarchy.group_size == 1:
-            continue
+    for hierarchy in hierarchies:
         ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
         ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
         for size, rows in zip(sizes, ranked):
@@ -104,20 +65,29 @@ def run_rank(args) -> int:
         print_json([dict(row.to_json(), lower_bound_s=bound.time_s, backend=args.backend, estimate=args.estimate)
                     for _, _, bound, rows in sections for row in rows])
         return 0
+    from rich.console import Console
+
     console = Console()
     if not console.is_terminal:  # piped or captured: wide enough that no figure is cut
         console = Console(width=PIPED_WIDTH)
+    from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
+
     for size, hierarchy, bound, rows in sections:
-        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args))
+        sure = model_error_for_group(job.topology, hierarchy.groups[0], "AllReduce", size).describe()
+        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure))
     return 0
 
 
-def _table(topology_name: str, size: int, hierarchy, bound, rows, args) -> Table:
+def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: str = ""):
+    from rich.table import Table
+
+    from synth.units import format_bandwidth, format_bytes, format_time
+
     levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
     caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); * default all-reduce; "
-               f"backend {args.backend}; {args.estimate} estimate")
+               f"backend {args.backend}; {args.estimate} estimate" + (f"\n{sure}" if sure else ""))
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     widest_step = max((len(str(step)) for row in rows for step in row.program.steps), default=0)

@@ -5,19 +5,16 @@ from __future__ import annotations
 import csv
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-from synth.commands.common import add_model_options, add_system_options, resolve_job
-from synth.commands.simulation import resolve_sizes
+from synth.commands.common import (add_axes_option, check_search, hierarchy_for, add_hierarchy_option, add_model_options, add_output_option,
+                                   add_size_options, add_system_options, output_directory, resolve_job, resolve_sizes)
 from synth.errors import UsageError
-from synth.hierarchy import HIERARCHY_KINDS
-from synth.placement import enumerate_placements
-from synth.search import MAX_PROGRAM_LENGTH
-from synth.model.network import check_costable
-from synth.analysis.sweep import FIELDS, Sweep, configurations, run_sweep
+
+if TYPE_CHECKING:
+    from synth.analysis.sweep import Sweep
 
 
 def register(subparsers) -> None:
@@ -28,15 +25,13 @@ def register(subparsers) -> None:
                     "default all-reduce's time, the speedup, the ratio to the lower bound and how many programs "
                     "were ranked. Writes DIR/sweep-<topology>-<axes>-<backend>.csv and .json.")
     add_system_options(parser)
-    parser.add_argument("--axes", "-a", required=True, metavar="A", help="parallelism axes in order, e.g. data=8,model=4")
-    parser.add_argument("-b", "--minbytes", metavar="MIN", required=True, help="smallest size per device, e.g. 1KiB or 1K")
-    parser.add_argument("-e", "--maxbytes", metavar="MAX", required=True, help="largest size per device, e.g. 1GiB or 1G")
-    parser.add_argument("-f", "--stepfactor", metavar="F", type=int, default=None,
-                        help="multiply the size by F between MIN and MAX (integer >= 2, default 2)")
+    add_axes_option(parser)
+    add_size_options(parser, sweep_required=True)
     add_model_options(parser)
-    parser.add_argument("--hierarchy", default="merged", choices=HIERARCHY_KINDS, help="synthesis hierarchy (default merged)")
-    parser.add_argument("-o", "--output", metavar="DIR", default="results", help="directory for the files (default results/)")
-    parser.set_defaults(handler=run_sweep_command, bytes=None)
+    add_hierarchy_option(parser)
+    add_output_option(parser, "directory for the two files (default: a new directory under the system's temporary "
+                              "directory, printed at the end; nothing is written into the current directory unasked)")
+    parser.set_defaults(handler=run_sweep_command)
 
 
 def output_stem(sweep: Sweep) -> str:
@@ -48,7 +43,8 @@ def output_stem(sweep: Sweep) -> str:
 
 def command_text(sweep: Sweep, args) -> str:
     """The command that regenerates the files, recorded in the JSON."""
-    parts = ["synth sweep", f"--topology {args.topology}", f"--axes {sweep.axes}", f"-b {args.minbytes}",
+    system = f"--topology {args.topology}" if args.topology else f"--levels {args.levels}"
+    parts = ["synth sweep", system, f"--axes {sweep.axes}", f"-b {args.minbytes}",
              f"-e {args.maxbytes}"]
     if args.stepfactor is not None:
         parts.append(f"-f {args.stepfactor}")
@@ -61,6 +57,8 @@ def command_text(sweep: Sweep, args) -> str:
 def write_csv(sweep: Sweep, path: Path) -> None:
     """One row per configuration; floats as Python's shortest round-trip text, so the CSV and
     the JSON hold the same numbers."""
+    from synth.analysis.sweep import FIELDS
+
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(FIELDS)
@@ -69,43 +67,62 @@ def write_csv(sweep: Sweep, path: Path) -> None:
             writer.writerow([repr(record[name]) if isinstance(record[name], float) else record[name] for name in FIELDS])
 
 
-def write_json(sweep: Sweep, path: Path, command: str) -> None:
-    path.write_text(json.dumps({"command": command, **sweep.to_json()}, indent=1) + "\n", encoding="utf-8")
+def write_json(sweep: Sweep, path: Path, command: str, interrupted: bool = False) -> None:
+    extra = {"interrupted": True} if interrupted else {}
+    path.write_text(json.dumps({"command": command, **extra, **sweep.to_json()}, indent=1) + "\n", encoding="utf-8")
 
 
 def run_sweep_command(args) -> int:
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    from synth.analysis.programs import ProgramSets
+    from synth.analysis.sweep import configurations, has_members, reduction_requests, run_sweep
+    from synth.model.network import check_costable
+    from synth.placement import enumerate_placements
+    from synth.search import MAX_PROGRAM_LENGTH
+
     job = resolve_job(args)
     check_costable(job.topology)
     sizes = resolve_sizes(args)
     if not 1 <= args.max_len <= MAX_PROGRAM_LENGTH:
         raise UsageError(f"--max-len {args.max_len}: give a length from 1 to {MAX_PROGRAM_LENGTH}")
-    directory = Path(args.output)
-    try:  # before the sweep: a bad DIR should not cost the whole run
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"-o {args.output}: cannot create the directory ({error.strerror})") from None
+    directory = output_directory(args.output, "sweep")  # before the sweep: a bad DIR should not cost the whole run
     placements = enumerate_placements(job.topology, job.axes)
+    requests = [request for request in reduction_requests(job.axes) if has_members(request, job.axes)]
+    check_search([hierarchy_for(p, request, args.hierarchy) for p in placements for request in requests], args.max_len)
     total = configurations(len(placements), job.axes, len(sizes))
     started = time.perf_counter()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn(), console=Console(stderr=True), transient=False)
-    with progress:
-        task = progress.add_task("sweep", total=total)
+    # One placement at a time, so Ctrl-C keeps every placement finished so far.
+    program_sets, parts, interrupted = ProgramSets(), [], False
+    try:
+        with progress:
+            task = progress.add_task("sweep", total=total)
 
-        def advance(placement, request, done):
-            progress.update(task, advance=done, description=f"{placement.to_text()} {','.join(request)}")
+            def advance(placement, request, done):
+                progress.update(task, advance=done, description=f"{placement.to_text()} {','.join(request)}")
 
-        sweep = run_sweep(job.topology, placements, job.axes, sizes, backend=args.backend, max_len=args.max_len,
-                          hierarchy_kind=args.hierarchy, on_pair=advance)
-        progress.update(task, description="sweep")
+            for placement in placements:
+                parts.append(run_sweep(job.topology, [placement], job.axes, sizes, backend=args.backend,
+                                       max_len=args.max_len, hierarchy_kind=args.hierarchy, program_sets=program_sets,
+                                       on_pair=advance))
+            progress.update(task, description="sweep")
+    except KeyboardInterrupt:
+        interrupted = True
+    template = parts[0] if parts else run_sweep(job.topology, [], job.axes, sizes, backend=args.backend,
+                                                max_len=args.max_len, hierarchy_kind=args.hierarchy)
+    sweep = replace(template, placements=len(parts), rows=tuple(row for part in parts for row in part.rows))
     elapsed = time.perf_counter() - started
     try:
         stem = output_stem(sweep)
         csv_path, json_path = directory / f"{stem}.csv", directory / f"{stem}.json"
         write_csv(sweep, csv_path)
-        write_json(sweep, json_path, command_text(sweep, args))
+        write_json(sweep, json_path, command_text(sweep, args), interrupted)
     except OSError as error:
-        raise UsageError(f"cannot write to {directory}: {error.strerror}") from None
+        raise UsageError(f"-o {directory}: cannot write the files ({error.strerror or error})") from None
     wins = sum(row.beats_baseline for row in sweep.rows)
     skipped = f"; skipped {', '.join(sweep.skipped)} (one member per group)" if sweep.skipped else ""
     print(f"{len(sweep.rows)} configurations ({sweep.placements} placements x {len(sweep.requests)} requests x "
@@ -113,4 +130,7 @@ def run_sweep_command(args) -> int:
           f"{wins}{skipped}")
     print(csv_path)
     print(json_path)
+    if interrupted:
+        raise KeyboardInterrupt(f"interrupted after {len(parts)} of {len(placements)} placement(s); the files hold "
+                                f"those (the JSON says \"interrupted\": true)")
     return 0

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import sys
 from contextlib import contextmanager
 
-from rich.console import Console
-from rich.table import Table
-
-from synth.commands.common import (add_job_options, add_json_option, add_max_len_option, add_system_options, add_constraint_options,
-                                   hierarchy_for, print_json, read_program_text, resolve_job, resolve_placements,
-                                   resolve_reduce)
+from synth.commands.common import (add_axes_option, add_constraint_options, add_job_options, add_json_option,
+                                   add_max_len_option, add_system_options, hierarchy_for, iter_placements, one_placement,
+                                   print_json, read_program_text, resolve_job, resolve_reduce)
 from synth.errors import NoSolutionError
-from synth.language import parse_program
-from synth.search import Enumerator, SearchOptions, semantics_for
-from synth.semantics import Semantics
-from synth.topology_file import builtin_topology_names, load_topology
 
 # Explicit per-member states up to this many members; the quotient state beyond.
 EXPLICIT_CHECK_LIMIT = 256
@@ -28,7 +23,7 @@ def register(subparsers) -> None:
 
     parser = subparsers.add_parser("placements", help="list every placement of the axes on the system")
     add_system_options(parser)
-    parser.add_argument("--axes", "-a", required=True, metavar="A", help="parallelism axes in order, e.g. data=8,model=4")
+    add_axes_option(parser)
     add_constraint_options(parser)
     add_json_option(parser)
     parser.set_defaults(handler=run_placements)
@@ -47,6 +42,11 @@ def register(subparsers) -> None:
 
 
 def run_topologies(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from synth.topology_file import builtin_topology_names, load_topology
+
     rows = []
     for name in builtin_topology_names():
         topology = load_topology(name)
@@ -63,37 +63,51 @@ def run_topologies(args) -> int:
 
 
 def run_placements(args) -> int:
+    """One row per placement, printed as it is made: a system with many placements of many
+    devices is never held whole (each placement's rank groups are computed, shown, dropped)."""
     job = resolve_job(args)
-    placements = resolve_placements(args, job)
+    placements = iter_placements(args, job)
     if args.json:
-        print_json([
-            {"matrix": [list(row) for row in p.matrix],
-             "groups": {name: p.axis_groups(name) for name in job.axis_names}}
-            for p in placements
-        ])
+        first = next(placements)  # errors (no placement, a bad constraint) before any output
+        sys.stdout.write("[")
+        for index, p in enumerate(itertools.chain([first], placements)):
+            sys.stdout.write(("\n" if index == 0 else ",\n") + json.dumps(
+                {"matrix": [list(row) for row in p.matrix],
+                 "groups": {name: p.axis_groups(name) for name in job.axis_names}}))
+        sys.stdout.write("\n]\n")
         return 0
-    table = Table("#", "matrix", *(f"{name} groups" for name in job.axis_names),
-                  title=f"{len(placements)} placement(s) of {args.axes} on {job.topology.name} "
-                        f"(columns: {','.join(job.topology.level_names)})")
-    for index, p in enumerate(placements):
-        table.add_row(str(index), p.to_text(), *(_short_groups(p.axis_groups(name)) for name in job.axis_names))
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("#", "matrix", *(f"{name} groups" for name in job.axis_names))
+    for index, p in enumerate(placements, 1):
+        table.add_row(str(index), p.to_text(), *(_short_groups(p, name) for name in job.axis_names))
+    table.title = (f"{table.row_count} placement(s) of {args.axes} on {job.topology.name} "
+                   f"(columns: {','.join(job.topology.level_names)})")
     Console().print(table)
     return 0
 
 
-def _short_groups(groups: list[list[int]], limit: int = 3) -> str:
-    shown = " ".join("[" + ",".join(map(str, g)) + "]" for g in groups[:limit])
-    return shown + (f" ... ({len(groups)} groups)" if len(groups) > limit else "")
+def _short_groups(placement, axis: str, limit: int = 3, members: int = 8) -> str:
+    """The first groups of an axis (each cut to `members` ranks) and how many there are,
+    computed without the per-device arrays."""
+    count = placement.device_count // placement.axis_sizes[placement.axis_index(axis)]
+    shown = []
+    for index in range(min(limit, count)):
+        head = placement.group_head(axis, index, members + 1)
+        shown.append("[" + ",".join(map(str, head[:members])) + (",..." if len(head) > members else "") + "]")
+    return " ".join(shown) + (f" ... ({count} groups)" if count > limit else "")
 
 
 def run_check(args) -> int:
+    from synth.language import parse_program
+    from synth.semantics import Semantics
+
     job = resolve_job(args)
     program = parse_program(read_program_text(args.program))
     reduce_axes = resolve_reduce(args, job)
-    placements = resolve_placements(args, job)
-    if len(placements) != 1:
-        raise NoSolutionError(f"check needs one placement; {len(placements)} match: give --placement")
-    hierarchy = hierarchy_for(placements[0], reduce_axes, args.hierarchy)
+    placement = one_placement(args, job, "check")
+    hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     quotient = hierarchy.group_size > EXPLICIT_CHECK_LIMIT
     semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
     trace = semantics.run(program)
@@ -110,6 +124,8 @@ def search_progress(label: str):
     if not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
+
     console = Console(stderr=True)
     with console.status(label) as status:
         def update(stats):
@@ -118,12 +134,16 @@ def search_progress(label: str):
 
 
 def run_programs(args) -> int:
+    from synth.search import Enumerator, SearchOptions, semantics_for
+    from synth.search_budget import check_budget
+
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)
-    hierarchies = [hierarchy_for(p, reduce_axes, args.hierarchy) for p in resolve_placements(args, job)]
+    hierarchies = [hierarchy_for(p, reduce_axes, args.hierarchy) for p in iter_placements(args, job)]
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
+    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len)  # all placements, before any output
     rows, total = [], 0
     try:
         with search_progress("synthesizing") as progress:
@@ -147,7 +167,9 @@ def run_programs(args) -> int:
                     else:
                         print(program, flush=True)
     except KeyboardInterrupt:
-        raise KeyboardInterruptWithCount(total) from None
+        if args.json:  # what was found stays usable: a complete JSON document
+            print_json(rows)
+        raise KeyboardInterruptWithCount(total, "the JSON holds them" if args.json else "") from None
     if args.json:
         print_json(rows)
     else:
@@ -160,8 +182,8 @@ def run_programs(args) -> int:
 class KeyboardInterruptWithCount(KeyboardInterrupt):
     """Ctrl-C during a search: the CLI says how far it got."""
 
-    def __init__(self, programs: int):
-        super().__init__(f"interrupted after {programs} program(s)")
+    def __init__(self, programs: int, note: str = ""):
+        super().__init__(f"interrupted after {programs} program(s)" + (f"; {note}" if note else ""))
 
 
 def _matrix_text(matrix) -> str:

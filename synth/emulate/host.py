@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,10 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from synth.emulate.layout import DEFAULT_NAME, Cluster, auto_scale, blueprint, check_name
+from synth.emulate.layout import DEFAULT_NAME, Cluster, auto_scale, blueprint, check_name, format_scale
 from synth.errors import SynthError, UsageError
 from synth.topology import Topology
 from synth.topology_file import load_topology
@@ -32,7 +34,30 @@ STOP_GRACE = 3.0  # seconds a process in a namespace gets between SIGTERM and SI
 
 
 class EmulationError(SynthError):
-    """An ip/tc command failed, or the state on the machine is not what was recorded (exit 1)."""
+    """An ip/tc command failed, or the state on the machine is not what was recorded (exit 1).
+    `cluster` names the cluster whose removal cleans it up, when there is one."""
+
+    def __init__(self, message: str, cluster: str | None = None):
+        super().__init__(message)
+        self.cluster = cluster
+
+
+class ClusterInUse(UsageError):
+    """A cluster of that name is already up (or partly up, or being brought up): it can be used,
+    removed, or another name chosen (exit 2)."""
+
+    def __init__(self, message: str, cluster: str):
+        super().__init__(message)
+        self.cluster = cluster
+
+
+@dataclass(frozen=True)
+class UnreadableState:
+    """A state file that cannot be read (cut short, edited): its cluster can only be removed."""
+
+    name: str
+    path: Path
+    reason: str
 
 
 Step = Callable[[Sequence[str]], str]
@@ -69,6 +94,12 @@ def state_path(name: str) -> Path:
     return STATE_DIR / f"{check_name(name)}.json"
 
 
+def runs_path(name: str) -> Path:
+    """Where ranks launched in cluster `name` keep their logs and reports while they run; `down`
+    removes it with the cluster, so a launcher killed with SIGKILL leaves nothing behind."""
+    return STATE_DIR / f"{check_name(name)}.runs"
+
+
 def _state(cluster: Cluster, complete: bool) -> str:
     return json.dumps(dict(cluster.to_json(), complete=complete, created=datetime.now().astimezone().isoformat(
         timespec="seconds"), pid=os.getpid()), indent=1)
@@ -81,16 +112,36 @@ def find_cluster(name: str = DEFAULT_NAME) -> Cluster | None:
         return Cluster.from_json(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise EmulationError(f"cannot read the state file {path} ({error}); remove the namespaces '{name}-*' "
-                             f"with 'ip netns del' and then the file") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+        raise EmulationError(f"cannot read the state file {path} ({_one_line(error)})", cluster=name) from None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or type(error).__name__
+
+
+def recorded() -> list[Cluster | UnreadableState]:
+    """Every cluster with a state file, by name; a file that cannot be read is listed as such
+    rather than hiding the others."""
+    if not STATE_DIR.is_dir():
+        return []
+    found: list[Cluster | UnreadableState] = []
+    for path in sorted(STATE_DIR.glob("*.json")):
+        try:
+            cluster = find_cluster(path.stem)
+        except EmulationError as error:
+            found.append(UnreadableState(path.stem, path, str(error)))
+        except UsageError:  # not a name this tool gives: not ours
+            continue
+        else:
+            if cluster is not None:
+                found.append(cluster)
+    return found
 
 
 def clusters() -> list[Cluster]:
-    """Every cluster with a state file, by name."""
-    if not STATE_DIR.is_dir():
-        return []
-    return [cluster for path in sorted(STATE_DIR.glob("*.json")) if (cluster := find_cluster(path.stem))]
+    """Every cluster whose state file can be read, by name."""
+    return [entry for entry in recorded() if isinstance(entry, Cluster)]
 
 
 # --- up and down -------------------------------------------------------------------------------
@@ -109,8 +160,7 @@ def bring_up(topology: Topology, spec: str, scale: float | None = None, name: st
     taken = sorted(namespaces() & set(cluster.namespaces))
     if path.exists() or taken:
         what = f"namespace {taken[0]} exists" if taken else f"{path} exists"
-        raise UsageError(f"an emulated cluster named {name!r} is already up ({what}): use it, run "
-                         f"'synth emulate down --name {name}', or give another --name")
+        raise ClusterInUse(f"an emulated cluster named {name!r} is already up ({what})", name)
     _claim(path, _state(cluster, complete=False))
     try:
         with sigterm_interrupts():
@@ -123,14 +173,56 @@ def bring_up(topology: Topology, spec: str, scale: float | None = None, name: st
     return cluster
 
 
-def tear_down(name: str = DEFAULT_NAME) -> Cluster | None:
+def tear_down(name: str = DEFAULT_NAME) -> Cluster | UnreadableState | None:
     """Remove the cluster `name` (None when there is none): stop the processes left in its
-    namespaces, delete the namespaces, then the state file."""
+    namespaces, delete the namespaces, its run directory, then the state file. A state file
+    that cannot be read still names the cluster: every namespace with its names goes."""
     require_host()
-    cluster = find_cluster(name)
+    try:
+        cluster = find_cluster(name)
+    except EmulationError as error:
+        path = state_path(name)
+        _remove_named(name)
+        return UnreadableState(name, path, str(error))
     if cluster is not None:
         _remove(cluster)
+    elif runs_path(name).exists():  # a run directory left without its cluster
+        shutil.rmtree(runs_path(name), ignore_errors=True)
     return cluster
+
+
+def _remove_named(name: str) -> None:
+    """Remove what a cluster named `name` can have made, from the names alone: its switch and
+    node namespaces (`name-sw`, `name-n<i>`), its run directory and its state file."""
+    pattern = re.compile(rf"{re.escape(name)}-(sw|n[0-9]+)\Z")
+    ours = sorted(namespace for namespace in namespaces() if pattern.match(namespace))
+    cluster = Cluster(name, "?", "?", (), (), 1.0, tuple(ours), (), (), complete=False)
+    _remove(cluster)
+
+
+@contextmanager
+def use_cluster(topology: Topology, spec: str, scale: float | None = None,
+                name: str = DEFAULT_NAME) -> Iterator[tuple[Cluster, bool]]:
+    """The cluster `name` for the block: the one already up when it is of `topology` (and
+    `scale`, when given), used as it is and left up, else a new one removed on the way out.
+    Yields (cluster, reused)."""
+    existing = find_cluster(name)
+    if existing is not None:
+        if (existing.sizes, existing.level_names) != (topology.sizes, topology.level_names):
+            raise ClusterInUse(f"emulated cluster {name!r} is up with {existing.topology}, not {topology.name}", name)
+        if scale is not None and abs(existing.scale - scale) > 1e-12 * scale:
+            raise ClusterInUse(f"emulated cluster {name!r} is up at scale {format_scale(existing.scale)}, not "
+                               f"{format_scale(scale)} (leave the scale out to use it as it is)", name)
+        if not existing.complete or set(existing.namespaces) - namespaces():
+            raise EmulationError(f"emulated cluster {name!r} is only partly there (an 'up' failed or is running)",
+                                 cluster=name)
+        yield existing, True
+        return
+    cluster = bring_up(topology, spec, scale, name)
+    try:
+        yield cluster, False
+    finally:
+        tear_down(cluster.name)
 
 
 @contextmanager
@@ -170,7 +262,8 @@ def _remove(cluster: Cluster) -> None:
             except (EmulationError, OSError) as error:
                 failures.append(str(error))
         if failures:
-            raise EmulationError(f"could not remove all of cluster {cluster.name!r}: {failures[0]}")
+            raise EmulationError(f"could not remove all of cluster {cluster.name!r}: {failures[0]}", cluster=cluster.name)
+        shutil.rmtree(runs_path(cluster.name), ignore_errors=True)
         path = state_path(cluster.name)
         path.unlink(missing_ok=True)
         try:
@@ -282,8 +375,12 @@ def link_counters(cluster: Cluster) -> dict[tuple[str, str], dict]:
     for link in cluster.links:
         if link.namespace not in present:
             continue
-        for qdisc in json.loads(run(("tc", "-s", "-j", "-n", link.namespace, "qdisc", "show", "dev", link.device))
-                                or "[]"):
-            if qdisc.get("kind") == "tbf":
+        try:  # a cluster cut short (its `up` killed) lacks some devices: they show as missing
+            shown = json.loads(run(("tc", "-s", "-j", "-n", link.namespace, "qdisc", "show", "dev", link.device))
+                               or "[]")
+        except (EmulationError, ValueError):
+            continue
+        for qdisc in shown:
+            if isinstance(qdisc, dict) and qdisc.get("kind") == "tbf":
                 counters[link.namespace, link.device] = qdisc
     return counters

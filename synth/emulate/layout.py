@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 
 from synth.errors import UsageError
-from synth.names import product
+from synth.names import echo, product
 from synth.topology import Figure, Level, Topology, Uplinks
 from synth.units import format_bandwidth
 
@@ -36,6 +36,9 @@ MIN_BURST = {"veth": 16 * 1024, "lo": 128 * 1024}
 QUEUE_TIME = 0.1
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,23}\Z")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")  # ASCII, no nan/inf
+# What tc's token bucket shapes here: slower is not a link, faster than a core can push.
+RATE_RANGE = (1e3, 12.5e9)  # bytes/s: 8 kbit/s to 100 Gbit/s
 
 
 @dataclass(frozen=True)
@@ -116,20 +119,20 @@ def parse_scale(text: str | float | None) -> float | None:
     else:
         parts = text.split("/")
         try:
-            numbers = [float(part) for part in parts]
+            numbers = [float(part) for part in parts if _DECIMAL.match(part.strip())]
         except ValueError:
             numbers = []
-        if len(numbers) not in (1, 2) or (len(numbers) == 2 and numbers[1] == 0):
-            raise UsageError(f"--scale {text!r}: give a factor such as 1/2000, 0.0005 or auto")
+        if len(numbers) not in (1, 2) or (len(numbers) == 2 and numbers[1] == 0) or len(text) > 64:
+            raise UsageError(f"{echo(text)} is not a scale: give a factor such as 1/2000, 0.0005 or auto")
         value = numbers[0] / numbers[1] if len(numbers) == 2 else numbers[0]
     if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"--scale {text!r}: the factor must be positive, e.g. 1/2000")
+        raise UsageError(f"{echo(text)} is not a positive scale: give a factor such as 1/2000")
     return value
 
 
 def format_scale(scale: float) -> str:
     inverse = 1 / scale
-    if scale < 1 and abs(inverse - round(inverse)) < 1e-9 * inverse:
+    if 1e-9 < scale < 1 and abs(inverse - round(inverse)) < 1e-9 * inverse:
         return f"1/{round(inverse)}"
     return f"{scale:g}"
 
@@ -227,9 +230,27 @@ def emulated_figures(topology: Topology, scale: float) -> Topology:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name):
-        raise UsageError(f"--name {name!r}: use up to 24 letters, digits, '-' and '_', starting with a letter or digit")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UsageError(f"cluster name {echo(name)}: use up to 24 letters, digits, '-' and '_', starting with a "
+                         f"letter or digit")
     return name
+
+
+def check_rates(topology: Topology, scale: float) -> None:
+    """Every link's shaped rate inside RATE_RANGE, or one line with the scales that fit."""
+    rates = [rate for rate in (loopback_rate(topology),) if rate]
+    rates += [unit_rate(topology, level) for level in range(len(topology.levels) - 1)]
+    if not rates:
+        return
+    low, high = RATE_RANGE
+    slowest, fastest = min(rates) * scale, max(rates) * scale
+    if slowest < low or fastest > high:
+        fits = f"a scale from {format_scale(low / min(rates))} to {format_scale(high / max(rates))}"
+        if low / min(rates) > high / max(rates):
+            fits = "no single scale (its links differ too much)"
+        raise UsageError(f"at scale {format_scale(scale)} {topology.name}'s links would be shaped from "
+                         f"{format_rate(slowest)} to {format_rate(fastest)}, outside what tc shapes "
+                         f"({format_rate(low)} to {format_rate(high)}): choose {fits}")
 
 
 def tbf(namespace: str, device: str, rate: float, kind: str) -> tuple[str, ...]:
@@ -247,6 +268,7 @@ def blueprint(topology: Topology, spec: str, scale: float, name: str = DEFAULT_N
     """The namespaces, bridges, veth pairs, addresses and tbf qdiscs of `topology` at `scale`."""
     check_name(name)
     check_emulable(topology)
+    check_rates(topology, scale)
     sizes, depth = topology.sizes, len(topology.levels)
     devices_per_node = sizes[-1]
     node_count = product(sizes[:-1])

@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from synth.emulate.host import EmulationError, namespaces, require_host, run
+from synth.emulate.host import EmulationError, namespaces, require_host, run, runs_path
 from synth.emulate.layout import Cluster
 from synth.errors import UsageError
 from synth.execute.launch import LaunchError, LaunchResult
+
+# What a bench runs a script with: (script, processes, script arguments, timeout) -> result.
+Launcher = Callable[..., LaunchResult]
 
 FAILURE_GRACE = 10.0  # seconds the other ranks get to notice that one rank failed
 STOP_GRACE = 3.0
@@ -41,11 +47,16 @@ def run_ranks(cluster: Cluster, script: Path, nproc: int, script_args: list[str]
     require_host()
     missing = sorted(set(cluster.namespaces) - namespaces())
     if missing:
-        raise EmulationError(f"emulated cluster {cluster.name!r} lacks namespace {missing[0]}: "
-                             f"run 'synth emulate down --name {cluster.name}' and bring it up again")
+        raise EmulationError(f"emulated cluster {cluster.name!r} lacks namespace {missing[0]}: remove it and bring "
+                             f"it up again", cluster=cluster.name)
     master = cluster.nodes[0]
     port = run(("ip", "netns", "exec", master.namespace, sys.executable, "-c", _FREE_PORT)).strip()
-    with tempfile.TemporaryDirectory(prefix="synth-emulate-run-") as scratch:
+    # Logs and the report live under the cluster's run directory, which `down` removes: a
+    # launcher killed by SIGKILL leaves neither ranks (they are in the namespaces) nor files.
+    runs = runs_path(cluster.name)
+    runs.mkdir(parents=True, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=runs)
+    try:
         report_path = Path(scratch) / "report.json"
         logs = [Path(scratch) / f"rank{rank}.log" for rank in range(nproc)]
         processes: list[subprocess.Popen] = []
@@ -70,6 +81,17 @@ def run_ranks(cluster: Cluster, script: Path, nproc: int, script_args: list[str]
             raise LaunchError(f"the ranks did not finish within {timeout:.0f} s and were stopped")
         report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else None
         return LaunchResult(code, text, report)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cluster_launcher(cluster: Cluster) -> Launcher:
+    """A launcher with torchrun()'s signature that runs every rank in its node of `cluster`:
+
+        with emulated_cluster("emu-2x4", scale=1/64) as cluster:
+            result = cluster_launcher(cluster)(script, cluster.device_count, ["--backend", "gloo"])
+    """
+    return partial(run_ranks, cluster)
 
 
 def _wait(processes: list[subprocess.Popen], timeout: float) -> int | None:

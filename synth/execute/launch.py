@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from synth.errors import SynthError, UsageError
+from synth.errors import SynthError
 
 # Every device is a local process here; past this a machine thrashes rather than measures.
 MAX_LOCAL_PROCESSES = 16
@@ -31,15 +31,6 @@ class LaunchResult:
     returncode: int
     log: str  # stdout and stderr of torchrun and every rank
     report: dict | None  # the script's --json-out, when rank 0 got that far
-
-
-def check_nproc(nproc: int, devices: int) -> None:
-    if nproc != devices:
-        raise UsageError(f"--nproc {nproc} but the placement has {devices} devices: a program runs on exactly "
-                         f"one process per device, so give --nproc {devices} (or leave it out)")
-    if nproc > MAX_LOCAL_PROCESSES:
-        raise UsageError(f"{nproc} devices is more than {MAX_LOCAL_PROCESSES} local processes: export the programs "
-                         f"with 'synth export --format torch --batch' and launch them with torchrun across nodes")
 
 
 def torchrun(script: Path, nproc: int, script_args: list[str], timeout: float = 1800.0) -> LaunchResult:

@@ -1,7 +1,7 @@
 """Benchmark rows from a torch script's report, and the CSV they are written to.
 
 One row per program and buffer size, with the measured time, algbw and busbw (nccl-tests'
-definitions, SPEC section 8), whether the check passed, and the rank by measured time among
+definitions, docs/model.md section 8), whether the check passed, and the rank by measured time among
 the programs at that size (1 = fastest). The plain all_reduce baseline rows the script also
 measures are kept, unranked. A row carries a simulator prediction when one was made: the
 CSV then gains the predicted columns and the simulator's rank, side by side.

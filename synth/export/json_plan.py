@@ -11,7 +11,7 @@ step every rank holds the sum over its reduction group. Schema (version 1)::
       "command": "synth export ...",          # the command that wrote the file
       "topology": {"name": str, "levels": [{"name": str, "size": int}, ...]},  # outermost first
       "axes": [{"name": str, "size": int}, ...],
-      "placement": [[int, ...], ...],          # M[axis][level], SPEC section 2
+      "placement": [[int, ...], ...],          # M[axis][level], docs/model.md section 2
       "reduce": [axis name, ...],
       "hierarchy": {"kind": "merged" | "split" | "system",
                     "levels": [{"name": str, "size": int, "system_level": str, "axes": [str]}]},
@@ -23,7 +23,7 @@ step every rank holds the sum over its reduction group. Schema (version 1)::
         {"id": int, "groups": [[global rank, ...], ...]}           # color = group index, key = index in group
       ],
       "programs": [{
-        "text": str,                           # canonical program text (SPEC section 6)
+        "text": str,                           # canonical program text (docs/model.md section 6)
         "label": str,
         "reduction_communicator": int,         # communicator id of the reduction groups
         "steps": [{

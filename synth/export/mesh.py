@@ -4,7 +4,7 @@
   (what `torch.distributed.new_group` or a launcher config takes);
 - the rank array for `torch.distributed.device_mesh.DeviceMesh(device_type, mesh=...,
   mesh_dim_names=...)`: `mesh[x_0][x_1]...` is the global rank of the device with those axis
-  coordinates (SPEC section 2);
+  coordinates (docs/model.md section 2);
 - the device permutation for `jax.sharding.Mesh`:
   `Mesh(np.array(jax.devices())[perm].reshape(axis_sizes), axis_names)`, assuming
   `jax.devices()` lists devices in global rank order (one process per node, local devices in
@@ -52,7 +52,7 @@ def jax_permutation(placement: Placement) -> list[int]:
 
 def _digit_sequence(placement: Placement) -> list[tuple[int, int]]:
     """(axis, level) of every rank digit with radix > 1, most significant first: levels
-    outermost first, inside a level the axes in axis order (SPEC section 2, step 1)."""
+    outermost first, inside a level the axes in axis order (docs/model.md section 2, step 1)."""
     return [(a, l) for l in range(len(placement.level_sizes)) for a in range(len(placement.axis_sizes))
             if placement.matrix[a][l] > 1]
 

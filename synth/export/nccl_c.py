@@ -5,10 +5,11 @@ plan as integer tables and C string literals in place of the runtime's SYNTH_PLA
 Strings are escaped character by character (anything outside a small safe set becomes an
 octal escape), so no user text can end a literal or a comment.
 
-Build (NCCL and the CUDA runtime from the CUDA toolkit, or from the PyPI wheels):
+Build with the CUDA toolkit and NCCL installed (or from the PyPI wheels with WHEEL_BUILD, the
+lines docs/export.md gives and the tests run as written):
 
-    gcc -std=c11 -O2 program.c -I$CUDA/include -I$NCCL/include -L$CUDA/lib64 -L$NCCL/lib \\
-        -lnccl -lcudart -o program
+    gcc -std=c11 -O2 program.c -I$CUDA_HOME/include -I$NCCL_HOME/include -L$CUDA_HOME/lib64 \\
+        -L$NCCL_HOME/lib -lnccl -lcudart -o program
 
 Run one process per GPU with RANK/WORLD_SIZE (or under mpirun/srun) and
 SYNTH_NCCL_ID_FILE pointing at a new file on a shared file system; see docs/export.md.
@@ -20,12 +21,23 @@ import json
 import re
 from importlib import resources
 
+from synth.collectives import RECORDS
 from synth.export.plan import Plan
 from synth.export.provenance import Provenance
 
 MARKER = "/* SYNTH_PLAN */"
-OPS = {"AllReduce": "OP_ALL_REDUCE", "ReduceScatter": "OP_REDUCE_SCATTER", "AllGather": "OP_ALL_GATHER",
-       "Reduce": "OP_REDUCE", "Broadcast": "OP_BROADCAST"}
+# Building from the PyPI wheels nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12
+# (crt/host_defines.h) and nvidia-cuda-cccl-cu12 (nv/target, which cuda_fp16.h includes): they
+# ship only versioned libraries (libnccl.so.2, libcudart.so.12), hence -l: and the rpath.
+WHEEL_BUILD = (
+    "NV=$(python -c 'import nvidia; print(nvidia.__path__[0])')\n"
+    "gcc -std=c11 -O2 allreduce.c -o allreduce \\\n"
+    "    -I$NV/cuda_runtime/include -I$NV/cuda_nvcc/include -I$NV/cuda_cccl/include -I$NV/nccl/include \\\n"
+    "    -L$NV/cuda_runtime/lib -L$NV/nccl/lib -l:libnccl.so.2 -l:libcudart.so.12 \\\n"
+    "    -Wl,-rpath,$NV/nccl/lib:$NV/cuda_runtime/lib"
+)
+# The runtime's op enum, one per collective record (nccl_runtime.c lists them in this order).
+OPS = {record.name: "OP_" + record.snake_name.upper() for record in RECORDS.values()}
 _SAFE_CHARS = re.compile(r"[A-Za-z0-9 _().;,=:\[\]{}+\-]")
 _COMMENT_SAFE = re.compile(r"[ -~]*\Z")
 
@@ -90,9 +102,12 @@ def render(plan: Plan, provenance: Provenance) -> str:
         raise RuntimeError(f"nccl_runtime.c must hold the marker {MARKER} once")
     header = [c_comment(line) for line in provenance.lines()]
     header.append(c_comment(f"Program: {program.text}"))
-    header.append(c_comment(f"{world} ranks (one process per GPU), reduction groups of {program.chunks}, float32 sum."))
-    header.append(c_comment("Build: gcc -std=c11 -O2 THIS.c -I<cuda>/include -I<nccl>/include -L<cuda>/lib64 "
-                            "-L<nccl>/lib -lnccl -lcudart"))
+    header.append(c_comment(f"{world} ranks (one process per GPU, or several sharing one), reduction groups of "
+                            f"{program.chunks}, sum of float, half or bfloat16 (-d)."))
+    header.append(c_comment("Build: gcc -std=c11 -O2 THIS.c -I$CUDA_HOME/include -I$NCCL_HOME/include "
+                            "-L$CUDA_HOME/lib64 -L$NCCL_HOME/lib -lnccl -lcudart -o program"))
+    header.append(c_comment("  (from the PyPI wheels nvidia-nccl-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 "
+                            "nvidia-cuda-cccl-cu12: see docs/export.md)"))
     header.append(c_comment(f"Run: RANK=r WORLD_SIZE={world} LOCAL_RANK=l SYNTH_NCCL_ID_FILE=/shared/new-path "
-                            "./program --check [--bytes S] [--iters I] [--warmup W]; or under mpirun/srun"))
+                            "./program --check [-b 8 -e 128M -f 2] [-n 20] [-w 5] [-d float]; or under mpirun/srun"))
     return "\n".join(header) + "\n\n" + runtime.replace(MARKER, "\n".join(data))

@@ -6,9 +6,12 @@
 // One process per GPU. Rank and world size come from RANK/WORLD_SIZE (torchrun, or set by
 // hand), OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/SIZE or SLURM_PROCID/NTASKS; the local
 // GPU from LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID (else rank modulo the GPU
-// count). Rank 0 writes the ncclUniqueId to the file SYNTH_NCCL_ID_FILE (on a file system every
+// count; ranks sharing a GPU each get their own NCCL_HOSTID). Rank 0 writes the ncclUniqueId to the file SYNTH_NCCL_ID_FILE (on a file system every
 // rank sees, a new path per run); the others wait for it. Every communicator is an
-// ncclCommSplit of the world communicator (NCCL_SPLIT_NOCOLOR where a rank is idle), made once.
+// ncclCommSplit of the world communicator (NCCL_SPLIT_NOCOLOR where a rank is idle), made once,
+// finalized and destroyed at the end. Every wait polls NCCL's asynchronous errors: when a peer
+// fails, the communicators are aborted and the rank exits 1 instead of waiting forever.
+// Output is nccl-tests' table and "Avg bus bandwidth" line, with -n/-w/-b/-e/-f/-d/-c as there.
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -25,14 +28,31 @@ static const char *const OP_NAMES[] = {"AllReduce", "ReduceScatter", "AllGather"
 
 /* SYNTH_PLAN */
 
+static int g_rank = -1;
+static ncclComm_t g_comms[NUM_COMMS + 1];  // every communicator made so far, aborted on failure
+static int g_num_comms = 0;
+
+// On any failure: abort every communicator (so no NCCL call waits for this rank forever and
+// the other ranks see an error instead of a hang), then exit.
+static void fail(int code) {
+  for (int c = g_num_comms - 1; c >= 0; c--) ncclCommAbort(g_comms[c]);
+  g_num_comms = 0;
+  exit(code);
+}
+
 #define CUDA_CHECK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
     fprintf(stderr, "rank %d: %s:%d: CUDA error: %s\n", g_rank, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-    exit(1); } } while (0)
-#define NCCL_CHECK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { \
-    fprintf(stderr, "rank %d: %s:%d: NCCL error: %s\n", g_rank, __FILE__, __LINE__, ncclGetErrorString(r_)); \
-    exit(1); } } while (0)
+    fail(1); } } while (0)
+#define NCCL_CHECK(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess && r_ != ncclInProgress) { \
+    fprintf(stderr, "rank %d: %s:%d: NCCL error: %s (%s)\n", g_rank, __FILE__, __LINE__, ncclGetErrorString(r_), \
+            ncclGetLastError(NULL)); \
+    fail(1); } } while (0)
 
-static int g_rank = -1;
+// Element types, by nccl-tests' -d names.
+enum { TYPE_FLOAT, TYPE_HALF, TYPE_BFLOAT16 };
+static const char *const TYPE_NAMES[] = {"float", "half", "bfloat16"};
+static const ncclDataType_t TYPE_NCCL[] = {ncclFloat, ncclHalf, ncclBfloat16};
+static const size_t TYPE_SIZE[] = {4, 2, 2};
 
 // One rank's call in one step, in elements from the buffer start (in place, NCCL layout).
 struct call {
@@ -66,31 +86,34 @@ static struct call plan_call(int step, int rank, size_t chunk) {
   return c;
 }
 
-static void run_step(int step, float *buf, size_t chunk, ncclComm_t *comms, cudaStream_t stream) {
+static void run_step(int step, char *buf, size_t chunk, int type, ncclComm_t *comms, cudaStream_t stream) {
   struct call c = plan_call(step, g_rank, chunk);
   if (!c.active) return;
   ncclComm_t comm = comms[c.comm];
+  ncclDataType_t t = TYPE_NCCL[type];
+  size_t z = TYPE_SIZE[type];
+  char *at = buf + c.offset * z, *send = buf + c.send_offset * z, *recv = buf + c.recv_offset * z;
   switch (c.op) {
     case OP_ALL_REDUCE:
-      NCCL_CHECK(ncclAllReduce(buf + c.offset, buf + c.offset, c.count, ncclFloat, ncclSum, comm, stream));
+      NCCL_CHECK(ncclAllReduce(at, at, c.count, t, ncclSum, comm, stream));
       break;
     case OP_REDUCE_SCATTER:  // in place: recvbuff = sendbuff + key * recvcount
-      NCCL_CHECK(ncclReduceScatter(buf + c.send_offset, buf + c.recv_offset, c.recv_count, ncclFloat, ncclSum, comm, stream));
+      NCCL_CHECK(ncclReduceScatter(send, recv, c.recv_count, t, ncclSum, comm, stream));
       break;
     case OP_ALL_GATHER:  // in place: sendbuff = recvbuff + key * sendcount
-      NCCL_CHECK(ncclAllGather(buf + c.send_offset, buf + c.recv_offset, c.send_count, ncclFloat, comm, stream));
+      NCCL_CHECK(ncclAllGather(send, recv, c.send_count, t, comm, stream));
       break;
     case OP_REDUCE:
-      NCCL_CHECK(ncclReduce(buf + c.offset, buf + c.offset, c.count, ncclFloat, ncclSum, c.root, comm, stream));
+      NCCL_CHECK(ncclReduce(at, at, c.count, t, ncclSum, c.root, comm, stream));
       break;
     case OP_BROADCAST:
-      NCCL_CHECK(ncclBroadcast(buf + c.offset, buf + c.offset, c.count, ncclFloat, c.root, comm, stream));
+      NCCL_CHECK(ncclBroadcast(at, at, c.count, t, c.root, comm, stream));
       break;
   }
 }
 
-static void run_program(float *buf, size_t chunk, ncclComm_t *comms, cudaStream_t stream) {
-  for (int s = 0; s < NUM_STEPS; s++) run_step(s, buf, chunk, comms, stream);
+static void run_program(char *buf, size_t chunk, int type, ncclComm_t *comms, cudaStream_t stream) {
+  for (int s = 0; s < NUM_STEPS; s++) run_step(s, buf, chunk, type, comms, stream);
 }
 
 static int env_int(const char *const *names, int fallback) {
@@ -101,25 +124,50 @@ static int env_int(const char *const *names, int fallback) {
   return fallback;
 }
 
+// Bytes, as synth's --bytes reads them (synth/units.py; the tests hold the two equal):
+// nccl-tests' 8M or 1G (a bare K, M, G or T in either case: binary), 64KiB/32MiB (binary),
+// 1MB/1kB (decimal), 1048576; a whole number from 1 byte to 1 PiB, else -1.
+#define MAX_BYTES (1LL << 50)
+static long double power(long double base, int exponent) {
+  long double result = 1;
+  while (exponent-- > 0) result *= base;
+  return result;
+}
+
 static long long parse_size(const char *text) {
   char *end;
-  long long value = strtoll(text, &end, 10);
-  long long scale = 1;
-  if (!strcmp(end, "") || !strcmp(end, "B")) scale = 1;
-  else if (!strcmp(end, "KiB") || !strcmp(end, "Ki")) scale = 1LL << 10;
-  else if (!strcmp(end, "MiB") || !strcmp(end, "Mi")) scale = 1LL << 20;
-  else if (!strcmp(end, "GiB") || !strcmp(end, "Gi")) scale = 1LL << 30;
-  else if (!strcmp(end, "kB") || !strcmp(end, "k") || !strcmp(end, "K")) scale = 1000LL;
-  else if (!strcmp(end, "MB") || !strcmp(end, "M")) scale = 1000000LL;
-  else if (!strcmp(end, "GB") || !strcmp(end, "G")) scale = 1000000000LL;
-  else value = -1;
-  return value > 0 ? value * scale : -1;
+  while (*text == ' ') text++;
+  if (!*text || *text == '-') return -1;
+  long double value = strtold(text, &end);
+  if (end == text) return -1;
+  while (*end == ' ') end++;
+  char unit[8] = {0};
+  size_t length = strlen(end);
+  while (length > 0 && end[length - 1] == ' ') length--;
+  if (length >= sizeof unit) return -1;
+  memcpy(unit, end, length);
+  long double scale = -1;
+  static const char *const binary[] = {"K", "M", "G", "T", NULL};
+  static const char *const iec[] = {"KiB", "MiB", "GiB", "TiB", "PiB", NULL};
+  static const char *const si[] = {"kB", "MB", "GB", "TB", "PB", NULL};
+  if (length == 0 || !strcmp(unit, "B")) scale = 1;
+  for (int i = 0; binary[i]; i++)
+    if (length == 1 && (unit[0] == binary[i][0] || unit[0] == binary[i][0] + ('a' - 'A'))) scale = power(1024.0L, i + 1);
+  for (int i = 0; iec[i]; i++)
+    if (!strcmp(unit, iec[i])) scale = power(1024.0L, i + 1);
+  for (int i = 0; si[i]; i++)
+    if (!strcmp(unit, si[i]) || (i == 0 && !strcmp(unit, "KB"))) scale = power(1000.0L, i + 1);
+  if (scale < 0 || !(value > 0) || !(value * scale <= (long double)MAX_BYTES)) return -1;
+  long double bytes = value * scale;
+  if (bytes != (long double)(long long)bytes) return -1;
+  return (long long)bytes;
 }
 
 static void usage(const char *program) {
   fprintf(stderr,
-          "usage: %s [--bytes S] [--iters I] [--warmup W] [--check] [--dry-run]\n"
-          "  one process per GPU; %d processes in all; see the comment at the top of the source\n",
+          "usage: %s [--bytes S | -b MIN -e MAX [-f F]] [-n ITERS] [-w WARMUP] [-d float|half|bfloat16] [--check] [--dry-run]\n"
+          "  sizes as nccl-tests (8M = 8 MiB) or with a unit (64KiB, 1MB); one process per GPU, %d in all;\n"
+          "  see the comment at the top of the source\n",
           program, WORLD_SIZE);
 }
 
@@ -154,11 +202,75 @@ static void read_unique_id(ncclUniqueId *id) {
   exit(1);
 }
 
-// Small integers, exact in float sums, different per rank and element (as the torch export).
-static void fill(float *host, size_t count, int rank) {
+// Wait for the stream without trusting it to finish: a peer that died leaves NCCL waiting, so
+// poll each communicator's asynchronous error, and give up after SYNTH_NCCL_TIMEOUT seconds
+// (default 600); either way abort every communicator and exit 1.
+static void wait_stream(cudaStream_t stream) {
+  const char *limit_text = getenv("SYNTH_NCCL_TIMEOUT");
+  double limit = limit_text && *limit_text ? atof(limit_text) : 600.0;
+  struct timespec start, now, pause = {0, 100000};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    cudaError_t state = cudaStreamQuery(stream);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) CUDA_CHECK(state);
+    for (int c = 0; c < g_num_comms; c++) {
+      ncclResult_t result = ncclSuccess;
+      NCCL_CHECK(ncclCommGetAsyncError(g_comms[c], &result));
+      if (result != ncclSuccess && result != ncclInProgress) {
+        fprintf(stderr, "rank %d: NCCL reported %s (%s): a peer failed; aborting\n", g_rank,
+                ncclGetErrorString(result), ncclGetLastError(NULL));
+        fail(1);
+      }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec) > limit) {
+      fprintf(stderr, "rank %d: no progress in %.0f s (SYNTH_NCCL_TIMEOUT): a peer is gone or stuck; aborting\n",
+              g_rank, limit);
+      fail(1);
+    }
+    nanosleep(&pause, NULL);
+  }
+}
+
+// float <-> half and bfloat16 on the host, for the small integers the check uses (exact).
+static unsigned short to_half(float f) {
+  unsigned int x;
+  memcpy(&x, &f, sizeof x);
+  unsigned int sign = (x >> 16) & 0x8000u, exponent = (x >> 23) & 0xffu, mantissa = x & 0x7fffffu;
+  if (exponent == 0) return (unsigned short)sign;  // zero (no subnormals needed here)
+  return (unsigned short)(sign | ((exponent - 112u) << 10) | (mantissa >> 13));
+}
+static float from_half(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  unsigned int x = exponent == 0 ? sign : (sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+static void put(char *host, size_t i, int type, float value) {
+  if (type == TYPE_FLOAT) { memcpy(host + 4 * i, &value, 4); return; }
+  unsigned short bits;
+  if (type == TYPE_HALF) bits = to_half(value);
+  else { unsigned int x; memcpy(&x, &value, 4); bits = (unsigned short)(x >> 16); }
+  memcpy(host + 2 * i, &bits, 2);
+}
+static float get(const char *host, size_t i, int type) {
+  float value;
+  if (type == TYPE_FLOAT) { memcpy(&value, host + 4 * i, 4); return value; }
+  unsigned short bits;
+  memcpy(&bits, host + 2 * i, 2);
+  if (type == TYPE_HALF) return from_half(bits);
+  unsigned int x = (unsigned int)bits << 16;
+  memcpy(&value, &x, 4);
+  return value;
+}
+
+// Small integers, exact in sums of every type, different per rank and element (as the torch export).
+static void fill(char *host, size_t count, int rank, int type) {
   for (size_t i = 0; i < count; i++) {
     long long v = ((long long)i * 7 + (long long)rank * 13 + (long long)(i / 5) * rank) % 17 - 8;
-    host[i] = (float)v;
+    put(host, i, type, (float)v);
   }
 }
 
@@ -167,36 +279,112 @@ static double over_ranks(double value, ncclRedOp_t op, ncclComm_t world, cudaStr
   CUDA_CHECK(cudaMalloc((void **)&device, sizeof value));
   CUDA_CHECK(cudaMemcpy(device, &value, sizeof value, cudaMemcpyHostToDevice));
   NCCL_CHECK(ncclAllReduce(device, device, 1, ncclDouble, op, world, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait_stream(stream);
   CUDA_CHECK(cudaMemcpy(&value, device, sizeof value, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaFree(device));
   return value;
 }
 
-static void print_row(size_t bytes, size_t count, double seconds, long long wrong, int checked) {
-  double n = (double)CHUNKS;
-  double algbw = (double)bytes / seconds / 1e9;
-  double busbw = algbw * 2.0 * (n - 1.0) / n;
-  if (checked) printf("%14zu %12zu %6s %6s %11.2f %9.3f %9.3f %7lld\n", bytes, count, "float", "sum", seconds * 1e6, algbw, busbw, wrong);
-  else printf("%14zu %12zu %6s %6s %11.2f %9.3f %9.3f %7s\n", bytes, count, "float", "sum", seconds * 1e6, algbw, busbw, "N/A");
+static void barrier(ncclComm_t world, cudaStream_t stream) { over_ranks(0.0, ncclSum, world, stream); }
+
+// Mean seconds per run of `which` (0: the program, 1: ncclAllReduce in place, 2: out of place),
+// the slowest rank's, timed with CUDA events after warm-up runs and a barrier.
+static double timed(int which, char *buf, char *out, size_t count, size_t chunk, int type, int iters, int warmup,
+                    ncclComm_t *comms, ncclComm_t world, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup + iters; i++) {
+    if (i == warmup) {
+      wait_stream(stream);
+      barrier(world, stream);
+      CUDA_CHECK(cudaEventRecord(start, stream));
+    }
+    if (which == 0) run_program(buf, chunk, type, comms, stream);
+    else NCCL_CHECK(ncclAllReduce(buf, which == 1 ? buf : out, count, TYPE_NCCL[type], ncclSum, comms[REDUCTION_COMM], stream));
+  }
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  wait_stream(stream);
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return over_ranks(ms / 1e3 / iters, ncclMax, world, stream);
+}
+
+static void print_header(void) {
+  printf("#%47s %31s %31s\n", "", "out-of-place        ", "in-place           ");
+  printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
+         "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)", "(elements)", "", "", "",
+         "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+// One nccl-tests row; seconds < 0 prints N/A (programs run in place only), wrong < 0 too.
+static double print_row(size_t bytes, size_t count, int type, double out_seconds, double in_seconds,
+                        long long wrong) {
+  double n = (double)CHUNKS, factor = 2.0 * (n - 1.0) / n, busbw = 0;
+  printf("%12zu %12zu %8s %6s %6d ", bytes, count, TYPE_NAMES[type], "sum", -1);
+  char wrong_text[32];
+  if (wrong < 0) snprintf(wrong_text, sizeof wrong_text, "N/A");
+  else snprintf(wrong_text, sizeof wrong_text, "%lld", wrong);
+  if (out_seconds < 0) printf("%8s %7s %7s %6s ", "N/A", "N/A", "N/A", "N/A");
+  else {
+    double algbw = (double)bytes / out_seconds / 1e9;
+    printf("%8.2f %7.2f %7.2f %6s ", out_seconds * 1e6, algbw, algbw * factor, "N/A");
+  }
+  double algbw = (double)bytes / in_seconds / 1e9;
+  busbw = algbw * factor;
+  printf("%8.2f %7.2f %7.2f %6s\n", in_seconds * 1e6, algbw, busbw, wrong_text);
+  return busbw;
+}
+
+// Release a communicator as NCCL asks: finalize (flush its outstanding work), then destroy.
+static void release(ncclComm_t comm) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  NCCL_CHECK(ncclCommFinalize(comm));
+#endif
+  NCCL_CHECK(ncclCommDestroy(comm));
 }
 
 int main(int argc, char **argv) {
-  long long nbytes = 32LL << 20;
-  int iters = 20, warmup = 5, check = 0, dry_run = 0;
+  long long low = 32LL << 20, high = 32LL << 20;
+  int iters = 20, warmup = 5, check = 0, dry_run = 0, type = TYPE_FLOAT, sweep = 0, sized = 0;
+  long long factor = 2;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--bytes") && i + 1 < argc) nbytes = parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--check")) check = 1;
-    else if (!strcmp(argv[i], "--dry-run")) dry_run = 1;
-    else { usage(argv[0]); return 2; }
+    const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--bytes") && value) { low = high = parse_size(value); sized = 1; i++; }
+    else if ((!strcmp(a, "-b") || !strcmp(a, "--minbytes")) && value) { low = parse_size(value); sweep |= 1; i++; }
+    else if ((!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) && value) { high = parse_size(value); sweep |= 2; i++; }
+    else if ((!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) && value) { factor = atoll(value); i++; }
+    else if ((!strcmp(a, "-n") || !strcmp(a, "--iters")) && value) { iters = atoi(value); i++; }
+    else if ((!strcmp(a, "-w") || !strcmp(a, "--warmup")) && value) { warmup = atoi(value); i++; }
+    else if ((!strcmp(a, "-c") || !strcmp(a, "--check")) && value && (!strcmp(value, "0") || !strcmp(value, "1"))) { check = atoi(value); i++; }
+    else if (!strcmp(a, "--check")) check = 1;
+    else if (!strcmp(a, "--dry-run")) dry_run = 1;
+    else if ((!strcmp(a, "-d") || !strcmp(a, "--dtype")) && value) {
+      type = -1;
+      for (int t = 0; t < 3; t++) if (!strcmp(value, TYPE_NAMES[t])) type = t;
+      if (type < 0) { usage(argv[0]); return 2; }
+      i++;
+    } else { usage(argv[0]); return 2; }
   }
-  if (nbytes <= 0 || iters < 1 || warmup < 0) { usage(argv[0]); return 2; }
+  if (low <= 0 || high <= 0) {
+    fprintf(stderr, "%s: invalid size: give bytes from 1 to 1 PiB, e.g. 32M (nccl-tests: binary), 32MiB or 1048576\n",
+            argv[0]);
+    return 2;
+  }
+  if (iters < 1 || warmup < 0 || factor < 2 || low > high || (sized && sweep) ||
+      (sweep && sweep != 3)) {
+    usage(argv[0]);
+    return 2;
+  }
 
   static const char *const rank_vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
   static const char *const size_vars[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
   static const char *const local_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
+  static const char *const local_size_vars[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                                "SLURM_NTASKS_PER_NODE", NULL};
   g_rank = env_int(rank_vars, -1);
   int world = env_int(size_vars, -1);
   if (g_rank < 0 || world < 0) {
@@ -207,13 +395,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "this program was generated for %d ranks; WORLD_SIZE is %d (rank %d)\n", WORLD_SIZE, world, g_rank);
     return 2;
   }
-  size_t per_chunk = (size_t)((nbytes + 4LL * CHUNKS - 1) / (4LL * CHUNKS));
-  if (per_chunk == 0) per_chunk = 1;
-  size_t count = per_chunk * CHUNKS;
-  size_t bytes = count * sizeof(float);
+  size_t z = TYPE_SIZE[type];
 
   if (dry_run) {  // print this rank's calls without touching a GPU
-    printf("rank %d world %d chunks %d count %zu\n", g_rank, WORLD_SIZE, CHUNKS, count);
+    size_t per_chunk = (size_t)((low + (long long)z * CHUNKS - 1) / ((long long)z * CHUNKS));
+    if (per_chunk == 0) per_chunk = 1;
+    printf("rank %d world %d chunks %d count %zu\n", g_rank, WORLD_SIZE, CHUNKS, per_chunk * CHUNKS);
     for (int s = 0; s < NUM_STEPS; s++) {
       struct call c = plan_call(s, g_rank, per_chunk);
       if (!c.active) { printf("step %d %s idle  # %s\n", s, OP_NAMES[STEP_OP[s]], STEP_TEXT[s]); continue; }
@@ -225,83 +412,114 @@ int main(int argc, char **argv) {
   }
 
   int devices = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&devices));
-  int local = env_int(local_vars, g_rank % (devices > 0 ? devices : 1));
+  cudaError_t found = cudaGetDeviceCount(&devices);
+  if (found != cudaSuccess || devices < 1) {
+    fprintf(stderr, "rank %d: no usable GPU (%s): run it on a machine with a GPU, or --dry-run here\n", g_rank,
+            found != cudaSuccess ? cudaGetErrorString(found) : "none visible");
+    return 2;
+  }
+  int local = env_int(local_vars, g_rank) % devices;
+  int local_world = env_int(local_size_vars, 1);
+  int shared = 0;
+  if (local_world > devices && !getenv("NCCL_HOSTID")) {
+    // Several ranks on one GPU: NCCL refuses two ranks of one host on one device, so give
+    // each rank its own host id; NCCL then connects them over its socket transport.
+    static char hostid[64];
+    snprintf(hostid, sizeof hostid, "synth-rank-%d", g_rank);
+    setenv("NCCL_HOSTID", hostid, 1);
+    shared = 1;
+  }
   CUDA_CHECK(cudaSetDevice(local));
   ncclUniqueId id;
   read_unique_id(&id);
   ncclComm_t world_comm;
   NCCL_CHECK(ncclCommInitRank(&world_comm, WORLD_SIZE, id, g_rank));
+  g_comms[g_num_comms++] = world_comm;
   if (g_rank == 0) unlink(getenv("SYNTH_NCCL_ID_FILE"));  // every rank has read it by now
   ncclComm_t comms[NUM_COMMS];
   for (int c = 0; c < NUM_COMMS; c++) {  // collective over the world: every rank, same order
     int color = COMM_COLOR[c][g_rank] < 0 ? NCCL_SPLIT_NOCOLOR : COMM_COLOR[c][g_rank];
     int key = COMM_KEY[c][g_rank] < 0 ? 0 : COMM_KEY[c][g_rank];
+    comms[c] = NULL;
     NCCL_CHECK(ncclCommSplit(world_comm, color, key, &comms[c], NULL));
     if (color != NCCL_SPLIT_NOCOLOR) {
+      g_comms[g_num_comms++] = comms[c];
       int user_rank = -1;
       NCCL_CHECK(ncclCommUserRank(comms[c], &user_rank));
       if (user_rank != key) {
         fprintf(stderr, "rank %d: communicator %d gave rank %d, the plan needs %d\n", g_rank, c, user_rank, key);
-        return 1;
+        fail(1);
       }
     }
   }
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  float *buf, *expected, *host = (float *)malloc(bytes), *result = (float *)malloc(bytes);
-  if (!host || !result) { fprintf(stderr, "rank %d: out of host memory\n", g_rank); return 1; }
-  CUDA_CHECK(cudaMalloc((void **)&buf, bytes));
-  CUDA_CHECK(cudaMalloc((void **)&expected, bytes));
-
-  long long wrong = 0;
-  if (check) {
-    fill(host, count, g_rank);
-    CUDA_CHECK(cudaMemcpy(buf, host, bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(expected, host, bytes, cudaMemcpyHostToDevice));
-    NCCL_CHECK(ncclAllReduce(expected, expected, count, ncclFloat, ncclSum, comms[REDUCTION_COMM], stream));
-    run_program(buf, per_chunk, comms, stream);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    CUDA_CHECK(cudaMemcpy(result, buf, bytes, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(host, expected, bytes, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < count; i++) wrong += result[i] != host[i];
-    wrong = (long long)over_ranks((double)wrong, ncclSum, world_comm, stream);
+  if (g_rank == 0) {
+    printf("# program: %s\n# %d ranks, reduction groups of n = %d, type %s, %d iteration(s) after %d warm-up run(s) "
+           "(-n %d -w %d)\n", PROGRAM_TEXT, WORLD_SIZE, CHUNKS, TYPE_NAMES[type], iters, warmup, iters, warmup);
+    if (shared) printf("# several ranks share a GPU: each has its own NCCL_HOSTID, so NCCL connects them over sockets\n");
   }
 
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  CUDA_CHECK(cudaMemset(buf, 0, bytes));
-  double seconds[2];
-  for (int which = 0; which < 2; which++) {  // 0: the program, 1: the baseline all-reduce
-    for (int i = 0; i < warmup + iters; i++) {
-      if (i == warmup) CUDA_CHECK(cudaEventRecord(start, stream));
-      if (which == 0) run_program(buf, per_chunk, comms, stream);
-      else NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comms[REDUCTION_COMM], stream));
+  long long failed = 0;
+  double program_busbw = 0, baseline_busbw = 0;
+  int rows = 0;
+  struct result { size_t bytes, count; double program, in_place, out_of_place; long long wrong; } results[64];
+  for (long long nbytes = low; nbytes <= high && rows < 64; nbytes *= factor) {
+    size_t per_chunk = (size_t)((nbytes + (long long)z * CHUNKS - 1) / ((long long)z * CHUNKS));
+    if (per_chunk == 0) per_chunk = 1;
+    size_t count = per_chunk * CHUNKS, bytes = count * z;
+    char *buf, *out, *host = (char *)malloc(bytes), *result = (char *)malloc(bytes);
+    if (!host || !result) { fprintf(stderr, "rank %d: out of host memory\n", g_rank); fail(1); }
+    CUDA_CHECK(cudaMalloc((void **)&buf, bytes));
+    CUDA_CHECK(cudaMalloc((void **)&out, bytes));
+    long long wrong = -1;
+    if (check) {
+      fill(host, count, g_rank, type);
+      CUDA_CHECK(cudaMemcpy(buf, host, bytes, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(out, host, bytes, cudaMemcpyHostToDevice));
+      NCCL_CHECK(ncclAllReduce(out, out, count, TYPE_NCCL[type], ncclSum, comms[REDUCTION_COMM], stream));
+      run_program(buf, per_chunk, type, comms, stream);
+      wait_stream(stream);
+      CUDA_CHECK(cudaMemcpy(result, buf, bytes, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost));
+      wrong = 0;
+      for (size_t i = 0; i < count; i++) wrong += get(result, i, type) != get(host, i, type);
+      wrong = (long long)over_ranks((double)wrong, ncclSum, world_comm, stream);
+      failed += wrong;
     }
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    seconds[which] = over_ranks(ms / 1e3 / iters, ncclMax, world_comm, stream);  // the slowest rank
+    CUDA_CHECK(cudaMemset(buf, 0, bytes));
+    struct result r = {bytes, count, 0, 0, 0, wrong};
+    r.program = timed(0, buf, out, count, per_chunk, type, iters, warmup, comms, world_comm, stream);
+    r.in_place = timed(1, buf, out, count, per_chunk, type, iters, warmup, comms, world_comm, stream);
+    r.out_of_place = timed(2, buf, out, count, per_chunk, type, iters, warmup, comms, world_comm, stream);
+    results[rows++] = r;
+    if (g_rank == 0 && (long long)bytes != nbytes)
+      printf("# %lld B is not %d chunks of whole %s elements: rounded up to %zu B\n", nbytes, CHUNKS, TYPE_NAMES[type], bytes);
+    CUDA_CHECK(cudaFree(buf));
+    CUDA_CHECK(cudaFree(out));
+    free(host);
+    free(result);
+    if (nbytes > high / factor) break;
   }
   if (g_rank == 0) {
-    printf("# program: %s\n# %d ranks, reduction groups of n = %d, %d iteration(s) after %d warm-up run(s)\n",
-           PROGRAM_TEXT, WORLD_SIZE, CHUNKS, iters, warmup);
-    if ((long long)bytes != nbytes)
-      printf("# %lld B is not %d chunks of whole float elements: rounded up to %zu B\n", nbytes, CHUNKS, bytes);
-    printf("#%13s %12s %6s %6s %11s %9s %9s %7s\n", "size(B)", "count", "type", "redop", "time(us)", "algbw", "busbw", "#wrong");
-    print_row(bytes, count, seconds[0], wrong, check);
-    printf("# baseline: one ncclAllReduce over each reduction group\n");
-    print_row(bytes, count, seconds[1], 0, 0);
-    if (check) printf(wrong ? "# CHECK FAILED\n" : "# check passed\n");
+    printf("#\n# the program (in place)\n");
+    print_header();
+    for (int i = 0; i < rows; i++)
+      program_busbw += print_row(results[i].bytes, results[i].count, type, -1, results[i].program, results[i].wrong);
+    printf("# Avg bus bandwidth    : %g \n", program_busbw / rows);
+    printf("#\n# baseline: one ncclAllReduce over each reduction group\n");
+    print_header();
+    for (int i = 0; i < rows; i++)
+      baseline_busbw += print_row(results[i].bytes, results[i].count, type, results[i].out_of_place,
+                                  results[i].in_place, -1);
+    printf("# Avg bus bandwidth    : %g \n", baseline_busbw / rows);
+    if (check) printf(failed ? "# CHECK FAILED\n" : "# check passed\n");
   }
-  CUDA_CHECK(cudaFree(buf));
-  CUDA_CHECK(cudaFree(expected));
-  free(host);
-  free(result);
+  barrier(world_comm, stream);
+  CUDA_CHECK(cudaStreamDestroy(stream));
   for (int c = 0; c < NUM_COMMS; c++)
-    if (COMM_COLOR[c][g_rank] >= 0) NCCL_CHECK(ncclCommDestroy(comms[c]));
-  NCCL_CHECK(ncclCommDestroy(world_comm));
-  return wrong ? 1 : 0;
+    if (COMM_COLOR[c][g_rank] >= 0) release(comms[c]);
+  release(world_comm);
+  g_num_comms = 0;
+  return failed ? 1 : 0;
 }

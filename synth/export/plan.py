@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from synth.collectives import collective
 from synth.errors import UsageError
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
@@ -79,16 +80,16 @@ class Buffers:
     recv_count: int
 
 
-def call_buffers(collective: str, call: RankCall, chunk_count: int) -> Buffers:
-    """Element offsets and counts of one call: ReduceScatter keeps block `key` of the range,
-    AllGather contributes block `key` to it (NCCL's in-place layout), the others act on it."""
+def call_buffers(name: str, call: RankCall, chunk_count: int) -> Buffers:
+    """Element offsets and counts of one call (NCCL's in-place layout): a collective that
+    delivers blocks receives block `key` of the range (ReduceScatter), one that joins sends
+    block `key` of it (AllGather), the others act on the whole range."""
+    record = collective(name)
     offset, count = call.lo * chunk_count, (call.hi - call.lo) * chunk_count
     block = count // call.size
-    if collective == "ReduceScatter":
-        return Buffers(offset, count, offset, count, offset + call.key * block, block)
-    if collective == "AllGather":
-        return Buffers(offset, count, offset + call.key * block, block, offset, count)
-    return Buffers(offset, count, offset, count, offset, count)
+    send = (offset + call.key * block, block) if record.block_of_input() else (offset, count)
+    receive = (offset + call.key * block, block) if record.block_of_output() else (offset, count)
+    return Buffers(offset, count, *send, *receive)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def build_plan(entries) -> Plan:
                 for call in lowered_step.calls:
                     ranks = tuple(int(reduction_group[m]) for m in call.members)
                     groups.append(ranks)
-                    root = 0 if lowered_step.collective in ("Reduce", "Broadcast") else None
+                    root = 0 if collective(lowered_step.collective).rooted else None
                     for key, rank in enumerate(ranks):
                         calls[rank] = (ranks, key, call.lo, call.hi, root)
             index = intern(groups)

@@ -3,16 +3,22 @@ followed by the plan as a JSON literal. It imports torch and the standard librar
 script runs on a cluster where synth is not installed.
 
     torchrun --nproc-per-node N SCRIPT [--backend nccl|gloo] [--bytes S ...] [-b MIN -e MAX -f F]
-             [--iters I] [--warmup W] [--check] [--json-out PATH]
+             [-n ITERS] [-w WARMUP] [-d float|half|bfloat16] [--check] [--json-out PATH]
 
 Every rank creates every communicator of the plan once, in plan order (torch requires all
 ranks to create all groups in one order), then runs each program in place on one buffer,
 step by step: each rank makes the one call the plan gives it, with the plan's chunk range,
 its block for ReduceScatter/AllGather, and the root as a rank inside the group; idle ranks
 skip the step. With --check the result is compared with a plain all_reduce of the same input
-over the reduction groups; a mismatch makes the exit code 1. Rows follow nccl-tests:
-algbw = S / t and busbw = algbw * 2(n-1)/n with n the reduction group size; t is the slowest
-rank's mean time per run.
+over the reduction groups; a mismatch makes the exit code 1. Output is nccl-tests' table
+(size, count, type, redop, root, then time, algbw, busbw and #wrong out of place and in
+place, "Avg bus bandwidth" last), algbw = S / t and busbw = algbw * 2(n-1)/n with n the
+reduction group size; t is the slowest rank's mean time per run. Programs and torch's
+all_reduce run in place only, so their out-of-place columns read N/A.
+
+Several ranks may share one GPU (NCCL): each then gets its own NCCL_HOSTID, so NCCL treats
+them as separate hosts and connects them over sockets, as it refuses two ranks of one host on
+one device otherwise; times are then those of that transport, useful to check, not to tune.
 """
 
 import argparse
@@ -22,22 +28,42 @@ import os
 import re
 import sys
 import time
+from fractions import Fraction
 
 import torch
 import torch.distributed as dist
 
-ITEMSIZE = 4
-_SIZE = re.compile(r"\s*(\d+)\s*(k|K|M|G|T|Ki|Mi|Gi|Ti)?B?\s*\Z")
-_SCALE = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+MAX_BYTES = 2**50
+_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
+_UNIT = re.compile(r"(?:([kKMGTP])(i?))?B\Z")
 
 
 def parse_size(text):
-    """'1048576', '64KiB', '32MiB', '1MB' (k M G decimal, Ki Mi Gi binary) into bytes."""
-    match = _SIZE.match(text)
-    if not match or int(match.group(1)) < 1:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: give bytes, e.g. 1048576 or 32MiB")
-    return int(match.group(1)) * _SCALE[match.group(2)]
+    """Bytes, as synth's own --bytes reads them (synth/units.py, held equal by the tests):
+    nccl-tests' '8M', '1G' (a bare K, M, G or T in either case: binary), '64KiB', '32MiB'
+    (binary), '1MB' (decimal), '1048576'; a whole number of bytes from 1 to 1 PiB."""
+    match = _NUMBER.match(text)
+    unit = match.group(2) if match else None
+    if match and unit in tuple("kKmMgGtT"):
+        scale = 2 ** (10 * ("kmgt".index(unit.lower()) + 1))
+    elif match and unit == "":
+        scale = 1
+    elif match and _UNIT.match(unit):
+        prefix, binary = _UNIT.match(unit).groups()
+        power = 0 if prefix is None else "KMGTP".index(prefix.upper()) + 1
+        scale = (1024 if binary else 1000) ** power
+    else:
+        raise argparse.ArgumentTypeError(f"invalid size {text[:40]!r}: give bytes, e.g. 1048576, 32M or 32MiB")
+    number = float(match.group(1))
+    if not 0 < number * scale <= MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"invalid size {text[:40]!r}: give from 1 byte to 1 PiB")
+    value = Fraction(match.group(1)) * scale
+    if value.denominator != 1:
+        raise argparse.ArgumentTypeError(f"invalid size {text[:40]!r}: not a whole number of bytes")
+    return int(value)
+
+
+DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}  # nccl-tests' -d names
 
 
 def parse_args(argv):
@@ -45,28 +71,32 @@ def parse_args(argv):
     parser.add_argument("--backend", choices=("nccl", "gloo"), default=None,
                         help="default: nccl when CUDA is available, else gloo")
     parser.add_argument("--bytes", type=parse_size, action="append", default=[], metavar="S",
-                        help="buffer size per device; repeatable (default 32MiB)")
+                        help="buffer size per device, e.g. 32M (binary, as nccl-tests), 32MiB or 33554432; "
+                             "repeatable (default 32M)")
     parser.add_argument("-b", "--minbytes", type=parse_size, help="smallest size of a sweep (nccl-tests -b)")
     parser.add_argument("-e", "--maxbytes", type=parse_size, help="largest size of a sweep (nccl-tests -e)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep factor (nccl-tests -f, default 2)")
-    parser.add_argument("--iters", type=int, default=20, help="timed runs per size (default 20)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed runs before timing (default 5)")
+    parser.add_argument("-n", "--iters", type=int, default=20, help="timed runs per size (nccl-tests -n, default 20)")
+    parser.add_argument("-w", "--warmup", type=int, default=5,
+                        help="untimed runs before timing (nccl-tests -w, default 5)")
+    parser.add_argument("-d", "--dtype", choices=sorted(DTYPES), default="float",
+                        help="element type (nccl-tests -d names; default float)")
     parser.add_argument("--check", action="store_true", help="compare with a plain all_reduce; exit 1 on mismatch")
     parser.add_argument("--json-out", metavar="PATH", help="rank 0 writes every row here as JSON")
     args = parser.parse_args(argv)
     if args.iters < 1 or args.warmup < 0 or args.stepfactor < 2:
-        parser.error("--iters must be >= 1, --warmup >= 0 and -f >= 2")
+        parser.error("-n/--iters must be >= 1, -w/--warmup >= 0 and -f >= 2")
     if (args.minbytes is None) != (args.maxbytes is None):
         parser.error("give -b and -e together")
     if args.minbytes is not None and args.bytes:
         parser.error("give either --bytes or -b/-e/-f")
+    if args.minbytes is not None and args.minbytes > args.maxbytes:
+        parser.error(f"-b {args.minbytes} is larger than -e {args.maxbytes}")
     return args
 
 
 def sizes_of(args):
     if args.minbytes is not None:
-        if args.minbytes > args.maxbytes:
-            raise SystemExit(f"-b {args.minbytes} is larger than -e {args.maxbytes}")
         sizes, size = [], args.minbytes
         while size <= args.maxbytes:
             sizes.append(size)
@@ -75,9 +105,9 @@ def sizes_of(args):
     return args.bytes or [32 * 2**20]
 
 
-def element_count(nbytes, chunks):
+def element_count(nbytes, chunks, itemsize=4):
     """The smallest multiple of `chunks` elements holding nbytes: chunks are whole elements."""
-    per_chunk = max(1, -(-nbytes // (ITEMSIZE * chunks)))
+    per_chunk = max(1, -(-nbytes // (itemsize * chunks)))
     return per_chunk * chunks
 
 
@@ -95,21 +125,29 @@ def _named(description):
 
 class Communicators:
     """Every communicator set of the plan, created once by every rank in plan order; each
-    rank keeps the one group it belongs to (None where it is idle)."""
+    rank keeps the one group it belongs to (None where it is idle). `existing` maps a set's
+    index to this rank's group in it where the caller already has one (a DeviceMesh's group
+    with the same members in the same order): nothing is created for those sets."""
 
-    def __init__(self, plan, backend, rank):
+    def __init__(self, plan, backend, rank, existing=None):
         self.rank = rank
         self.groups = []
+        self.created = 0
+        existing = existing or {}
         # split_group numbers each group by global rank; the check below guards that order.
         split = backend == "nccl" and hasattr(dist, "split_group")
         for index, comm in enumerate(plan["communicators"]):
-            mine = None
-            if split:
+            mine = existing.get(index)
+            if index in existing:
+                pass
+            elif split:
                 # NCCL: ncclCommSplit of the world communicator, one call per set.
                 mine = dist.split_group(split_ranks=comm, group_desc=f"synth_comm{index}")
+                self.created += 1
             else:
                 for color, ranks in enumerate(comm):
                     group = dist.new_group(ranks=ranks, **_named(f"synth_comm{index}_{color}"))
+                    self.created += 1
                     if rank in ranks:
                         mine = group
             if mine is not None:
@@ -128,28 +166,43 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _GROUP_ROOTS = "group_dst" in inspect.signature(dist.reduce).parameters
 
 
+def _all_reduce(span, group, block, key, root):
+    dist.all_reduce(span, group=group)
+
+
+def _reduce_scatter(span, group, block, key, root):
+    _REDUCE_SCATTER(span[key * block:(key + 1) * block], span, group=group)
+
+
+def _all_gather(span, group, block, key, root):
+    _ALL_GATHER(span, span[key * block:(key + 1) * block], group=group)
+
+
+def _reduce(span, group, block, key, root):
+    if _GROUP_ROOTS:
+        dist.reduce(span, group=group, group_dst=root)
+    else:
+        dist.reduce(span, dst=dist.get_global_rank(group, root), group=group)
+
+
+def _broadcast(span, group, block, key, root):
+    if _GROUP_ROOTS:
+        dist.broadcast(span, group=group, group_src=root)
+    else:
+        dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
+
+
+# One call per collective record of synth/collectives.py (a test keeps the two in step).
+CALLS = {"AllReduce": _all_reduce, "ReduceScatter": _reduce_scatter, "AllGather": _all_gather,
+         "Reduce": _reduce, "Broadcast": _broadcast}
+
+
 def call_collective(collective, span, group, size, key, root):
     """One in-place call on `span`: this rank is member `key` of `size`, `root` the root's
     rank inside the group; ReduceScatter keeps, AllGather contributes, block `key`."""
-    block = span.numel() // size
-    if collective == "AllReduce":
-        dist.all_reduce(span, group=group)
-    elif collective == "ReduceScatter":
-        _REDUCE_SCATTER(span[key * block:(key + 1) * block], span, group=group)
-    elif collective == "AllGather":
-        _ALL_GATHER(span, span[key * block:(key + 1) * block], group=group)
-    elif collective == "Reduce":
-        if _GROUP_ROOTS:
-            dist.reduce(span, group=group, group_dst=root)
-        else:
-            dist.reduce(span, dst=dist.get_global_rank(group, root), group=group)
-    elif collective == "Broadcast":
-        if _GROUP_ROOTS:
-            dist.broadcast(span, group=group, group_src=root)
-        else:
-            dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
-    else:
+    if collective not in CALLS:
         raise RuntimeError(f"unknown collective {collective!r}")
+    CALLS[collective](span, group, span.numel() // size, key, root)
 
 
 def run_step(step, buffer, chunk, comms, rank):
@@ -166,15 +219,16 @@ def run_program(program, buffer, chunk, comms, rank):
 
 
 def fill(buffer, rank):
-    """Small integers (exact in float32 sums), different per rank and per element."""
+    """Small integers (exact in float32, float16 and bfloat16 sums of up to 16 ranks),
+    different per rank and per element."""
     index = torch.arange(buffer.numel(), dtype=torch.int64)
     values = (index * 7 + rank * 13 + (index // 5) * rank) % 17 - 8
     buffer.copy_(values.to(buffer.dtype))
 
 
-def wrong_elements(program, count, comms, rank, device):
+def wrong_elements(program, count, comms, rank, device, dtype=torch.float32):
     """Run the program once on fresh data and count elements differing from an all_reduce."""
-    buffer = torch.empty(count, dtype=torch.float32, device=device)
+    buffer = torch.empty(count, dtype=dtype, device=device)
     fill(buffer, rank)
     expected = buffer.clone()
     dist.all_reduce(expected, group=comms[program["reduction"]])
@@ -185,7 +239,7 @@ def wrong_elements(program, count, comms, rank, device):
 
 
 def timed(run, iters, warmup, device):
-    """Mean seconds per run, of the slowest rank."""
+    """Mean seconds per run, of the slowest rank; every rank starts timing after a barrier."""
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         run()
@@ -200,21 +254,42 @@ def timed(run, iters, warmup, device):
     return float(elapsed.item())
 
 
-def row(nbytes, count, seconds, n, wrong):
+def row(nbytes, count, seconds, n, wrong, dtype="float"):
     algbw = nbytes / seconds / 1e9
     busbw = algbw * 2 * (n - 1) / n
-    return {"bytes": nbytes, "count": count, "time_us": seconds * 1e6, "algbw_gbs": algbw,
+    return {"bytes": nbytes, "count": count, "type": dtype, "time_us": seconds * 1e6, "algbw_gbs": algbw,
             "busbw_gbs": busbw, "wrong": wrong}
 
 
 def format_row(values):
+    """One nccl-tests row: out-of-place columns N/A (programs run in place), then in place."""
     wrong = "N/A" if values["wrong"] is None else str(values["wrong"])
-    return (f"{values['bytes']:>14} {values['count']:>12} {'float':>6} {'sum':>6} {values['time_us']:>11.2f} "
-            f"{values['algbw_gbs']:>9.3f} {values['busbw_gbs']:>9.3f} {wrong:>7}")
+    return (f"{values['bytes']:>12} {values['count']:>12} {values['type']:>8} {'sum':>6} {-1:>6} "
+            f"{'N/A':>8} {'N/A':>7} {'N/A':>7} {'N/A':>6} "
+            f"{values['time_us']:>8.2f} {values['algbw_gbs']:>7.2f} {values['busbw_gbs']:>7.2f} {wrong:>6}")
 
 
-HEADER = (f"#{'size':>13} {'count':>12} {'type':>6} {'redop':>6} {'time':>11} {'algbw':>9} {'busbw':>9} {'#wrong':>7}\n"
-          f"#{'(B)':>13} {'(elements)':>12} {'':>6} {'':>6} {'(us)':>11} {'(GB/s)':>9} {'(GB/s)':>9} {'':>7}")
+HEADER = (f"#{'':<47} {'out-of-place':^31} {'in-place':^31}\n"
+          f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} "
+          f"{'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}\n"
+          f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6} {'':>6} "
+          f"{'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}")
+
+
+def footer(rows):
+    """nccl-tests' closing line: the mean bus bandwidth over the rows above."""
+    return f"# Avg bus bandwidth    : {sum(r['busbw_gbs'] for r in rows) / max(1, len(rows)):.6g} "
+
+
+def share_gpus(rank):
+    """Ranks sharing a GPU: give each its own NCCL_HOSTID (before NCCL starts), which NCCL
+    requires to put two ranks on one device, and which makes it use its socket transport."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    devices = torch.cuda.device_count()
+    if devices and local_world > devices and "NCCL_HOSTID" not in os.environ:
+        os.environ["NCCL_HOSTID"] = f"synth-rank-{rank}"
+        return True
+    return False
 
 
 def main(plan, argv=None):
@@ -224,9 +299,16 @@ def main(plan, argv=None):
         print(f"run this script with torchrun --nproc-per-node {plan['world_size']} (one process per device)",
               file=sys.stderr)
         return 2
+    dtype = DTYPES[args.dtype]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    shared = False
     if backend == "nccl":
+        if not torch.cuda.is_available():
+            print("--backend nccl needs a GPU (torch.cuda.is_available() is False): use --backend gloo", file=sys.stderr)
+            return 2
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        device = torch.device("cuda", local_rank)
+        shared = share_gpus(int(os.environ["RANK"]))
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
@@ -242,8 +324,10 @@ def main(plan, argv=None):
     comms = Communicators(plan, backend, rank)
     sizes = sizes_of(args)
     say = print if rank == 0 else (lambda *a, **k: None)
-    say(f"# {len(plan['programs'])} program(s) on {world} ranks, backend {backend}, "
-        f"{args.iters} iteration(s) after {args.warmup} warm-up run(s)")
+    say(f"# {len(plan['programs'])} program(s) on {world} ranks, backend {backend}, type {args.dtype}, "
+        f"{args.iters} iteration(s) after {args.warmup} warm-up run(s) (-n {args.iters} -w {args.warmup})")
+    if shared:
+        say("# several ranks share a GPU: each has its own NCCL_HOSTID, so NCCL connects them over sockets")
     results, baselines, failed = [], {}, []
     for index, program in enumerate(plan["programs"]):
         n = program["chunks"]
@@ -251,37 +335,42 @@ def main(plan, argv=None):
         say(f"#\n# program {index}{' (' + program['label'] + ')' if program['label'] else ''}: {program['text']}")
         say(f"# {len(groups)} reduction group(s) of n = {n} ranks; the buffer is cut into {n} chunks")
         say(HEADER)
+        rows = []
         for nbytes in sizes:
-            count = element_count(nbytes, n)
-            if count * ITEMSIZE != nbytes:
-                say(f"# {nbytes} B is not {n} chunks of whole float32 elements: rounded up to {count * ITEMSIZE} B")
-            wrong = wrong_elements(program, count, comms, rank, device) if args.check else None
+            count = element_count(nbytes, n, itemsize)
+            if count * itemsize != nbytes:
+                say(f"# {nbytes} B is not {n} chunks of whole {args.dtype} elements: rounded up to {count * itemsize} B")
+            wrong = wrong_elements(program, count, comms, rank, device, dtype) if args.check else None
             if wrong:
                 failed.append(index)
-            buffer = torch.zeros(count, dtype=torch.float32, device=device)
+            buffer = torch.zeros(count, dtype=dtype, device=device)
             seconds = timed(lambda: run_program(program, buffer, count // n, comms, rank), args.iters, args.warmup, device)
-            values = row(count * ITEMSIZE, count, seconds, n, wrong)
+            values = row(count * itemsize, count, seconds, n, wrong, args.dtype)
+            rows.append(values)
             results.append(dict(values, program=index))
             say(format_row(values))
             baselines.setdefault((program["reduction"], count), (n, []))[1].append(index)
+        say(footer(rows))
     say("#\n# baseline: one all_reduce over each reduction group (the default all-reduce)")
     say(HEADER)
     baseline_rows = []
     for (reduction, count), (n, programs) in sorted(baselines.items()):
-        buffer = torch.zeros(count, dtype=torch.float32, device=device)
+        buffer = torch.zeros(count, dtype=dtype, device=device)
         group = comms[reduction]
         seconds = timed(lambda: dist.all_reduce(buffer, group=group), args.iters, args.warmup, device)
-        values = row(count * ITEMSIZE, count, seconds, n, None)
+        values = row(count * itemsize, count, seconds, n, None, args.dtype)
         baseline_rows.append(dict(values, programs=sorted(set(programs))))
         say(format_row(values) + f"   (programs {','.join(map(str, sorted(set(programs))))})")
+    say(footer(baseline_rows))
     if failed:
         say(f"# CHECK FAILED for program(s) {','.join(map(str, sorted(set(failed))))}")
     elif args.check:
         say("# check passed: every program equals the all_reduce over its reduction groups")
     if rank == 0 and args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
-            json.dump({"backend": backend, "torch": torch.__version__, "world_size": world, "iters": args.iters, "warmup": args.warmup,
-                       "checked": args.check, "results": results, "baselines": baseline_rows}, handle, indent=1)
+            json.dump({"backend": backend, "torch": torch.__version__, "world_size": world, "iters": args.iters,
+                       "warmup": args.warmup, "dtype": args.dtype, "shared_gpus": shared, "checked": args.check,
+                       "results": results, "baselines": baseline_rows}, handle, indent=1)
     dist.barrier()
     dist.destroy_process_group()
     return 1 if failed else 0

@@ -1,4 +1,4 @@
-"""The cost model: what one run of a program by every reduction group costs (SPEC section 8).
+"""The cost model: what one run of a program by every reduction group costs (docs/model.md section 8).
 
 network: the topology as a graph of devices, switches and links; link loads of flows.
 algorithms: how a backend (NCCL, gloo) runs each collective, as phases of flows.

@@ -5,7 +5,7 @@ of flows (member index -> member index, as a fraction of B) that run at the same
 phase's transfer time comes from the network (synth/model/network.py). B is the call's
 range in bytes: the input of ReduceScatter, the output of AllGather, the buffer otherwise.
 
-Members are in group order (member rank order, SPEC section 5), which puts the members of
+Members are in group order (member rank order, docs/model.md section 5), which puts the members of
 one node next to each other; a "node" is a unit of the second-innermost system level (the
 domain of the innermost interconnect), the whole system for a one-level topology.
 

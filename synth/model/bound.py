@@ -1,7 +1,7 @@
 """A lower bound on the time of any correct all-reduce, per (placement, request, size).
 
 Bytes that must cross a cut. Take the units of one system level and a reduction group of N
-members that meets q >= 2 of them, m = N/q members in each (groups are products, SPEC
+members that meets q >= 2 of them, m = N/q members in each (groups are products, docs/model.md
 section 3, so every unit it meets holds the same number). Treat each unit's members as one
 party that combines its own data for free: what is left is an all-reduce of S bytes among q
 parties, and any such all-reduce moves at least 2(q-1) * S bytes between parties in total,
@@ -20,7 +20,7 @@ the bytes all groups send out of them is a bound on the busiest one:
 
 the second term because each unit a group crosses must send at least S (the others need its
 contribution to every element, and cannot get it compressed) and receive as many. 2(N-m)/N
->= 1 whenever 0 < m < N, so the first term is the larger for the uniform groups of SPEC
+>= 1 whenever 0 < m < N, so the first term is the larger for the uniform groups of docs/model.md
 section 3; both are kept so the bound stays sound on any group layout.
 
 Capacity of the cut. A message between two members uses the links of the outermost level
@@ -126,5 +126,5 @@ def bound_line(context: CostContext) -> BoundLine:
 
 
 def lower_bound(context: CostContext, bytes_per_device: int) -> LowerBound:
-    """The lower bound of SPEC section 8's run at one size (see the module docstring)."""
+    """The lower bound of docs/model.md section 8's run at one size (see the module docstring)."""
     return bound_line(context).at(bytes_per_device)

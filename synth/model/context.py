@@ -2,7 +2,7 @@
 
 A time means one run of a program by every reduction group of one placement and request
 (the synthesis hierarchy) on one system (the topology, with its link figures) as one
-collective library runs it (the backend), SPEC section 8. These three always travel
+collective library runs it (the backend), docs/model.md section 8. These three always travel
 together; `cost_context` checks them once (the topology has the figures costs need, the
 placement is on this topology, the backend is known) so nothing downstream re-validates.
 """

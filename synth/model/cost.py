@@ -1,4 +1,4 @@
-"""One program's predicted cost in detail (SPEC section 8): per step and as a whole.
+"""One program's predicted cost in detail (docs/model.md section 8): per step and as a whole.
 
 Every time is for one run of the program by every reduction group at once, for S bytes per
 device. The steps are costed by the engine (synth/model/engine.py: per step, every call of
@@ -16,6 +16,7 @@ numbers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ from synth.language import Program, Step
 from synth.lowering import LoweredProgram, lower
 from synth.model.algorithms import call_layout  # noqa: F401  (synth/calibrate reads it from here)
 from synth.model.context import CostContext
-from synth.model.engine import NO_LINK, CostEngine, ProgramTable, steps_of
+from synth.model.engine import NO_LINK, CostEngine, ProgramTable, StepCalls, steps_of
 from synth.model.estimate import Estimate, resolve_estimate
 
 
@@ -76,7 +77,7 @@ def bus_factor(n: int) -> float:
 
 
 def baseline_program(hierarchy: SynthesisHierarchy) -> Program:
-    """The default all-reduce: one call over the whole reduction group (SPEC section 8)."""
+    """The default all-reduce: one call over the whole reduction group (docs/model.md section 8)."""
     return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
 
 
@@ -91,20 +92,10 @@ def program_cost(context: CostContext, lowered: LoweredProgram, bytes_per_device
         return ProgramCost(lowered.program, bytes_per_device, 1, estimate.name, (), 0.0, float("inf"), 0.0, 0.0, 0.0, "")
     steps = steps_of(lowered)
     figures = engine.figures(steps, [bytes_per_device])
-    details = []
+    details = step_costs(engine, steps, bytes_per_device, [step.step for step in lowered.steps])
     link_s = np.zeros(len(engine.network.capacity))
-    for index, (lowered_step, step) in enumerate(zip(lowered.steps, steps)):
-        regime = engine.regimes[int(figures.regime[index, 0])]
-        call_bytes = engine.call_bytes(step, bytes_per_device)
-        transfer = 0.0
-        for drain in regime.drain_s:
-            transfer = transfer + call_bytes * drain
-        longest = max(range(len(regime.drain_s)), key=lambda i: (regime.drain_s[i], -i))
-        link = regime.links[longest] if regime.drain_s[longest] > 0 else NO_LINK
-        latency = regime.latency_s + float(figures.residual_s[index, 0])
-        details.append(StepCost(lowered_step.step, step.collective, regime.algorithm, call_bytes, latency, transfer,
-                                engine.link_name(link), regime.extra_memory * call_bytes))
-        link_s = link_s + regime.link_s
+    for index in range(len(steps)):
+        link_s = link_s + engine.regimes[int(figures.regime[index, 0])].link_s
     table = ProgramTable.of([steps])
     total = float(estimate.program_times(engine, table, [bytes_per_device])[0, 0])
     chain = 0.0
@@ -115,6 +106,25 @@ def program_cost(context: CostContext, lowered: LoweredProgram, bytes_per_device
     return ProgramCost(lowered.program, bytes_per_device, n, estimate.name, tuple(details), total, algbw,
                        algbw * bus_factor(n), bytes_per_device * float(link_s[busiest]), chain,
                        engine.link_name(busiest))
+
+
+def step_costs(engine: CostEngine, steps: Sequence[StepCalls], bytes_per_device: int,
+               spelled: Sequence[Step]) -> tuple[StepCost, ...]:
+    """Each step's lockstep cost in detail (any steps, a program's or not); `spelled` names them."""
+    figures = engine.figures(steps, [bytes_per_device])
+    details = []
+    for index, (step, spelling) in enumerate(zip(steps, spelled)):
+        regime = engine.regimes[int(figures.regime[index, 0])]
+        call_bytes = engine.call_bytes(step, bytes_per_device)
+        transfer = 0.0
+        for drain in regime.drain_s:
+            transfer = transfer + call_bytes * drain
+        longest = max(range(len(regime.drain_s)), key=lambda i: (regime.drain_s[i], -i))
+        link = regime.links[longest] if regime.drain_s[longest] > 0 else NO_LINK
+        latency = regime.latency_s + float(figures.residual_s[index, 0])
+        details.append(StepCost(spelling, step.collective, regime.algorithm, call_bytes, latency, transfer,
+                                engine.link_name(link), regime.extra_memory * call_bytes))
+    return tuple(details)
 
 
 def simulate(lowered: LoweredProgram, context: CostContext, bytes_per_device: int,

@@ -1,7 +1,7 @@
 """The costing engine: every predicted time comes from here, for any set of steps and sizes.
 
 A step (`StepCalls`) is what the model needs of one program step: the collective, each call's
-member ranks (all reduction groups make the same calls, SPEC section 3) and the chunks each
+member ranks (all reduction groups make the same calls, docs/model.md section 3) and the chunks each
 call spans. Every call i of a step holds B_i = chunks_i * S / N bytes (S bytes per device
 cut into N chunks); the backend (synth/model/backend.py) gives each call's candidate plans
 and picks one per size; all groups' calls of the step then run at once and share links.

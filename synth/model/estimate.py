@@ -1,7 +1,7 @@
 """Estimates: how a program's step costs (synth/model/engine.py) become its time.
 
 Both answer one question, the time of one run of the program by every reduction group at
-once for S bytes per device (SPEC section 8), batched over programs and sizes
+once for S bytes per device (docs/model.md section 8), batched over programs and sizes
 (`program_times`) or step by step for a search (`start`, `extend`, `value`):
 
 * `lockstep`: every step waits for all groups' calls of the previous one; a program takes

@@ -1,0 +1,263 @@
+"""How well the NCCL model predicts real nccl-tests runs (issue 9): for every log in a folder,
+predicted against measured busbw at every size,
+
+(a) from the built-in topology of the log's hardware alone (no fitting),
+(b) calibrated on the same log (`synth calibrate`'s fit),
+(c) calibrated on another node count (or ranks per node) of the same hardware, predicting this one.
+
+Targets: (a) within 10% at >= 64 MiB and within 30% below, (b) within 5%, (c) within 10%.
+Writes results/fidelity.md and results/fidelity.json. Not a timed test: run it when the model
+or the logs change.
+
+    python -m benchmarks.fidelity [LOG_DIR] [-o results]
+
+LOG_DIR defaults to ../shared/nccl-logs; the repository does not depend on it (tests use the
+copies under docs/examples/ and tests/data/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.record import header, results_dir
+from synth.calibrate import read_measurements
+from synth.calibrate.groups import devices as group_devices
+from synth.calibrate.infer import infer_nccl_base
+from synth.calibrate.nccl_fit import calibrate_nccl
+from synth.model.nccl import bus_factor
+from synth.model.nccl_hardware import estimate_group, nccl_view
+from synth.topology_file import load_topology
+from synth.units import format_bytes
+
+TARGET_A_LARGE, TARGET_A_SMALL, TARGET_B, TARGET_C = 0.10, 0.30, 0.05, 0.10
+LARGE = 64 * 2 ** 20
+
+# Which built-in topology describes each log's hardware (by a part of its file name), the
+# family of logs measured on the same hardware (for (c)), and why, from the log's first line.
+HARDWARE = (
+    ("h100-1x8-nvls", "dgx-h100", "h100-1node", "one node of 8 H100 80GB HBM3 (SXM5, NVSwitch)"),
+    ("dgx0607", "dgx-h100-x2", "dgx-06/07",
+     "two DGX H100 (its PCI bus ids); the log does not state the network, DGX H100's 8x 400 Gb/s NDR is taken"),
+    ("a3mega", "gcp-a3-mega-2x8", "a3-mega", "2 Google Cloud A3 Mega VMs, GPUDirect-TCPXO, Google's NCCL environment"),
+    ("nt309", "hgx-h100-ib-4x8", "issue-309", "HGX H100 servers with 8x ConnectX-7 400 Gb/s InfiniBand"),
+    ("rtx5090", "rtx5090-loopback", "rtx5090", "one RTX 5090 shared by 2 ranks over loopback TCP"),
+)
+
+# Mechanisms behind the misses the tables show, per log family (what the model leaves out).
+WHY = {
+    "dgx-06/07": "The three dgx-06/07 runs are noisy in the middle sizes, far beyond what any smooth model follows: the "
+                 "2x8 run takes 1.6-2.1 ms at 32-64 KiB where the same pair takes 50 us at 16 KiB, and the 2x4 run's "
+                 "time falls from 209 us at 256 KiB to 71 us at 512 KiB. With -g N one process drives all GPUs of a "
+                 "node, so its launches are serial: the 2x8 run's small-size floor is 40 us where the same hardware "
+                 "under one process per GPU (issue 309) shows 25 us; calibration fits this as an overhead. The runs "
+                 "do not name their NCCL version; the 2x2 run switches from ring to tree at 128 MiB where NCCL 2.26's "
+                 "tables already pick the tree at 8 MiB, so its 8-64 MiB sizes are predicted too fast.",
+    "a3-mega": "GPUDirect-TCPXO (the FasTrak net plugin) moves every chunk through receive bounce buffers that a GPU "
+               "kernel unpacks; NCCL's source has no figure for that, and the plugin reports none. Measured, it costs "
+               "about 120 us per call (NCCL's Simple tree latency is 92 us) and a fill of roughly 780 us before large "
+               "calls stream, growing with the size up to one 1 MiB chunk per channel (NCCL_BUFFSIZE=8 MiB). The "
+               "built-in topology has no such figure, so (a) predicts 1-512 MiB calls up to 5x too fast; calibration "
+               "fits the plugin's stages per network hop (the model's pipeline fill) and its overhead.",
+    "rtx5090": "Both ranks share one GPU: their NCCL kernels only run while the GPU time-slices between the two "
+               "processes, so a call costs about 2.2 ms whatever its size up to 4 MiB, and the stream rate is what "
+               "the proxy threads reach while the GPU is shared, not a network figure. The model has no time-slicing; "
+               "(a) misses by design and calibration fits the floor as an overhead.",
+    "h100-1node": "A single-node NVLS all-reduce: NCCL 2.28's own NVLS efficiency (0.85 of the NVLink bound) gives "
+                  "the asymptotic rate within 4%; at 256 MiB the measured call is 11% slower, an intercept of about "
+                  "75 us that the model's NVLS pipeline fill (2 chunks) does not reach.",
+    "issue-309": "The InfiniBand runs meet (a) at every size but one: at 512 KiB the 2-node run is already as slow "
+                 "as at 1 MiB (70 us), as if NCCL had left LL128 for the NVLS tree one size earlier than its "
+                 "estimate says, and the model's LL128 call is 35% faster. The calibrated and cross-node "
+                 "predictions miss most around the same protocol switches (256 KiB to 2 MiB) and in the LL range "
+                 "(8-128 KiB), where the measured LL calls move at about half of NCCL's own LL bandwidth ceiling; "
+                 "the fitted figures (link efficiency, per-call overhead, pipeline stages) cannot bend one "
+                 "protocol's rate without the others'.",
+}
+
+
+@dataclass(frozen=True)
+class Log:
+    path: Path
+    topology: str
+    family: str
+    hardware: str
+
+
+def hardware_of(path: Path) -> Log | None:
+    for key, topology, family, hardware in HARDWARE:
+        if key in path.name:
+            return Log(path, topology, family, hardware)
+    return None
+
+
+def predict(topology, measurements) -> list[float]:
+    view = nccl_view(topology)
+    times = []
+    for m in measurements:
+        _, ranks = group_devices(m, topology)
+        times.append(estimate_group(topology, ranks, m.collective, m.bytes, view).time_s)
+    return times
+
+
+def busbw(measurement, seconds: float) -> float:
+    return measurement.bytes / seconds * bus_factor(measurement.collective, measurement.span.size) / 1e9
+
+
+def study(log_dir: Path) -> dict:
+    logs, unknown = [], []
+    for path in sorted(p for p in log_dir.iterdir() if p.is_file()):
+        log = hardware_of(path)
+        if log is None:
+            unknown.append(path)
+        logs.append(log or Log(path, "", "", "inferred from the log"))
+    read = {}
+    for log in logs:
+        _, measurements = read_measurements(str(log.path))
+        read[log.path] = measurements
+    results = []
+    for log in logs:
+        measurements = read[log.path]
+        base = load_topology(log.topology) if log.topology else infer_nccl_base(measurements).topology
+        built_in = predict(base, measurements)
+        calibrated = predict(calibrate_nccl(measurements, base).topology, measurements)
+        cross = {}
+        for other in logs:
+            if other is log or not log.family or other.family != log.family:
+                continue
+            fitted = calibrate_nccl(read[other.path], base).topology
+            cross[other.path.name] = predict(fitted, measurements)
+        rows = []
+        for i, m in enumerate(measurements):
+            row = {"bytes": m.bytes, "measured_s": m.time_s, "measured_busbw": busbw(m, m.time_s),
+                   "a_s": built_in[i], "b_s": calibrated[i],
+                   "c": {name: times[i] for name, times in cross.items()}}
+            rows.append(row)
+        results.append({"file": log.path.name, "topology": base.name, "family": log.family,
+                        "hardware": log.hardware, "group": measurements[0].span.describe(),
+                        "collective": measurements[0].collective, "rows": rows})
+    return {"logs": results, "unknown": [p.name for p in unknown]}
+
+
+def _err(predicted: float, measured: float) -> float:
+    """Relative error of the predicted busbw, predicted / measured - 1 (busbw is inverse in time)."""
+    return measured / predicted - 1
+
+
+def summarize(entry: dict) -> dict:
+    rows = entry["rows"]
+    a = [_err(r["a_s"], r["measured_s"]) for r in rows]
+    large = [abs(e) for r, e in zip(rows, a) if r["bytes"] >= LARGE]
+    small = [abs(e) for r, e in zip(rows, a) if r["bytes"] < LARGE]
+    b = [abs(_err(r["b_s"], r["measured_s"])) for r in rows]
+    c = {}
+    for r in rows:
+        for name, seconds in r["c"].items():
+            c.setdefault(name, []).append(abs(_err(seconds, r["measured_s"])))
+    summary = {
+        "a_large": max(large) if large else None, "a_small": max(small) if small else None,
+        "a_large_ok": (sum(e <= TARGET_A_LARGE for e in large), len(large)),
+        "a_small_ok": (sum(e <= TARGET_A_SMALL for e in small), len(small)),
+        "b_worst": max(b), "b_rms": math.sqrt(sum(e * e for e in b) / len(b)),
+        "b_ok": (sum(e <= TARGET_B for e in b), len(b)),
+        "c": {name: (max(errors), sum(e <= TARGET_C for e in errors), len(errors)) for name, errors in c.items()},
+    }
+    return summary
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _count(pair) -> str:
+    ok, total = pair
+    return "-" if not total else f"{ok}/{total}"
+
+
+def render(result: dict, command: str) -> str:
+    lines = ["# The NCCL model against published nccl-tests runs", "", header(command)]
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load:
+        lines.append(f"Load average while it ran (1/5/15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+                     f"(figures are model outputs; the load changes only how long this took)\n")
+    lines += [
+        "Each log's first line names its source and hardware. Predictions are busbw from the NCCL model "
+        "(synth/model/nccl.py, NCCL 2.26.2's choice of algorithm, protocol and channels; the time on the hardware "
+        "from line rates and the efficiencies NCCL reaches on them, every figure with its source in the topology). "
+        "Errors are predicted / measured busbw - 1 (positive: the model is too fast, as in issue 9's +29%).", "",
+        "* (a) the built-in topology of the hardware alone; targets: within 10% at >= 64 MiB, within 30% below;",
+        "* (b) calibrated on the same log by `synth calibrate`; target: within 5%;",
+        "* (c) calibrated on another log of the same hardware with another node count or ranks per node, predicting "
+        "this one; target: within 10%.", "",
+        "## Summary", "",
+        "Sizes within target, and the worst error:", "",
+        "| log | group | topology | (a) >= 64 MiB | (a) < 64 MiB | (b) | (b) RMS | (c) from | (c) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in result["logs"]:
+        s = summarize(entry)
+        c_text = "; ".join(f"{name}: {ok}/{total}, worst {worst:.1%}" for name, (worst, ok, total) in s["c"].items())
+        lines.append(f"| {entry['file']} | {entry['group']} | {entry['topology']} | {_count(s['a_large_ok'])}, worst "
+                     f"{_pct(s['a_large'])} | {_count(s['a_small_ok'])}, worst {_pct(s['a_small'])} | "
+                     f"{_count(s['b_ok'])}, worst {_pct(s['b_worst'])} | {_pct(s['b_rms'])} | "
+                     f"{'see right' if s['c'] else 'no other node count'} | {c_text or '-'} |")
+    lines += ["", "## Where it misses and why", ""]
+    families = []
+    for entry in result["logs"]:
+        if entry["family"] and entry["family"] not in families:
+            families.append(entry["family"])
+    for family in families:
+        if family in WHY:
+            files = ", ".join(e["file"] for e in result["logs"] if e["family"] == family)
+            lines += [f"* **{files}**: {WHY[family]}", ""]
+    for entry in result["logs"]:
+        lines += ["", f"## {entry['file']}", "", f"{entry['hardware']}; {entry['collective']} over {entry['group']}; "
+                  f"built-in topology `{entry['topology']}`.", ""]
+        others = sorted({name for row in entry["rows"] for name in row["c"]})
+        head = "| size | measured busbw | (a) busbw | (a) err | (b) busbw | (b) err |"
+        rule = "|---:|---:|---:|---:|---:|---:|"
+        for name in others:
+            head += f" (c) from {name} | err |"
+            rule += "---:|---:|"
+        lines += [head, rule]
+        for row in entry["rows"]:
+            m = row["measured_s"]
+            factor = row["measured_busbw"] * m  # busbw x time is constant for a size
+            cells = [format_bytes(row["bytes"]), f"{row['measured_busbw']:.2f}",
+                     f"{factor / row['a_s']:.2f}", f"{_err(row['a_s'], m):+.1%}",
+                     f"{factor / row['b_s']:.2f}", f"{_err(row['b_s'], m):+.1%}"]
+            for name in others:
+                seconds = row["c"][name]
+                cells += [f"{factor / seconds:.2f}", f"{_err(seconds, m):+.1%}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    if result["unknown"]:
+        lines += ["", f"Logs without a known built-in topology (their base was inferred from the log): "
+                      f"{', '.join(result['unknown'])}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0])
+    parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
+    parser.add_argument("-o", "--output", default="results", help="results folder (default results/)")
+    args = parser.parse_args(argv)
+    log_dir = Path(args.logs)
+    if not log_dir.is_dir():
+        print(f"fidelity: {log_dir} is not a folder of nccl-tests logs", file=sys.stderr)
+        return 2
+    result = study(log_dir)
+    command = "python -m benchmarks.fidelity" + (f" {args.logs}" if argv is None and len(sys.argv) > 1 else "")
+    out = results_dir(args.output)
+    (out / "fidelity.md").write_text(render(result, command), encoding="utf-8")
+    (out / "fidelity.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out / 'fidelity.md'} and {out / 'fidelity.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The training-step planner against published runs, and its speed: writes results/plan.md and
+results/plan.json.
+
+1. Published runs: the ten GPT models of Narayanan et al., SC'21, Table 1, on Selene (DGX A100
+   80GB, eight 200 Gb/s HDR NICs per node; the built-in `selene` topology resized to each run's
+   node count), each at its published configuration (degrees, micro-batch and interleaving
+   from examples/sc21/run_table_1.sh in NVIDIA/Megatron-LM, fp16, full recomputation, torch DDP
+   overlapping the gradient all-reduce for the four smallest and Megatron's local DDP, reducing
+   after backward, for the rest): predicted TFLOP/s per GPU (Narayanan et al.'s eq. 3 FLOPs over
+   the predicted step time) against the published figure. Then the planner's own first choice
+   for the same model, batch and cluster, searching every degree, placement, micro-batch size
+   and interleaving with what Megatron had then (full recomputation, no sequence parallelism, no
+   distributed optimizer): whether it agrees with the published degrees, and by how much it
+   predicts to beat them. The A100's matmul efficiency in the topology was fitted to the first
+   row (the refit is printed beside it as a check).
+2. Speed: a full `synth plan` (every degree, placement, setting and program) for 64 GPUs
+   (gpt3-6.7b on selene) and for 1024 GPUs (gpt3-175b on selene resized to 128 nodes), each in a
+   fresh process, with wall and CPU time and the machine's load.
+
+    python -m benchmarks.plan            # everything (several minutes on 2 cores)
+    python -m benchmarks.plan --quick    # the published configurations only, no searches
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from synth.plan.costs import CommunicationCosts
+from synth.plan.degrees import DegreeLimits, Degrees
+from synth.plan.launch import megatron_order, published_placement
+from synth.plan.model import PRESETS
+from synth.plan.search import PlanRequest, SearchSpace, plan
+from synth.plan.step import Settings, compute_of, predict
+from synth.topology_file import load_topology
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+# name, t, p, GPUs, micro-batch, virtual stages, overlapped gradients (torch DDP), TFLOP/s per GPU
+TABLE_1 = (
+    ("megatron-1.7b", 1, 1, 32, 16, 1, True, 137),
+    ("megatron-3.6b", 2, 1, 64, 16, 1, True, 138),
+    ("megatron-7.5b", 4, 1, 128, 16, 1, True, 142),
+    ("megatron-18.4b", 8, 1, 256, 8, 1, True, 135),
+    ("megatron-39.1b", 8, 2, 512, 4, 1, False, 138),
+    ("megatron-76.1b", 8, 4, 1024, 2, 3, False, 140),
+    ("megatron-145.6b", 8, 8, 1536, 2, 2, False, 148),
+    ("megatron-310.1b", 8, 16, 1920, 1, 2, False, 155),
+    ("megatron-529.6b", 8, 35, 2520, 1, 3, False, 163),
+    ("megatron-1t", 8, 64, 3072, 1, 1, False, 163),
+)
+SEARCH_MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+def selene(gpus: int):
+    topology = load_topology("selene")
+    node = topology.levels[0]
+    return dataclasses.replace(topology, levels=(dataclasses.replace(node, size=gpus // topology.sizes[-1]),)
+                               + topology.levels[1:])
+
+
+def published(row, efficiency=None):
+    name, t, p, gpus, micro, virtual, overlap, reported = row
+    model, topology = PRESETS[name], selene(gpus)
+    compute = compute_of(topology.device, model.precision, efficiency)
+    degrees = Degrees(gpus // (t * p), t, p)
+    placement = published_placement(degrees, topology)
+    settings = Settings(micro, virtual, False, "full", False, overlap)
+    return predict(model, compute, CommunicationCosts(topology), degrees, placement, settings), topology
+
+
+def fit_efficiency(row) -> float:
+    """The matmul efficiency at which the model reproduces the row's published TFLOP/s (bisection)."""
+    low, high = 0.05, 1.0
+    for _ in range(50):
+        middle = (low + high) / 2
+        prediction, _ = published(row, middle)
+        if prediction.flops_per_device() / 1e12 < row[-1]:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def planner_choice(row):
+    name, t, p, gpus, micro, virtual, overlap, reported = row
+    model, topology = PRESETS[name], selene(gpus)
+    space = SearchSpace(micro_batches=SEARCH_MICRO_BATCHES, sequence_parallel=(False,), recompute=("full",),
+                        sharded_optimizer=(False,), overlap_gradients=overlap)
+    request = PlanRequest(model, topology, compute_of(topology.device, model.precision), space=space, top=1,
+                          budget_s=3600)
+    started = time.perf_counter()
+    result = plan(request)
+    return result, time.perf_counter() - started
+
+
+def speed(model_name: str, nodes: int):
+    """One full `synth plan` in a fresh process (imports, topology, search, output), timed from outside."""
+    command = [sys.executable, "-m", "synth", "plan", "--topology", "selene", "--resize", f"node={nodes}",
+               "--model", model_name, "--json", "--budget", "3600"]
+    load_before = os.getloadavg()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = json.loads(done.stdout)
+    best = result["ranked"][0]
+    degrees = best["degrees"]
+    return {"model": model_name, "topology": f"selene --resize node={nodes}", "devices": result["devices"],
+            "command": "synth plan --topology selene --resize node=%d --model %s --json" % (nodes, model_name),
+            "degree_choices": result["search"]["degrees"], "placements": result["search"]["placements"],
+            "candidates": result["evaluated"], "bounded": result["bounded"], "dropped_memory": result["dropped_memory"],
+            "wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "search_s": result["elapsed_s"], "load_before": load_before, "load_after": os.getloadavg(),
+            "winner": f"dp={degrees['dp']},tp={degrees['tp']},pp={degrees['pp']} {best['placement']}",
+            "step_s": best["step_s"]}
+
+
+SPREAD_CASES = (("dgx-a100-x4", "gpt3-1.3b"), ("gcp-n1-v100-4x8", "gpt3-1.3b"))
+
+
+def placement_spread(topology_name: str, model_name: str) -> dict:
+    """The issue's example, data=8 x model=4 on four 8-GPU nodes, as whole steps: per placement
+    of dp=8, tp=4 the fastest step (selective recomputation, sharded optimizer), and the spread."""
+    topology = load_topology(topology_name)
+    model = dataclasses.replace(PRESETS[model_name], precision="fp16")
+    space = SearchSpace(sequence_parallel=(False,), recompute=("selective",), sharded_optimizer=(True,))
+    request = PlanRequest(model, topology, compute_of(topology.device, model.precision),
+                          limits=DegreeLimits(dp=8, tp=4, pp=1), space=space, top=1000)
+    best: dict[str, float] = {}
+    for prediction in plan(request).ranked:
+        text = prediction.placement.to_text()
+        best[text] = min(best.get(text, float("inf")), prediction.step_s)
+    ordered = sorted(best.items(), key=lambda item: item[1])
+    return {"topology": topology_name, "model": model_name, "steps": ordered,
+            "spread": ordered[-1][1] / ordered[0][1]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="published configurations only")
+    args = parser.parse_args(argv)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{platform.node() or 'this machine'}: {os.cpu_count()} cores, Python {platform.python_version()}"
+    command = "python -m benchmarks.plan" + (" --quick" if args.quick else "")
+    rows = []
+    refit = fit_efficiency(TABLE_1[0])
+    for row in TABLE_1:
+        prediction, topology = published(row)
+        entry = {"model": row[0], "gpus": row[3], "published_degrees": prediction.degrees.to_json(),
+                 "published_settings": prediction.settings.to_json(), "published_tflops": row[-1],
+                 "predicted_tflops": prediction.flops_per_device() / 1e12, "predicted_step_s": prediction.step_s,
+                 "predicted_memory_gib": prediction.memory.peak / 2**30,
+                 "breakdown": prediction.breakdown.to_json(), "megatron_order": megatron_order(prediction.placement).order}
+        if not args.quick:
+            result, seconds = planner_choice(row)
+            best = result.ranked[0]
+            entry.update({"planner_degrees": best.degrees.to_json(), "planner_placement": best.placement.to_text(),
+                          "planner_settings": best.settings.to_json(), "planner_tflops": best.flops_per_device() / 1e12,
+                          "planner_step_s": best.step_s, "planner_gain": prediction.step_s / best.step_s,
+                          "agrees": best.degrees == prediction.degrees, "search_s": seconds,
+                          "search_candidates": result.evaluated})
+        rows.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k != "breakdown"}), file=sys.stderr)
+    spreads = [placement_spread(*case) for case in SPREAD_CASES]
+    speeds = [] if args.quick else [speed("gpt3-6.7b", 8), speed("gpt3-175b", 128)]  # (cold processes)
+    document = {"command": command, "machine": machine, "date": stamp, "efficiency_in_topology":
+                compute_of(selene(32).device, "fp16").efficiency, "efficiency_refit_on_row_1": refit,
+                "published": rows, "spreads": spreads, "speed": speeds}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "plan.json").write_text(json.dumps(document, indent=1) + "\n")
+    (RESULTS / "plan.md").write_text(render(document))
+    print(f"wrote {RESULTS / 'plan.md'}", file=sys.stderr)
+    return 0
+
+
+def render(document: dict) -> str:
+    lines = ["# The training-step planner against published runs, and its speed", "",
+             f"Command: `{document['command']}` (writes this file and results/plan.json). Machine: {document['machine']}; "
+             f"shared with other workers while it ran (loads below). Date: {document['date']}.", "",
+             "## Megatron-LM on Selene (Narayanan et al., SC'21, Table 1)", "",
+             f"Topology `selene` (DGX A100 80GB, NVSwitch, eight 200 Gb/s HDR NICs per node) resized to each run; "
+             f"matmul efficiency {document['efficiency_in_topology']:.3f} (fitted to row 1; refit here: "
+             f"{document['efficiency_refit_on_row_1']:.4f}), so row 1 is a fit and rows 2-10 are predictions. "
+             f"TFLOP/s per GPU counts Narayanan et al.'s eq. 3 (recomputation included) over the step time.", "",
+             "| model | GPUs | published t, p, d | published TFLOP/s | predicted | error | planner's first choice | "
+             "agrees | predicted gain | search |",
+             "|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
+    for row in document["published"]:
+        d = row["published_degrees"]
+        error = row["predicted_tflops"] / row["published_tflops"] - 1
+        choice = agree = gain = search = ""
+        if "planner_degrees" in row:
+            p = row["planner_degrees"]
+            s = row["planner_settings"]
+            choice = f"t={p['tp']} p={p['pp']} d={p['dp']} `{row['planner_placement']}` mb={s['micro_batch']} v={s['virtual_stages']}"
+            agree = "yes" if row["agrees"] else "no"
+            gain = f"{row['planner_gain']:.3f}x"
+            search = f"{row['search_s']:.0f} s"
+        lines.append(f"| {row['model']} | {row['gpus']} | {d['tp']}, {d['pp']}, {d['dp']} | {row['published_tflops']} | "
+                     f"{row['predicted_tflops']:.1f} | {100 * error:+.1f}% | {choice} | {agree} | {gain} | {search} |")
+    lines += ["", "Where the predicted step goes at the published configurations (seconds):", "",
+              "| model | step | compute | exposed TP | PP bubble | PP p2p | exposed DP | other | memory GiB |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in document["published"]:
+        b = row["breakdown"]
+        other = b["embedding_sync_s"] + b["optimizer_s"] + b["context_parallel_s"]
+        lines.append(f"| {row['model']} | {row['predicted_step_s']:.2f} | {b['compute_s']:.2f} | {b['tensor_parallel_s']:.2f} | "
+                     f"{b['pipeline_bubble_s']:.2f} | {b['pipeline_p2p_s']:.2f} | {b['data_parallel_exposed_s']:.2f} | "
+                     f"{other:.2f} | {row['predicted_memory_gib']:.1f} |")
+    lines += ["", "## Placement spread of whole steps", "",
+              "The issue's example: data=8 x model=4 (dp=8, tp=4) on four 8-GPU nodes, gpt3-1.3b in fp16, selective "
+              "recomputation and the sharded optimizer; per placement (rows pp/dp/tp as `--placement` takes them, here "
+              "dp then tp) the predicted step, and the slowest over the fastest:", "",
+              "| topology | placements, fastest first (step time) | spread |", "|---|---|---:|"]
+    for spread in document["spreads"]:
+        steps = ", ".join(f"`{text}` {seconds:.2f} s" for text, seconds in spread["steps"])
+        lines.append(f"| {spread['topology']} | {steps} | {spread['spread']:.2f}x |")
+    if document["speed"]:
+        lines += ["", "## Speed of a full plan", "",
+                  "Each a fresh process running the whole command (start-up, imports, every degree, placement, setting "
+                  "and program, output); wall and CPU time of that process, the search alone beside them.", "",
+                  "| command | devices | degree choices | placements | candidates | stopped by bound | wall | CPU | search | load (1/5/15 min) before |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for s in document["speed"]:
+            load = "/".join(f"{x:.1f}" for x in s["load_before"])
+            lines.append(f"| `{s['command']}` | {s['devices']} | {s['degree_choices']} | {s['placements']} | "
+                         f"{s['candidates']} | {s['bounded']} | {s['wall_s']:.1f} s | {s['cpu_s']:.1f} s | "
+                         f"{s['search_s']:.1f} s | {load} |")
+        lines += ["", "Winners: " + "; ".join(f"{s['devices']} GPUs: {s['winner']} ({s['step_s']:.2f} s/step)"
+                                              for s in document["speed"])]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

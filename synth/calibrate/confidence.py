@@ -1,0 +1,70 @@
+"""How sure a prediction is: the model's error on the nearest configuration a calibrated
+topology was fitted on (its `[[calibration]]` records), or "uncalibrated" when it has none.
+
+Nearness counts, in order: the same collective, then how far apart node counts and ranks per
+node are (factors of two, each), then how far the size lies outside the measured sizes
+(factors of 1024). The error reported is the record's relative RMS and worst error after
+the fit: what the model missed where it was measured, a floor for what it misses elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.topology import CalibrationRecord, Topology
+
+
+@dataclass(frozen=True)
+class Confidence:
+    record: CalibrationRecord | None
+    exact: bool  # the same collective and group shape, and the size inside the measured range
+
+    @property
+    def calibrated(self) -> bool:
+        return self.record is not None
+
+    def describe(self) -> str:
+        if self.record is None:
+            return "uncalibrated (no measurements: synth calibrate writes them into the topology)"
+        r = self.record
+        where = "measured configuration" if self.exact else "nearest measured configuration"
+        return (f"model error {r.rms_error:.1%} RMS (worst {r.worst_error:.1%}) on the {where}: {r.collective} over "
+                f"{r.nodes} x {r.ranks_per_node} ranks, {_size(r.min_bytes)}-{_size(r.max_bytes)} ({r.file})")
+
+
+def _size(nbytes: int) -> str:
+    from synth.units import format_bytes
+
+    return format_bytes(nbytes)
+
+
+def _distance(record: CalibrationRecord, collective: str, nodes: int, ranks_per_node: int, nbytes: float) -> float:
+    distance = 0.0 if record.collective == collective else 100.0
+    distance += abs(math.log2(max(nodes, 1) / record.nodes)) + abs(math.log2(max(ranks_per_node, 1) / record.ranks_per_node))
+    if nbytes < record.min_bytes:
+        distance += math.log2(record.min_bytes / max(nbytes, 1)) / 10
+    elif nbytes > record.max_bytes:
+        distance += math.log2(nbytes / record.max_bytes) / 10
+    return distance
+
+
+def model_error(topology: Topology, collective: str, nodes: int, ranks_per_node: int, nbytes: float) -> Confidence:
+    """The error on the nearest measured configuration of a calibrated topology."""
+    if not topology.calibration:
+        return Confidence(None, False)
+    distances = [_distance(r, collective, nodes, ranks_per_node, nbytes) for r in topology.calibration]
+    best = int(np.argmin(distances))
+    return Confidence(topology.calibration[best], distances[best] == 0)
+
+
+def model_error_for_group(topology: Topology, devices, collective: str, nbytes: float) -> Confidence:
+    """`model_error` for a group of device ranks (its nodes and ranks per node as NCCL sees them)."""
+    if not topology.calibration:
+        return Confidence(None, False)
+    from synth.model.nccl_hardware import group_layout, nccl_view
+
+    nodes, per_node, _ = group_layout(topology, nccl_view(topology), devices)
+    return model_error(topology, collective, nodes, per_node, nbytes)

@@ -1,0 +1,182 @@
+"""A topology and a group as the NCCL model (synth/model/nccl.py) sees them.
+
+The node level is the innermost level whose `link` is a network (infiniband, roce, ethernet,
+loopback); the levels inside it are the node's GPUs. A group's call then spans `nodes` units
+of that level with `ranks_per_node` GPUs each. Figures a topology does not give are assumed,
+each assumption said in words (`NcclView.assumptions`), so a command can print them:
+
+* no link kinds: the second-innermost level is the network (InfiniBand), the innermost NVLink;
+* no `[nccl]` table: Ampere, no NVLS;
+* no `uplinks` on the node level: one NIC per GPU at the level's per-device bandwidth;
+* no `efficiency`: what NCCL itself takes the link to carry (`default_efficiency`);
+* no transport: ib over InfiniBand/RoCE, socket over Ethernet and loopback; for sockets NCCL's
+  default streams for the NIC vendor and 25 Gb/s per stream (the NCCL user guide advises four
+  helper threads for a generic 100 Gb/s network: NCCL_SOCKET_NTHREADS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+import numpy as np
+
+from synth.errors import UsageError
+from synth.model import nccl
+from synth.model import nccl_tables as T
+from synth.topology import Figure, Level, Topology
+
+NETWORK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
+DEFAULT_STREAM = Figure(25e9 / 8, "NCCL user guide, NCCL_SOCKET_NTHREADS: 'for generic 100G networks, this value can be "
+                                  "manually set to 4', i.e. about 25 Gb/s per helper thread and its socket")
+
+
+@dataclass(frozen=True)
+class NcclView:
+    """The hardware as NCCL sees it, where the network starts, and what was assumed."""
+
+    hardware: nccl.Hardware
+    node_level: int | None  # index of the network level; None when the whole system is one node
+    overheads: tuple[float, ...]  # seconds per call, by the outermost level the call spans
+    assumptions: tuple[str, ...]
+
+
+def default_efficiency(kind: str, generation: str, line_rate: float) -> Figure:
+    """What NCCL takes a link of this kind to carry, over its line rate, with the source."""
+    if kind in ("nvswitch", "nvlink"):
+        ratio = nccl.nccl_link_ratio(kind, generation)
+        return Figure(ratio, f"NCCL {T.NCCL_VERSION} src/graph/topo.h: {T.NVLINK_BW_PER_LINK[generation]:g} GB/s per "
+                             f"NVLink ({generation}) of its {T.NVLINK_LINE_PER_LINK[generation]:g} GB/s line rate")
+    if kind == "pcie":
+        ratio = nccl.nccl_link_ratio(kind, generation)
+        return Figure(ratio, f"NCCL {T.NCCL_VERSION} src/graph/topo.h PCI_BW: {T.PCI_GEN3_X16_BW:g} GB/s per PCIe Gen3 "
+                             f"x16 of its {T.PCI_GEN3_X16_LINE:g} GB/s (width x GT/s / 80, topo.cc:476)")
+    if kind in ("infiniband", "roce"):
+        nic = line_rate / 1e9
+        path = min(nic, nccl.PCI_VIEW[generation])
+        ladder = T.speeds("inter", generation)
+        speed = next((s for s in ladder if s <= path + 1e-9), ladder[-1])
+        return Figure(speed / nic, f"NCCL {T.NCCL_VERSION} src/graph/search.cc:913-924: the topology search gives each "
+                                   f"channel the fastest speed on its ladder not above the GPU-NIC path "
+                                   f"(min of the NIC's {nic:g} GB/s and PCIe's {nccl.PCI_VIEW[generation]:g} GB/s): "
+                                   f"{speed:g} GB/s")
+    return Figure(1.0, "estimate: the line rate; sockets are bounded by their streams instead")
+
+
+def nccl_view(topology: Topology) -> NcclView:
+    """NCCL's view of a topology with link figures (see the module docstring)."""
+    assumptions: list[str] = []
+    levels = topology.levels
+    if topology.nccl is not None:
+        generation, nvls, cpu = topology.nccl.generation, topology.nccl.nvls, topology.nccl.cpu
+        algorithms, protocols = topology.nccl.algorithms, topology.nccl.protocols
+    else:
+        generation, nvls, cpu, algorithms, protocols = "ampere", False, "intel", (), ()
+        assumptions.append("GPU generation Ampere, no NVLS (no [nccl] table)")
+    node_level = _node_level(topology, assumptions)
+    inner = levels[node_level + 1:] if node_level is not None else levels
+    gpus_per_node = prod(level.size for level in inner) if inner else 1
+    intra = _intra_link(inner, generation, assumptions)
+    network = None
+    if node_level is not None:
+        network = _network(levels[node_level], gpus_per_node, generation, assumptions)
+    buffsize = topology.nccl.buffsize if topology.nccl is not None and topology.nccl.buffsize else T.BUFFER["Simple"]
+    hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize)
+    overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
+    return NcclView(hardware, node_level, overheads, tuple(assumptions))
+
+
+def _node_level(topology: Topology, assumptions: list[str]) -> int | None:
+    kinds = [level.link.kind if level.link is not None else None for level in topology.levels]
+    networks = [i for i, kind in enumerate(kinds) if kind in NETWORK_KINDS]
+    if networks:
+        return networks[-1]
+    if any(kind is not None for kind in kinds) or len(kinds) < 2:
+        return None  # link kinds given and none is a network: one node
+    assumptions.append(f"level {topology.levels[-2].name} is the network between nodes (no link kinds given)")
+    return len(kinds) - 2
+
+
+def _intra_link(inner: tuple[Level, ...], generation: str, assumptions: list[str]) -> nccl.Link:
+    if not inner:
+        return nccl.Link("none", 0.0, 1.0, "one GPU per node: no intra-node link")
+    candidates = []
+    for level in inner:
+        if level.bandwidth is None:
+            continue
+        kind = level.link.kind if level.link is not None else None
+        if kind is None:
+            kind = "nvlink"
+            assumptions.append(f"level {level.name} is NVLink (no link kind given)")
+        efficiency = level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)
+        candidates.append(nccl.Link(kind, level.bandwidth.value, efficiency.value, efficiency.source))
+    if not candidates:
+        names = ", ".join(level.name for level in inner)
+        raise UsageError(f"level(s) {names} have no bandwidth and latency: the NCCL model needs the links inside a node; "
+                         f"add them to the topology (or measure a single-node run on a base that has them)")
+    return min(candidates, key=lambda link: link.achieved)
+
+
+def _network(level: Level, gpus_per_node: int, generation: str, assumptions: list[str]) -> nccl.Network:
+    if level.bandwidth is None:
+        raise UsageError(f"level {level.name} has no bandwidth and latency: the NCCL model needs the network's line rate; "
+                         f"add them to the topology")
+    kind = level.link.kind if level.link is not None else "infiniband"
+    if level.link is None:
+        assumptions.append(f"level {level.name} is InfiniBand (no link kind given)")
+    if level.uplinks is not None:
+        nics, line = level.uplinks.count, level.uplinks.bandwidth.value
+    else:
+        nics, line = gpus_per_node, level.bandwidth.value
+        assumptions.append(f"level {level.name}: one NIC per GPU at {line * 8 / 1e9:g} Gb/s (no uplinks given)")
+    efficiency = level.efficiency or default_efficiency(kind, generation, line)
+    link = nccl.Link(kind, line, efficiency.value, efficiency.source)
+    transport = level.transport
+    if transport is None:
+        transport_kind = "ib" if kind in ("infiniband", "roce") else "socket"
+        assumptions.append(f"level {level.name}: NCCL transport {transport_kind} (none given)")
+        return nccl.Network(link, nics, transport_kind, transport_kind == "ib", 0.0,
+                            nccl.socket_streams("other"), DEFAULT_STREAM.value, DEFAULT_STREAM.source)
+    sockets = transport.sockets if transport.sockets is not None else nccl.socket_streams(transport.vendor)
+    stream = transport.stream if transport.stream is not None else DEFAULT_STREAM
+    if transport.kind == "socket" and transport.stream is None:
+        assumptions.append(f"level {level.name}: {DEFAULT_STREAM.value * 8 / 1e9:g} Gb/s per TCP stream (none given)")
+    latency = transport.latency.value if transport.latency is not None else 0.0
+    stages = transport.stages.value if transport.stages is not None else None
+    return nccl.Network(link, nics, transport.kind, transport.gdr, latency, sockets, stream.value, stream.source,
+                        transport.unpack, stages)
+
+
+def group_layout(topology: Topology, view: NcclView, devices) -> tuple[int, int, int]:
+    """(nodes, ranks per node, outermost level spanned) of a group of device ranks; -1 for a
+    group of one device."""
+    devices = np.asarray(devices, dtype=np.int64)
+    coords = np.stack(np.unravel_index(devices, topology.sizes), axis=1)
+    spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l].tolist())) > 1]
+    outer = spanned[0] if spanned else -1
+    if view.node_level is None:
+        return 1, len(devices), outer
+    nodes: dict[tuple, int] = {}
+    for row in coords:
+        key = tuple(row[:view.node_level + 1].tolist())
+        nodes[key] = nodes.get(key, 0) + 1
+    return len(nodes), max(nodes.values()), outer
+
+
+def call_for(topology: Topology, view: NcclView, devices, collective: str, nbytes: float
+             ) -> tuple[nccl.Hardware, nccl.Call]:
+    """The hardware (with the per-call overhead of the outermost level the group spans) and the
+    call NCCL makes for a group of device ranks."""
+    nodes, per_node, outer = group_layout(topology, view, devices)
+    hardware = view.hardware
+    if outer >= 0 and view.overheads[outer]:
+        hardware = replace(hardware, overhead_s=view.overheads[outer])
+    return hardware, nccl.Call(collective, nodes, per_node, nbytes)
+
+
+def estimate_group(topology: Topology, devices, collective: str, nbytes: float,
+                   view: NcclView | None = None) -> nccl.Estimate:
+    """NCCL's choice and time for one call over the group, alone on the system."""
+    view = view or nccl_view(topology)
+    hardware, call = call_for(topology, view, devices, collective, nbytes)
+    return nccl.estimate(hardware, call)

@@ -1,0 +1,191 @@
+"""A planned candidate as the launch settings frameworks take.
+
+* Megatron-LM: the command-line sizes (`--tensor-model-parallel-size`, ...) and its rank order.
+  Megatron numbers ranks by an order string over the tokens `tp cp ep dp pp`, innermost first
+  (megatron/core/parallel_state.py, `RankGenerator`: rank = sum of each token's coordinate
+  times the product of the sizes before it). Its command line offers two orders,
+  `tp-cp-ep-dp-pp` (default) and `tp-cp-ep-pp-dp` (`--use-tp-pp-dp-mapping`)
+  (megatron/training/initialize.py). A placement is expressible when it is a permutation of
+  whole axes (synth.export.mesh.axis_order) whose order, ignoring roles of size 1, is one of
+  those two; otherwise the reason is given and the rank lists / DeviceMesh are the way.
+* torch: the `DeviceMesh` rank array with dimension names `pp, dp, cp, tp` (sizes > 1).
+* JAX: the shapes `jax.experimental.mesh_utils.create_hybrid_device_mesh(mesh_shape,
+  dcn_mesh_shape, process_is_granule=True)` takes: per axis its factor inside a node (the
+  innermost level, one process per node) and across nodes (the product of the outer levels'
+  factors). That helper lays each node's devices out row-major in `mesh_shape` and the nodes
+  row-major in `dcn_mesh_shape`; when the placement interleaves axes across two outer levels
+  that layout differs from the placement's, and the permutation for `Mesh` is the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.export.mesh import axis_order, device_mesh_array, jax_permutation
+from synth.names import product
+from synth.placement import Placement
+from synth.plan.degrees import Degrees
+from synth.plan.model import Transformer
+from synth.plan.step import Prediction
+
+MEGATRON_TOKENS = ("tp", "cp", "ep", "dp", "pp")
+MEGATRON_ORDERS = (("tp-cp-ep-dp-pp", None), ("tp-cp-ep-pp-dp", "--use-tp-pp-dp-mapping"))
+
+
+@dataclass(frozen=True)
+class MegatronOrder:
+    order: str | None  # the order string Megatron is given, None when not expressible
+    flag: str | None  # the command-line flag that selects it (None for the default)
+    reason: str  # why it is or is not expressible
+
+
+def megatron_order(placement: Placement) -> MegatronOrder:
+    """The Megatron order that numbers ranks exactly like the placement, or why there is none."""
+    found = axis_order(placement)
+    if found.order is None:
+        return MegatronOrder(None, None, f"not expressible in Megatron's rank order: {found.statement}")
+    ours = [name for name in found.order if placement.axis_sizes[placement.axis_index(name)] > 1]
+    for order, flag in MEGATRON_ORDERS:
+        tokens = [token for token in order.split("-") if token in ours]
+        if tokens == ours:
+            how = f"Megatron's {'default order' if flag is None else 'order with ' + flag}"
+            return MegatronOrder(order, flag, f"ranks numbered {'-'.join(ours)} innermost first: {how}")
+    return MegatronOrder(None, None, (
+        f"not expressible on Megatron's command line: the placement numbers ranks {'-'.join(ours)} innermost first, "
+        f"but Megatron takes only tp-cp-ep-dp-pp or tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping); "
+        f"use the rank lists or the DeviceMesh"))
+
+
+def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
+    """The sizes and settings on Megatron-LM's command line (pretrain_gpt.py)."""
+    degrees, settings = prediction.degrees, prediction.settings
+    args = ["--tensor-model-parallel-size", str(degrees.tp), "--pipeline-model-parallel-size", str(degrees.pp)]
+    if degrees.cp > 1:
+        args += ["--context-parallel-size", str(degrees.cp)]
+    if settings.virtual > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(model.layers // (degrees.pp * settings.virtual))]
+    args += ["--micro-batch-size", str(settings.micro_batch), "--global-batch-size", str(model.global_batch)]
+    if settings.sequence_parallel:
+        args.append("--sequence-parallel")
+    if settings.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform"]
+    elif settings.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    if settings.sharded_optimizer:
+        args.append("--use-distributed-optimizer")
+    if degrees.dp > 1 and settings.overlap_gradients:
+        args.append("--overlap-grad-reduce")
+    order = megatron_order(prediction.placement)
+    if order.flag:
+        args.append(order.flag)
+    return args
+
+
+@dataclass(frozen=True)
+class HybridMesh:
+    mesh_shape: tuple[int, ...] | None  # inside one node (ICI), per axis
+    dcn_mesh_shape: tuple[int, ...] | None  # across nodes (DCN), per axis
+    axis_names: tuple[str, ...]
+    reason: str
+
+
+def hybrid_mesh_layout(mesh_shape, dcn_mesh_shape, devices_per_node: int) -> np.ndarray:
+    """The ranks create_hybrid_device_mesh(mesh_shape, dcn_mesh_shape, process_is_granule=True)
+    puts at each mesh position, for devices numbered node-major (its documented layout: each
+    node's devices reshaped row-major to mesh_shape, the nodes' blocks tiled row-major over
+    dcn_mesh_shape)."""
+    nodes = product(dcn_mesh_shape)
+    blocks = np.arange(nodes * devices_per_node).reshape((nodes,) + tuple(mesh_shape))
+    grid = blocks.reshape(tuple(dcn_mesh_shape) + tuple(mesh_shape))
+    dims = len(mesh_shape)
+    order = [axis for pair in zip(range(dims), range(dims, 2 * dims)) for axis in pair]
+    return grid.transpose(order).reshape(tuple(a * b for a, b in zip(dcn_mesh_shape, mesh_shape)))
+
+
+def jax_hybrid_mesh(placement: Placement) -> HybridMesh:
+    """The within-node and across-node mesh shapes, checked against the helper's layout."""
+    names = placement.axis_names
+    inner = tuple(row[-1] for row in placement.matrix)
+    outer = tuple(product(row[:-1]) for row in placement.matrix)
+    expected = device_mesh_array(placement)
+    got = hybrid_mesh_layout(inner, outer, placement.level_sizes[-1])
+    if np.array_equal(got, expected):
+        return HybridMesh(inner, outer, names, "one process per node (process_is_granule=True), devices in rank order")
+    return HybridMesh(None, None, names, (
+        "not expressible as create_hybrid_device_mesh shapes: the placement interleaves axes across the outer "
+        "levels, which the helper tiles row-major; use Mesh(np.array(jax.devices())[perm].reshape(shape), names) "
+        "with the device permutation"))
+
+
+def launch_document(model: Transformer, prediction: Prediction) -> dict:
+    """Everything a launcher needs for one candidate, as JSON."""
+    placement = prediction.placement
+    order = megatron_order(placement)
+    hybrid = jax_hybrid_mesh(placement)
+    names = list(placement.axis_names)
+    return {
+        "degrees": prediction.degrees.to_json(),
+        "settings": prediction.settings.to_json(),
+        "placement": placement.to_text(),
+        "axes": dict(zip(names, placement.axis_sizes)),
+        "megatron": {"arguments": megatron_arguments(model, prediction), "order": order.order,
+                     "flag": order.flag, "statement": order.reason},
+        "torch_device_mesh": {"mesh": device_mesh_array(placement).tolist(), "mesh_dim_names": names},
+        "jax": {"mesh_shape": list(hybrid.mesh_shape) if hybrid.mesh_shape else None,
+                "dcn_mesh_shape": list(hybrid.dcn_mesh_shape) if hybrid.dcn_mesh_shape else None,
+                "axis_names": names, "statement": hybrid.reason,
+                "device_permutation": jax_permutation(placement)},
+        "rank_groups": {name: placement.axis_groups(name) for name in names},
+    }
+
+
+def published_placement(degrees: Degrees, topology, flag: str | None = None) -> Placement:
+    """The placement Megatron's default order (or the tp-pp-dp one) gives these degrees on this system."""
+    from synth.placement import make_placement
+
+    order = "tp-cp-ep-pp-dp" if flag else "tp-cp-ep-dp-pp"
+    axes = degrees.axes()
+    sizes = {axis.name: axis.size for axis in axes}
+    # Fill levels innermost first with the axes innermost first, as rank numbering does; the
+    # result is checked against Megatron's own numbering below.
+    remaining = list(topology.sizes)
+    matrix = {axis.name: [1] * len(remaining) for axis in axes}
+    level = len(remaining) - 1
+    for token in order.split("-"):
+        size = sizes.get(token, 1)
+        while size > 1:
+            if level < 0:
+                raise ValueError("the degrees do not fit the system")
+            take = np.gcd(size, remaining[level])
+            if take == 1:
+                level -= 1
+                continue
+            matrix[token][level] *= int(take)
+            remaining[level] //= int(take)
+            size //= int(take)
+            if remaining[level] == 1:
+                level -= 1
+    placement = make_placement(topology, axes, tuple(tuple(matrix[axis.name]) for axis in axes))
+    if not np.array_equal(device_mesh_array(placement), megatron_rank_mesh(degrees, order)):
+        raise ValueError(f"Megatron's order {order} with {degrees.text} is not a placement on {topology.name}")
+    return placement
+
+
+def megatron_rank_mesh(degrees: Degrees, order: str) -> np.ndarray:
+    """`mesh[x_pp, x_dp, x_cp, x_tp]` (roles of size > 1) = the rank Megatron's RankGenerator
+    gives those coordinates: each token's coordinate times the product of the sizes of the
+    tokens before it in the order string."""
+    axes = degrees.axes()
+    shape = tuple(axis.size for axis in axes)
+    coordinates = np.indices(shape)
+    rank = np.zeros(shape, dtype=np.int64)
+    stride = 1
+    for token in order.split("-"):
+        size = degrees.of(token) if token in ("dp", "tp", "pp", "cp") else 1
+        names = [axis.name for axis in axes]
+        if token in names and size > 1:
+            rank += coordinates[names.index(token)] * stride
+        stride *= size
+    return rank

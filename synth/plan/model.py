@@ -1,0 +1,203 @@
+"""The model a training step runs: a decoder-only transformer described by its shape and batch.
+
+`Transformer` is a value; built-in presets reproduce published models, each with its source,
+and `load_model` reads the same fields from a TOML or JSON file::
+
+    name = "my-model"
+    source = "where the shape comes from"
+    layers = 24
+    hidden = 2048
+    heads = 16
+    ffn = 8192            # FFN inner size (4 * hidden in GPT)
+    seq_len = 2048
+    vocab = 51200
+    micro_batch = 1       # sequences per micro-batch (the planner can search others)
+    global_batch = 512    # sequences per optimizer step
+    # optional: kv_heads (grouped-query attention), precision (bf16 | fp16 | fp32),
+    # grad_precision (the gradients' reduction type: fp32 | bf16 | fp16), optimizer (adam | sgd),
+    # gated_mlp (SwiGLU: three FFN matrices), biases, dropout, learned_positions,
+    # tied_embeddings, flash_attention
+
+Every field is checked and a bad one named with its fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from synth.errors import UsageError
+
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer and its batch (GPT, Llama); sizes in elements and sequences."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    seq_len: int
+    vocab: int
+    micro_batch: int
+    global_batch: int
+    kv_heads: int = 0  # 0: as many as heads (multi-head attention)
+    precision: str = "bf16"  # weights and activations
+    grad_precision: str = "fp32"  # gradients as reduced across data-parallel replicas
+    optimizer: str = "adam"
+    gated_mlp: bool = False  # SwiGLU/GeGLU FFN: gate, up and down matrices (Llama)
+    biases: bool = True
+    dropout: bool = True
+    learned_positions: bool = True  # a seq_len x hidden position table (GPT); False: rotary (Llama)
+    tied_embeddings: bool = True  # the output layer reuses the input embedding (GPT); False: Llama
+    flash_attention: bool = False  # attention scores never stored (FlashAttention)
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("layers", "hidden", "heads", "ffn", "seq_len", "vocab", "micro_batch", "global_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"model {self.name!r}: {name} = {value!r} is not a positive integer")
+        if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) or self.kv_heads < 0:
+            raise UsageError(f"model {self.name!r}: kv_heads = {self.kv_heads!r} is not a positive integer (0: as many as heads)")
+        if self.hidden % self.heads:
+            raise UsageError(f"model {self.name!r}: hidden {self.hidden} is not a multiple of heads {self.heads}")
+        if self.heads % self.query_groups:
+            raise UsageError(f"model {self.name!r}: heads {self.heads} is not a multiple of kv_heads {self.kv_heads}")
+        for name in ("precision", "grad_precision"):
+            if getattr(self, name) not in PRECISION_BYTES:
+                raise UsageError(f"model {self.name!r}: {name} = {getattr(self, name)!r}; choose one of {', '.join(PRECISION_BYTES)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"model {self.name!r}: optimizer = {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.global_batch % self.micro_batch:
+            raise UsageError(f"model {self.name!r}: global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
+
+    @property
+    def query_groups(self) -> int:
+        """Key/value heads (grouped-query attention); the heads themselves when not grouped."""
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def bytes_per_value(self) -> int:
+        return PRECISION_BYTES[self.precision]
+
+    @property
+    def grad_bytes_per_value(self) -> int:
+        return PRECISION_BYTES[self.grad_precision]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+    def with_batch(self, micro_batch: int | None = None, global_batch: int | None = None) -> Transformer:
+        return replace(self, micro_batch=micro_batch or self.micro_batch, global_batch=global_batch or self.global_batch)
+
+    def to_json(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+_GPT3 = ("Brown et al. 2020, 'Language Models are Few-Shot Learners' (arXiv:2005.14165), Table 2.1: "
+         "layers, d_model, heads, context 2048; batch sizes of 1M, 2M and 3.2M tokens as 512, 1024 and 1536 "
+         "sequences; FFN 4 x d_model, GPT-2 vocabulary of 50257; the 1.3B model with 16 heads of 128 (the "
+         "table's 24 heads x d_head 128 does not make its d_model 2048)")
+_MEGATRON = ("Narayanan et al., SC'21 'Efficient Large-Scale Language Model Training on GPU Clusters Using "
+             "Megatron-LM' (arXiv:2104.04473), Table 1 (heads, hidden, layers, batch; vocabulary 51200, sequence "
+             "2048, fp16); micro-batch from the authors' script examples/sc21/run_table_1.sh in NVIDIA/Megatron-LM")
+_LLAMA2 = ("Touvron et al. 2023, 'Llama 2: Open Foundation and Fine-Tuned Chat Models' (arXiv:2307.09288), "
+           "Table 1 and section 2.2 (context 4096, 4M-token batches, grouped-query attention for 70B); FFN sizes "
+           "11008 / 28672 and vocabulary 32000 from the released model configurations")
+
+
+def _gpt3(name: str, layers: int, hidden: int, heads: int, batch: int) -> Transformer:
+    return Transformer(name, layers, hidden, heads, 4 * hidden, 2048, 50257, 1, batch,
+                       precision="fp16", grad_precision="fp32", source=_GPT3)
+
+
+def _megatron(name: str, heads: int, hidden: int, layers: int, micro: int, batch: int) -> Transformer:
+    return Transformer(name, layers, hidden, heads, 4 * hidden, 2048, 51200, micro, batch, precision="fp16",
+                       grad_precision="fp16", source=_MEGATRON)
+
+
+def _llama2(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> Transformer:
+    return Transformer(name, layers, hidden, heads, ffn, 4096, 32000, 1, 1024, kv_heads=kv_heads, precision="bf16",
+                       grad_precision="fp32", gated_mlp=True, biases=False, dropout=False, learned_positions=False,
+                       tied_embeddings=False, flash_attention=True, source=_LLAMA2)
+
+
+PRESETS: dict[str, Transformer] = {model.name: model for model in (
+    _gpt3("gpt3-1.3b", 24, 2048, 16, 512),
+    _gpt3("gpt3-2.7b", 32, 2560, 32, 512),
+    _gpt3("gpt3-6.7b", 32, 4096, 32, 1024),
+    _gpt3("gpt3-175b", 96, 12288, 96, 1536),
+    _megatron("megatron-1.7b", 24, 2304, 24, 16, 512),
+    _megatron("megatron-3.6b", 32, 3072, 30, 16, 512),
+    _megatron("megatron-7.5b", 32, 4096, 36, 16, 512),
+    _megatron("megatron-18.4b", 48, 6144, 40, 8, 1024),
+    _megatron("megatron-39.1b", 64, 8192, 48, 4, 1536),
+    _megatron("megatron-76.1b", 80, 10240, 60, 2, 1792),
+    _megatron("megatron-145.6b", 96, 12288, 80, 2, 2304),
+    _megatron("megatron-310.1b", 128, 16384, 96, 1, 2160),
+    _megatron("megatron-529.6b", 128, 20480, 105, 1, 2520),
+    _megatron("megatron-1t", 160, 25600, 128, 1, 3072),
+    _llama2("llama2-7b", 32, 4096, 32, 0, 11008),
+    _llama2("llama2-70b", 80, 8192, 64, 8, 28672),
+)}
+
+
+_FIELDS = {field.name: field for field in fields(Transformer)}
+_REQUIRED = ("name", "layers", "hidden", "heads", "ffn", "seq_len", "vocab", "micro_batch", "global_batch")
+
+
+def model_from_mapping(document: dict, where: str) -> Transformer:
+    """A model from a parsed TOML/JSON table; unknown, missing or mistyped fields are named."""
+    if not isinstance(document, dict):
+        raise UsageError(f"{where}: a model is a table of fields ({', '.join(_REQUIRED)}, ...)")
+    for key in document:
+        if key not in _FIELDS:
+            raise UsageError(f"{where}: unknown field {key!r}; the fields are {', '.join(_FIELDS)}")
+    for key in _REQUIRED:
+        if key not in document:
+            raise UsageError(f"{where}: missing field {key!r}; a model needs {', '.join(_REQUIRED)}")
+    values = {}
+    for key, value in document.items():
+        kind = _FIELDS[key].type
+        if kind == "bool" and not isinstance(value, bool):
+            raise UsageError(f"{where}: {key} = {value!r} is not true or false")
+        if kind == "str" and not isinstance(value, str):
+            raise UsageError(f"{where}: {key} = {value!r} is not a string")
+        values[key] = value
+    return Transformer(**values)
+
+
+def load_model(spec: str) -> Transformer:
+    """A preset by name (`megatron-1t`) or a TOML/JSON file of the fields in the module docstring."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.is_file():
+        if spec.endswith((".toml", ".json")) or "/" in spec:
+            raise UsageError(f"no model file {spec!r}: give a path to a .toml or .json file or a preset: {', '.join(PRESETS)}")
+        raise UsageError(f"unknown model {spec!r}: use a preset ({', '.join(PRESETS)}) or a .toml/.json file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{spec}: cannot read the file ({error}); give a readable UTF-8 file") from None
+    if spec.endswith(".json"):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{spec}: not valid JSON: {error}") from None
+    else:
+        from synth.topology_file import _toml_loads  # the one TOML reader (tomllib, or tomli on 3.10)
+
+        document = _toml_loads(text, spec)
+    return model_from_mapping(document, spec)

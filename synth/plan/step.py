@@ -1,0 +1,345 @@
+"""One training step of one candidate (degrees, placement, settings): its time and its memory.
+
+Time (docs/plan.md derives each term and names its source). Per micro-batch, the slowest
+device (the last pipeline stage, which also runs the output layer) spends
+
+    t_mb = compute + exposed tensor-parallel collectives + context-parallel exchange
+           + pipeline point-to-point
+
+* compute: the forward FLOPs of its L/p layers (formulas.py) at `peak x matmul efficiency`
+  plus the bytes its memory-bound operations move (norms, bias-dropout-adds, activation,
+  softmax; formulas.layer_traffic_bytes) at the device's memory bandwidth, x3 for forward and
+  backward, + one forward more with full recomputation (the attention scores with selective),
+  + the output layer;
+* tensor parallelism (Megatron-LM, Shoeybi et al. 2019, section 3): two all-reduces of the
+  layer's `b s h` activations in forward and two in backward (two more in the recomputed
+  forward), on the critical path; with sequence parallelism (Korthikanti et al. 2022, section
+  4.2.2) each all-reduce becomes a reduce-scatter and an all-gather of the same size; + one
+  all-reduce for the vocabulary-parallel output layer;
+* pipeline (Narayanan et al. 2021, section 2.2 and 4.1): each micro-batch sends its `b s h`
+  activations forward and their gradient back, v times with the interleaved schedule; with
+  tensor parallelism the scatter/gather optimization (section 4.1) sends `1/t` of it over the
+  network and all-gathers it inside the stage (sequence parallelism already holds `1/t`);
+* context parallelism: the keys and values all-gathered in forward (and recomputation) and
+  their gradients reduce-scattered in backward, exposed where they exceed the attention's
+  own compute (the ring exchange overlaps with it).
+
+The step is `(m + (p-1)/v) t_mb` (the 1F1B and interleaved schedules; the bubble is
+`(p-1)/v t_mb`), then the exposed part of the gradient reduction (bucketed behind the last
+micro-batch's backward by synth.analysis.fusion's dynamic program, or one call after it when
+not overlapped), the tied embedding's gradient exchange between first and last stage, the
+sharded optimizer's all-gather of the updated weights, and the optimizer step itself, which
+reads and writes its states once at the device's memory bandwidth.
+
+Memory: weights, gradients and optimizer states of the device's stage (formulas.py), plus the
+activations of the micro-batches it holds in flight; a candidate fits when the first and the
+last stage's devices both fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.errors import UsageError
+from synth.placement import Placement
+from synth.plan import formulas
+from synth.plan.costs import CommunicationCosts, fuse_tensors
+from synth.plan.degrees import Degrees
+from synth.plan.model import Transformer
+from synth.topology import Device
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a framework lets a user choose besides the degrees."""
+
+    micro_batch: int
+    virtual: int = 1  # model chunks per pipeline device (1: 1F1B; > 1: interleaved)
+    sequence_parallel: bool = False
+    recompute: str = "none"  # none | selective | full
+    sharded_optimizer: bool = False  # ZeRO-1 / Megatron's distributed optimizer
+    overlap_gradients: bool = True  # gradient reduction in buckets behind backward
+
+    @property
+    def text(self) -> str:
+        parts = [f"mb={self.micro_batch}"]
+        if self.virtual > 1:
+            parts.append(f"v={self.virtual}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.recompute != "none":
+            parts.append(f"rc={self.recompute}")
+        if self.sharded_optimizer:
+            parts.append("zero1")
+        if not self.overlap_gradients:
+            parts.append("no-overlap")
+        return " ".join(parts)
+
+    def to_json(self) -> dict:
+        return {"micro_batch": self.micro_batch, "virtual_stages": self.virtual,
+                "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
+                "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients}
+
+
+@dataclass(frozen=True)
+class Compute:
+    """The device's peak for the model's precision and the fraction of it matmuls reach."""
+
+    peak_flops: float
+    efficiency: float
+    memory_bytes: float
+    memory_bandwidth: float | None
+
+    @property
+    def rate(self) -> float:
+        return self.peak_flops * self.efficiency
+
+
+def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "") -> Compute:
+    """The figures the step model needs from a topology's [device] table (or a refusal naming what is missing)."""
+    where = f"topology {topology_name}" if topology_name else "the topology"
+    if device is None:
+        raise UsageError(f"{where} has no [device] table: planning needs each device's peak FLOP/s and memory; "
+                         f"use a built-in with one (selene, dgx-a100-x4, dgx-h100-2x8x8, ...) or add [device] to the file")
+    if efficiency is None:
+        if device.matmul_efficiency is None:
+            raise UsageError(f"{where}: device {device.name!r} has no matmul_efficiency; add one to [device] or give --efficiency")
+        efficiency = device.matmul_efficiency.value
+    bandwidth = device.memory_bandwidth.value if device.memory_bandwidth is not None else None
+    return Compute(device.peak_for(precision).value, efficiency, device.memory.value, bandwidth)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where one step's time goes, in seconds (they add up to the step time)."""
+
+    compute: float
+    tensor_parallel: float  # exposed TP collectives
+    context_parallel: float  # exposed KV exchange
+    pipeline_p2p: float
+    pipeline_bubble: float
+    data_parallel: float  # exposed gradient reduction (+ the sharded optimizer's all-gather)
+    embedding_sync: float
+    optimizer: float
+    data_parallel_overlapped: float  # gradient reduction hidden behind backward (not in the sum)
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.tensor_parallel + self.context_parallel + self.pipeline_p2p
+                + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer)
+
+    def to_json(self) -> dict:
+        return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
+                "context_parallel_s": self.context_parallel, "pipeline_p2p_s": self.pipeline_p2p,
+                "pipeline_bubble_s": self.pipeline_bubble, "data_parallel_exposed_s": self.data_parallel,
+                "embedding_sync_s": self.embedding_sync, "optimizer_s": self.optimizer,
+                "data_parallel_overlapped_s": self.data_parallel_overlapped}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per device at peak, on the first and the last pipeline stage."""
+
+    states_first: float
+    activations_first: float
+    states_last: float
+    activations_last: float
+
+    @property
+    def first(self) -> float:
+        return self.states_first + self.activations_first
+
+    @property
+    def last(self) -> float:
+        return self.states_last + self.activations_last
+
+    @property
+    def peak(self) -> float:
+        return max(self.first, self.last)
+
+    def to_json(self) -> dict:
+        return {"peak_bytes": self.peak, "first_stage_bytes": self.first, "last_stage_bytes": self.last,
+                "states_first_bytes": self.states_first, "activations_first_bytes": self.activations_first,
+                "states_last_bytes": self.states_last, "activations_last_bytes": self.activations_last}
+
+
+@dataclass(frozen=True)
+class Route:
+    """One kind of communication of the step: what runs, on which levels, through which link."""
+
+    name: str  # "tensor", "data", "pipeline", "context", "embedding"
+    program: str
+    levels: str
+    time_s: float  # per call
+    calls: float  # per step
+    bytes: int  # per call, per device
+
+
+@dataclass(frozen=True)
+class Prediction:
+    degrees: Degrees
+    placement: Placement
+    settings: Settings
+    microbatches: int
+    step_s: float
+    breakdown: Breakdown
+    memory: Memory
+    routes: tuple[Route, ...]
+    model_flops: float  # per step, no recomputation
+    hardware_flops: float  # per step, recomputation included
+
+    def tokens_per_s(self, model: Transformer) -> float:
+        return model.tokens_per_step / self.step_s
+
+    def mfu(self, peak_flops: float) -> float:
+        """Model FLOPs utilization: model FLOPs per second per device over the peak."""
+        return self.model_flops / (self.step_s * self.placement.device_count * peak_flops)
+
+    def flops_per_device(self) -> float:
+        """Hardware FLOP/s per device (recomputation counted, as Narayanan et al. count it)."""
+        return self.hardware_flops / (self.step_s * self.placement.device_count)
+
+
+def microbatches_of(model: Transformer, degrees: Degrees, micro_batch: int) -> int | None:
+    """m = global batch / (micro-batch x data-parallel degree), or None when it does not divide."""
+    per_replica, remainder = divmod(model.global_batch, micro_batch * degrees.dp)
+    return per_replica if remainder == 0 and per_replica > 0 else None
+
+
+def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -> str | None:
+    """Why these settings are not runnable with these degrees (Megatron's own checks), or None."""
+    m = microbatches_of(model, degrees, settings.micro_batch)
+    if m is None:
+        return "batch"
+    if settings.virtual > 1:
+        if degrees.pp == 1 or model.layers % (degrees.pp * settings.virtual) or m % degrees.pp:
+            return "interleaving"
+    if settings.sequence_parallel and degrees.tp == 1:
+        return "sequence parallelism without tensor parallelism"
+    if settings.sharded_optimizer and degrees.dp == 1:
+        return "sharded optimizer without data parallelism"
+    return None
+
+
+def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees, placement: Placement,
+            settings: Settings, data_parallel: bool = True) -> Prediction:
+    """The step time and memory of one candidate (module docstring); settings must be runnable.
+    With `data_parallel=False` the gradient reduction is left out: a lower bound on the step
+    time (every term is >= 0) for the search to skip candidates that cannot rank."""
+    dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
+    m = microbatches_of(model, degrees, settings.micro_batch)
+    tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
+    layers = model.layers // pp
+    act_bytes = model.bytes_per_value
+    full, selective = settings.recompute == "full", settings.recompute == "selective"
+    routes: list[Route] = []
+
+    # --- compute per micro-batch on the slowest (last) stage --------------------------------------
+    layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
+    traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
+    bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
+    forward = layers * (layer_flops / tp / compute.rate + traffic.total / bandwidth)
+    scores_s = layers * (score_flops / tp / compute.rate + traffic.scores / bandwidth)
+    recompute = forward if full else (scores_s if selective else 0.0)
+    head = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
+            + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
+    compute_mb = 3 * forward + recompute + 3 * head
+
+    # --- tensor parallelism -----------------------------------------------------------------------
+    tp_mb, tp_backward = 0.0, 0.0
+    activation = tokens * model.hidden * act_bytes
+    if tp > 1:
+        calls = layers * (4 + (2 if full else 0))
+        backward_calls = layers * (2 + (2 if full else 0))
+        if settings.sequence_parallel:
+            scatter = costs.reduce_scatter(placement, ("tp",), activation)
+            gather = costs.all_gather(placement, ("tp",), activation)
+            per_call = scatter.time_s + gather.time_s
+            program, levels = f"{scatter.program}; {gather.program}", scatter.levels
+        else:
+            reduce = costs.all_reduce(placement, ("tp",), activation)
+            per_call, program, levels = reduce.time_s, reduce.program, reduce.levels
+        tp_mb = (calls + 1) * per_call  # + the output layer's all-reduce
+        tp_backward = backward_calls * per_call
+        routes.append(Route("tensor", program, levels, per_call, m * (calls + 1), activation))
+
+    # --- context parallelism ----------------------------------------------------------------------
+    cp_mb = 0.0
+    if cp > 1:
+        kv = 2 * tokens * cp * model.query_groups * model.head_dim * act_bytes // tp  # gathered keys and values
+        gather = costs.all_gather(placement, ("cp",), kv)
+        scatter = costs.reduce_scatter(placement, ("cp",), kv)
+        exchange = gather.time_s * (2 if full else 1) + scatter.time_s
+        attention = scores_s / layers * (3 + (1 if full or selective else 0))
+        cp_mb = layers * max(0.0, exchange - attention)
+        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+
+    # --- pipeline point to point ------------------------------------------------------------------
+    p2p_mb = 0.0
+    if pp > 1:
+        shard = tp if tp > 1 else 1  # scatter/gather optimization, or sequence parallelism's own shards
+        sent = activation // shard
+        seconds, link = costs.point_to_point(placement, "pp", sent)
+        gather_s = 0.0
+        if tp > 1 and not settings.sequence_parallel:
+            gather_s = costs.all_gather(placement, ("tp",), activation).time_s
+        per_transfer = seconds + gather_s
+        p2p_mb = 2 * v * per_transfer
+        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
+
+    t_mb = compute_mb + tp_mb + cp_mb + p2p_mb
+    bubble = (pp - 1) / v * t_mb
+    pipeline_s = m * t_mb + bubble
+
+    # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
+    params = formulas.stage_parameters(model, tp, pp)
+    grad_bytes = model.grad_bytes_per_value
+    dp_exposed = dp_overlapped = 0.0
+    if dp > 1 and data_parallel:
+        layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes)
+        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * layers, 1) * grad_bytes)
+        tensors = fuse_tensors(tuple([layer_grad] * layers + [embedding_grad]))
+        backward_s = (2 * forward + recompute + 2 * head + tp_backward) if settings.overlap_gradients else 0.0
+        gradients = costs.gradient_schedule(placement, ("dp",), tensors, backward_s, settings.sharded_optimizer)
+        dp_exposed = gradients.exposed_s
+        dp_overlapped = gradients.busy_s - dp_exposed
+        routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
+                            gradients.buckets, sum(tensors) // gradients.buckets))
+        if settings.sharded_optimizer:
+            weights = int(params.first * model.bytes_per_value)
+            gather = costs.all_gather(placement, ("dp",), weights)
+            dp_exposed += gather.time_s
+            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights))
+
+    # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
+    embedding_s = 0.0
+    if pp > 1 and model.tied_embeddings:
+        size = model.vocab * model.hidden // tp * grad_bytes
+        embedding_s, link = costs.point_to_point(placement, "pp", size, first=0, last=pp - 1)
+        routes.append(Route("embedding", f"exchange first and last stage ({link})", "", embedding_s, 1, size))
+
+    # --- optimizer step: its states read and written once -----------------------------------------
+    optimizer_s = 0.0
+    if compute.memory_bandwidth:
+        # fp32 weights (or main copies) and states read and written, the fp32 gradient read, and the
+        # low-precision weights written back in mixed precision.
+        weights = model.bytes_per_value
+        states = formulas.ADAM_STATE_BYTES if model.optimizer == "adam" else formulas.SGD_STATE_BYTES
+        touched = 2 * (formulas.FP32 + states) + formulas.FP32 + (weights if weights < formulas.FP32 else 0)
+        local = params.most / (dp if settings.sharded_optimizer else 1)
+        optimizer_s = local * touched / compute.memory_bandwidth
+
+    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed, embedding_s,
+                          optimizer_s, dp_overlapped)
+    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
+
+    # --- memory -----------------------------------------------------------------------------------
+    per_parameter = formulas.state_bytes_per_parameter(model, dp, settings.sharded_optimizer)
+    per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
+                                                settings.recompute)
+    extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
+    first_layers = formulas.in_flight_layers(model, pp, v, m)
+    memory = Memory(params.first * per_parameter, per_layer * first_layers + extra.first,
+                    params.last * per_parameter, per_layer * layers + extra.last)
+    return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
+                      formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))

@@ -1,0 +1,137 @@
+"""What a program search costs before it starts, so that one which cannot finish is refused.
+
+The enumerator's work is the (state, steps left) pairs it expands. Over the quotient state
+(synth/semantics.py) that number depends on the hierarchy's depth (its levels of size > 1)
+and on the length, not on the level sizes: larger sizes only add uneven splits, which end
+branches. So it was measured once, for hierarchies of 2-member levels, by
+`python -m benchmarks.synthesis --calibrate` (results/synthesis-calibration.md), and is
+kept here: EXPANSIONS[depth][length - 1]. Beyond the measured lengths, each extra step
+multiplies by the last measured ratio at that depth; the ratios shrink as the length grows
+(at depth 4: 5.7, 4.5, 3.5, 2.8), so the estimate errs high, towards refusing.
+
+Time is expansions x the measured seconds per expansion at that depth (it grows with the
+2^depth members of 4^depth bits a state holds), on the machine the calibration names. The
+budget is in those seconds: a search estimated above it is refused with the length that fits.
+Hierarchies deeper than the table are refused at any length: nothing was measured there and
+a single state already holds 2^depth members of 4^depth bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.errors import SearchTooLargeError
+
+# Expanded (state, steps left) pairs of a complete search over 2-member levels, by depth and
+# length 1, 2, ... (results/synthesis-calibration.json).
+EXPANSIONS: dict[int, tuple[int, ...]] = {
+    1: (1, 5, 9, 13, 17, 21, 25, 29),
+    2: (1, 11, 45, 110, 194, 281, 368, 455),
+    3: (1, 17, 111, 524, 1761, 4341, 8389, 13635),
+    4: (1, 23, 215, 1523, 8749, 38943, 134989, 379459),
+    5: (1, 29, 357, 3486, 28841, 199546),
+    6: (1, 35, 537, 6753, 74222),
+    7: (1, 41, 755, 11664),
+    8: (1, 47, 1011, 18559),
+}
+# CPU seconds per expansion at each depth, from the largest search of that depth (never less
+# than at a smaller depth: small searches are dominated by fixed costs).
+SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4: 5.4e-05, 5: 9.7e-05, 6: 0.00018, 7: 0.00049, 8: 0.0026}
+CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
+# A search estimated above this is refused: it would not finish within a minute.
+DEFAULT_BUDGET_S = 60.0
+MAX_DEPTH = max(EXPANSIONS)
+
+
+@dataclass(frozen=True)
+class SearchEstimate:
+    depth: int
+    max_len: int
+    expansions: int
+    seconds: float
+
+
+def search_depth(sizes) -> int:
+    """Levels that count: a level of size 1 offers no group and adds nothing to the state."""
+    return sum(1 for size in sizes if size > 1)
+
+
+def estimate(depth: int, max_len: int) -> SearchEstimate:
+    """The expansions and seconds of a complete search up to `max_len` steps (depth <= MAX_DEPTH)."""
+    if depth == 0:
+        return SearchEstimate(0, max_len, 1, 0.0)
+    measured = EXPANSIONS[depth]
+    if max_len <= len(measured):
+        expansions = float(measured[max_len - 1])
+    else:
+        ratio = measured[-1] / measured[-2] if len(measured) > 1 else 1.0
+        expansions = measured[-1] * ratio ** (max_len - len(measured))
+    return SearchEstimate(depth, max_len, round(expansions), expansions * SECONDS_PER_EXPANSION[depth])
+
+
+def total(depths, max_len: int) -> SearchEstimate:
+    """The estimate of several searches run one after another (the deepest depth reported)."""
+    found = [estimate(depth, max_len) for depth in depths]
+    return SearchEstimate(max(depths, default=0), max_len, sum(f.expansions for f in found), sum(f.seconds for f in found))
+
+
+def largest_length(depths, budget_s: float, up_to: int) -> int:
+    """The longest length up to `up_to` whose searches together fit the budget (0: none)."""
+    depths = list(depths)
+    if any(depth > MAX_DEPTH for depth in depths):
+        return 0
+    longest = 0
+    for length in range(1, up_to + 1):
+        if total(depths, length).seconds > budget_s:
+            break
+        longest = length
+    return longest
+
+
+def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUDGET_S) -> SearchEstimate:
+    """Refuse (SearchTooLargeError, describing values only) searches up to `max_len` steps over
+    these hierarchies, given as (level names, sizes) and run one after another, when they are
+    estimated beyond the budget together; None budget: only the depth limit. Returns the estimate."""
+    hierarchies = [(tuple(names), tuple(sizes)) for names, sizes in hierarchies]
+    depths = [search_depth(sizes) for _, sizes in hierarchies]
+    for depth, (names, sizes) in zip(depths, hierarchies):
+        if depth > MAX_DEPTH:
+            raise SearchTooLargeError(
+                f"the synthesis hierarchy {_text(names, sizes)} has {depth} levels of more than one member; its search "
+                f"state holds 2^{depth} members of 4^{depth} bits and cannot be searched beyond {MAX_DEPTH} levels: a "
+                f"hierarchy with fewer levels is needed (the merged one, or fewer system levels)",
+                depth=depth, max_len=max_len, largest_length=0, expansions=0, seconds=float("inf"),
+            )
+    found = total(depths, max_len)
+    if budget_s is None or found.seconds <= budget_s:
+        return found
+    longest = largest_length(depths, budget_s, max_len - 1)
+    advice = (f"programs of at most {longest} steps finish within {_duration(budget_s)}" if longest
+              else "no length finishes in that time")
+    if len(hierarchies) == 1:
+        article = "an" if depths[0] in (8, 11, 18) else "a"
+        what = f"{article} {depths[0]}-level synthesis hierarchy ({_text(*hierarchies[0])}) at length {max_len} needs"
+    else:
+        what = (f"{len(hierarchies)} synthesis hierarchies (the deepest with {found.depth} levels) at length {max_len} "
+                f"need together")
+    raise SearchTooLargeError(
+        f"{what} about {found.expansions:,} search states (~{_duration(found.seconds)} on {CALIBRATION_MACHINE}); {advice}",
+        depth=found.depth, max_len=max_len, largest_length=longest, expansions=found.expansions, seconds=found.seconds,
+    )
+
+
+def _text(names, sizes) -> str:
+    return ",".join(f"{name}={size}" for name, size in zip(names, sizes))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        minutes = round(seconds / 60, 1)
+        return "a minute" if minutes == 1 else f"{minutes:g} minutes"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} minutes"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds / 86400:.0f} days"

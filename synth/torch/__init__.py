@@ -1,0 +1,34 @@
+"""Synthesized reductions inside torch training: a plan built once, a reducer that runs it on
+any tensor, and the hooks DDP and FSDP2 take (docs/training.md).
+
+    import synth.torch
+    plan = synth.torch.plan_reduction("dgx-a100-x4", "data=8,model=4", "data", [[4, 2], [1, 4]])
+    reducer = synth.torch.HierarchicalReducer(plan, op="avg", mesh=mesh)
+    ddp_model.register_comm_hook(None, reducer.ddp_hook)
+
+The plans (synth.torch.plan) need no torch; the reducer and hooks need torch, an optional
+extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on first use.
+"""
+
+from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
+                              size_thresholds)
+
+_TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "synth.torch.reducer"}
+
+__all__ = ["ReductionPlan", "SizeRange", "best_by_size", "load_plan", "plan_programs", "plan_reduction",
+           "size_thresholds", *_TORCH_NAMES]
+
+
+def __getattr__(name):
+    if name in _TORCH_NAMES:
+        import importlib
+
+        try:
+            module = importlib.import_module(_TORCH_NAMES[name])
+        except ImportError as error:
+            if error.name != "torch" and not str(error.name or "").startswith("torch."):
+                raise
+            raise ImportError(f"synth.torch.{name} needs torch: pip install torch (the CPU or the CUDA build, "
+                              "see the README), or pip install 'hierarchical-collectives-synth[run]'") from None
+        return getattr(module, name)
+    raise AttributeError(f"module 'synth.torch' has no attribute {name!r}")

@@ -1,0 +1,181 @@
+"""Reduce tensors over a job's reduction groups by synthesized programs, inside training.
+
+    reducer = HierarchicalReducer(plan, op="avg", mesh=mesh)   # after init_process_group
+    reducer.reduce(tensor)                 # in place, any size, float32/bfloat16/float16
+    future = reducer.reduce_async(tensor)  # torch.futures.Future holding the tensor
+
+A tensor of E elements is cut as the program expects, into N chunks of E // N elements (N the
+reduction group size), and the program runs on those N * (E // N) elements in place, step by
+step, each rank making the one call its plan gives; the remaining E mod N elements (fewer than
+N) go through one all_reduce over the reduction group. No copy, no padding. `op="avg"`
+divides by N first, as torch's own DDP hook does (no overflow in float16).
+
+Which program runs is the plan's choice for the tensor's size in bytes (synth.torch.plan).
+Communicators are made once, when the reducer is built, in one order on every rank: a
+DeviceMesh's group is reused where a communicator of the plan has exactly the groups of one
+of its dimensions (a mesh whose dimensions are the reduced axis split per level, e.g.
+("node", "gpu"), gives the programs' level groups); the others are created (`new_group`, or
+`split_group` on NCCL).
+
+Asynchrony. On CUDA tensors (NCCL) the calls are issued at once: each waits on the previous
+one on the GPU, not on the CPU, and the future carries CUDA events, so backward goes on while
+the program runs. gloo's calls block the calling thread, so on CPU tensors the program runs
+on one background thread per reducer, which issues every call of every reduction in the order
+they were asked for (the same on every rank: DDP asks for its buckets in bucket order); the
+groups the reducer uses must then not be used by other code while a reduction is in flight
+(the world group, which DDP itself uses, never is).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import torch
+import torch.distributed as dist
+
+from synth.export.torch_runtime import Communicators, run_program
+from synth.torch.plan import ReductionPlan
+
+OPS = ("sum", "avg")
+
+
+def mesh_matches(mesh, communicators) -> dict[int, tuple[str | int, object]]:
+    """{communicator set index: (mesh dimension, this rank's group)} for every set of the plan
+    whose groups are exactly one dimension's groups, members in the same order. Decided from
+    the mesh's rank array alone, so every rank decides the same."""
+    array = mesh.mesh
+    if array.numel() != dist.get_world_size() or sorted(array.flatten().tolist()) != list(range(array.numel())):
+        return {}
+    names = mesh.mesh_dim_names or tuple(range(array.dim()))
+    matches = {}
+    for dim, name in enumerate(names):
+        groups = sorted(tuple(group) for group in array.movedim(dim, -1).reshape(-1, array.shape[dim]).tolist())
+        for index, comm in enumerate(communicators):
+            if index not in matches and sorted(tuple(group) for group in comm) == groups:
+                # torch numbers a group's members by global rank: the plan's order must be that one.
+                if all(list(group) == sorted(group) for group in comm):
+                    matches[index] = (name, mesh.get_group(name if mesh.mesh_dim_names else dim))
+    return matches
+
+
+class HierarchicalReducer:
+    """Runs a ReductionPlan's programs on tensors of this rank (see the module docstring)."""
+
+    def __init__(self, plan: ReductionPlan, op: str = "avg", mesh=None, backend: str | None = None):
+        if not dist.is_initialized():
+            raise RuntimeError("HierarchicalReducer needs torch.distributed: call init_process_group first")
+        if op not in OPS:
+            raise ValueError(f"op {op!r}: choose one of {', '.join(OPS)}")
+        self.plan = plan
+        self.op = op
+        self.rank = dist.get_rank()
+        world = dist.get_world_size()
+        if world != plan.world_size:
+            raise ValueError(f"the plan is for {plan.world_size} ranks, this job has {world}: plan the job's own "
+                             "placement (every rank of the world takes part, one process per device)")
+        self.data = plan.to_document()
+        communicators = self.data["communicators"]
+        self.reused = mesh_matches(mesh, communicators) if mesh is not None else {}
+        backend = backend or str(dist.get_backend())
+        kind = "nccl" if "nccl" in backend else "gloo"
+        self.comms = Communicators(self.data, kind, self.rank, {i: group for i, (_, group) in self.reused.items()})
+        self.reduction_group = self.comms[plan.reduction_communicator]
+        self.group_size = plan.group_size
+        self._programs = self.data["programs"]
+        self._queue: queue.Queue | None = None
+        self._worker: threading.Thread | None = None
+        self.calls: dict[int, int] = {}  # program index -> how many tensors it reduced (for reports)
+
+    # --- the reduction -------------------------------------------------------------------------
+
+    def _reduce_now(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Reduce `tensor` in place, calls issued from this thread."""
+        flat = tensor.view(-1)
+        if self.op == "avg":
+            if not flat.is_floating_point():
+                raise TypeError(f"op='avg' needs a floating-point tensor, got {flat.dtype}")
+            flat.div_(self.group_size)
+        n = self.group_size
+        chunk = flat.numel() // n
+        index = self.plan.program_for(flat.numel() * flat.element_size())
+        self.calls[index] = self.calls.get(index, 0) + 1
+        if chunk:
+            run_program(self._programs[index], flat[:chunk * n], chunk, self.comms, self.rank)
+        if chunk * n < flat.numel():  # the ragged tail, fewer than N elements
+            dist.all_reduce(flat[chunk * n:], group=self.reduction_group)
+        return tensor
+
+    def _contiguous(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not tensor.is_contiguous():
+            raise ValueError("reduce a contiguous tensor (DDP buckets and FSDP gradients are); "
+                             "for a view, reduce tensor.contiguous() and copy it back")
+        return tensor
+
+    def reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
+        """Start reducing `tensor` in place; the future's value is the tensor, reduced."""
+        tensor = self._contiguous(tensor)
+        if tensor.device.type == "cpu":
+            future: torch.futures.Future = torch.futures.Future()
+            self._submit(tensor, future)
+            return future
+        self._reduce_now(tensor)  # stream-ordered: the CPU does not wait
+        future = torch.futures.Future(devices=[tensor.device])
+        future.set_result(tensor)  # records an event on the current stream, after the calls
+        return future
+
+    def reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Reduce `tensor` in place and return it (on CUDA, ordered on the current stream)."""
+        return self.reduce_async(tensor).wait()
+
+    __call__ = reduce
+
+    # --- the background thread for CPU tensors ------------------------------------------------
+
+    def _submit(self, tensor: torch.Tensor, future: torch.futures.Future) -> None:
+        if self._worker is None:
+            self._queue = queue.Queue()
+            self._worker = threading.Thread(target=self._serve, name="synth-reducer", daemon=True)
+            self._worker.start()
+        self._queue.put((tensor, future))
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            tensor, future = item
+            try:
+                self._reduce_now(tensor)
+            except BaseException as error:  # handed to whoever waits on the future
+                future.set_exception(error)
+            else:
+                future.set_result(tensor)
+
+    def close(self) -> None:
+        """Stop the background thread (after the reductions already asked for)."""
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
+            self._worker = None
+
+    # --- framework hooks -----------------------------------------------------------------------
+
+    def ddp_hook(self, state, bucket):  # no annotations: DDP compares them to its own types
+        """A DDP communication hook: `ddp_model.register_comm_hook(None, reducer.ddp_hook)`.
+        Reduces the bucket's flat buffer in place (averaged with op="avg", as DDP's default)
+        and returns the torch.futures.Future[torch.Tensor] DDP waits on."""
+        return self.reduce_async(bucket.buffer())
+
+    def fsdp_all_reduce_hook(self, tensor: torch.Tensor) -> None:
+        """For FSDP2's `set_all_reduce_hook`: reduces FSDP's reduce-scatter output across the
+        replicas (the dimension FSDP was not given), in place, on the stream FSDP runs it on."""
+        self.reduce(tensor)
+
+    def summary(self) -> list[str]:
+        """What was created and reused, and which program ran how often."""
+        lines = [f"reused from the mesh: {', '.join(f'communicator {i} = dimension {name}' for i, (name, _) in sorted(self.reused.items())) or 'none'}",
+                 f"groups created: {self.comms.created}"]
+        for index, count in sorted(self.calls.items()):
+            lines.append(f"{count} tensor(s) by program {index}: {self._programs[index]['text']}")
+        return lines

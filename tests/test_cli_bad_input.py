@@ -1,0 +1,313 @@
+"""Issue 12's bad inputs, one test each: one line on stderr naming the value (and, where the
+library found it, the option), exit 2 for usage and input, 1 for "no answer", never a
+traceback or a hang. The inputs that A (search limits) and E (sizes) own are in their tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+LEVELS = ("--levels", "node=2,gpu=4")
+PROGRAM = "AllReduce(InsideGroup(gpu)); AllReduce(Parallel(node))"
+LONG = "x" * 300
+
+
+def one_line(err: str, *fragments: str) -> None:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err and len(err) < 700, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def refused(run_cli, *args, code=2, fragments=()):
+    got, out, err = run_cli(*args)
+    assert got == code, err
+    one_line(err, *fragments)
+    return out, err
+
+
+# --- names and files ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [LONG, LONG + ".toml", "x/" * 3000, "bad\0name"])
+def test_a_topology_name_no_file_system_takes(run_cli, name):
+    refused(run_cli, "rank", "--topology", name, "--axes", "data=8", "--reduce", "data", "--bytes", "1MiB",
+            fragments=("synth rank: --topology: ", "characters" if len(name) > 60 else "topology"))
+
+
+def test_an_output_name_no_file_system_takes(run_cli, tmp_path):
+    os.chdir(tmp_path)
+    refused(run_cli, "export", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "--program", PROGRAM,
+            "--format", "torch", "-o", LONG, fragments=("-o ", "(300 characters)", "File name too long"))
+    refused(run_cli, "sweep", "--topology", "emu-2x4", "--axes", "data=8", "-b", "1K", "-e", "2K", "-o", LONG,
+            fragments=("-o ", "File name too long"))
+    refused(run_cli, "bench", *LEVELS, "--axes", "8", "--reduce", "a0", "--program", PROGRAM, "--backend", "gloo",
+            "-o", LONG, fragments=("-o ", "File name too long"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_toml_file_nested_thousands_deep(run_cli, tmp_path):
+    path = tmp_path / "nested.toml"
+    path.write_text("a = " + "[" * 3000 + "]" * 3000 + "\n")
+    refused(run_cli, "placements", "--topology", str(path), "--axes", "8", fragments=("nested too deeply",))
+    path.write_text('name = "x"\n' + "[a]\n" + "".join(f"[a{'.b' * i}]\n" for i in range(1, 400)))
+    refused(run_cli, "placements", "--topology", str(path), "--axes", "8")
+
+
+def test_a_program_file_that_is_not_text(run_cli, tmp_path):
+    path = tmp_path / "program.bin"
+    path.write_bytes(b"\xff\xfe\x00AllReduce")
+    refused(run_cli, "check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", f"@{path}",
+            fragments=("not UTF-8",))
+    refused(run_cli, "check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "@/dev/zero",
+            fragments=("larger than",))
+    refused(run_cli, "check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", f"@{tmp_path}",
+            fragments=("cannot read program file",))
+
+
+# --- numbers and lists -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("matrix", ["[[" + "9" * 5000 + "]]", "[" * 5000 + "]" * 5000, "[[2,4]]" + " " * 5000])
+def test_a_placement_of_5000_digits_or_5000_deep(run_cli, matrix):
+    refused(run_cli, "check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", matrix, PROGRAM,
+            fragments=("--placement: ", "characters)", "not a placement matrix"))
+
+
+def test_more_axes_or_levels_than_an_array_has_dimensions(run_cli):
+    many = ",".join(["1"] * 70 + ["8"])
+    refused(run_cli, "placements", *LEVELS, "--axes", many, fragments=("--axes: ", "at most 32"))
+    refused(run_cli, "placements", "--levels", many, "--axes", "8", fragments=("--levels: ", "at most 32"))
+
+
+def test_a_workload_count_of_400_digits(run_cli):
+    refused(run_cli, "workload", "--topology", "emu-2x4", "--axes", "data=4,model=2",
+            "--reduction", "data:1MiBx" + "9" * 400, fragments=("--reduction",))
+    refused(run_cli, "workload", "--topology", "emu-2x4", "--axes", "data=4,model=2",
+            "--reduction", "data:1MiBx" + "9" * 40, fragments=("count",))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("placements", *LEVELS, "--axes", "data=\u0664,model=2"), "--axes"),
+    (("placements", "--levels", "node=\u0662,gpu=4", "--axes", "8"), "--levels"),
+    (("placements", *LEVELS, "--axes", "data=\uff14,model=2"), "--axes"),
+    (("placements", *LEVELS, "--axes", "data=4,model=2", "--factor", "model.gpu=\u0662"), "--factor"),
+    (("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1MiB", "--top", "\u0663"),
+     "--top"),
+    (("explore", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1MiB", "-L", "\u0663"),
+     "--max-len"),
+    (("bench", *LEVELS, "--axes", "8", "--reduce", "a0", "--program", PROGRAM, "--iters", "\u0663"), "--iters"),
+    (("check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[\u0662,4]]", PROGRAM), "--placement"),
+])
+def test_unicode_digits_are_not_numbers(run_cli, args, fragment):
+    refused(run_cli, *args, fragments=(fragment,))
+
+
+def test_a_reduce_list_with_an_empty_name(run_cli):
+    for text in ("data,", ",data", "data,,model", ","):
+        refused(run_cli, "programs", *LEVELS, "--axes", "data=4,model=2", "--reduce", text, "--count",
+                fragments=("--reduce: ",))
+
+
+@pytest.mark.parametrize("args", [
+    ("placements", *LEVELS, "--axes", "d" * 100_000 + "=8"),
+    ("programs", *LEVELS, "--axes", "data=8", "--reduce", "x" * 100_000),
+    ("check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "AllReduce(InsideGroup(" + "g" * 100_000 + "))"),
+    ("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "9" * 100_000),
+    ("placements", *LEVELS, "--axes", "data=4,model=2", "--inside", "m" * 100_000),
+    ("emulate", "status", "--name", "x" * 100_000),
+])
+def test_huge_inputs_are_not_echoed_whole(run_cli, args):
+    refused(run_cli, *args)
+
+
+def test_a_31_digit_factor_is_refused_before_any_factoring(run_cli):
+    started = time.perf_counter()
+    refused(run_cli, "placements", *LEVELS, "--axes", "data=4,model=2", "--factor", "model.gpu=" + "9" * 31,
+            fragments=("--factor: ",))
+    got, _, err = run_cli("placements", *LEVELS, "--axes", "data=4,model=2", "--factor", "model.gpu=999999937")
+    assert got == 1 and "does not divide" in err
+    assert time.perf_counter() - started < 30  # trial division of 10**30 would not end
+
+
+# --- the order of checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command, rest", [
+    ("rank", ("--reduce", "data", "--bytes", "1MiB")),
+    ("explore", ("--reduce", "data", "--bytes", "1MiB")),
+    ("workload", ("--reduction", "data:1MiB")),
+    ("sweep", ("-b", "1KiB", "-e", "4KiB")),
+    ("fusion", ("--reduce", "data", "--placement", "[[" + ",".join(["2"] * 20) + "]]", "--tensors", "1MiB")),
+    ("export", ("--reduce", "data", "--placement", "[[" + ",".join(["2"] * 20) + "]]", "--top", "1",
+                "--format", "json", "-o", "x.json")),
+])
+def test_a_20_level_topology_is_refused_before_anything_is_costed(run_cli, tmp_path, command, rest, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "deep.toml"
+    lines = ['name = "deep20"']
+    for index in range(20):
+        lines += ["[[levels]]", f'name = "l{index}"', "size = 2", 'bandwidth = { value = "10 GB/s", source = "test" }',
+                  'latency = { value = "1 us", source = "test" }']
+    path.write_text("\n".join(lines) + "\n")
+    started = time.perf_counter()
+    refused(run_cli, command, "--topology", str(path), "--axes", "data=1048576", *rest, fragments=("20 levels",))
+    assert time.perf_counter() - started < 60
+
+
+def test_rank_on_a_20_level_topology_is_refused_before_anything_is_costed(run_cli, tmp_path):
+    path = tmp_path / "deep.toml"
+    lines = ['name = "deep20"']
+    for index in range(20):
+        lines += ["[[levels]]", f'name = "l{index}"', "size = 2", 'bandwidth = { value = "10 GB/s", source = "test" }',
+                  'latency = { value = "1 us", source = "test" }']
+    path.write_text("\n".join(lines) + "\n")
+    started = time.perf_counter()
+    refused(run_cli, "rank", "--topology", str(path), "--axes", "data=1048576", "--reduce", "data", "--bytes", "1MiB",
+            fragments=("20 levels",))
+    assert time.perf_counter() - started < 60
+
+
+def test_placements_of_262144_devices_are_listed_without_every_group_in_memory():
+    """Three axes of 64 on 262,144 devices: 406 placements. Each one's groups are shown by
+    their first ranks, computed digit by digit; the run stays small."""
+    code = ("import resource, sys; from synth.cli import main; c = main(['placements', '--levels', '64,64,64', "
+            "'--axes', '64,64,64']); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+            "sys.exit(c)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "406 placement(s)" in done.stdout
+    assert int(done.stderr.split()[-1]) < 400_000  # kilobytes: under 400 MB (it used 3 GB)
+
+
+def test_more_placements_than_can_be_listed_are_refused_with_the_fix(run_cli):
+    started = time.perf_counter()
+    refused(run_cli, "placements", "--levels", "2,2,2,2,2,2,2,2,2,2", "--axes", "4,4,4,4,4",
+            fragments=("more than 2000 placements", "narrow"))
+    assert time.perf_counter() - started < 60
+
+
+def test_check_without_a_placement_is_a_usage_error(run_cli):
+    refused(run_cli, "check", *LEVELS, "--axes", "data=4,model=2", "--reduce", "data", PROGRAM,
+            fragments=("give --placement",))
+
+
+# --- times and rates --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-5", "0", "1e400", "\u0665"])
+def test_bench_timeout_must_be_a_positive_finite_number(run_cli, timeout, tmp_path):
+    refused(run_cli, "bench", *LEVELS, "--axes", "8", "--reduce", "a0", "--program", PROGRAM, "--backend", "gloo",
+            "--timeout", timeout, "-o", str(tmp_path), fragments=("--timeout",))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_output_pointing_at_a_file(run_cli, tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("keep me")
+    refused(run_cli, "bench", *LEVELS, "--axes", "8", "--reduce", "a0", "--program", PROGRAM, "--backend", "gloo",
+            "-o", str(path), fragments=("is a file",))
+    assert path.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("scale", ["1e30", "1e-30", "nan", "inf", "-1", "1/0", "\u0661/64"])
+def test_emulate_up_refuses_a_scale_tc_cannot_shape_before_touching_anything(run_cli, scale, monkeypatch):
+    from synth.emulate import host
+
+    monkeypatch.setattr(host, "require_host", lambda: None)
+    monkeypatch.setattr(host, "run", lambda argv: pytest.fail(f"ran {argv}"))
+    refused(run_cli, "emulate", "up", "emu-2x4", "--scale", scale, "--name", "never")
+
+
+@pytest.mark.parametrize("field, value", [("latency", "1e308 s"), ("latency", "1 ms"), ("bandwidth", "1e-300 B/s"),
+                                          ("bandwidth", "1e300 TB/s")])
+def test_topology_figures_that_make_times_infinite_are_refused_at_load(run_cli, tmp_path, field, value):
+    figures = {"bandwidth": "1 GB/s", "latency": "1 us", field: value}
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\n[[levels]]\nname = "node"\nsize = 2\n'
+                    f'bandwidth = {{ value = "{figures["bandwidth"]}", source = "x" }}\n'
+                    f'latency = {{ value = "{figures["latency"]}", source = "x" }}\n')
+    got, out, err = run_cli("rank", "--topology", str(path), "--axes", "2", "--reduce", "a0", "--bytes", "1MiB")
+    if value == "1 ms":
+        assert got == 0 and "inf" not in out and "nan" not in out
+    else:
+        # refused by the unit parser (beyond any link) or by the topology's range check
+        assert got == 2 and len(err.splitlines()) == 1 and "levels[0]" in err and field in err
+        assert "outside the range a link has" in err or "than any" in err
+
+
+# --- interruptions ----------------------------------------------------------------------------------
+
+
+def _interrupt_after(args: list[str], seconds: float, cwd) -> subprocess.CompletedProcess:
+    process = subprocess.Popen([sys.executable, "-m", "synth", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=cwd)
+    time.sleep(seconds)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
+
+
+def test_ctrl_c_of_programs_json_keeps_what_was_found_as_json(run_cli, monkeypatch):
+    """Ctrl-C after the search found five programs (made deterministic by raising it there):
+    standard output is still one JSON document with those five."""
+    from synth import search
+
+    real = search.Enumerator.programs
+
+    def interrupted_after_five(self):
+        for index, program in enumerate(real(self)):
+            if index == 5:
+                raise KeyboardInterrupt
+            yield program
+
+    monkeypatch.setattr(search.Enumerator, "programs", interrupted_after_five)
+    code, out, err = run_cli("programs", "--levels", "rack=2,node=2,gpu=2", "--axes", "data=8", "--reduce", "data",
+                             "--max-len", "4", "--json")
+    assert code == 130
+    one_line(err, "synth programs: interrupted after 5 program(s)", "the JSON holds them")
+    rows = json.loads(out)
+    assert len(rows) == 5 and all("program" in row for row in rows)
+
+
+def test_ctrl_c_of_sweep_writes_the_placements_done_and_says_so(run_cli, tmp_path, monkeypatch):
+    """Ctrl-C arrives while the third placement is swept (made deterministic by raising it
+    there): the files hold the two placements done, and say the sweep was interrupted."""
+    from synth.analysis import sweep
+
+    real, calls = sweep.run_sweep, []
+
+    def interrupted_on_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted_on_the_third)
+    code, out, err = run_cli("sweep", "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "-b", "1KiB",
+                             "-e", "4KiB", "-L", "3", "-o", str(tmp_path / "out"))
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("synth sweep: interrupted after 2 of ")
+    (csv_path,) = (tmp_path / "out").glob("*.csv")
+    (json_path,) = (tmp_path / "out").glob("*.json")
+    written = json.loads(json_path.read_text())
+    assert written["interrupted"] is True and written["placements"] == 2
+    assert {row["matrix"] for row in written["rows"]} and len({row["matrix"] for row in written["rows"]}) == 2
+    assert len(csv_path.read_text().splitlines()) == 1 + len(written["rows"])
+    assert str(csv_path) in out
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_z3_calls_is_never_lost(tmp_path):
+    """Placement enumeration is a loop of Z3 calls; an interrupt at any moment of it ends the
+    run with 130 (Z3 used to catch SIGINT itself and answer 'unknown', ending the loop as if
+    every placement had been found, and the run then exited 0)."""
+    args = ["placements", "--levels", "2,2,2,2,2,2,2,2", "--axes", "8,8,4", "--json"]  # 560 placements, seconds
+    for delay in (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0):
+        done = _interrupt_after(args, delay, tmp_path)
+        assert done.returncode == 130, (delay, done.returncode, done.stderr[-300:])
