@@ -1,6 +1,6 @@
 """One record per collective of the language: the single place that says what it needs and does.
 
-A collective acting on a group of k members (root first, SPEC section 7) is two choices:
+A collective acting on a group of k members (root first, docs/model.md section 7) is two choices:
 
 * how the members' data combine (`Combine`): summed over one shared range (nothing may be
   counted twice), joined from consecutive equal blocks in member order, or the root's as it is;
