@@ -38,8 +38,8 @@ class NcclView:
     hardware: nccl.Hardware
     node_level: int | None  # index of the network level; None when the whole system is one node
     overheads: tuple[float, ...]  # seconds per call, by the outermost level the call spans
-    protocols: tuple[tuple[nccl.ProtocolFigures, ...], ...] = ()  # per-protocol factors, by that level
     assumptions: tuple[str, ...]
+    protocols: tuple[tuple[nccl.ProtocolFigures, ...], ...] = ()  # per-protocol factors, by the outermost level
 
 
 def default_efficiency(kind: str, generation: str, line_rate: float) -> Figure:
