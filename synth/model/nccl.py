@@ -799,6 +799,15 @@ def estimate_for(hardware: Hardware, call: Call, algorithm: str, protocol: str) 
     return _time(hardware, call, table, choice)
 
 
+def timed(hardware: Hardware, call: Call, choice: Choice) -> Estimate:
+    """The time of a given choice (NCCL's pick for this call, from `choose` or an earlier
+    `estimate`) on the hardware: what a fit evaluates many times, since the fitted figures
+    never change the choice (`as_nccl_sees`)."""
+    if call.ranks == 1 or call.nbytes <= 0:
+        return Estimate(call, Choice("none", "none", 0, 0.0), 0.0, 0.0, 0.0, 0.0, "")
+    return _time(hardware, call, tuning(hardware, call), choice)
+
+
 def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Estimate:
     algorithm, protocol, channels = choice.algorithm, choice.protocol, choice.channels
     full = table.nvls_channels if algorithm in ("nvls", "nvls_tree") else table.channels
