@@ -199,7 +199,8 @@ class _Setup:
     level: int
     points: tuple[_Point, ...]
     unique: tuple[_Point, ...]  # one point per (devices, collective, bytes)
-    calls: tuple[tuple[nccl.Call, nccl.Choice], ...]  # of the unique points: the call and NCCL's (fixed) choice
+    calls: tuple[tuple[nccl.Call, nccl.Choice, nccl.Tuning], ...]  # of the unique points: the call, NCCL's (fixed)
+    # choice and table
     index: np.ndarray  # points -> unique
     times: np.ndarray  # measured seconds of every point
     params: tuple[_Param, ...]
@@ -288,9 +289,11 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
             continue
         factors = base_factors.get(protocol, ProtocolFactors())
         bound = [e for e in chosen if e.transfer_s >= BOUND_SHARE * e.time_s]
-        # LL and LL128 rates are the protocol's own; Simple's are the links' (their efficiencies)
-        # except where one of NCCL's measured per-channel ceilings binds a Simple transfer.
-        if len(bound) >= 1 and (protocol != "Simple" or any(e.bottleneck == "protocol" for e in bound)):
+        # LL and LL128 rates are the protocol's own (wherever NCCL picks them at two sizes or
+        # more: their rate may be far below the model's, so no share of the modelled time
+        # tells); Simple's are the links' (their efficiencies) except where one of NCCL's
+        # measured per-channel ceilings binds a Simple transfer.
+        if (len(chosen) >= 2 if protocol != "Simple" else any(e.bottleneck == "protocol" for e in bound)):
             start = math.log(factors.bandwidth.value) if factors.bandwidth else 0.0
             params.append(_Param("bandwidth", protocol, start, math.log(0.05), math.log(20.0), PRIOR_LOG))
         start = math.log(factors.latency.value) if factors.latency else 0.0
@@ -301,7 +304,8 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     if _fills(topology, level, unique, view):
         stages = target.transport.stages.value if target.transport.stages is not None else nccl.NET_HOP_STAGES
         params.append(_Param("stages", level, stages, 0.0, MAX_STAGES, PRIOR_STAGES))
-    calls = tuple((e.call, e.choice) for e in estimates)
+    hardware = view.hardware
+    calls = tuple((e.call, e.choice, nccl.tuning(hardware, e.call)) for e in estimates)
     return _Setup(topology, level, tuple(points), tuple(unique), calls, np.array(index), times, tuple(params), unit)
 
 
@@ -334,10 +338,23 @@ def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray) -> np.ndarray:
         # several sizes ask for it
         return np.concatenate([_pseudo_huber(r, ROBUST_SCALE), _pseudo_huber((x - starts) / priors, ROBUST_SCALE)])
 
-    x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
-    result = least_squares(residuals, x0, bounds=(lower, upper), diff_step=1e-4, x_scale=1.0, ftol=1e-6, xtol=1e-6,
-                           gtol=1e-8, max_nfev=60 * len(x0) + 60)
-    return result.x
+    # start inside the bounds: the solver scales its steps by the distance to a bound, and a
+    # figure started on one (no overhead, efficiency 1) would never leave it; and from a second
+    # start with a sizeable overhead, since an overhead and the latency factors trade off
+    margin = np.minimum(0.05, (upper - lower) / 4)
+    starts_x = [np.clip(x0, lower + margin, upper - margin)]
+    overhead = [i for i, p in enumerate(setup.params) if p.kind == "overhead"]
+    if overhead:
+        other = starts_x[0].copy()
+        other[overhead[0]] = max(other[overhead[0]], 0.25)
+        starts_x.append(other)
+    best = None
+    for start in starts_x:
+        result = least_squares(residuals, start, bounds=(lower, upper), diff_step=1e-4, x_scale=1.0, ftol=1e-6,
+                               xtol=1e-6, gtol=1e-8, max_nfev=40 * len(start) + 40)
+        if best is None or result.cost < best.cost:
+            best = result
+    return best.x
 
 
 def _outliers(residuals: np.ndarray) -> np.ndarray:
@@ -356,7 +373,7 @@ def _predict(setup: _Setup, x: np.ndarray) -> np.ndarray:
         hardware = replace(hardware, overhead_s=overhead)
     if view.protocols[setup.level]:
         hardware = replace(hardware, protocol_figures=view.protocols[setup.level])
-    seconds = np.array([nccl.timed(hardware, call, choice).time_s for call, choice in setup.calls])
+    seconds = np.array([nccl.timed(hardware, call, choice, table).time_s for call, choice, table in setup.calls])
     return seconds[setup.index]
 
 
@@ -372,14 +389,16 @@ def _apply_values(topology: Topology, level: int, values: dict[tuple, float], so
     def said(key) -> str:
         return source if isinstance(source, str) else source[key]
 
+    values = {key: float(x) for key, x in values.items()}
     levels = list(topology.levels)
     for (kind, key), x in values.items():
         if kind == "efficiency":
             levels[key] = replace(levels[key], efficiency=Figure(math.exp(x), said((kind, key))))
     target = levels[level]
     if ("overhead", level) in values:
-        target = replace(target, overhead=Figure(values[("overhead", level)] * overhead_unit,
-                                                 said(("overhead", level))))
+        overhead = values[("overhead", level)] * overhead_unit
+        # below a nanosecond (what a topology file can say) there is no overhead
+        target = replace(target, overhead=Figure(overhead, said(("overhead", level))) if overhead >= 1e-9 else None)
     if ("stages", level) in values and target.transport is not None:
         target = replace(target, transport=replace(target.transport,
                                                    stages=Figure(values[("stages", level)], said(("stages", level)))))
@@ -409,9 +428,11 @@ def _source(setup: _Setup, keep: np.ndarray) -> dict[tuple, str]:
         sizes = sorted({p.measurement.bytes for p in chosen})
         if not sizes:
             return "no size"
-        return f"{len(sizes)} size{'s' if len(sizes) != 1 else ''}, {format_bytes(sizes[0])} to {format_bytes(sizes[-1])}"
+        if len(sizes) == 1:
+            return f"1 size ({format_bytes(sizes[0])})"
+        return f"{len(sizes)} sizes ({format_bytes(sizes[0])} to {format_bytes(sizes[-1])})"
 
-    whole = (f"fitted by synth calibrate (NCCL model, robust least squares) from {files}: {len(points)} points, "
+    whole = (f"fitted by synth calibrate (NCCL model) from {files} by robust least squares: {len(points)} points, "
              f"{span(points)}{flagged}")
     estimates = _evaluate(setup.topology, points)
     result = {}
@@ -419,9 +440,9 @@ def _source(setup: _Setup, keep: np.ndarray) -> dict[tuple, str]:
         if p.kind in ("bandwidth", "latency"):
             chosen = [q for q, e in zip(points, estimates) if e.choice.protocol == p.key]
             what = "rate over the modelled one" if p.kind == "bandwidth" else "latency over NCCL's own"
-            result[(p.kind, p.key)] = (f"fitted by synth calibrate (NCCL model, robust least squares) from {files}: "
-                                       f"{p.key}'s {what}, on the {span(chosen)} at which NCCL picks {p.key}"
-                                       f"{flagged}")
+            result[(p.kind, p.key)] = (f"fitted by synth calibrate (NCCL model) from {files} by robust least "
+                                       f"squares: {p.key}'s {what}, on the {span(chosen)} at which NCCL picks "
+                                       f"{p.key}{flagged}")
         else:
             result[(p.kind, p.key)] = whole
     return result

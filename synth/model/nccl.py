@@ -799,13 +799,13 @@ def estimate_for(hardware: Hardware, call: Call, algorithm: str, protocol: str) 
     return _time(hardware, call, table, choice)
 
 
-def timed(hardware: Hardware, call: Call, choice: Choice) -> Estimate:
+def timed(hardware: Hardware, call: Call, choice: Choice, table: Tuning | None = None) -> Estimate:
     """The time of a given choice (NCCL's pick for this call, from `choose` or an earlier
     `estimate`) on the hardware: what a fit evaluates many times, since the fitted figures
-    never change the choice (`as_nccl_sees`)."""
+    never change the choice nor NCCL's table (`as_nccl_sees`), which may be passed in."""
     if call.ranks == 1 or call.nbytes <= 0:
         return Estimate(call, Choice("none", "none", 0, 0.0), 0.0, 0.0, 0.0, 0.0, "")
-    return _time(hardware, call, tuning(hardware, call), choice)
+    return _time(hardware, call, table or tuning(hardware, call), choice)
 
 
 def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Estimate:
