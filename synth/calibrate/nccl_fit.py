@@ -46,12 +46,24 @@ from synth.units import format_bytes
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 ROBUST_SCALE = 0.05  # residuals (log predicted / measured) beyond 5% count linearly, not squared
-PRIOR_LOG = 2.0  # a factor of e^2 on a figure costs what one size off by about 10% costs
+# The priors only settle what the data leave open (an overhead against the latency factors, a
+# protocol picked at one size). Rates (efficiencies, protocol rate factors) are what varies from
+# system to system: a factor of 2 costs what one size 8% off costs. NCCL's latency table is per
+# hop and held on the logs with two node counts (issue 309: 2 and 4 nodes within 3% from 8 B to
+# 1 KiB), so a latency factor or an overhead moves only when several sizes ask for it.
+PRIOR_RATE = 10.0
+PRIOR_LATENCY = 2.0
 PRIOR_OVERHEAD = 2.0  # the overhead's prior scale, in units of the level's shortest measured call
 PRIOR_STAGES = 32.0
 OUTLIER = 0.25  # a size predicted more than 25% off after the robust fit is an outlier
 OUTLIER_SPREAD = 4.0  # ... and more than 4 robust standard deviations of the residuals
 MAX_STAGES = 64.0
+# A protocol's factors stay within what a protocol can be off by: NCCL's latency table within 4x
+# either way, its rate between a twentieth and 1.5x of the model's (whose ceilings NVIDIA measured);
+# beyond that a size is not
+# NCCL's protocol being off but something else (a launcher stall, a shared CPU), an outlier.
+MAX_LATENCY = 4.0
+MIN_RATE, MAX_RATE = 0.05, 1.5
 BOUND_SHARE = 0.2  # a size informs a rate when its transfer is at least this share of its time
 POOR_RMS = 0.05  # a fit with a larger relative RMS error (inliers), or
 POOR_WORST = 0.15  # a larger worst inlier error, or
@@ -215,8 +227,10 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
     notes: list[str] = []
     keep = np.ones(len(points), dtype=bool)
     x = np.array([p.start for p in setup.params])
-    for _ in range(2):  # robust fit, flag outliers, refit without them
-        x = _solve(setup, x, keep)
+    # a first fit under the Cauchy loss finds what most sizes agree on, however wild the rest;
+    # the sizes it leaves far off are flagged, and the figures refitted on the others
+    for loss in (_cauchy, _pseudo_huber):
+        x = _solve(setup, x, keep, loss)
         residuals = np.log(_predict(setup, x) / setup.times)
         keep = ~_outliers(residuals)
     source = _source(setup, keep)
@@ -280,7 +294,7 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
                       for b in [_binding_level(topology, view, e)] if b is not None and b not in frozen})
     for b in binding:
         params.append(_Param("efficiency", b, math.log(_efficiency_of(topology, view, b)), math.log(0.02), 0.0,
-                             PRIOR_LOG))
+                             PRIOR_RATE))
     counts = {p: [e for e in estimates if e.choice.protocol == p] for p in PROTOCOLS}
     base_factors = dict(target.protocols)
     for protocol in PROTOCOLS:
@@ -295,9 +309,10 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
         # measured per-channel ceilings binds a Simple transfer.
         if (len(chosen) >= 2 if protocol != "Simple" else any(e.bottleneck == "protocol" for e in bound)):
             start = math.log(factors.bandwidth.value) if factors.bandwidth else 0.0
-            params.append(_Param("bandwidth", protocol, start, math.log(0.05), math.log(20.0), PRIOR_LOG))
+            params.append(_Param("bandwidth", protocol, start, math.log(MIN_RATE), math.log(MAX_RATE), PRIOR_RATE))
         start = math.log(factors.latency.value) if factors.latency else 0.0
-        params.append(_Param("latency", protocol, start, math.log(0.2), math.log(20.0), PRIOR_LOG))
+        params.append(_Param("latency", protocol, start, -math.log(MAX_LATENCY), math.log(MAX_LATENCY),
+                             PRIOR_LATENCY))
     overhead = target.overhead.value if target.overhead is not None else 0.0
     unit = PRIOR_OVERHEAD * float(times.min())
     params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, 1.0))
@@ -326,7 +341,13 @@ def _pseudo_huber(r: np.ndarray, scale: float) -> np.ndarray:
     return np.sign(r) * np.sqrt(2 * scale ** 2 * (np.sqrt(1 + (r / scale) ** 2) - 1))
 
 
-def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def _cauchy(r: np.ndarray, scale: float) -> np.ndarray:
+    """A residual whose square is the Cauchy loss: r for |r| << scale, growing only as the log
+    beyond, so a wild size (a stall ten times the call) pulls no harder than a moderate one."""
+    return np.sign(r) * scale * np.sqrt(np.log1p((r / scale) ** 2))
+
+
+def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray, loss=_pseudo_huber) -> np.ndarray:
     starts = np.array([p.start for p in setup.params])
     priors = np.array([p.prior for p in setup.params])
     lower = np.array([p.lower for p in setup.params])
@@ -336,7 +357,7 @@ def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray) -> np.ndarray:
         r = np.log(_predict(setup, x)[keep] / setup.times[keep])
         # the priors cost like the data's outliers (linearly), so a figure moves only when
         # several sizes ask for it
-        return np.concatenate([_pseudo_huber(r, ROBUST_SCALE), _pseudo_huber((x - starts) / priors, ROBUST_SCALE)])
+        return np.concatenate([loss(r, ROBUST_SCALE), _pseudo_huber((x - starts) / priors, ROBUST_SCALE)])
 
     # start inside the bounds: the solver scales its steps by the distance to a bound, and a
     # figure started on one (no overhead, efficiency 1) would never leave it; and from a second
