@@ -317,7 +317,11 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     unit = PRIOR_OVERHEAD * float(times.min())
     params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, 1.0))
     if _fills(topology, level, unique, view):
-        stages = target.transport.stages.value if target.transport.stages is not None else nccl.NET_HOP_STAGES
+        # without a figure NVLS trees fill with NET_HOP_STAGES per hop and classic trees not at
+        # all (nccl._pipeline_stages): start from what the chosen algorithms do
+        nvls_tree = any(e.choice.algorithm == "nvls_tree" for e in estimates)
+        stages = target.transport.stages.value if target.transport.stages is not None else \
+            (nccl.NET_HOP_STAGES if nvls_tree else 0.0)
         params.append(_Param("stages", level, stages, 0.0, MAX_STAGES, PRIOR_STAGES))
     hardware = view.hardware
     calls = tuple((e.call, e.choice, nccl.tuning(hardware, e.call)) for e in estimates)
