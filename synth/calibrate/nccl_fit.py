@@ -269,7 +269,8 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
                          f"{len(group.errors) - group.outliers} sizes, worst {group.worst:.1%}, {group.outliers} "
                          f"outliers; the model misses what this run shows (see the per-size errors)")
     stages = values.get(("stages", level))
-    fit = LevelFit(name, efficiencies, setup.overhead_unit * values[("overhead", level)], stages, groups,
+    overhead = setup.overhead_unit * values[("overhead", level)]
+    fit = LevelFit(name, efficiencies, overhead if overhead >= 1e-9 else 0.0, stages, groups,
                    tuple(dict.fromkeys(notes)), tuple(protocols))
     return fitted, fit
 
