@@ -314,8 +314,9 @@ def render(result: dict, command: str, baseline: dict | None = None) -> str:
                      f"{_count(s['b_ok'])}, worst {_pct(s['b_worst'])} | {_pct(s['b_rms'])} ({s['b_outliers']}; "
                      f"{inliers}) | {_c_text(s['c']) if s['c'] else 'no other shape'} | {_c_text(s['c_same'])} |")
     if baseline:
-        lines += ["", "## Against the baseline", "", baseline.get("baseline", "results/fidelity-baseline.json") + ". "
-                  "Sizes within target, before -> after ((c) from the same sources as above):", "",
+        lines += ["", "## Against the baseline", "", baseline.get("baseline", "The baseline") + " "
+                  "([fidelity-baseline.json](fidelity-baseline.json)). Sizes within target, before -> after ((c) from "
+                  "the same sources as above):", "",
                   "| log | (a) >= 64 MiB | (a) < 64 MiB | (b) | (b) RMS | (c) |", "|---|---|---|---|---|---|"]
         for entry, after in zip(result["logs"], summaries):
             before = baseline_summary(baseline, entry)
