@@ -34,7 +34,6 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
@@ -353,6 +352,7 @@ def _cauchy(r: np.ndarray, scale: float) -> np.ndarray:
 
 
 def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray, loss=_pseudo_huber) -> np.ndarray:
+    from scipy.optimize import least_squares  # only a fit needs scipy (a ranking imports this module for its error)
     starts = np.array([p.start for p in setup.params])
     priors = np.array([p.prior for p in setup.params])
     lower = np.array([p.lower for p in setup.params])
