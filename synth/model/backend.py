@@ -19,8 +19,10 @@ estimates (synth/model/estimate.py). A backend answers questions about one call,
 * optionally `headroom_s(call, plans, call_bytes, flow_s)`: of each candidate's time alone,
   the part during which its links could carry more than the call sends, because something of
   the call's own holds it back (NCCL's TCP streams, a protocol's ceiling, fewer channels for
-  a small call). Other calls' traffic fills that headroom before it delays this call. 0 when
-  the backend has no such method.
+  a small call). Other calls' traffic fills that headroom before it delays this call. It may
+  be negative: the flows then need longer than the backend's own time (links the backend's
+  own model does not see, such as a fabric or a rack's uplinks), and they bind even alone.
+  0 when the backend has no such method.
 
 A step then costs, per size, with a_i, f_i and h_i the chosen candidate's own time, flow
 time and headroom for each call i, and F the flows of all reduction groups' calls of the
@@ -29,10 +31,11 @@ step at once (slowest phase latencies plus the busiest link's drain time):
     launch + max over calls of ( a_i + max(0, F - f_i - h_i) )
   = max( launch + max_i a_i,  launch + F + max_i (a_i - f_i - h_i) )
 
-so a call alone costs exactly `launch + alone_s`, sharing links never makes it faster, and
-what sharing adds is the drain time the other calls' traffic adds beyond the headroom. A
-backend whose `alone_s` returns `flow_s` itself (the built-in flow backends of
-synth/model/algorithms.py) has a_i = f_i and no headroom: its steps cost `launch + F`.
+so a call alone costs `launch + alone_s` (exactly, unless its headroom is negative), sharing
+links never makes it faster, and what sharing adds is the drain time the other calls' traffic
+adds beyond the headroom. A backend whose `alone_s` returns `flow_s` itself (the built-in flow
+backends of synth/model/algorithms.py) has a_i = f_i and no headroom: its steps cost
+`launch + F`.
 
 `launch_s` is charged once per step (once per call on each device). `alone_s` must be a time
 (>= 0) and never decrease with the call's bytes: the search's lower bounds rely on both.

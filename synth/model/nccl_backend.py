@@ -22,13 +22,17 @@ groups' calls at once sharing links. This module joins the two:
   time of any call of B bytes or more, `min over B' >= B of T(B')`, computed exactly (below).
   Where NCCL's time already rises with the bytes, and at the sizes NCCL's thresholds start,
   this is NCCL's time itself.
-* `headroom_s`: the part of the call's time alone during which its links could carry more
-  than it sends: NCCL's transfer time minus the time its bytes need on its intra-node links
-  and NICs at their full rate (every channel). Streams over sockets, a protocol's measured
-  ceiling (LL's, LL128's per channel) and the fewer channels of a small call hold one call
-  back but not the link: other groups' traffic on the same NICs fills that headroom before it
-  delays the call (the NCCL model's "at least the sum of bytes over each shared resource's
-  capacity, and at least each call's own streams time").
+* `headroom_s`: NCCL's transfer time minus the longer of (a) the time its bytes need on its
+  intra-node links and NICs at NCCL's rates on every channel and (b) its flows' drain on an
+  idle network. Streams over sockets, a protocol's measured ceiling (LL's, LL128's per
+  channel) and the fewer channels of a small call hold one call back but not the link: other
+  groups' traffic on the same NICs fills that headroom before it delays the call (the NCCL
+  model's "at least the sum of bytes over each shared resource's capacity, and at least each
+  call's own streams time"). Where the flows need longer than NCCL's own time, because they
+  cross links NCCL's view of the system leaves out (a fabric, the uplinks of a level outside
+  the node network), the headroom is negative and the flows bind even for a call alone. So a
+  step's call costs its fixed part (latency, pipeline fill) plus the longer of NCCL's
+  transfer and the shared links' drain of every group's traffic (synth/model/backend.py).
 
 The least time of any call at least as large. Between consecutive sizes where something in
 NCCL's decision changes (a power of two: the tree correction's size classes; the ring
@@ -213,9 +217,11 @@ class NcclMeasured:
             result.append(Plan(f"{algorithm}/{protocol}", phases, 0.0, payload))
         return tuple(result)
 
-    def _estimates(self, call: CallSite, call_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _estimates(self, call: CallSite, call_bytes: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per size: the column of NCCL's pick, the least time of any call as large or larger,
-        and the headroom (see the module docstring)."""
+        its fixed part (latency, overhead, pipeline fill) and the time its bytes need on its
+        shared links at NCCL's rates (see the module docstring)."""
         key = (call, call_bytes.tobytes())
         found = self._cache.get(key)
         if found is not None:
@@ -224,35 +230,44 @@ class NcclMeasured:
             self._cache.clear()
         if call.size < 2:
             zeros = np.zeros(len(call_bytes))
-            found = (np.zeros(len(call_bytes), dtype=np.int64), zeros, zeros)
+            found = (np.zeros(len(call_bytes), dtype=np.int64), zeros, zeros, zeros)
             self._cache[key] = found
             return found
         curve = envelope(shape_of(call))
         column = {pair: c for c, pair in enumerate(curve.pairs)}
         picks = np.empty(len(call_bytes), dtype=np.int64)
         least = np.empty(len(call_bytes))
-        headroom = np.empty(len(call_bytes))
+        fixed = np.empty(len(call_bytes))
+        links = np.empty(len(call_bytes))
         for z, nbytes in enumerate(call_bytes.tolist()):
             estimate = curve.timed(nbytes)
             picks[z] = column[(estimate.choice.algorithm, estimate.choice.protocol)]
             least[z] = min(estimate.time_s, curve.least_above(nbytes))
-            headroom[z] = max(0.0, _slack(curve, estimate) - (estimate.time_s - least[z]))
-        found = (picks, least, headroom)
+            fixed[z] = estimate.time_s - estimate.transfer_s
+            links[z] = _links_s(curve, estimate)
+        found = (picks, least, fixed, links)
         self._cache[key] = found
         return found
 
     def alone_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                 flow_s: np.ndarray) -> np.ndarray:
-        picks, least, _ = self._estimates(call, np.asarray(call_bytes, dtype=float))
+        picks, least, _, _ = self._estimates(call, np.asarray(call_bytes, dtype=float))
         own = np.full(flow_s.shape, np.inf)
         own[np.arange(len(picks)), picks] = least
         return own
 
     def headroom_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                    flow_s: np.ndarray) -> np.ndarray:
-        picks, _, headroom = self._estimates(call, np.asarray(call_bytes, dtype=float))
+        """NCCL's time alone minus the latest its shared links can let it finish: its fixed part
+        (latency, pipeline fill) plus the longer of NCCL's own time on its links at every channel
+        and its flows' drain (the flow model's, which also sees links NCCL's view leaves out: a
+        fabric, a rack's uplinks). Negative when the flows need longer than NCCL's time."""
+        picks, least, fixed, links = self._estimates(call, np.asarray(call_bytes, dtype=float))
+        rows = np.arange(len(picks))
+        latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
+        drain = flow_s[rows, picks] - latency[picks]
         room = np.zeros(flow_s.shape)
-        room[np.arange(len(picks)), picks] = headroom
+        room[rows, picks] = least - fixed - np.maximum(links, drain)
         return room
 
 
@@ -260,23 +275,23 @@ def _crosses_network(call: CallSite) -> tuple[tuple[bool, ...], ...]:
     """[a][b]: whether members a and b sit in different nodes as NCCL sees them (they differ at
     the network level or outside it), so a flow between them runs at the NICs' efficiency."""
     view, _ = _view(call.levels, call.nccl)
-    depth = len(call.levels) if view.node_level is None else view.node_level + 1
-    outer = [row[:depth] for row in call.coords]
-    return tuple(tuple(x != y for y in outer) for x in outer) if view.node_level is not None else \
-        tuple(tuple(False for _ in outer) for _ in outer)
+    if view.node_level is None:
+        return tuple(tuple(False for _ in call.coords) for _ in call.coords)
+    outer = [row[:view.node_level + 1] for row in call.coords]
+    return tuple(tuple(x != y for y in outer) for x in outer)
 
 
-def _slack(curve: Envelope, estimate: nccl.Estimate) -> float:
-    """NCCL's transfer time minus what the call's bytes need on its shared links (each GPU's
-    intra-node links, each node's NICs) at their full rate, every channel of the communicator."""
+def _links_s(curve: Envelope, estimate: nccl.Estimate) -> float:
+    """What the call's bytes need on its shared links (each GPU's intra-node links, each node's
+    NICs) at NCCL's rates on every channel of the communicator: the least its links allow,
+    whatever holds the call itself back (streams, a protocol's ceiling, fewer channels)."""
     if estimate.transfer_s <= 0:
         return 0.0
     algorithm = estimate.choice.algorithm
     full = curve.table.nvls_channels if algorithm in ("nvls", "nvls_tree") else curve.table.channels
     used = estimate.choice.channels / full if full else 1.0
-    links = max((load.bytes * used / load.capacity for load in estimate.loads
-                 if load.resource in ("intra", "net") and load.capacity > 0), default=0.0)
-    return max(0.0, estimate.transfer_s - links)
+    return max((load.bytes * used / load.capacity for load in estimate.loads
+                if load.resource in ("intra", "net") and load.capacity > 0), default=0.0)
 
 
 NCCL_MEASURED = NcclMeasured()
