@@ -280,7 +280,7 @@ def render_wins(command: str, sweeps: dict[str, list[JobSweep]], systems: list[T
               "|---|---|---:|---:|---:|---:|---:|---:|",
               "| published: measured (Xie et al., MLSys 2022) | GCP GPU VMs | | 69% | 2.04x | 1.27x | | |"]
     for label, _, _ in VARIANTS:
-        for names in [[name] for name in cloud] + [cloud]:
+        for names in [[name] for name in cloud] + ([cloud] if len(cloud) > 1 else []):
             rows = _pooled(sweeps[label], names)
             shown = "both" if len(names) > 1 else names[0]
             lines.append(f"| {label} | {shown} | {len(rows)} | {_cells(win_share(rows))} | {_material(rows)} |")
