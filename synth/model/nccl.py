@@ -393,8 +393,11 @@ def search(hardware: Hardware, call: Call, pattern: str) -> Graph | None:
         view = _View(view.ppn, view.nodes, view.nics, view.nic_bw, view.max_bw, view.total_bw * view.ppn / (view.ppn - 1),
                      g, view.type_intra, view.type_inter)
     channels, speed = _pass_one(view, ladder, low, high)
-    if channels == 0:
+    if channels == 0 and pattern == "nvls":
         return None
+    if channels == 0:  # search.cc:1126-1133: no path at any speed, "falling back to simple order"
+        latency_inter = hardware.network.latency_s * 1e6 if (hardware.network is not None and call.nodes > 1) else 0.0
+        return Graph(pattern, 1, 0.1, 0.1, PATH_SYS, PATH_SYS, latency_inter)
     bw_intra = bw_inter = speed
     if pattern != "nvls" and speed >= 25.0 and not (g in ("hopper", "blackwell") and speed < 50.0 and channels > 4):
         doubled = min(2 * channels, high if pattern == "ring" else 2 * channels)
