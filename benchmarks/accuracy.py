@@ -3,20 +3,27 @@ length 4 (and the default all-reduce) on every placement and reduction request o
 campaign's emulated topologies, run with gloo, predicted by the simulator, compared.
 
     python -m benchmarks.accuracy run [--only emu-2x4] [--reps 3]   # measure (resumable)
-    python -m benchmarks.accuracy report [--topology emu-2x4=FILE.toml ...]
+    python -m benchmarks.accuracy prepare [--only emu-2x4]          # calibrate from the microbenchmarks
+    python -m benchmarks.accuracy report [--only emu-2x4]
 
 `run` writes one JSON per (topology, axes, placement, request, repetition) under
 results/accuracy/raw/ and skips those already there, so a crash loses only the batch that was
 running; repetitions go round the whole campaign (repetition 1 of everything first) so
 partial results are usable. Each batch is one script holding all programs of the case (one
-launch, communicators made once), run with --check; a repetition's time is the slowest rank's
+launch, communicators made once; written to a temporary directory, never under results/),
+run with --check; a repetition's time is the slowest rank's
 mean over --iters runs after --warmup, and a program's time is the median over repetitions.
 
+`prepare` writes, per emulated topology, its figures as emulated and calibrates them from the
+microbenchmarks in results/accuracy/ (`python -m benchmarks.microbench`): the chosen calibration
+is the built-in topology topologies/<topology>-gloo.toml; the variants compared with it (the
+emulated figures, other calibrations) go to topologies/calibrated/, which is neither listed
+by `synth topologies` nor shipped in the wheel.
+
 `report` predicts every program with the simulator (by default on the calibrated topology of
-each emulated one, results/accuracy/<topology>-gloo.toml, and for comparison on the emulated
-topology's own figures scaled as emulated), computes the figures of accuracy_metrics per case
-and overall, and writes results/accuracy.md, results/accuracy/measurements.csv,
-results/accuracy/summary.json and results/accuracy/predicted-vs-measured.png.
+each emulated one, and for comparison on the variants), computes the figures of
+accuracy_metrics per case and overall, and writes the study's folder results/accuracy/: the
+report README.md, measurements.csv, summary.json and predicted-vs-measured.png.
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.accuracy_metrics import CaseMetrics, Measured, case_metrics, summarize
-from benchmarks.record import machine_description
+from benchmarks.record import REPORT, machine_description
 from synth.hierarchy import SynthesisHierarchy, build_hierarchy
 from synth.language import Program, Step, parse_program
 from synth.placement import enumerate_placements, parse_axes
@@ -42,9 +50,12 @@ from synth.topology import Topology
 from synth.topology_file import load_topology
 
 MAX_LEN = 4
-RESULTS = Path("results")
-RAW = RESULTS / "accuracy" / "raw"
-FIRST_RAW = RESULTS / "accuracy" / "raw-first"  # the first campaign (before the estimate was chosen), kept
+STUDY = Path("results") / "accuracy"  # the report README.md, the microbenchmarks, the measurements
+RAW = STUDY / "raw"
+FIRST_RAW = STUDY / "raw-first"  # the first campaign (before the estimate was chosen), kept
+TOPOLOGIES = Path("topologies")  # the chosen calibration ships as the built-in <topology>-gloo
+CALIBRATED = TOPOLOGIES / "calibrated"  # the variants compared with it: not built-in, not shipped
+CHOSEN = "gloo"  # the suffix of the chosen calibration
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,19 @@ def _wait_for_quiet(max_busy: float, max_wait: float) -> tuple[tuple[float, floa
 
 def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_cases=(),
             max_busy: float = 0.3, max_wait: float = 120.0) -> None:
+    with tempfile.TemporaryDirectory(prefix="synth-accuracy-") as scratch:  # the generated scripts, not results/
+        for rep in range(reps):
+            for setup in setups:
+                todo = [case for case in cases(setup) if not _raw_path(case, rep, sizes).exists()
+                        and (not only_cases or case.key in only_cases)]
+                if todo:
+                    _measure_cases(setup, todo, rep, iters, warmup, sizes, name, max_busy, max_wait, Path(scratch))
+
+
+def _measure_cases(setup: Setup, todo: list[Case], rep: int, iters: int, warmup: int, sizes, name: str,
+                   max_busy: float, max_wait: float, scratch: Path) -> None:
+    """One repetition of the cases `todo` on one emulated cluster; each case's script, which
+    carries the torch runtime, is written to `scratch` and removed after its launch."""
     from synth.emulate.host import emulated_cluster
     from synth.emulate.layout import parse_scale
     from synth.emulate.ranks import run_ranks
@@ -147,44 +171,38 @@ def measure(setups, reps: int, iters: int, warmup: int, sizes, name: str, only_c
     from synth.export.plan import PlanEntry, build_plan
     from synth.export.provenance import Provenance
 
-    for rep in range(reps):
-        for setup in setups:
-            todo = [case for case in cases(setup) if not _raw_path(case, rep, sizes).exists()
-                    and (not only_cases or case.key in only_cases)]
-            if not todo:
+    with emulated_cluster(setup.topology, scale=parse_scale(setup.scale), name=name) as cluster:
+        for case in todo:
+            listed = programs(case.hierarchy)
+            plan = build_plan(PlanEntry(case.hierarchy, program) for program in listed)
+            argv = ("python", "-m", "benchmarks.accuracy", "run", "--case", case.key)
+            path = _raw_path(case, rep, sizes)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            script = scratch / f"{case.key}-rep{rep}.py"
+            script.write_text(torch_script.render(plan, Provenance(argv)), encoding="utf-8")
+            arguments = ["--backend", "gloo", "--iters", str(iters), "--warmup", str(warmup)]
+            arguments += ["--check"] if rep == 0 else []  # checked once; later repetitions only time
+            for nbytes in sizes:
+                arguments += ["--bytes", str(nbytes)]
+            load, busy = _wait_for_quiet(max_busy, max_wait)
+            started = datetime.now(timezone.utc)
+            print(f"[{started:%H:%M:%S}] rep {rep} {case.key}: {len(listed)} programs, load {load[0]:.2f}, "
+                  f"CPU busy before {busy:.0%}",
+                  flush=True)
+            result = run_ranks(cluster, script, cluster.device_count, arguments, timeout=3600)
+            script.unlink()
+            if result.report is None or result.returncode != 0:
+                path.with_suffix(".log").write_text(result.log, encoding="utf-8")
+                print(f"  FAILED (exit {result.returncode}); log in {path.with_suffix('.log')}", flush=True)
                 continue
-            with emulated_cluster(setup.topology, scale=parse_scale(setup.scale), name=name) as cluster:
-                for case in todo:
-                    listed = programs(case.hierarchy)
-                    plan = build_plan(PlanEntry(case.hierarchy, program) for program in listed)
-                    argv = ("python", "-m", "benchmarks.accuracy", "run", "--case", case.key)
-                    path = _raw_path(case, rep, sizes)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    script = path.with_suffix(".py")
-                    script.write_text(torch_script.render(plan, Provenance(argv)), encoding="utf-8")
-                    arguments = ["--backend", "gloo", "--iters", str(iters), "--warmup", str(warmup)]
-                    arguments += ["--check"] if rep == 0 else []  # checked once; later repetitions only time
-                    for nbytes in sizes:
-                        arguments += ["--bytes", str(nbytes)]
-                    load, busy = _wait_for_quiet(max_busy, max_wait)
-                    started = datetime.now(timezone.utc)
-                    print(f"[{started:%H:%M:%S}] rep {rep} {case.key}: {len(listed)} programs, load {load[0]:.2f}, "
-                          f"CPU busy before {busy:.0%}",
-                          flush=True)
-                    result = run_ranks(cluster, script, cluster.device_count, arguments, timeout=3600)
-                    script.unlink()
-                    if result.report is None or result.returncode != 0:
-                        path.with_suffix(".log").write_text(result.log, encoding="utf-8")
-                        print(f"  FAILED (exit {result.returncode}); log in {path.with_suffix('.log')}", flush=True)
-                        continue
-                    record = {"topology": case.topology, "scale": cluster.scale, "axes": case.axes,
-                              "placement": case.placement, "request": case.request, "rep": rep,
-                              "programs": [str(p) for p in listed], "default": str(default_program(case.hierarchy)),
-                              "date": started.isoformat(timespec="seconds"), "load_before": load, "cpu_busy_before": busy,
-                              "load_after": os.getloadavg(), "machine": machine_description(),
-                              "seconds": (datetime.now(timezone.utc) - started).total_seconds(),
-                              "report": result.report}
-                    path.write_text(json.dumps(record), encoding="utf-8")
+            record = {"topology": case.topology, "scale": cluster.scale, "axes": case.axes,
+                      "placement": case.placement, "request": case.request, "rep": rep,
+                      "programs": [str(p) for p in listed], "default": str(default_program(case.hierarchy)),
+                      "date": started.isoformat(timespec="seconds"), "load_before": load, "cpu_busy_before": busy,
+                      "load_after": os.getloadavg(), "machine": machine_description(),
+                      "seconds": (datetime.now(timezone.utc) - started).total_seconds(),
+                      "report": result.report}
+            path.write_text(json.dumps(record), encoding="utf-8")
 
 
 # --- the topologies predictions use ----------------------------------------------------------------
@@ -201,22 +219,30 @@ def calibration_rows(setup: Setup, rows: list[dict]) -> list[dict]:
     return [row for row in rows if int(row["bytes"]) >= CALIBRATION_MIN_BYTES and row["level"] not in skip]
 
 
+def variant_path(topology: str, suffix: str) -> Path:
+    """Where a topology variant of the campaign lives: the chosen calibration is the built-in
+    topologies/<topology>-gloo.toml, the others sit in topologies/calibrated/."""
+    return TOPOLOGIES / f"{topology}-{suffix}.toml" if suffix == CHOSEN else CALIBRATED / f"{topology}-{suffix}.toml"
+
+
 def prepare(setups) -> None:
     """Write, per emulated topology, the base files (as shaped, with and without the fabric)
-    and calibrate each from results/accuracy/microbench-<topology>.csv with `synth calibrate`."""
+    and calibrate each from results/accuracy/microbench-<topology>.csv with `synth calibrate`;
+    the chosen calibration becomes the built-in topology <topology>-gloo."""
     import subprocess
 
     from synth.topology_file import render_topology
     from synth.emulate.layout import emulated_figures, parse_scale, shaped_topology
 
-    directory = RESULTS / "accuracy"
+    directory = STUDY
+    CALIBRATED.mkdir(parents=True, exist_ok=True)
     for setup in setups:
         topology, scale = load_topology(setup.topology), parse_scale(setup.scale)
         name = setup.topology
         bases = {"emulated": (emulated_figures(topology, scale), "synth.emulate.layout.emulated_figures"),
                  "shaped": (shaped_topology(topology, scale), "synth.emulate.layout.shaped_topology")}
         for suffix, (figures, how) in bases.items():
-            (directory / f"{name}-{suffix}.toml").write_text(
+            variant_path(name, suffix).write_text(
                 render_topology(figures, f"{name} at scale {setup.scale} ({how})"), encoding="utf-8")
         with (directory / f"microbench-{name}.csv").open(encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -227,12 +253,35 @@ def prepare(setups) -> None:
             writer = csv.DictWriter(handle, columns)
             writer.writeheader()
             writer.writerows(selected)
-        for suffix, base in (("gloo", "emulated"), ("gloo-all", "emulated"), ("shaped-gloo", "shaped")):
+        for suffix, base in ((CHOSEN, "emulated"), ("gloo-all", "emulated"), ("shaped-gloo", "shaped")):
             source = directory / f"microbench-{name}.csv" if suffix == "gloo-all" else data
+            target = variant_path(name, suffix)
             subprocess.run([sys.executable, "-m", "synth", "calibrate", str(source), "-t",
-                            str(directory / f"{name}-{base}.toml"), "--backend", "gloo", "-o",
-                            str(directory / f"{name}-{suffix}.toml")], check=True, stdout=subprocess.DEVNULL)
-            print(f"wrote {directory / f'{name}-{suffix}.toml'} from {source.name}")
+                            str(variant_path(name, base)), "--backend", "gloo", "-o", str(target)],
+                           check=True, stdout=subprocess.DEVNULL)
+            if suffix == CHOSEN:
+                ship(target, name, setup.scale, source)
+            print(f"wrote {target} from {source.name}")
+
+
+def ship(path: Path, name: str, scale: str, source: Path) -> None:
+    """Make the calibration at `path` the built-in topology <name>-gloo: its name, a description
+    that says where it was calibrated, and a header saying how to use it."""
+    from dataclasses import replace
+
+    from synth.topology_file import render_topology
+
+    calibrated = load_topology(path)
+    description = calibrated.description.replace(
+        "Emulated at scale", "Calibrated for gloo on the emulated cluster (synth emulate) at scale")
+    header = (f"{name} as the emulated cluster runs it at scale {scale} with gloo, calibrated there by the\n"
+              f"accuracy campaign (docs/accuracy.md): `synth calibrate` on the microbenchmarks in\n"
+              f"{source.as_posix()}, by `python -m benchmarks.accuracy prepare`.\n"
+              f"Predict emulated runs with it:\n"
+              f"  synth bench --emulate {name} --scale {scale} -t {name}-{CHOSEN} ...\n"
+              f"  synth rank --topology {name}-{CHOSEN} --backend gloo ...")
+    path.write_text(render_topology(replace(calibrated, name=f"{name}-{CHOSEN}", description=description), header),
+                    encoding="utf-8")
 
 
 # --- reporting ---------------------------------------------------------------------------------
@@ -370,7 +419,7 @@ def plot(observed, panels: dict[str, dict], path: Path, title: str) -> None:
     plt.close(figure)
 
 
-VARIANTS = (  # label, file suffix under results/accuracy/ (<topology>-<suffix>.toml), pipelined; the first is the main one
+VARIANTS = (  # label, file suffix (<topology>-<suffix>.toml, see variant_path), pipelined; the first is the main one
     ("calibrated (>= 64 KiB), fabric, pipelined (the chosen estimate)", "gloo", True),
     ("calibrated (>= 64 KiB), fabric, lockstep sum", "gloo", False),
     ("calibrated (all sizes), fabric, lockstep sum", "gloo-all", False),
@@ -382,7 +431,7 @@ VARIANTS = (  # label, file suffix under results/accuracy/ (<topology>-<suffix>.
 
 
 def variant_topologies(setups, suffix: str) -> dict[str, Topology] | None:
-    paths = {s.topology: RESULTS / "accuracy" / f"{s.topology}-{suffix}.toml" for s in setups}
+    paths = {s.topology: variant_path(s.topology, suffix) for s in setups}
     if not all(path.exists() for path in paths.values()):
         return None
     return {name: load_topology(path) for name, path in paths.items()}
@@ -463,10 +512,10 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
                                            [m for _, n, m in first_evaluated if n == nbytes]))
     for label, text in extra.items():
         lines += ["", f"## {label}", "", text]
-    lines += ["", "![predicted vs measured](accuracy/predicted-vs-measured.png)", ""]
+    lines += ["", "![predicted vs measured](predicted-vs-measured.png)", ""]
     output.write_text("\n".join(lines), encoding="utf-8")
 
-    with (RESULTS / "accuracy" / "measurements.csv").open("w", newline="", encoding="utf-8") as handle:
+    with (STUDY / "measurements.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         labels = list(predictions)
         writer.writerow(["topology", "axes", "placement", "request", "program", "default", "bytes", "measured_s",
@@ -479,9 +528,9 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
                        "cases": [dict(topology=c.topology, axes=c.axes, placement=c.placement, request=c.request,
                                       bytes=n, **asdict(m)) for c, n, m in res]}
                for label, res in evaluated.items()}
-    (RESULTS / "accuracy" / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    (STUDY / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     shown = [label for label in (VARIANTS[6][0], VARIANTS[1][0], VARIANTS[0][0]) if label in predictions]
-    plot(observed, {label: predictions[label] for label in shown}, RESULTS / "accuracy" / "predicted-vs-measured.png",
+    plot(observed, {label: predictions[label] for label in shown}, STUDY / "predicted-vs-measured.png",
          f"gloo on the emulated cluster: {len(observed)} (program, placement, size) medians")
     print(f"wrote {output}")
 
@@ -501,7 +550,7 @@ def main(argv=None) -> int:
                      help="only the case with this key (the directory name under results/accuracy/raw); repeatable")
     run.add_argument("--bytes", action="append", type=int, help=f"sizes per device (default {SIZES[0]})")
     sub.add_parser("prepare", help="write the base topologies and calibrate them from the microbenchmarks")
-    rep = sub.add_parser("report", help="predict, compare, write results/accuracy.md")
+    rep = sub.add_parser("report", help="predict, compare, write results/accuracy/README.md and its data")
     for command in (rep, sub.choices["prepare"]):
         command.add_argument("--only", action="append", default=[])
     rep.add_argument("--notes", help="a Markdown file appended to the report")
@@ -514,7 +563,7 @@ def main(argv=None) -> int:
                 args.max_wait)
     else:
         extra = {"Notes": Path(args.notes).read_text(encoding="utf-8")} if args.notes else {}
-        report(setups, RESULTS / "accuracy.md", extra)
+        report(setups, STUDY / REPORT, extra)
     return 0
 
 

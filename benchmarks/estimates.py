@@ -5,11 +5,11 @@
 Re-predicts every stored measurement of the accuracy campaign (results/accuracy/raw/*.json,
 `python -m benchmarks.accuracy run`; nothing is run here, no root needed) with both
 estimates of synth/model/estimate.py, on the calibrated topologies the campaign uses
-(results/accuracy/<topology>-gloo.toml) and on the emulated figures, and compares them with
+(the built-in <topology>-gloo) and on the emulated figures, and compares them with
 the accuracy campaign's own metrics (benchmarks/accuracy_metrics.py): top-1, the first
 choice within 5% of the measured best, Spearman's rank correlation, and the measured
-speedup of the first choice over the default all-reduce. Writes results/estimate-choice.md
-and .json.
+speedup of the first choice over the default all-reduce. Writes results/estimate-choice/README.md
+and estimate-choice.json.
 
 The choice rule, fixed before looking: what a user gets from following the ranking, i.e. the
 geometric mean of the measured speedup of the first choice over the default all-reduce, at
@@ -26,10 +26,11 @@ from dataclasses import asdict
 from benchmarks.accuracy import CAMPAIGN, evaluate, observations, predict, variant_topologies
 from benchmarks.accuracy_metrics import summarize
 from benchmarks.index import write_index
-from benchmarks.record import header, results_dir
+from benchmarks.record import REPORT, header, study_dir
 from synth.model.estimate import DEFAULT_ESTIMATE
 
 COMMAND = "python -m benchmarks.estimates"
+STUDY = "estimate-choice"
 ESTIMATES = ("lockstep", "pipelined")
 BASES = (("calibrated", "gloo"), ("emulated rates", "emulated"))
 
@@ -75,7 +76,7 @@ def choose(result: dict) -> str:
 def render(result: dict, chosen: str) -> str:
     lines = ["# Which estimate predicts the measurements better", "", header(COMMAND), "",
              f"Re-predicts the {result['observations']} stored (program, placement, size) medians of the "
-             f"emulated-cluster accuracy campaign (results/accuracy.md, docs/accuracy.md; gloo on `emu-2x4` and "
+             f"emulated-cluster accuracy campaign (results/accuracy/README.md, docs/accuracy.md; gloo on `emu-2x4` and "
              f"`emu-2x2x2`, every valid program of up to 4 steps) with both estimates, through the same costing "
              f"engine `synth rank` uses. Choice rule (fixed before looking): the geometric mean of the measured "
              f"speedup of the first choice over the default all-reduce (what following the ranking gives), at "
@@ -97,7 +98,7 @@ def render(result: dict, chosen: str) -> str:
               "because groups do not wait for each other. There the pipelined estimate picks the hierarchical "
               "program the measurements favour (emu-2x4, `[[2,2],[1,2]]`, where the lockstep sum picks the default: "
               "1.49x over the default at 64 KiB and 1.30x at 256 KiB in the first campaign, 1.37x and 1.23x in the "
-              "second, whose measured best was 1.52x and 1.33x; results/accuracy.md has the cases). The two "
+              "second, whose measured best was 1.52x and 1.33x; results/accuracy/README.md has the cases). The two "
               "`emu-2x2x2` misses at 64 KiB are the emulator's token-bucket burst (docs/accuracy.md), which neither "
               "estimate models. Spearman over all cases is lower for the pipelined estimate only in the one-level "
               "cases of 3 programs, where it predicts two programs equal (a tie ranks 0.5); on the cases with 10 "
@@ -107,15 +108,16 @@ def render(result: dict, chosen: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="results", help="directory for the figures (default results/)")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its estimate-choice/ folder")
     args = parser.parse_args(argv)
     result = compare()
     chosen = choose(result)
-    directory = results_dir(args.output)
+    directory = study_dir(STUDY, args.output)
     (directory / "estimate-choice.json").write_text(json.dumps(dict(result, chosen=chosen, command=COMMAND), indent=1)
                                                     + "\n")
-    (directory / "estimate-choice.md").write_text(render(result, chosen))
-    print(f"chosen: {chosen}; wrote {directory / 'estimate-choice.md'} and {write_index(directory)}")
+    (directory / REPORT).write_text(render(result, chosen))
+    print(f"chosen: {chosen}; wrote {directory / REPORT} and {write_index(args.output)}")
     return 0
 
 

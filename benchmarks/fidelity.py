@@ -9,8 +9,8 @@ predicted against measured busbw at every size,
     shape (another cluster of the same hardware, or another day).
 
 Targets: (a) within 10% at >= 64 MiB and within 30% below, (b) within 5%, (c) within 10%.
-Writes results/fidelity.md and results/fidelity.json, and compares with
-results/fidelity-baseline.json when it is there (the figures before the per-protocol fit).
+Writes results/fidelity/README.md and fidelity.json, and compares with
+results/fidelity/fidelity-baseline.json when it is there (the figures before the per-protocol fit).
 Not a timed test: run it when the model or the logs change.
 
     python -m benchmarks.fidelity [LOG_DIR] [-o results]
@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.record import header, results_dir
+from benchmarks.record import REPORT, header, study_dir
 from synth.calibrate import read_measurements
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.infer import infer_nccl_base
@@ -378,7 +378,8 @@ def render(result: dict, command: str, baseline: dict | None = None) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0])
     parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
-    parser.add_argument("-o", "--output", default="results", help="results folder (default results/)")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its fidelity/ folder")
     args = parser.parse_args(argv)
     log_dir = Path(args.logs)
     if not log_dir.is_dir():
@@ -386,12 +387,12 @@ def main(argv=None) -> int:
         return 2
     result = study(log_dir)
     command = " ".join(["python -m benchmarks.fidelity", *(sys.argv[1:] if argv is None else argv)])
-    out = results_dir(args.output)
+    out = study_dir("fidelity", args.output)
     baseline_path = out / "fidelity-baseline.json"
     baseline = json.loads(baseline_path.read_text(encoding="utf-8")) if baseline_path.is_file() else None
-    (out / "fidelity.md").write_text(render(result, command, baseline), encoding="utf-8")
+    (out / REPORT).write_text(render(result, command, baseline), encoding="utf-8")
     (out / "fidelity.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out / 'fidelity.md'} and {out / 'fidelity.json'}")
+    print(f"wrote {out / REPORT} and {out / 'fidelity.json'}")
     return 0
 
 

@@ -2,7 +2,7 @@
 `synth calibrate` (docs/calibrate.md): one group at a time, since calibration models a group
 running alone.
 
-    python -m benchmarks.microbench --emulate emu-2x4 --scale 1/256 -o results/microbench-emu-2x4.csv
+    python -m benchmarks.microbench --emulate emu-2x4 --scale 1/256 -o results/accuracy/microbench-emu-2x4.csv
 
 Groups, per level l of the topology (outermost first):
 

@@ -1,5 +1,5 @@
-"""The training-step planner against published runs, and its speed: writes results/plan.md and
-results/plan.json.
+"""The training-step planner against published runs, and its speed: writes results/plan/README.md
+and results/plan/plan.json.
 
 1. Published runs: the ten GPT models of Narayanan et al., SC'21, Table 1, on Selene (DGX A100
    80GB, eight 200 Gb/s HDR NICs per node; the built-in `selene` topology resized to each run's
@@ -43,7 +43,7 @@ from synth.plan.search import PlanRequest, SearchSpace, plan
 from synth.plan.step import Settings, compute_of, predict
 from synth.topology_file import load_topology
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+STUDY = Path(__file__).resolve().parent.parent / "results" / "plan"  # README.md (the report) and plan.json
 
 # name, t, p, GPUs, micro-batch, virtual stages, overlapped gradients (torch DDP), TFLOP/s per GPU
 TABLE_1 = (
@@ -177,16 +177,16 @@ def main(argv=None) -> int:
     document = {"command": command, "machine": machine, "date": stamp, "efficiency_in_topology":
                 compute_of(selene(32).device, "fp16").efficiency, "efficiency_refit_on_row_1": refit,
                 "published": rows, "spreads": spreads, "speed": speeds}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "plan.json").write_text(json.dumps(document, indent=1) + "\n")
-    (RESULTS / "plan.md").write_text(render(document))
-    print(f"wrote {RESULTS / 'plan.md'}", file=sys.stderr)
+    STUDY.mkdir(parents=True, exist_ok=True)
+    (STUDY / "plan.json").write_text(json.dumps(document, indent=1) + "\n")
+    (STUDY / "README.md").write_text(render(document))
+    print(f"wrote {STUDY / 'README.md'}", file=sys.stderr)
     return 0
 
 
 def render(document: dict) -> str:
     lines = ["# The training-step planner against published runs, and its speed", "",
-             f"Command: `{document['command']}` (writes this file and results/plan.json). Machine: {document['machine']}; "
+             f"Command: `{document['command']}` (writes this file and plan.json beside it). Machine: {document['machine']}; "
              f"shared with other workers while it ran (loads below). Date: {document['date']}.", "",
              "## Megatron-LM on Selene (Narayanan et al., SC'21, Table 1)", "",
              f"Topology `selene` (DGX A100 80GB, NVSwitch, eight 200 Gb/s HDR NICs per node) resized to each run; "

@@ -1,4 +1,8 @@
-"""Where benchmark figures go and what they carry: the command, the machine and the date."""
+"""Where benchmark figures go and what they carry: the command, the machine and the date.
+
+Every study has its folder under the results directory (`results/<study>/`): its report is
+the folder's README.md (so a repository browser shows it), its data files sit beside it.
+A benchmark's `-o DIR` names the results directory, not the study's folder."""
 
 from __future__ import annotations
 
@@ -20,7 +24,15 @@ def header(command: str) -> str:
     return f"Command: `{command}`\n\nMachine: {machine_description()}\n\nDate: {today}\n"
 
 
+REPORT = "README.md"  # a study's report, the page a browser shows for its folder
+
+
 def results_dir(path: str | os.PathLike = "results") -> Path:
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+def study_dir(study: str, results: str | os.PathLike = "results") -> Path:
+    """The folder of one study under the results directory, made if missing."""
+    return results_dir(Path(results) / study)

@@ -2,22 +2,22 @@
 
     python -m benchmarks.results [-o results] [--topologies T,T,...]
 
-Writes, each with the command, machine and date at its top:
+Writes three studies, each a folder under the results directory whose README.md is the report
+(the command, machine and date at its top), and the index results/README.md:
 
-* placement-spread.md/.json: on gcp-a2-2x16 and gcp-n1-v100-4x8, for every data x model job,
-  reducing over data, model and both, at 64 KiB and 256 MiB: the slowest over the fastest
-  placement, for the best program and for the default all-reduce;
-* synthesis-wins.md/.json and synthesis-wins-rows.csv: on every built-in multi-level system,
-  the share of (placement, request) pairs where the best synthesized program beats the
+* placement-spread/ (README.md, placement-spread.json): on gcp-a2-2x16 and gcp-n1-v100-4x8,
+  for every data x model job, reducing over data, model and both, at 64 KiB and 256 MiB: the
+  slowest over the fastest placement, for the best program and for the default all-reduce;
+* synthesis-wins/ (README.md, synthesis-wins.json, synthesis-wins-rows.csv): on every built-in
+  multi-level system, the share of (placement, request) pairs where the best synthesized program beats the
   default all-reduce, with its largest and mean speedup, per system and size and overall:
   NCCL as measured (the `nccl` backend) under the default (pipelined) and the lockstep
   estimate, the flow model it replaced, and gloo; the two cloud systems beside the published
   figures, with what their TCP streams would change (a what-if, no topology figure changed);
   the InfiniBand systems beside the model's error on their published nccl-tests logs
-  (results/fidelity.json);
-* time-vs-size.md/.json and time-vs-size-<system>.png: the top programs against the default
-  all-reduce from 1 KiB to 1 GiB on dgx-a100-x4 and gcp-n1-v100-4x8;
-* README.md: the index of results/.
+  (results/fidelity/fidelity.json);
+* time-vs-size/ (README.md, time-vs-size.json, time-vs-size-<system>.png): the top programs
+  against the default all-reduce from 1 KiB to 1 GiB on dgx-a100-x4 and gcp-n1-v100-4x8.
 
 `--topologies` runs every part on the given systems instead (a quick check, e.g. emu-2x4).
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchmarks.index import write_index
 from benchmarks.plots import KEY, job_curves, plot
-from benchmarks.record import header, results_dir
+from benchmarks.record import REPORT, header, study_dir
 from synth.placement import enumerate_placements
 from synth.analysis.findings import (Spread, Wins, data_model_jobs, job_text, multi_level_topologies,
                                      placement_spreads, win_share)
@@ -62,7 +62,7 @@ VARIANTS = (
 DEFAULT_VARIANT, GLOO_VARIANT = VARIANTS[0][0], VARIANTS[3][0]
 CLOUD = ("gcp-n1-v100-4x8", "gcp-a2-2x16")  # the published study's kind of system: GCP VMs, NCCL over TCP sockets
 STREAM_WHAT_IF = (25.0, 10.0, 5.0, 4.0, 2.0)  # Gb/s per TCP stream: the topologies' figure, then what-ifs
-FIDELITY = Path(__file__).resolve().parent.parent / "results" / "fidelity.json"
+FIDELITY = Path(__file__).resolve().parent.parent / "results" / "fidelity" / "fidelity.json"
 PLOT_TOPOLOGIES = ("dgx-a100-x4", "gcp-n1-v100-4x8")
 PLOT_SIZES = tuple(KiB * 2**k for k in range(21))  # 1 KiB .. 1 GiB
 PUBLISHED = "Xie et al., MLSys 2022 (measured on GCP GPU systems): placements differ by up to 448x; the best " \
@@ -218,7 +218,7 @@ def stream_what_if(systems: list[Topology], program_sets: ProgramSets) -> list[d
 
 
 def log_errors(systems: list[Topology]) -> dict[str, list[dict]]:
-    """Per system, each published log of its hardware (results/fidelity.json): the model's
+    """Per system, each published log of its hardware (results/fidelity/fidelity.json): the model's
     error on the logged default all-reduce, predicted busbw / measured - 1, at each study size
     (the logged size nearest within a factor of 2)."""
     if not FIDELITY.exists():
@@ -270,7 +270,7 @@ def render_wins(command: str, sweeps: dict[str, list[JobSweep]], systems: list[T
               "(synth/model/nccl.py: latency, size ramp, the efficiency NCCL reaches on each link, TCP streams over "
               "sockets), every reduction group's calls sharing the links; the pipelined estimate (groups do not wait "
               "for each other between steps), the tool's default since it matched the emulated cluster better "
-              "(results/estimate-choice.md). The other variants are for comparison: the lockstep sum of steps, the "
+              "(results/estimate-choice/README.md). The other variants are for comparison: the lockstep sum of steps, the "
               "flow model this one replaced, gloo. Per-pair rows (default variant and gloo): "
               "[synthesis-wins-rows.csv](synthesis-wins-rows.csv).", "",
               f"Published: {PUBLISHED}.", ""]
@@ -317,7 +317,7 @@ def render_wins(command: str, sweeps: dict[str, list[JobSweep]], systems: list[T
 
     ib = [name for name in nccl_names if name not in cloud and not name.startswith("emu-") and name != "paper-fig3"]
     lines += ["", "## The InfiniBand systems (and GPUDirect-TCPXO), beside what their logs support", "",
-              "The published nccl-tests logs (results/fidelity.md) measure the default all-reduce alone, over one "
+              "The published nccl-tests logs (results/fidelity/README.md) measure the default all-reduce alone, over one "
               "group shape each; nothing published measures a synthesized program on these systems. What a log "
               "supports is the model's error on that default at that size: a predicted win smaller than it "
               "cannot be told from the model's error. `beyond the error` counts the wins whose speedup exceeds "
@@ -443,7 +443,9 @@ def squarest_job(system: Topology):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="results", help="directory for the files (default results/)")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its placement-spread/, synthesis-wins/ "
+                             "and time-vs-size/ folders")
     parser.add_argument("--topologies", metavar="T,T", help="run every part on these systems instead of the defaults")
     args = parser.parse_args(argv)
     command = COMMAND + (f" --topologies {args.topologies}" if args.topologies else "")
@@ -451,7 +453,8 @@ def main(argv=None) -> int:
     spread_systems = chosen or [load_topology(name) for name in SPREAD_TOPOLOGIES]
     win_systems = chosen or multi_level_topologies()
     plot_systems = chosen or [load_topology(name) for name in PLOT_TOPOLOGIES]
-    directory = results_dir(args.output)
+    spread_dir, wins_dir, plots_dir = (study_dir(name, args.output)
+                                       for name in ("placement-spread", "synthesis-wins", "time-vs-size"))
     program_sets = ProgramSets()
     started = time.perf_counter()
 
@@ -459,10 +462,10 @@ def main(argv=None) -> int:
     for system in spread_systems:
         spreads[system.name] = [spread for job in sweep_jobs(system, SPREAD_SIZES, "nccl", program_sets)
                                 for spread in placement_spreads(job.rows, job.axes)]
-    (directory / "placement-spread.json").write_text(json.dumps(
+    (spread_dir / "placement-spread.json").write_text(json.dumps(
         {"command": command, "spreads": {name: [s.to_json() for s in rows] for name, rows in spreads.items()}},
         indent=1) + "\n")
-    (directory / "placement-spread.md").write_text(render_spread(command, spread_systems, spreads))
+    (spread_dir / REPORT).write_text(render_spread(command, spread_systems, spreads))
     print(f"placement spread: {time.perf_counter() - started:.0f} s", flush=True)
 
     sweeps = {}
@@ -479,15 +482,15 @@ def main(argv=None) -> int:
                                    for s in win_systems if any(job.topology.name == s.name for job in sweeps[label])}}
                for label, _, _ in VARIANTS}
     cloud = {label: win_share(_pooled(sweeps[label], CLOUD)).to_json() for label, _, _ in VARIANTS}
-    (directory / "synthesis-wins.json").write_text(json.dumps(
+    (wins_dir / "synthesis-wins.json").write_text(json.dumps(
         {"command": command, "sizes": list(WIN_SIZES), "published": PUBLISHED, "variants": summary,
          "cloud": cloud, "stream_what_if": what_if, "log_errors": {k: [dict(v, errors={str(s): e for s, e in
                                                                                          v["errors"].items()})
                                                                         for v in logs_of]
                                                                     for k, logs_of in logs.items()}},
         indent=1) + "\n")
-    write_wins_rows(sweeps, directory / "synthesis-wins-rows.csv")
-    (directory / "synthesis-wins.md").write_text(render_wins(command, sweeps, win_systems, what_if, logs))
+    write_wins_rows(sweeps, wins_dir / "synthesis-wins-rows.csv")
+    (wins_dir / REPORT).write_text(render_wins(command, sweeps, win_systems, what_if, logs))
     print(f"share of wins: {time.perf_counter() - started:.0f} s", flush=True)
 
     figures = []
@@ -495,15 +498,15 @@ def main(argv=None) -> int:
         axes = squarest_job(system)
         placement, panels = job_curves(system, axes, list(PLOT_SIZES), program_sets=program_sets)
         image = f"time-vs-size-{system.name}.png"
-        plot(system, axes, placement, panels, "nccl", directory / image)
+        plot(system, axes, placement, panels, "nccl", plots_dir / image)
         figures.append((system, job_text(axes), placement, panels, image))
-    (directory / "time-vs-size.json").write_text(json.dumps(
+    (plots_dir / "time-vs-size.json").write_text(json.dumps(
         {"command": command, "figures": [{"topology": s.name, "axes": a, "placement": p.to_text(), "image": i,
                                           "panels": [c.to_json() for c in panels]}
                                          for s, a, p, panels, i in figures]}, indent=1) + "\n")
-    (directory / "time-vs-size.md").write_text(render_plots(command, figures))
+    (plots_dir / REPORT).write_text(render_plots(command, figures))
     print(f"time vs size: {time.perf_counter() - started:.0f} s", flush=True)
-    print(f"wrote {write_index(directory)}")
+    print(f"wrote {write_index(args.output)}")
     return 0
 
 

@@ -6,8 +6,8 @@ Runs each command as a fresh process (`python -m synth ...`, so an installed con
 own overhead is not counted twice) several times, interleaved, and reports the median and
 the fastest wall time, with the load average before and after: on a shared machine the
 fastest run is the one least disturbed. For scale it also times the bare interpreter and
-what every command used to import before parsing its arguments. Writes results/startup.md and
-results/startup.json. The target (issue 12): `synth --help` and `synth topologies` under 0.3 s.
+what every command used to import before parsing its arguments. Writes results/startup/README.md
+and startup.json. The target (issue 12): `synth --help` and `synth topologies` under 0.3 s.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import subprocess
 import sys
 import time
 
-from benchmarks.record import header, results_dir
+from benchmarks.record import REPORT, header, study_dir
 
 COMMAND = "python -m benchmarks.startup"
+STUDY = "startup"
+TITLE = "Start-up time of the command line"
 TARGET_S = 0.3
 CASES = (
     ("python -c pass (the interpreter alone)", ["-c", "pass"]),
@@ -55,7 +57,7 @@ def measure(runs: int) -> list[dict]:
 
 
 def report(rows: list[dict], load_before: tuple, load_after: tuple, runs: int) -> str:
-    lines = [header(f"{COMMAND} --runs {runs}"), "",
+    lines = [f"# {TITLE}", "", header(f"{COMMAND} --runs {runs}"), "",
              f"Load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} before, "
              f"{', '.join(f'{x:.2f}' for x in load_after)} after; the machine has {os.cpu_count()} cores and was "
              "shared with other jobs, so the fastest of the runs is the figure least disturbed by them.", "",
@@ -72,14 +74,15 @@ def report(rows: list[dict], load_before: tuple, load_after: tuple, runs: int) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="results", help="directory for startup.md and startup.json")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its startup/ folder")
     parser.add_argument("--runs", type=int, default=15, help="runs per case (default 15)")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     rows = measure(args.runs)
     load_after = os.getloadavg()
-    directory = results_dir(args.output)
-    (directory / "startup.md").write_text(report(rows, load_before, load_after, args.runs), encoding="utf-8")
+    directory = study_dir(STUDY, args.output)
+    (directory / REPORT).write_text(report(rows, load_before, load_after, args.runs), encoding="utf-8")
     (directory / "startup.json").write_text(json.dumps({"command": f"{COMMAND} --runs {args.runs}",
                                                         "load_before": load_before, "load_after": load_after,
                                                         "rows": rows}, indent=1) + "\n", encoding="utf-8")

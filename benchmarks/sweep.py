@@ -7,7 +7,7 @@ command prints it), the process's wall and CPU time and the load (the machine ma
 shared); `--baseline DIR` also times the main case with another checkout first on the path
 (the code before a change). Then the main case runs once more in-process under cProfile, to
 split the time between enumerating programs, the costing engine, the lower bound and the
-sweep's own loop. Writes results/sweep-speed.md and .json.
+sweep's own loop. Writes results/sweep-speed/README.md and sweep-speed.json.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ import time
 from dataclasses import asdict, dataclass
 
 from benchmarks.index import write_index
-from benchmarks.record import header, results_dir
+from benchmarks.record import REPORT, header, study_dir
 from synth.commands.simulation import resolve_sizes
 from synth.placement import enumerate_placements, parse_axes
 from synth.analysis.sweep import configurations, run_sweep
 from synth.topology_file import load_topology
 
 COMMAND = "python -m benchmarks.sweep"
+STUDY = "sweep-speed"
 TARGET_PER_SECOND = 1000  # configurations per second on MAIN, wall, the sweep's own time (issue 8)
 
 
@@ -228,7 +229,8 @@ def render(timings: list[Timing], cpus: list[SweepCpu], parts) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="results", help="directory for the figures (default results/)")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its sweep-speed/ folder")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also time the main case with another checkout (a directory holding its synth/) first "
                              "on the path, e.g. an export of the commit before a change")
@@ -246,14 +248,14 @@ def main(argv=None) -> int:
         print(f"run_sweep [{cpu.code}, {cpu.estimate}]: {cpu.cpu_s:.2f} s CPU, {cpu.per_cpu_second:.0f} "
               f"configurations per CPU second", flush=True)
     parts = profile_case(MAIN)
-    directory = results_dir(args.output)
+    directory = study_dir(STUDY, args.output)
     (directory / "sweep-speed.json").write_text(json.dumps(
         {"command": COMMAND, "timings": [dict(asdict(t), per_second=t.per_second) for t in timings],
          "sweep_cpu": [dict(asdict(c), per_cpu_second=c.per_cpu_second) for c in cpus],
          "profile": [{"part": label, "seconds": seconds, "share": share} for label, seconds, share in parts]},
         indent=2) + "\n")
-    (directory / "sweep-speed.md").write_text(render(timings, cpus, parts))
-    print(f"wrote {directory / 'sweep-speed.md'} and {write_index(directory)}")
+    (directory / REPORT).write_text(render(timings, cpus, parts))
+    print(f"wrote {directory / REPORT} and {write_index(args.output)}")
     return 0
 
 

@@ -6,12 +6,12 @@
 Times complete enumeration (every valid program up to length 5) on the cases issues 2 and 8
 name (among them a 5-level and a 6-level hierarchy), and the same with each pruning rule
 switched off, counting (state, steps left) pairs expanded, instructions applied and Z3
-queries, wall and CPU time. Writes results/synthesis-speed.md and .json.
+queries, wall and CPU time. Writes results/synthesis-speed/README.md and synthesis-speed.json.
 
 --calibrate measures what synth/search_budget.py estimates from: the pairs a complete search
 expands over hierarchies of 1..8 levels of size 2, for every length until a search takes a
 third of the time limit, and the CPU seconds per expansion at each depth. Writes
-results/synthesis-calibration.md and .json and prints the tables to paste into
+results/synthesis-speed/synthesis-calibration.md and .json and prints the tables to paste into
 synth/search_budget.py (a test keeps the two equal).
 """
 
@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from benchmarks.record import header, results_dir
+from benchmarks.record import REPORT, header, study_dir
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.pruning import _first_steps
@@ -32,6 +32,7 @@ from synth.semantics import Semantics
 from synth.topology import topology_from_levels
 
 COMMAND = "python -m benchmarks.synthesis"
+STUDY = "synthesis-speed"  # results/synthesis-speed/: README.md (speed) and synthesis-calibration.md
 TIME_LIMIT_S = 60.0
 CALIBRATION_DEPTHS = range(1, 9)
 CALIBRATION_LENGTHS = range(1, 9)
@@ -144,7 +145,8 @@ def brute_force_row(case: Case, max_len: int) -> Row:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="results", help="directory for the figures (default results/)")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its synthesis-speed/ folder")
     parser.add_argument("--calibrate", action="store_true", help="measure the search-size tables of synth/search_budget.py")
     parser.add_argument("--before", metavar="DIR",
                         help="also time the all-pruning runs with the synth package of DIR (a checkout of an earlier commit)")
@@ -167,12 +169,12 @@ def main(argv=None) -> int:
     if CASES[2] in chosen:
         rows.append(brute_force_row(CASES[2], 3))
     load_after = os.getloadavg()[0]
-    directory = results_dir(args.output)
+    directory = study_dir(STUDY, args.output)
     document = {"command": _command(argv), "load_before": load_before, "load_after": load_after,
                 "rows": [asdict(r) for r in rows], "before": before}
     (directory / "synthesis-speed.json").write_text(json.dumps(document, indent=2) + "\n")
-    (directory / "synthesis-speed.md").write_text(render(chosen, rows, before, load_before, load_after, _command(argv)))
-    print(f"wrote {directory / 'synthesis-speed.md'}")
+    (directory / REPORT).write_text(render(chosen, rows, before, load_before, load_after, _command(argv)))
+    print(f"wrote {directory / REPORT}")
     return 0
 
 
@@ -253,7 +255,7 @@ def calibrate(output: str) -> int:
     for depth in sorted(per_expansion)[::-1][1:]:
         per_expansion[depth] = min(per_expansion[depth], per_expansion[depth + 1])
     load_after = os.getloadavg()[0]
-    directory = results_dir(output)
+    directory = study_dir(STUDY, output)
     document = {"command": f"{COMMAND} --calibrate", "load_before": load_before, "load_after": load_after,
                 "expansions": {str(d): v for d, v in expansions.items()},
                 "seconds_per_expansion": {str(d): v for d, v in per_expansion.items()}, "runs": runs}

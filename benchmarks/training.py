@@ -1,6 +1,6 @@
 """Training step time on the emulated cluster: plain DDP against DDP with synth's hook.
 
-    python -m benchmarks.training                  # root: emu-2x4 at scale 1/256, results/training.md
+    python -m benchmarks.training                  # root: emu-2x4 at scale 1/256, results/training/
     python -m benchmarks.training --steps 10 -o results
 
 One emulated cluster (synth/emulate: a network namespace per node, links shaped with tc),
@@ -10,7 +10,7 @@ cap: 3150, 274788, 611 and 22607 elements) trained --steps steps with plain DDP,
 the same start with DDP and the hook of each plan:
 
 - best by size: at each bucket size the program the simulator ranks first on the topology
-  calibrated on this emulated cluster (results/accuracy/emu-2x4-gloo.toml, gloo model), by the
+  calibrated on this emulated cluster (the built-in emu-2x4-gloo, gloo model), by the
   lockstep and by the pipelined estimate;
 - the reduce-scatter / all-reduce / all-gather program and the reduce / master / broadcast one.
 
@@ -19,8 +19,8 @@ Two cases: data=8 over the 8 ranks (one group of 8), and data=4,model=2 placed [
 
 Each step's time is the slowest rank's, after a barrier; the table gives the median and the
 parameters' largest difference from plain DDP. The numbers say what the hook costs or saves
-on this machine's emulated links, not on a GPU cluster. Writes results/training.md and
-results/training.json with the command, machine, load and date.
+on this machine's emulated links, not on a GPU cluster. Writes results/training/README.md and
+training.json with the command, machine, load and date.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.record import machine_description
+from benchmarks.record import REPORT, machine_description
 from synth.emulate.layout import format_scale, parse_scale
 
 WORKER = Path(__file__).with_name("training_worker.py")
-REPOSITORY = Path(__file__).resolve().parent.parent
-CALIBRATED = REPOSITORY / "results" / "accuracy" / "emu-2x4-gloo.toml"
+STUDY = "training"
+CALIBRATED = "emu-2x4-gloo"  # the accuracy campaign's calibration of emu-2x4 (topologies/emu-2x4-gloo.toml)
 PROGRAMS = {
     "RS/AR/AG": "ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(node)); AllGather(InsideGroup(gpu))",
     "Reduce/Master/Broadcast": "Reduce(InsideGroup(gpu)); AllReduce(Master(node)); Broadcast(InsideGroup(gpu))",
@@ -62,13 +62,13 @@ CASES = (  # (name, axes, placement): data=8 over both levels; two data groups o
 )
 
 
-def plans(directory: Path, topology: str, calibrated: Path, axes: str, placement) -> dict[str, Path]:
+def plans(directory: Path, topology: str, calibrated: str, axes: str, placement) -> dict[str, Path]:
     """The plans compared on one case, saved where the ranks can read them."""
     import synth.torch as st
 
     result = {}
     for estimate in ("lockstep", "pipelined"):
-        best = st.plan_reduction(str(calibrated), axes, "data", placement, backend="gloo", max_len=4, estimate=estimate)
+        best = st.plan_reduction(calibrated, axes, "data", placement, backend="gloo", max_len=4, estimate=estimate)
         result[f"best by size, {estimate} estimate (" + "; ".join(best.describe()) + ")"] = \
             best.save(directory / f"best-{estimate}.json")
     for name, text in PROGRAMS.items():
@@ -81,7 +81,7 @@ def plans(directory: Path, topology: str, calibrated: Path, axes: str, placement
     return result
 
 
-def run(topology: str, scale: float, steps: int, calibrated: Path, cases=CASES) -> tuple[list[tuple], float]:
+def run(topology: str, scale: float, steps: int, calibrated: str = CALIBRATED, cases=CASES) -> tuple[list[tuple], float]:
     """Per case: (name, the ranks' report, the plans by name); exits when a rank fails (a
     parameter mismatch included)."""
     from synth.emulate.host import emulated_cluster
@@ -103,7 +103,10 @@ def run(topology: str, scale: float, steps: int, calibrated: Path, cases=CASES) 
 
 
 def write(results: list[tuple], command: str, topology: str, scale: float,
-          load: tuple[tuple[float, ...], tuple[float, ...]], started: datetime, output: Path) -> Path:
+          load: tuple[tuple[float, ...], tuple[float, ...]], started: datetime, output: Path,
+          calibrated: str = CALIBRATED) -> Path:
+    """The report and its data in the study's folder under the results directory `output`."""
+    output = output / STUDY
     output.mkdir(parents=True, exist_ok=True)
     sections = []
     for name, report, configurations in results:
@@ -134,7 +137,7 @@ def write(results: list[tuple], command: str, topology: str, scale: float,
         f"namespace, gloo, torch {torch_version}; {results[0][1]['steps']} timed steps after 1 untimed; step time = "
         f"slowest rank's, after a barrier; DDP bucket cap {results[0][1]['bucket_cap_kb']} KiB, DDP's process group "
         "= the rank's reduction group. Model and buckets: benchmarks/training_worker.py. Plans ranked on "
-        "results/accuracy/emu-2x4-gloo.toml (calibrated on this emulated cluster at this scale).",
+        f"{calibrated} (calibrated on this emulated cluster at this scale).",
         "",
         *sections,
         "Parameters equal plain DDP's to float rounding in every configuration (the hook averages as DDP does: "
@@ -143,7 +146,7 @@ def write(results: list[tuple], command: str, topology: str, scale: float,
         "processes on shaped virtual links: the figures say what the hook costs or saves there, not on GPUs.",
         "",
     ])
-    path = output / "training.md"
+    path = output / REPORT
     path.write_text(text, encoding="utf-8")
     (output / "training.json").write_text(json.dumps({"command": command, "machine": machine_description(),
                                                       "date": started.isoformat(timespec="seconds"),
@@ -160,9 +163,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="emu-2x4", help="emulated topology (2 levels, 8 devices)")
     parser.add_argument("--scale", default="1/256", help="bandwidth scale of the emulated links (the calibration's)")
-    parser.add_argument("--calibrated", default=str(CALIBRATED), help="topology the best-by-size plan is ranked on")
+    parser.add_argument("--calibrated", default=CALIBRATED, help="topology the best-by-size plan is ranked on")
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("-o", "--output", default="results", help="directory for training.md and training.json")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its training/ folder")
     args = parser.parse_args(argv)
     reason = problem()
     if reason:
@@ -171,8 +175,9 @@ def main(argv=None) -> int:
     command = "python -m benchmarks.training " + shlex.join(argv if argv is not None else sys.argv[1:])
     started = datetime.now(timezone.utc)
     before = os.getloadavg()
-    results, scale = run(args.topology, parse_scale(args.scale), args.steps, Path(args.calibrated))
-    path = write(results, command.strip(), args.topology, scale, (before, os.getloadavg()), started, Path(args.output))
+    results, scale = run(args.topology, parse_scale(args.scale), args.steps, args.calibrated)
+    path = write(results, command.strip(), args.topology, scale, (before, os.getloadavg()), started, Path(args.output),
+                 args.calibrated)
     print(path.read_text(encoding="utf-8"))
     return 0
 

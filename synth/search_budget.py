@@ -4,7 +4,7 @@ The enumerator's work is the (state, steps left) pairs it expands. Over the quot
 (synth/semantics.py) that number depends on the hierarchy's depth (its levels of size > 1)
 and on the length, not on the level sizes: larger sizes only add uneven splits, which end
 branches. So it was measured once, for hierarchies of 2-member levels, by
-`python -m benchmarks.synthesis --calibrate` (results/synthesis-calibration.md), and is
+`python -m benchmarks.synthesis --calibrate` (results/synthesis-speed/synthesis-calibration.md), and is
 kept here: EXPANSIONS[depth][length - 1]. Beyond the measured lengths, each extra step
 multiplies by the last measured ratio at that depth; the ratios shrink as the length grows
 (at depth 4: 5.7, 4.5, 3.5, 2.8), so the estimate errs high, towards refusing.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from synth.errors import SearchTooLargeError
 
 # Expanded (state, steps left) pairs of a complete search over 2-member levels, by depth and
-# length 1, 2, ... (results/synthesis-calibration.json).
+# length 1, 2, ... (results/synthesis-speed/synthesis-calibration.json).
 EXPANSIONS: dict[int, tuple[int, ...]] = {
     1: (1, 5, 9, 13, 17, 21, 25, 29),
     2: (1, 11, 45, 110, 194, 281, 368, 455),

@@ -1,6 +1,6 @@
 """What each command loads before it does anything, and that the main job runs without torch.
 
-Start-up time itself is measured by benchmarks/startup.py (results/startup.md); these tests
+Start-up time itself is measured by benchmarks/startup.py (results/startup/README.md); these tests
 check its cause, which does not depend on the machine's load: the modules a command imports.
 """
 

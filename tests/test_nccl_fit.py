@@ -2,7 +2,7 @@
 model itself made (with noise and wild outliers), the outliers are flagged and do not drag the
 fit, fitted figures never move NCCL's choice, and what one node count fits predicts another by
 mechanism. Then, on the real logs shipped with the project, the fidelity targets of issue 9
-that the model meets are held as regression tests (results/fidelity.md has all of them)."""
+that the model meets are held as regression tests (results/fidelity/README.md has all of them)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_a_protocol_factor_scales_only_its_own_sizes():
             assert after.time_s == before.time_s
 
 
-# --- the targets the model meets on the shipped logs (results/fidelity.md) ----------------------------
+# --- the targets the model meets on the shipped logs (results/fidelity/README.md) ---------------------
 
 
 def _busbw_errors(topology, measurements) -> dict[int, float]:
@@ -166,7 +166,7 @@ LARGE = 64 * 2 ** 20
 
 @pytest.mark.parametrize("name, misses", [
     ("all_reduce_perf-h100-ib-4x8.txt", set()),
-    ("all_reduce_perf-h100-ib-2x8.txt", {512 * 2 ** 10}),  # NCCL's estimates tie there (results/fidelity.md)
+    ("all_reduce_perf-h100-ib-2x8.txt", {512 * 2 ** 10}),  # NCCL's estimates tie there (results/fidelity/README.md)
 ])
 def test_a_built_in_topology_predicts_the_infiniband_runs(name, misses):
     """(a): within 10% at >= 64 MiB and within 30% below, from hgx-h100-ib-4x8's sourced figures."""
@@ -190,7 +190,7 @@ def test_b_calibrated_on_the_single_node_nvls_run():
 def test_b_and_c_on_the_infiniband_runs():
     """(b) on the 4-node run: at least 28 of 32 sizes within 5%; (c): calibrated on the 2-node
     run it predicts the 4-node one at 26 of 32 sizes within 10%, and the other way 27 of 32
-    (the misses are the NVLS-tree pipeline between 1 and 32 MiB, results/fidelity.md)."""
+    (the misses are the NVLS-tree pipeline between 1 and 32 MiB, results/fidelity/README.md)."""
     two, four = _read(EXAMPLES / "all_reduce_perf-h100-ib-2x8.txt"), _read(EXAMPLES / "all_reduce_perf-h100-ib-4x8.txt")
     base = load_topology("hgx-h100-ib-4x8")
     on_two, on_four = calibrate_nccl(two, base).topology, calibrate_nccl(four, base).topology

@@ -24,7 +24,7 @@ from synth.search_budget import (
 from synth.semantics import Semantics
 from synth.topology_file import load_topology
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "synthesis-speed"
 
 
 def levels(depth: int, size: int = 2):

@@ -183,25 +183,30 @@ def test_bad_options_exit_2_with_one_line(arguments, tmp_path, run_cli):
 
 
 def test_results_on_one_small_system_write_figures_tables_and_index(tmp_path):
-    """The Results command end to end on emu-2x4: every file, with its provenance at the top."""
+    """The Results command end to end on emu-2x4: one folder per study, its report README.md
+    with its provenance at the top, and the index listing every study with its files."""
     from benchmarks import results
 
     assert results.main(["-o", str(tmp_path), "--topologies", "emu-2x4"]) == 0
-    png = tmp_path / "time-vs-size-emu-2x4.png"
+    studies = ("placement-spread", "synthesis-wins", "time-vs-size")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["README.md", *studies]
+    png = tmp_path / "time-vs-size" / "time-vs-size-emu-2x4.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
-    for name in ("placement-spread.md", "synthesis-wins.md", "time-vs-size.md", "README.md"):
-        head = (tmp_path / name).read_text().splitlines()[:8]
-        assert any(line.startswith("Command: `python -m benchmarks.") for line in head), name
+    for report in [tmp_path / study / "README.md" for study in studies] + [tmp_path / "README.md"]:
+        head = report.read_text().splitlines()[:8]
+        assert any(line.startswith("Command: `python -m benchmarks.") for line in head), report
         assert any(line.startswith("Machine: ") for line in head) and any(line.startswith("Date: ") for line in head)
-    spread = json.loads((tmp_path / "placement-spread.json").read_text())["spreads"]["emu-2x4"]
+    spread = json.loads((tmp_path / "placement-spread" / "placement-spread.json").read_text())["spreads"]["emu-2x4"]
     assert {row["reduce"] for row in spread} == {"data", "model", "data,model"}
     assert all(row["best_spread"] >= 1 and row["worst_over_best"] >= row["baseline_spread"] for row in spread)
-    variants = json.loads((tmp_path / "synthesis-wins.json").read_text())["variants"]
+    variants = json.loads((tmp_path / "synthesis-wins" / "synthesis-wins.json").read_text())["variants"]
     assert set(variants) == {label for label, _, _ in results.VARIANTS}
     assert all(variant["overall"]["pairs"] == 2 * 2 * 3 * 4 for variant in variants.values())
-    assert "![emu-2x4](time-vs-size-emu-2x4.png)" in (tmp_path / "time-vs-size.md").read_text()
+    assert "![emu-2x4](time-vs-size-emu-2x4.png)" in (tmp_path / "time-vs-size" / "README.md").read_text()
     index = (tmp_path / "README.md").read_text()
-    for path in tmp_path.iterdir():
-        if path.name != "README.md":
-            assert f"[{path.name}]({path.name})" in index
+    for study in studies:
+        assert f"| [{study}/]({study}/README.md) | " in index
+        for path in (tmp_path / study).iterdir():
+            if path.name != "README.md":
+                assert f"[{path.name}]({study}/{path.name})" in index
     assert "(no command recorded)" not in index

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     add_model_options(parser)
     parser.add_argument("--estimate", choices=ESTIMATES, default=DEFAULT_ESTIMATE,
                         help="pipelined (default; it predicts the emulated cluster's measurements better, "
-                             "results/estimate-choice.md): groups do not wait for each other between steps; "
+                             "results/estimate-choice/README.md): groups do not wait for each other between steps; "
                              "lockstep: a program is the sum of its steps, each step all groups at once")
     parser.add_argument("--pareto", action="store_true",
                         help="keep the programs no other beats on time, extra memory, communicators and calls")

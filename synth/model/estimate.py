@@ -20,7 +20,7 @@ once for S bytes per device (docs/model.md section 8), batched over programs and
   36 ms where the lockstep sum says 60 and the uplink alone needs 34).
 
 `DEFAULT_ESTIMATE` is the one the emulated-cluster measurements favour
-(results/estimate-choice.md, `python -m benchmarks.estimates`).
+(results/estimate-choice/README.md, `python -m benchmarks.estimates`).
 
 Search: `value` of a prefix is a lower bound on the time of every program that extends it
 (admissible), and equals the program's time when the prefix is the whole program, so a
