@@ -173,9 +173,9 @@ class CompletionBound:
         self._engine = engine
         every = (1 << semantics.member_count) - 1
         levels = sum(1 << level for level, s in enumerate(semantics.sizes) if s > 1)
-        self.kind_of: list[StepKind] = []
+        kinds: dict[StepKind, int] = {}
+        self._kind_of: list[int] = []  # alphabet index -> kind id
         self._calls = []
-        members: dict[StepKind, list[int]] = {}
         for index, (_, instruction) in enumerate(semantics.alphabet):
             record = instruction.record
             busy = 0
@@ -185,12 +185,13 @@ class CompletionBound:
             varies = sum(1 << level for level in instruction.varying_levels) & levels
             kind = StepKind(record.combine, record.delivery, instruction.real_group_size,
                             instruction_class(instruction, semantics.quotient)[5], varies, busy != every)
-            self.kind_of.append(kind)
+            self._kind_of.append(kinds.setdefault(kind, len(kinds)))
             self._calls.append((record.name, calls[index]))
-            members.setdefault(kind, []).append(index)
-        self._kinds = tuple(members.items())
+        self._kinds = tuple(kinds)
+        self._members = tuple(tuple(i for i, k in enumerate(self._kind_of) if k == kind) for kind in range(len(kinds)))
         self._step_costs: dict[tuple[int, int], float] = {}
-        self._kind_costs: dict[tuple[StepKind, int], float] = {}
+        self._kind_costs: dict[tuple[int, int], float] = {}
+        self._moves_from: dict[Abstract, tuple] = {}
         self._bounds: dict[tuple[Abstract, int], float] = {}
         self._edges: dict[tuple[Abstract, int, int], float] = {}
 
@@ -206,18 +207,19 @@ class CompletionBound:
                                                                        min(chunks, self._full) * self.size)
         return found
 
-    def _kind_cost(self, kind: StepKind, indices: list[int], chunks: int) -> float:
+    def _kind_cost(self, kind: int, chunks: int) -> float:
+        """The least of `step_cost` over the alphabet steps of one kind."""
         key = (kind, chunks)
         found = self._kind_costs.get(key)
         if found is None:
-            found = self._kind_costs[key] = min(self.step_cost(index, chunks) for index in indices)
+            found = self._kind_costs[key] = min(self.step_cost(index, chunks) for index in self._members[kind])
         return found
 
     # --- the abstraction's steps -------------------------------------------------------------------
 
-    def _moves(self, kind: StepKind, a: Abstract):
-        """(span of the calls at least, successor or None, span of a finishing step or None):
-        None when the step cannot be taken from a."""
+    def _move(self, kind: StepKind, a: Abstract):
+        """(span the calls have at least, successor, span of a finishing step or None), or None
+        when a step of this kind cannot be taken from a (see the module docstring)."""
         lo, hi, need, empty, aligned = a
         full = self._full
         k = kind.k
@@ -244,25 +246,41 @@ class CompletionBound:
         finishing = full if hi == full and need == 0 and not aligned else None
         return lo, (lo, hi, need, False, rest), finishing
 
+    def _moves(self, a: Abstract) -> tuple:
+        """Every kind's move from a, as (least cost, least cost when it finishes, successor or
+        None when it leaves a as it is), cheapest first."""
+        found = self._moves_from.get(a)
+        if found is None:
+            moves = []
+            for kind_id, kind in enumerate(self._kinds):
+                move = self._move(kind, a)
+                if move is None:
+                    continue
+                span, after, finishing = move
+                cost = self._kind_cost(kind_id, span)
+                finish = INFINITY if finishing is None else max(cost, self._kind_cost(kind_id, finishing))
+                moves.append((cost, finish, None if after == a else after))
+            moves.sort(key=_first)
+            found = self._moves_from[a] = tuple(moves)
+        return found
+
     def bound(self, a: Abstract, left: int) -> float:
-        """The least an abstract path of at most `left` steps from `a` to the goal costs."""
+        """The least an abstract path of at most `left` steps from `a` to the goal costs.
+
+        Moves that leave `a` as it is are skipped: a path through one costs at least a path of
+        fewer steps from `a`, and the bound never grows with `left`."""
         key = (a, left)
         found = self._bounds.get(key)
         if found is not None:
             return found
         best = INFINITY
         if left > 0:
-            for kind, indices in self._kinds:
-                moves = self._moves(kind, a)
-                if moves is None:
-                    continue
-                span, after, finishing = moves
-                cost = self._kind_cost(kind, indices, span)
-                if finishing is not None:
-                    finish = max(cost, self._kind_cost(kind, indices, finishing))
-                    if finish < best:
-                        best = finish
-                if left > 1 and after != a and cost < best:
+            for cost, finish, after in self._moves(a):
+                if cost >= best:  # sorted: no later move is cheaper
+                    break
+                if finish < best:
+                    best = finish
+                if after is not None and left > 1:
                     total = cost + self.bound(after, left - 1)
                     if total < best:
                         best = total
@@ -277,9 +295,9 @@ class CompletionBound:
         if found is not None:
             return found
         best = INFINITY
-        moves = self._moves(self.kind_of[index], a) if left > 0 else None
-        if moves is not None:
-            span, after, finishing = moves
+        move = self._move(self._kinds[self._kind_of[index]], a) if left > 0 else None
+        if move is not None:
+            span, after, finishing = move
             cost = self.step_cost(index, span)
             if finishing is not None:
                 best = max(cost, self.step_cost(index, finishing))
@@ -287,6 +305,10 @@ class CompletionBound:
                 best = min(best, cost + self.bound(after, left - 1))
         self._edges[key] = best
         return best
+
+
+def _first(move: tuple) -> float:
+    return move[0]
 
 
 __all__ = ["Abstract", "CompletionBound", "StateAbstraction", "StepKind"]
