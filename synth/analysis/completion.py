@@ -198,12 +198,20 @@ class CompletionBound:
     # --- costs ------------------------------------------------------------------------------------
 
     def step_cost(self, index: int, chunks: int) -> float:
-        """A lower bound on alphabet step `index` when every call spans at least `chunks`."""
+        """A lower bound on alphabet step `index` when every call spans at least `chunks`:
+        launch plus its costliest call alone (CostEngine.least_step_s), one call per distinct
+        call site (calls at alike sites cost alike)."""
         key = (index, chunks)
         found = self._step_costs.get(key)
         if found is None:
             collective, calls = self._calls[index]
-            found = self._step_costs[key] = self._engine.least_step_s(collective, calls,
+            if not isinstance(calls, _Sites):
+                sites: dict[int, tuple[int, ...]] = {}
+                for members in calls:
+                    sites.setdefault(self._engine.call(collective, members).site_id, members)
+                calls = _Sites(sites.values())
+                self._calls[index] = (collective, calls)
+            found = self._step_costs[key] = self._engine.least_step_s(collective, tuple(calls),
                                                                        min(chunks, self._full) * self.size)
         return found
 
@@ -305,6 +313,10 @@ class CompletionBound:
                 best = min(best, cost + self.bound(after, left - 1))
         self._edges[key] = best
         return best
+
+
+class _Sites(tuple):
+    """One call per distinct call site of a step."""
 
 
 def _first(move: tuple) -> float:
