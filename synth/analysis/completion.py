@@ -295,6 +295,13 @@ class CompletionBound:
         self._bounds[key] = best
         return best
 
+    def step_least(self, a: Abstract, index: int) -> float:
+        """A lower bound on alphabet step `index` taken from a state abstracted as `a` (0 when
+        the abstraction refuses it: the caller took it concretely, which the bound then never
+        sees)."""
+        move = self._move(self._kinds[self._kind_of[index]], a)
+        return 0.0 if move is None else self.step_cost(index, move[0])
+
     def edge(self, a: Abstract, index: int, left: int) -> float:
         """The least any completion of at most `left` steps that begins with alphabet step
         `index` costs, from a state abstracted as `a` (infinite: no such completion)."""

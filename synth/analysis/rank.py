@@ -49,7 +49,7 @@ from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
 
 __all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
 
-_PREFIX, _EDGE, _PROGRAM = 0, 1, 2  # heap entry kinds (see Ranker.cheapest)
+_PREFIX, _STEPS, _PROGRAM = 0, 1, 2  # heap entry kinds (see Ranker.cheapest)
 
 
 @dataclass(frozen=True)
@@ -217,36 +217,49 @@ class Ranker:
         max_len, goal, alphabet = self.max_len, machine.goal, walker.alphabet
         rank_of, index_of = self._text_ranks()
         value, extend = estimate.value, estimate.extend
-        taken: dict[tuple[tuple[int, ...], int], tuple] = {}  # (state, index) -> (next state, figures)
         costed: dict[StepCalls, object] = {}
         count = len(alphabet)
         tie = itertools.count()
         push, pop = heapq.heappush, heapq.heappop
         orders: dict[tuple, tuple] = {}
+        followers: dict[tuple, tuple] = {}
 
-        def edges(a, left: int) -> tuple:
-            """The steps that may begin a completion of at most `left` steps from a state
-            abstracted as `a`: ((least, text rank, index), ...) by least then rank, and for each
-            position the smallest rank from there on."""
-            found = orders.get((a, left))
+        def steps_from(state: tuple[int, ...], a, left: int) -> tuple:
+            """The valid steps from a state that may begin a completion of at most `left` steps:
+            ((least, text rank, index, next state, its abstraction), ...) by least then rank,
+            `least` bounding every completion that begins with the step (the bound from the
+            state's abstraction, raised by the step's least cost plus the next state's bound);
+            and for each position the smallest rank from there on."""
+            found = followers.get((state, left))
             if found is None:
-                steps = sorted((least, rank_of[index], index) for index in range(count)
-                               if (least := bound.edge(a, index, left)) != INFINITY)
-                smallest = [0] * len(steps)
+                firsts = orders.get((a, left))
+                if firsts is None:
+                    firsts = orders[(a, left)] = sorted(
+                        (least, rank_of[index], index) for index in range(count)
+                        if (least := bound.edge(a, index, left)) != INFINITY)
+                kept = []
+                for least, rank, index in firsts:
+                    after = machine.apply(state, index)
+                    if after is None:
+                        continue
+                    if after == goal or left > 1:
+                        kept.append((least, rank, index, after))
+                kept.sort()
+                smallest = [0] * len(kept)
                 lowest = count
-                for position in range(len(steps) - 1, -1, -1):
-                    lowest = min(lowest, steps[position][1])
+                for position in range(len(kept) - 1, -1, -1):
+                    lowest = min(lowest, kept[position][1])
                     smallest[position] = lowest
-                found = orders[(a, left)] = (tuple(steps), tuple(smallest))
+                found = followers[(state, left)] = (tuple(kept), tuple(smallest))
             return found
 
-        def push_edges(text, depth, state, prefix, siblings, position):
-            """The untaken steps siblings[position:] of a prefix as one entry: keyed by the
-            first's bound (the least of them) and the smallest text among them."""
-            steps, smallest = siblings
-            if position < len(steps):
-                push(heap, (value(prefix, size, (steps[position][0],)), text + (smallest[position],), next(tie), _EDGE,
-                            depth, state, prefix, (siblings, position)))
+        def push_steps(text, depth, state, prefix, steps, position):
+            """The untaken steps steps[position:] of a prefix as one entry: keyed by the first's
+            bound (the least of them) and the smallest text among them."""
+            kept, smallest = steps
+            if position < len(kept):
+                push(heap, (value(prefix, size, (kept[position][0],)), text + (smallest[position],), next(tie), _STEPS,
+                            depth, state, prefix, (steps, position)))
 
         initial = machine.initial
         a = abstraction.of(initial)
@@ -263,39 +276,31 @@ class Ranker:
                 yield key, Program(tuple(alphabet[index_of[rank]][0] for rank in text))
                 continue
             if what == _PREFIX:
-                push_edges(text, depth, state, prefix, edges(extra, max_len - depth), 0)
+                push_steps(text, depth, state, prefix, steps_from(state, extra, max_len - depth), 0)
                 continue
             # the untaken steps of a prefix: take the first, keep the rest as one entry
-            siblings, position = extra
+            steps, position = extra
             text = text[:-1]
-            push_edges(text, depth, state, prefix, siblings, position + 1)
-            _, rank, index = siblings[0][position]
+            push_steps(text, depth, state, prefix, steps, position + 1)
+            _, rank, index, after = steps[0][position]
             text += (rank,)
-            found = taken.get((state, index))
-            if found is None:
-                after = machine.apply(state, index)
-                figures = None
-                if after is not None:
-                    step = walker.interned_step(state, index)
-                    figures = costed.get(step)
-                    if figures is None:
-                        figures = costed[step] = engine.figures([step], [size])
-                found = taken[(state, index)] = (after, figures)
-            after, figures = found
-            if after is None:
-                continue
+            if after != goal:
+                following = abstraction.of(after)
+                if following is None:
+                    continue
+                least = bound.bound(following, max_len - depth - 1)
+                if least == INFINITY:
+                    continue
+            step = walker.interned_step(state, index)
+            figures = costed.get(step)
+            if figures is None:
+                figures = costed[step] = engine.figures([step], [size])
             extended = extend(engine, prefix, figures, 0)
             if after == goal:
                 push(heap, (value(extended, size), text, next(tie), _PROGRAM, depth + 1, after, extended, None))
                 continue
-            a = abstraction.of(after)
-            if a is None:
-                continue
-            least = bound.bound(a, max_len - depth - 1)
-            if least == INFINITY:
-                continue
             push(heap, (max(key, value(extended, size, (least,))), text, next(tie), _PREFIX, depth + 1, after,
-                        extended, a))
+                        extended, following))
 
     def _text_ranks(self) -> tuple[list[int], dict[int, int]]:
         """Each alphabet entry's place in text order, and back. A prefix's text is the tuple of
