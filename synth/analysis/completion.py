@@ -64,7 +64,7 @@ from itertools import product
 
 from synth.collectives import Combine, Delivery
 from synth.model.engine import CostEngine
-from synth.pruning import DeadPrefixOracle, instruction_class
+from synth.pruning import instruction_class
 from synth.semantics import InternedMachine, Semantics
 
 INFINITY = math.inf
@@ -99,8 +99,10 @@ class StateAbstraction:
         self.levels = sum(1 << level for level, size in enumerate(semantics.sizes) if size > 1)
         # For each member rank, the levels where its digit is not zero.
         self._ones = tuple(sum(1 << level for level, digit in enumerate(position) if digit) for position in positions)
-        self._oracle = DeadPrefixOracle(semantics.alphabet, n, semantics.quotient, machine.members)
         self._members: list[tuple[int, int, int] | None] = []  # member id -> (length, seen ones, seen zeros)
+        self._pieces: list[tuple[int, ...] | None] = []  # member id -> contributor set per chunk (0: not held)
+        self._needs: dict[frozenset[int], int] = {}
+        self._covers: dict[frozenset[int], int | None] = {}
         self._abstract: dict[tuple[int, ...], Abstract | None] = {}
         self.goal = machine.goal
 
@@ -110,11 +112,13 @@ class StateAbstraction:
         for member in self.machine.members[len(self._members):]:
             if member is None:
                 self._members.append(None)
+                self._pieces.append(None)
                 continue
             lo, hi, sets, length = member
+            pieces = tuple((sets >> (chunk * n)) & every if lo <= chunk < hi else 0 for chunk in range(n))
             contributors = 0
-            for chunk in range(lo, hi):
-                contributors |= (sets >> (chunk * n)) & every
+            for piece in pieces:
+                contributors |= piece
             seen_ones = seen_zeros = 0
             rank = 0
             while contributors:
@@ -124,17 +128,46 @@ class StateAbstraction:
                 contributors >>= 1
                 rank += 1
             self._members.append((length, seen_ones, seen_zeros))
+            self._pieces.append(pieces)
+
+    def need(self, distinct: frozenset[int]) -> int:
+        """Doublings still needed, from the members present (member ids): for each chunk, the
+        fewest contributor sets held now that partition all members (every set a chunk will
+        ever have is a disjoint union of sets held now, and one sum over groups of k merges
+        at most k of them into one), in doublings, the most over chunks; -1 when some chunk's
+        sets cannot partition all members (the state can never reach the goal)."""
+        found = self._needs.get(distinct)
+        if found is None:
+            pieces = [self._pieces[i] for i in distinct if self._pieces[i] is not None]
+            found = 0
+            for chunk in range(self.semantics.member_count):
+                family = frozenset(member[chunk] for member in pieces if member[chunk])
+                fewest = self._cover(family)
+                if fewest is None:
+                    found = -1
+                    break
+                found = max(found, (fewest - 1).bit_length())
+            self._needs[distinct] = found
+        return found
+
+    def _cover(self, family: frozenset[int]) -> int | None:
+        """The fewest sets of `family` that partition all members, or None."""
+        found = self._covers.get(family, _UNSET)
+        if found is _UNSET:
+            every = (1 << self.semantics.member_count) - 1
+            found = self._covers[family] = _fewest(tuple(sorted(family)), every, {})
+        return found
 
     def of(self, state: tuple[int, ...]) -> Abstract | None:
-        """The abstraction of a state; None when it can never reach the goal (a chunk that no
-        member holds)."""
+        """The abstraction of a state; None when it can never reach the goal (some chunk's
+        sets cannot be summed into the whole)."""
         found = self._abstract.get(state, _UNSET)
         if found is not _UNSET:
             return found
         if len(self._members) < len(self.machine.members):
             self._learn_members()
-        facts = self._oracle.facts(state)
-        if facts.need < 0:
+        need = self.need(frozenset(state))
+        if need < 0:
             self._abstract[state] = None
             return None
         lo, hi, misaligned, empty = self.full, 0, 0, False
@@ -151,8 +184,27 @@ class StateAbstraction:
                 hi = length
             own = ones[rank]
             misaligned |= (seen_ones & ~own) | (seen_zeros & own)
-        found = self._abstract[state] = (lo, hi, facts.need, empty, self.levels & ~misaligned)
+        found = self._abstract[state] = (lo, hi, need, empty, self.levels & ~misaligned)
         return found
+
+
+def _fewest(family: tuple[int, ...], uncovered: int, memo: dict) -> int | None:
+    """The fewest sets of `family` (bitmasks) that partition `uncovered`, or None: cover the
+    lowest uncovered member first, with each set holding it that fits."""
+    if not uncovered:
+        return 0
+    found = memo.get(uncovered, _UNSET)
+    if found is not _UNSET:
+        return found
+    lowest = uncovered & -uncovered
+    best = None
+    for piece in family:
+        if piece & lowest and not piece & ~uncovered:
+            rest = _fewest(family, uncovered & ~piece, memo)
+            if rest is not None and (best is None or rest + 1 < best):
+                best = rest + 1
+    memo[uncovered] = best
+    return best
 
 
 _UNSET = object()

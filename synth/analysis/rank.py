@@ -50,6 +50,7 @@ from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
 __all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
 
 _PREFIX, _STEPS, _PROGRAM = 0, 1, 2  # heap entry kinds (see Ranker.cheapest)
+_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,7 @@ class Ranker:
         push, pop = heapq.heappush, heapq.heappop
         orders: dict[tuple, tuple] = {}
         followers: dict[tuple, tuple] = {}
+        applied: dict[tuple[int, ...], dict[int, tuple[int, ...] | None]] = {}  # state -> {index: next state}
 
         def steps_from(state: tuple[int, ...], a, left: int) -> tuple:
             """The valid steps from a state that may begin a completion of at most `left` steps:
@@ -238,8 +240,13 @@ class Ranker:
                         (least, rank_of[index], index) for index in range(count)
                         if (least := bound.edge(a, index, left)) != INFINITY)
                 kept = []
+                known = applied.get(state)
+                if known is None:
+                    known = applied[state] = {}
                 for least, rank, index in firsts:
-                    after = machine.apply(state, index)
+                    after = known.get(index, _UNSET)
+                    if after is _UNSET:
+                        after = known[index] = machine.apply(state, index)
                     if after is None:
                         continue
                     if after == goal or left > 1:
