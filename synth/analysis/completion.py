@@ -243,7 +243,7 @@ class CompletionBound:
         self._members = tuple(tuple(i for i, k in enumerate(self._kind_of) if k == kind) for kind in range(len(kinds)))
         self._step_costs: dict[tuple[int, int], float] = {}
         self._kind_costs: dict[tuple[int, int], float] = {}
-        self._moves_from: dict[Abstract, tuple] = {}
+        self._moves_from: dict[Abstract, list] = {}
         self._bounds: dict[tuple[Abstract, int], float] = {}
         self._edges: dict[tuple[Abstract, int, int], float] = {}
 
@@ -306,53 +306,63 @@ class CompletionBound:
         finishing = full if hi == full and need == 0 and not aligned else None
         return lo, (lo, hi, need, False, rest), finishing
 
-    def _moves(self, a: Abstract) -> tuple:
-        """Every kind's move from a, as (least cost, least cost when it finishes, successor or
-        None when it leaves a as it is), cheapest first."""
+    def _order(self) -> tuple[tuple[float, int], ...]:
+        """Each kind's least cost from any state (at one chunk), cheapest first."""
+        found = self.__dict__.get("_kind_order")
+        if found is None:
+            found = self.__dict__["_kind_order"] = tuple(sorted(
+                (self._kind_cost(kind_id, 1), kind_id) for kind_id in range(len(self._kinds))))
+        return found
+
+    def _moves(self, a: Abstract) -> list:
+        """The moves from a, one per kind in `_order`, computed when first asked for: (least
+        cost, least cost when it finishes, successor or None when it leaves a as it is), or
+        None when the kind cannot be taken."""
         found = self._moves_from.get(a)
         if found is None:
-            moves = []
-            for kind_id, kind in enumerate(self._kinds):
-                move = self._move(kind, a)
-                if move is None:
-                    continue
-                span, after, finishing = move
-                cost = self._kind_cost(kind_id, span)
-                finish = INFINITY if finishing is None else max(cost, self._kind_cost(kind_id, finishing))
-                moves.append((cost, finish, None if after == a else after))
-            moves.sort(key=_first)
-            found = self._moves_from[a] = tuple(moves)
+            found = self._moves_from[a] = [_UNSET] * len(self._kinds)
         return found
+
+    def _moved(self, a: Abstract, kind_id: int):
+        kind = self._kinds[kind_id]
+        move = self._move(kind, a)
+        if move is None:
+            return None
+        span, after, finishing = move
+        cost = self._kind_cost(kind_id, span)
+        finish = INFINITY if finishing is None else max(cost, self._kind_cost(kind_id, finishing))
+        return cost, finish, None if after == a else after
 
     def bound(self, a: Abstract, left: int) -> float:
         """The least an abstract path of at most `left` steps from `a` to the goal costs.
 
-        Moves that leave `a` as it is are skipped: a path through one costs at least a path of
-        fewer steps from `a`, and the bound never grows with `left`."""
+        Kinds are tried by their least cost from any state, stopping at the first that cannot
+        beat the best found. Moves that leave `a` as it is are skipped: a path through one
+        costs at least a path of fewer steps from `a`, and the bound never grows with `left`."""
         key = (a, left)
         found = self._bounds.get(key)
         if found is not None:
             return found
         best = INFINITY
         if left > 0:
-            for cost, finish, after in self._moves(a):
-                if cost >= best:  # sorted: no later move is cheaper
+            moves = self._moves(a)
+            for least, kind_id in self._order():
+                if least >= best:
                     break
+                move = moves[kind_id]
+                if move is _UNSET:
+                    move = moves[kind_id] = self._moved(a, kind_id)
+                if move is None:
+                    continue
+                cost, finish, after = move
                 if finish < best:
                     best = finish
-                if after is not None and left > 1:
+                if after is not None and left > 1 and cost < best:
                     total = cost + self.bound(after, left - 1)
                     if total < best:
                         best = total
         self._bounds[key] = best
         return best
-
-    def step_least(self, a: Abstract, index: int) -> float:
-        """A lower bound on alphabet step `index` taken from a state abstracted as `a` (0 when
-        the abstraction refuses it: the caller took it concretely, which the bound then never
-        sees)."""
-        move = self._move(self._kinds[self._kind_of[index]], a)
-        return 0.0 if move is None else self.step_cost(index, move[0])
 
     def edge(self, a: Abstract, index: int, left: int) -> float:
         """The least any completion of at most `left` steps that begins with alphabet step
@@ -376,10 +386,6 @@ class CompletionBound:
 
 class _Sites(tuple):
     """One call per distinct call site of a step."""
-
-
-def _first(move: tuple) -> float:
-    return move[0]
 
 
 __all__ = ["Abstract", "CompletionBound", "StateAbstraction", "StepKind"]
