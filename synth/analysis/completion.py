@@ -4,63 +4,64 @@ The best-first search of synth/analysis/rank.py keys a prefix by its time plus a
 on what any valid completion adds. This module computes that bound exactly over a small
 abstraction of the quotient state (synth/semantics.py), for one size:
 
-    a = (lo, hi, need, empty, aligned)
+    a = (lo, hi, need, empty)
 
-* `lo`, `hi`: the shortest and longest range (in real chunks) a non-empty member holds;
-* `need`: doublings the weakest chunk's best holder still needs (synth/pruning.py);
-* `empty`: some member holds nothing;
-* `aligned`: the levels (of quotient size 2) along which no contributor set has spread yet:
-  every contributor of every chunk a member holds has the member's own digit at that level.
-  Members exchange data only inside a step's groups, whose members agree on every level the
-  form does not vary, so a level stays aligned until some step varies it; the goal's sets
-  are full, aligned nowhere. So every aligned level must be varied by some later step.
+* `lo`, `hi`: the shortest and longest range, in real chunks, a non-empty member holds;
+* `need`: doublings still needed. Every contributor set a chunk will ever have is a disjoint
+  union of sets members hold now (only sums make sets, by disjoint unions; everything else
+  moves them), so the whole set of chunk c takes at least m(c) of today's sets, m(c) the
+  fewest that partition all members; one sum over groups of k merges at most k sets into
+  one, so reaching m(c) pieces takes sums whose ceil(log2 k) add up to ceil(log2 m(c)).
+  `need` is the most over chunks; a chunk whose sets cannot partition all members can never
+  be summed whole (the state is dead);
+* `empty`: some member holds nothing.
 
-Each alphabet step acts on the abstraction as its collective's record says (what it combines,
-where it delivers, synth/collectives.py), with its group size k (real), its growth g (in the
-instance the state lives in), the levels V it varies and whether it leaves members idle:
+An alphabet step acts on the abstraction as its collective's record says (what it combines,
+where it delivers, synth/collectives.py), through its real group size k, its growth
+g = ceil(log2 k) in the instance the state lives in, and whether it leaves members idle:
 
-    a sum:       need - g; aligned minus V; a ReduceScatter divides lo by k (and hi, when
-                 no member is idle); a Reduce empties the non-roots;
-    a join:      needs k * lo <= N; lo times k when no member is idle, hi times k (at most N);
-    a root copy: may fill every empty member (empty := False);
-    sums and joins need every member of their groups to hold data: with no idle member, a
-    state with an empty member cannot take them.
+    a sum:       need - g (at least 0); a ReduceScatter divides lo by k, and hi when no
+                 member is idle; a Reduce empties its non-roots;
+    a join:      needs k * lo <= N (its output is at most the buffer); lo times k when no
+                 member is idle, hi times k (at most N);
+    a root copy: may fill every empty member;
+    a sum or a join needs every member of its groups to hold data: with no idle member, a
+    state with an empty member cannot take it.
 
-and costs at least `launch + max over its calls of the call alone` at the span its calls have
-at least: `lo` chunks (a join: k * lo; the chunks a call spans are its root's range, a join's
-its output). A step reaches the goal only when every member ends holding the whole buffer,
-complete: an AllReduce from a state where every member holds the whole range (hi = N, no
-empty member, need <= g, every aligned level in V), an AllGather whose output is the whole
-range (k * hi >= N, no empty member, need = 0, aligned levels in V), a Broadcast from roots
-holding the goal (hi = N, need = 0, nothing aligned); a ReduceScatter or a Reduce never does.
-A finishing step's calls all span the whole buffer (their roots, or a join's outputs, hold
-it), so it costs at least its time at N chunks.
+Its cost is at least launch plus its costliest call alone at the span every call has at
+least, `lo` chunks (a join's calls span their output, k * lo; CostEngine.least_step_s). A step
+reaches the goal only if every member ends holding the whole buffer, complete: an AllReduce
+from a state where some member holds the whole range (hi = N), no member is empty and
+need <= g; an AllGather whose output can be whole (k * hi >= N) with no empty member and
+need = 0; a Broadcast from roots holding the goal (hi = N, need = 0). A ReduceScatter or a
+Reduce never does. A finishing step's calls all span the whole buffer (its roots, or a join's
+outputs, hold it), so it costs at least its time at N chunks.
 
 `bound(a, L)` is the least total cost of an abstract path of at most L steps that ends with a
 finishing step (infinite when there is none: the prefix cannot finish in L steps).
 
-Admissible: let R(a, s) say a.lo <= lo(s), a.hi >= hi(s), a.need <= need(s), a.empty
-implies empty(s) and a.aligned is a subset of aligned(s). R(alpha(s), s) holds. If R(a, s) and
-a valid step takes s to s' at time t, then (i) t >= the abstract step's cost (every call of
-the step spans at least lo(s) >= a.lo chunks, or k * a.lo for a join, and a call's time alone
-never decreases with its bytes: synth/model/backend.py); (ii) if s' is the goal, the step's
-finishing conditions hold for a (each is implied by the same condition on s, as listed
-above) and t >= its cost at N chunks; (iii) otherwise R(T(a), s') for the abstract successor
-T(a) (the rules above only ever move the bounds outward: a ReduceScatter gives every member
-at least lo(s)/k chunks, an idle member keeps its range, a copy stays within [lo, hi], need
-falls by at most g per sum (a union of k disjoint sets is at most k times the largest) and
-never by other collectives, an empty member stays empty unless a root copy fills it, a level
-not varied stays aligned). By induction on L every completion of s in at most L steps costs
-at least `bound(alpha(s), L)`. Costs are lower bounds of both the lockstep time of a step and
-one group's own chain time of it (CostEngine.least_step_s), so the bound serves either
-estimate (synth/model/estimate.py).
+Admissible. Say R(a, s) when a.lo <= lo(s), a.hi >= hi(s), a.need <= need(s), and a.empty
+only if s has an empty member; R(alpha(s), s) holds. If R(a, s) and a valid step takes s to
+s' at time t, then (i) the abstract step is allowed (each refusal above is implied by the same
+fact about s) and t is at least its cost (every call spans at least lo(s) >= a.lo chunks, or
+k * a.lo for a join, and a call alone never gets faster with more bytes: synth/model/backend.py);
+(ii) if s' is the goal, the finishing conditions hold for a (each implied by the same
+condition on s) and t is at least the cost at N chunks; (iii) otherwise R(T(a), s') for the
+abstract successor T(a): a ReduceScatter gives each member it takes at least lo(s)/k chunks
+and an idle member keeps its range, a join multiplies the ranges it takes by k, a copy stays
+within [lo, hi], a Reduce empties the non-roots, `need` falls by at most g per sum (a set
+after the sum is a union of at most k sets from before, so a partition by the new sets gives
+one by the old with at most k times as many pieces, and ceil is subadditive) and never by
+other collectives, and an empty member stays empty unless a root copy fills it. By induction
+on L, every completion of s in at most L steps costs at least `bound(alpha(s), L)`. The costs
+bound both a step's lockstep time and one group's own chain time of it, so the bound serves
+either estimate (synth/model/estimate.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import product
 
 from synth.collectives import Combine, Delivery
 from synth.model.engine import CostEngine
@@ -69,80 +70,47 @@ from synth.semantics import InternedMachine, Semantics
 
 INFINITY = math.inf
 
-# One abstract state: (lo, hi, need, empty, aligned levels as a bitmask).
-Abstract = tuple[int, int, int, bool, int]
+# One abstract state: (lo, hi, need, empty).
+Abstract = tuple[int, int, int, bool]
 
-
-@dataclass(frozen=True)
-class StepKind:
-    """What the abstraction knows of an alphabet step (steps of one kind act alike on it)."""
-
-    combine: Combine
-    delivery: Delivery
-    k: int  # real group size
-    growth: int  # doublings of the best contributor set one step can add (instance sizes)
-    varies: int  # bitmask of the levels the form varies
-    idle: bool  # some member takes no part
+_UNSET = object()
 
 
 class StateAbstraction:
     """The abstraction of interned states (tuples of member ids of an InternedMachine),
-    computed once per state from facts cached per member."""
+    computed once per state from facts kept per member id."""
 
     def __init__(self, semantics: Semantics, machine: InternedMachine):
         self.semantics = semantics
         self.machine = machine
         self.full = semantics.real_member_count
-        n = semantics.member_count
-        positions = _positions(semantics.sizes)
-        # Levels of (instance) size 2: the ones a contributor set can spread along.
-        self.levels = sum(1 << level for level, size in enumerate(semantics.sizes) if size > 1)
-        # For each member rank, the levels where its digit is not zero.
-        self._ones = tuple(sum(1 << level for level, digit in enumerate(position) if digit) for position in positions)
-        self._members: list[tuple[int, int, int] | None] = []  # member id -> (length, seen ones, seen zeros)
+        self._every = (1 << semantics.member_count) - 1
+        self._lengths: list[int] = []  # member id -> real range length (0: empty)
         self._pieces: list[tuple[int, ...] | None] = []  # member id -> contributor set per chunk (0: not held)
         self._needs: dict[frozenset[int], int] = {}
         self._covers: dict[frozenset[int], int | None] = {}
         self._abstract: dict[tuple[int, ...], Abstract | None] = {}
-        self.goal = machine.goal
 
     def _learn_members(self) -> None:
-        n, levels, ones = self.semantics.member_count, self.levels, self._ones
-        every = (1 << n) - 1
-        for member in self.machine.members[len(self._members):]:
+        n, every = self.semantics.member_count, self._every
+        for member in self.machine.members[len(self._lengths):]:
             if member is None:
-                self._members.append(None)
+                self._lengths.append(0)
                 self._pieces.append(None)
                 continue
             lo, hi, sets, length = member
-            pieces = tuple((sets >> (chunk * n)) & every if lo <= chunk < hi else 0 for chunk in range(n))
-            contributors = 0
-            for piece in pieces:
-                contributors |= piece
-            seen_ones = seen_zeros = 0
-            rank = 0
-            while contributors:
-                if contributors & 1:
-                    seen_ones |= ones[rank]
-                    seen_zeros |= levels & ~ones[rank]
-                contributors >>= 1
-                rank += 1
-            self._members.append((length, seen_ones, seen_zeros))
-            self._pieces.append(pieces)
+            self._lengths.append(length)
+            self._pieces.append(tuple((sets >> (chunk * n)) & every if lo <= chunk < hi else 0 for chunk in range(n)))
 
     def need(self, distinct: frozenset[int]) -> int:
-        """Doublings still needed, from the members present (member ids): for each chunk, the
-        fewest contributor sets held now that partition all members (every set a chunk will
-        ever have is a disjoint union of sets held now, and one sum over groups of k merges
-        at most k of them into one), in doublings, the most over chunks; -1 when some chunk's
-        sets cannot partition all members (the state can never reach the goal)."""
+        """Doublings still needed (see the module docstring) from the member ids present; -1
+        when some chunk's sets cannot partition all members."""
         found = self._needs.get(distinct)
         if found is None:
             pieces = [self._pieces[i] for i in distinct if self._pieces[i] is not None]
             found = 0
             for chunk in range(self.semantics.member_count):
-                family = frozenset(member[chunk] for member in pieces if member[chunk])
-                fewest = self._cover(family)
+                fewest = self._cover(frozenset(member[chunk] for member in pieces if member[chunk]))
                 if fewest is None:
                     found = -1
                     break
@@ -154,43 +122,30 @@ class StateAbstraction:
         """The fewest sets of `family` that partition all members, or None."""
         found = self._covers.get(family, _UNSET)
         if found is _UNSET:
-            every = (1 << self.semantics.member_count) - 1
-            found = self._covers[family] = _fewest(tuple(sorted(family)), every, {})
+            found = self._covers[family] = _fewest(tuple(sorted(family)), self._every, {})
         return found
 
     def of(self, state: tuple[int, ...]) -> Abstract | None:
-        """The abstraction of a state; None when it can never reach the goal (some chunk's
-        sets cannot be summed into the whole)."""
+        """The abstraction of a state; None when it can never reach the goal."""
         found = self._abstract.get(state, _UNSET)
         if found is not _UNSET:
             return found
-        if len(self._members) < len(self.machine.members):
+        if len(self._lengths) < len(self.machine.members):
             self._learn_members()
         need = self.need(frozenset(state))
         if need < 0:
-            self._abstract[state] = None
-            return None
-        lo, hi, misaligned, empty = self.full, 0, 0, False
-        members, ones = self._members, self._ones
-        for rank, member_id in enumerate(state):
-            member = members[member_id]
-            if member is None:
-                empty = True
-                continue
-            length, seen_ones, seen_zeros = member
-            if length < lo:
-                lo = length
-            if length > hi:
-                hi = length
-            own = ones[rank]
-            misaligned |= (seen_ones & ~own) | (seen_zeros & own)
-        found = self._abstract[state] = (lo, hi, need, empty, self.levels & ~misaligned)
+            found = None
+        else:
+            lengths = [self._lengths[member] for member in state]
+            held = [length for length in lengths if length]
+            found = (min(held), max(held), need, len(held) < len(lengths))
+        self._abstract[state] = found
         return found
 
 
 def _fewest(family: tuple[int, ...], uncovered: int, memo: dict) -> int | None:
-    """The fewest sets of `family` (bitmasks) that partition `uncovered`, or None: cover the
-    lowest uncovered member first, with each set holding it that fits."""
+    """The fewest sets of `family` (bitmasks) that partition `uncovered`, or None: the lowest
+    uncovered member first, with each set holding it that fits."""
     if not uncovered:
         return 0
     found = memo.get(uncovered, _UNSET)
@@ -207,12 +162,15 @@ def _fewest(family: tuple[int, ...], uncovered: int, memo: dict) -> int | None:
     return best
 
 
-_UNSET = object()
+@dataclass(frozen=True)
+class StepKind:
+    """What the abstraction knows of an alphabet step (steps of one kind act alike on it)."""
 
-
-def _positions(sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every member rank's digits, outermost level first (the semantics' mixed radix)."""
-    return list(product(*(range(size) for size in sizes)))
+    combine: Combine
+    delivery: Delivery
+    k: int  # real group size
+    growth: int  # ceil(log2) of the group size in the instance the state lives in
+    idle: bool  # some member takes no part
 
 
 class CompletionBound:
@@ -224,19 +182,18 @@ class CompletionBound:
         self.size = int(size)
         self._engine = engine
         every = (1 << semantics.member_count) - 1
-        levels = sum(1 << level for level, s in enumerate(semantics.sizes) if s > 1)
         kinds: dict[StepKind, int] = {}
         self._kind_of: list[int] = []  # alphabet index -> kind id
-        self._calls = []
+        self._calls: list[tuple[str, tuple]] = []
+        self._sites: dict[int, tuple] = {}
         for index, (_, instruction) in enumerate(semantics.alphabet):
             record = instruction.record
             busy = 0
             for group in instruction.groups:
                 for member in group:
                     busy |= 1 << member
-            varies = sum(1 << level for level in instruction.varying_levels) & levels
             kind = StepKind(record.combine, record.delivery, instruction.real_group_size,
-                            instruction_class(instruction, semantics.quotient)[5], varies, busy != every)
+                            instruction_class(instruction, semantics.quotient)[5], busy != every)
             self._kind_of.append(kinds.setdefault(kind, len(kinds)))
             self._calls.append((record.name, calls[index]))
         self._kinds = tuple(kinds)
@@ -246,24 +203,25 @@ class CompletionBound:
         self._moves_from: dict[Abstract, list] = {}
         self._bounds: dict[tuple[Abstract, int], float] = {}
         self._edges: dict[tuple[Abstract, int, int], float] = {}
+        self._order: tuple[tuple[float, int], ...] | None = None
 
     # --- costs ------------------------------------------------------------------------------------
 
     def step_cost(self, index: int, chunks: int) -> float:
         """A lower bound on alphabet step `index` when every call spans at least `chunks`:
-        launch plus its costliest call alone (CostEngine.least_step_s), one call per distinct
-        call site (calls at alike sites cost alike)."""
+        launch plus its costliest call alone (CostEngine.least_step_s), asked of one call per
+        distinct call site (calls at alike sites cost alike, as the engine itself assumes)."""
         key = (index, chunks)
         found = self._step_costs.get(key)
         if found is None:
             collective, calls = self._calls[index]
-            if not isinstance(calls, _Sites):
-                sites: dict[int, tuple[int, ...]] = {}
+            sites = self._sites.get(index)
+            if sites is None:
+                by_site: dict[int, tuple[int, ...]] = {}
                 for members in calls:
-                    sites.setdefault(self._engine.call(collective, members).site_id, members)
-                calls = _Sites(sites.values())
-                self._calls[index] = (collective, calls)
-            found = self._step_costs[key] = self._engine.least_step_s(collective, tuple(calls),
+                    by_site.setdefault(self._engine.call(collective, members).site_id, members)
+                sites = self._sites[index] = tuple(by_site.values())
+            found = self._step_costs[key] = self._engine.least_step_s(collective, sites,
                                                                        min(chunks, self._full) * self.size)
         return found
 
@@ -278,12 +236,11 @@ class CompletionBound:
     # --- the abstraction's steps -------------------------------------------------------------------
 
     def _move(self, kind: StepKind, a: Abstract):
-        """(span the calls have at least, successor, span of a finishing step or None), or None
-        when a step of this kind cannot be taken from a (see the module docstring)."""
-        lo, hi, need, empty, aligned = a
+        """(span every call has at least, successor, span of a finishing step or None), or
+        None when a step of this kind cannot be taken from a (see the module docstring)."""
+        lo, hi, need, empty = a
         full = self._full
         k = kind.k
-        rest = aligned & ~kind.varies
         combine = kind.combine
         if combine is Combine.SUM:
             if empty and not kind.idle:
@@ -292,40 +249,24 @@ class CompletionBound:
             left = left if left > 0 else 0
             delivery = kind.delivery
             if delivery is Delivery.EVERY:
-                finishing = full if hi == full and not empty and need <= kind.growth and not rest else None
-                return lo, (lo, hi, left, empty, rest), finishing
+                finishing = full if hi == full and not empty and need <= kind.growth else None
+                return lo, (lo, hi, left, empty), finishing
             if delivery is Delivery.BLOCKS:
-                return lo, (max(lo // k, 1), hi if kind.idle else max(hi // k, 1), left, empty, rest), None
-            return lo, (lo, hi, left, True, rest), None
+                return lo, (max(lo // k, 1), hi if kind.idle else max(hi // k, 1), left, empty), None
+            return lo, (lo, hi, left, True), None
         if combine is Combine.JOIN:
             if (empty and not kind.idle) or lo * k > full:
                 return None
             widest = min(full, hi * k)
-            finishing = full if widest == full and not empty and need == 0 and not rest else None
-            return lo * k, (lo if kind.idle else lo * k, widest, need, empty, rest), finishing
-        finishing = full if hi == full and need == 0 and not aligned else None
-        return lo, (lo, hi, need, False, rest), finishing
-
-    def _order(self) -> tuple[tuple[float, int], ...]:
-        """Each kind's least cost from any state (at one chunk), cheapest first."""
-        found = self.__dict__.get("_kind_order")
-        if found is None:
-            found = self.__dict__["_kind_order"] = tuple(sorted(
-                (self._kind_cost(kind_id, 1), kind_id) for kind_id in range(len(self._kinds))))
-        return found
-
-    def _moves(self, a: Abstract) -> list:
-        """The moves from a, one per kind in `_order`, computed when first asked for: (least
-        cost, least cost when it finishes, successor or None when it leaves a as it is), or
-        None when the kind cannot be taken."""
-        found = self._moves_from.get(a)
-        if found is None:
-            found = self._moves_from[a] = [_UNSET] * len(self._kinds)
-        return found
+            finishing = full if widest == full and not empty and need == 0 else None
+            return lo * k, (lo if kind.idle else lo * k, widest, need, empty), finishing
+        finishing = full if hi == full and need == 0 else None
+        return lo, (lo, hi, need, False), finishing
 
     def _moved(self, a: Abstract, kind_id: int):
-        kind = self._kinds[kind_id]
-        move = self._move(kind, a)
+        """A kind's move from a as (least cost, least cost when it finishes, successor or None
+        when it leaves a as it is), or None when it cannot be taken."""
+        move = self._move(self._kinds[kind_id], a)
         if move is None:
             return None
         span, after, finishing = move
@@ -336,22 +277,28 @@ class CompletionBound:
     def bound(self, a: Abstract, left: int) -> float:
         """The least an abstract path of at most `left` steps from `a` to the goal costs.
 
-        Kinds are tried by their least cost from any state, stopping at the first that cannot
-        beat the best found. Moves that leave `a` as it is are skipped: a path through one
-        costs at least a path of fewer steps from `a`, and the bound never grows with `left`."""
+        Kinds are tried by their least cost from any state (at one chunk), stopping at the
+        first that cannot beat the best found. Moves that leave `a` as it is are skipped: a
+        path through one costs at least a path of fewer steps from `a`, and the bound never
+        grows with `left`."""
         key = (a, left)
         found = self._bounds.get(key)
         if found is not None:
             return found
         best = INFINITY
         if left > 0:
-            moves = self._moves(a)
-            for least, kind_id in self._order():
+            order = self._order
+            if order is None:
+                order = self._order = tuple(sorted((self._kind_cost(kind, 1), kind) for kind in range(len(self._kinds))))
+            moves = self._moves_from.get(a)
+            if moves is None:
+                moves = self._moves_from[a] = [_UNSET] * len(self._kinds)
+            for least, kind in order:
                 if least >= best:
                     break
-                move = moves[kind_id]
+                move = moves[kind]
                 if move is _UNSET:
-                    move = moves[kind_id] = self._moved(a, kind_id)
+                    move = moves[kind] = self._moved(a, kind)
                 if move is None:
                     continue
                 cost, finish, after = move
@@ -382,10 +329,6 @@ class CompletionBound:
                 best = min(best, cost + self.bound(after, left - 1))
         self._edges[key] = best
         return best
-
-
-class _Sites(tuple):
-    """One call per distinct call site of a step."""
 
 
 __all__ = ["Abstract", "CompletionBound", "StateAbstraction", "StepKind"]
