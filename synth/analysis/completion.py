@@ -4,9 +4,11 @@ The best-first search of synth/analysis/rank.py keys a prefix by its time plus a
 on what any valid completion adds. This module computes that bound exactly over a small
 abstraction of the quotient state (synth/semantics.py), for one size:
 
-    a = (lo, hi, need, empty)
+    a = (lo, short, hi, need, empty)
 
-* `lo`, `hi`: the shortest and longest range, in real chunks, a non-empty member holds;
+* `lo`, `hi`: at most the shortest and at least the longest range, in real chunks, that a
+  non-empty member holds; `short`: at least the shortest (so the shortest lies in
+  [lo, short]);
 * `need`: doublings still needed. Every contributor set a chunk will ever have is a disjoint
   union of sets members hold now (only sums make sets, by disjoint unions; everything else
   moves them), so the whole set of chunk c takes at least m(c) of today's sets, m(c) the
@@ -14,48 +16,52 @@ abstraction of the quotient state (synth/semantics.py), for one size:
   one, so reaching m(c) pieces takes sums whose ceil(log2 k) add up to ceil(log2 m(c)).
   `need` is the most over chunks; a chunk whose sets cannot partition all members can never
   be summed whole (the state is dead);
-* `empty`: some member holds nothing.
+* `empty`: some member surely holds nothing.
 
 An alphabet step acts on the abstraction as its collective's record says (what it combines,
 where it delivers, synth/collectives.py), through its real group size k, its growth
 g = ceil(log2 k) in the instance the state lives in, and whether it leaves members idle:
 
-    a sum:       need - g (at least 0); a ReduceScatter divides lo by k, and hi when no
-                 member is idle; a Reduce empties its non-roots;
-    a join:      needs k * lo <= N (its output is at most the buffer); lo times k when no
-                 member is idle, hi times k (at most N);
-    a root copy: may fill every empty member;
-    a sum or a join needs every member of its groups to hold data: with no idle member, a
-    state with an empty member cannot take it.
+* a sum lowers `need` by g (to 0 at least); a ReduceScatter divides every range it takes by
+  k: lo / k, and short becomes at most hi / k (some member it takes had at most hi); with no
+  idle member short and hi divide by k too; a Reduce empties its non-roots (the shortest
+  range left is at most hi);
+* a join needs k * lo <= N (its output is at most the buffer) and multiplies the ranges it
+  takes by k: short * k, hi * k (at most N), and lo * k when no member is idle;
+* a root copy (Broadcast) may fill every empty member; a copied range lies in [lo, hi];
+* a sum or a join needs every member of its groups to hold data: with no idle member, a
+  state with an empty member cannot take it.
 
 Its cost is at least launch plus its costliest call alone at the span every call has at
-least, `lo` chunks (a join's calls span their output, k * lo; CostEngine.least_step_s). A step
-reaches the goal only if every member ends holding the whole buffer, complete: an AllReduce
-from a state where some member holds the whole range (hi = N), no member is empty and
-need <= g; an AllGather whose output can be whole (k * hi >= N) with no empty member and
-need = 0; a Broadcast from roots holding the goal (hi = N, need = 0). A ReduceScatter or a
-Reduce never does. A finishing step's calls all span the whole buffer (its roots, or a join's
-outputs, hold it), so it costs at least its time at N chunks.
+least: `lo` chunks, or `k * lo` for a join, whose calls span their output (CostEngine.
+least_step_s). A step reaches the goal only if every member ends holding the whole buffer,
+complete: an AllReduce when every member already holds the whole range (short = N), none
+is empty and need <= g; an AllGather when the ranges it takes are 1/k of the buffer and the
+rest whole (short * k >= N), none is empty and need = 0; a Broadcast from roots holding the
+goal (hi = N, need = 0). A ReduceScatter or a Reduce never does. A finishing step's calls all
+span the whole buffer (its roots, or a join's outputs, hold it), so it costs at least its
+time at N chunks.
 
 `bound(a, L)` is the least total cost of an abstract path of at most L steps that ends with a
 finishing step (infinite when there is none: the prefix cannot finish in L steps).
 
-Admissible. Say R(a, s) when a.lo <= lo(s), a.hi >= hi(s), a.need <= need(s), and a.empty
-only if s has an empty member; R(alpha(s), s) holds. If R(a, s) and a valid step takes s to
-s' at time t, then (i) the abstract step is allowed (each refusal above is implied by the same
-fact about s) and t is at least its cost (every call spans at least lo(s) >= a.lo chunks, or
-k * a.lo for a join, and a call alone never gets faster with more bytes: synth/model/backend.py);
-(ii) if s' is the goal, the finishing conditions hold for a (each implied by the same
-condition on s) and t is at least the cost at N chunks; (iii) otherwise R(T(a), s') for the
-abstract successor T(a): a ReduceScatter gives each member it takes at least lo(s)/k chunks
-and an idle member keeps its range, a join multiplies the ranges it takes by k, a copy stays
-within [lo, hi], a Reduce empties the non-roots, `need` falls by at most g per sum (a set
-after the sum is a union of at most k sets from before, so a partition by the new sets gives
-one by the old with at most k times as many pieces, and ceil is subadditive) and never by
-other collectives, and an empty member stays empty unless a root copy fills it. By induction
-on L, every completion of s in at most L steps costs at least `bound(alpha(s), L)`. The costs
-bound both a step's lockstep time and one group's own chain time of it, so the bound serves
-either estimate (synth/model/estimate.py).
+Admissible. Say R(a, s) when a.lo <= lo(s) <= a.short, a.hi >= hi(s), a.need <= need(s),
+and a.empty only if s has an empty member; R(alpha(s), s) holds. If R(a, s) and a valid step
+takes s to s' at time t, then (i) the abstract step is allowed (each refusal above is implied
+by the same fact about s) and t is at least its cost (every call spans at least lo(s) >= a.lo
+chunks, or k * a.lo for a join, and a call alone never gets faster with more bytes:
+synth/model/backend.py); (ii) if s' is the goal, the finishing conditions hold for a (each is
+implied by the same condition on s) and t is at least the cost at N chunks; (iii) otherwise
+R(T(a), s') for the abstract successor T(a): a ReduceScatter gives each member it takes
+1/k of its range and an idle member keeps its own, a join multiplies the ranges it takes by
+k, a copied range lies within [lo, hi], a Reduce keeps its roots' ranges and empties its
+non-roots, `need` falls by at most g per sum (a set after the sum is a union of at most k
+sets from before, so a partition by the new sets gives one by the old with at most k times
+as many pieces, and ceil is subadditive) and never by other collectives, and an empty member
+stays empty unless a root copy fills it. By induction on L, every completion of s in at most
+L steps costs at least `bound(alpha(s), L)`. The costs bound both a step's lockstep time and
+one group's own chain time of it, so the bound serves either estimate
+(synth/model/estimate.py).
 """
 
 from __future__ import annotations
@@ -70,8 +76,8 @@ from synth.semantics import InternedMachine, Semantics
 
 INFINITY = math.inf
 
-# One abstract state: (lo, hi, need, empty).
-Abstract = tuple[int, int, int, bool]
+# One abstract state: (lo, short, hi, need, empty).
+Abstract = tuple[int, int, int, int, bool]
 
 _UNSET = object()
 
@@ -138,7 +144,8 @@ class StateAbstraction:
         else:
             lengths = [self._lengths[member] for member in state]
             held = [length for length in lengths if length]
-            found = (min(held), max(held), need, len(held) < len(lengths))
+            shortest = min(held)
+            found = (shortest, shortest, max(held), need, len(held) < len(lengths))
         self._abstract[state] = found
         return found
 
@@ -238,7 +245,7 @@ class CompletionBound:
     def _move(self, kind: StepKind, a: Abstract):
         """(span every call has at least, successor, span of a finishing step or None), or
         None when a step of this kind cannot be taken from a (see the module docstring)."""
-        lo, hi, need, empty = a
+        lo, short, hi, need, empty = a
         full = self._full
         k = kind.k
         combine = kind.combine
@@ -249,19 +256,21 @@ class CompletionBound:
             left = left if left > 0 else 0
             delivery = kind.delivery
             if delivery is Delivery.EVERY:
-                finishing = full if hi == full and not empty and need <= kind.growth else None
-                return lo, (lo, hi, left, empty), finishing
+                finishing = full if short == full and not empty and need <= kind.growth else None
+                return lo, (lo, short, hi, left, empty), finishing
             if delivery is Delivery.BLOCKS:
-                return lo, (max(lo // k, 1), hi if kind.idle else max(hi // k, 1), left, empty), None
-            return lo, (lo, hi, left, True), None
+                if kind.idle:
+                    return lo, (max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), None
+                return lo, (max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), None
+            return lo, (lo, hi, hi, left, True), None
         if combine is Combine.JOIN:
             if (empty and not kind.idle) or lo * k > full:
                 return None
             widest = min(full, hi * k)
-            finishing = full if widest == full and not empty and need == 0 else None
-            return lo * k, (lo if kind.idle else lo * k, widest, need, empty), finishing
+            finishing = full if short * k >= full and not empty and need == 0 else None
+            return lo * k, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty), finishing
         finishing = full if hi == full and need == 0 else None
-        return lo, (lo, hi, need, False), finishing
+        return lo, (lo, hi, hi, need, False), finishing
 
     def _moved(self, a: Abstract, kind_id: int):
         """A kind's move from a as (least cost, least cost when it finishes, successor or None
