@@ -115,8 +115,8 @@ class StateAbstraction:
         if found is None:
             pieces = [self._pieces[i] for i in distinct if self._pieces[i] is not None]
             found = 0
-            for chunk in range(self.semantics.member_count):
-                fewest = self._cover(frozenset(member[chunk] for member in pieces if member[chunk]))
+            for family in set(map(frozenset, zip(*pieces))):  # per chunk, the sets held (0: not held)
+                fewest = self._cover(family)
                 if fewest is None:
                     found = -1
                     break
@@ -125,10 +125,11 @@ class StateAbstraction:
         return found
 
     def _cover(self, family: frozenset[int]) -> int | None:
-        """The fewest sets of `family` that partition all members, or None."""
+        """The fewest sets of `family` (0 stands for members not holding the chunk) that
+        partition all members, or None."""
         found = self._covers.get(family, _UNSET)
         if found is _UNSET:
-            found = self._covers[family] = _fewest(tuple(sorted(family)), self._every, {})
+            found = self._covers[family] = _fewest(tuple(sorted(family - {0})), self._every, {})
         return found
 
     def of(self, state: tuple[int, ...]) -> Abstract | None:
