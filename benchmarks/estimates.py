@@ -95,12 +95,13 @@ def render(result: dict, chosen: str) -> str:
               "estimate drops only the hop latencies that back-to-back runs overlap); they differ on multi-step "
               "programs where several reduction groups share links, which measure faster than the lockstep sum "
               "because groups do not wait for each other. There the pipelined estimate picks the hierarchical "
-              "program the measurements favour (emu-2x4, `[[2,2],[1,2]]`: 1.49x over the default at 64 KiB, "
-              "1.30x at 256 KiB, where the lockstep sum picks the default). The two `emu-2x2x2` misses at 64 KiB "
-              "are the emulator's token-bucket burst (docs/accuracy.md), which neither estimate models. Spearman "
-              "over all cases is lower for the pipelined estimate only in the one-level cases of 3 programs, "
-              "where it predicts two programs equal (a tie ranks 0.5); on the cases with 10 programs or more "
-              "both are within 0.01."]
+              "program the measurements favour (emu-2x4, `[[2,2],[1,2]]`, where the lockstep sum picks the default: "
+              "1.49x over the default at 64 KiB and 1.30x at 256 KiB in the first campaign, 1.37x and 1.23x in the "
+              "second, whose measured best was 1.52x and 1.33x; results/accuracy.md has the cases). The two "
+              "`emu-2x2x2` misses at 64 KiB are the emulator's token-bucket burst (docs/accuracy.md), which neither "
+              "estimate models. Spearman over all cases is lower for the pipelined estimate only in the one-level "
+              "cases of 3 programs, where it predicts two programs equal (a tie ranks 0.5); on the cases with 10 "
+              "programs or more both are within 0.02."]
     return "\n".join(lines) + "\n"
 
 

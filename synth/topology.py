@@ -92,6 +92,17 @@ class Transport:
 
 
 @dataclass(frozen=True)
+class ProtocolFactors:
+    """What NCCL reaches with one protocol (LL, LL128, Simple) on calls spanning a level,
+    relative to the NCCL model (synth/model/nccl.py ProtocolFigures): `bandwidth`, the achieved
+    rate over the modelled one, and `latency`, the achieved latency over NCCL's own; each a
+    dimensionless figure with its source, or None for NCCL's own (1)."""
+
+    bandwidth: Figure | None = None
+    latency: Figure | None = None
+
+
+@dataclass(frozen=True)
 class NcclSystem:
     """What NCCL's tables key on for the whole system: the GPU generation (volta, ampere,
     hopper, blackwell), whether NVLink SHARP (NVLS) is there and enabled, the CPU vendor, and
@@ -148,6 +159,7 @@ class Level:
     transport: Transport | None = None
     efficiency: Figure | None = None  # fraction of the line rate NCCL moves data at
     overhead: Figure | None = None  # seconds per call spanning this level, beyond NCCL's latency model
+    protocols: tuple[tuple[str, ProtocolFactors], ...] = ()  # per NCCL protocol, for calls spanning this level
 
     def figures_for(self, collective: str) -> tuple[Figure | None, Figure | None]:
         """(bandwidth, latency) that a call of `collective` sees on this level."""

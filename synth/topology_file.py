@@ -78,6 +78,10 @@ them is a separate figure with its own source::
     efficiency = { value = 0.96, source = "..." }    # fraction of the line rate NCCL moves data at
     overhead = { value = "15 us", source = "..." }   # per call spanning this level, beyond NCCL's latency
 
+    [levels.protocols.LL]              # optional, per protocol (LL, LL128, Simple), for calls spanning
+    bandwidth = { value = 0.5, source = "..." }      # the level: achieved / modelled rate
+    latency = { value = 1.1, source = "..." }        # achieved / NCCL's own latency
+
 A `transport` may also give, for sockets, `sockets` (streams per connection: NCCL_SOCKET_NTHREADS
 x NCCL_NSOCKS_PERTHREAD; default NCCL's for the NIC `vendor`: aws, gcp or other) and `stream`
 (what one stream moves, e.g. "25 Gb/s"); for a plugin, `latency` (what it reports, added to each
@@ -110,15 +114,15 @@ from pathlib import Path
 
 from synth.errors import UsageError
 from synth.names import check_name, echo
-from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem, Topology,
-                            Transport, Uplinks, check_levels)
+from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem,
+                            ProtocolFactors, Topology, Transport, Uplinks, check_levels)
 from synth.units import (BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_bytes,
                          parse_time)
 
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
-               "link", "transport", "efficiency", "overhead")
+               "link", "transport", "efficiency", "overhead", "protocols")
 LINK_KINDS = ("nvswitch", "nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
 NETWORK_LINK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
 TRANSPORT_KINDS = ("ib", "socket", "plugin")
@@ -355,7 +359,31 @@ def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
     overhead = None
     if "overhead" in table:
         overhead = _figure(table["overhead"], parse_time, TIME_EXAMPLE, where, f"{field}.overhead")
-    return Level(name, size, bandwidth, latency, uplinks, collectives, fabric, link, transport, efficiency, overhead)
+    protocols = _protocols(table["protocols"], where, f"{field}.protocols") if "protocols" in table else ()
+    return Level(name, size, bandwidth, latency, uplinks, collectives, fabric, link, transport, efficiency, overhead,
+                 protocols)
+
+
+def _protocols(value, where: str, field: str) -> tuple[tuple[str, ProtocolFactors], ...]:
+    example = '[levels.protocols.LL] with bandwidth = { value = 0.5, source = "..." }'
+    table = _table(value, where, field, NCCL_PROTOCOLS, example)
+    result = []
+    for protocol in NCCL_PROTOCOLS:
+        if protocol not in table:
+            continue
+        sub = f"{field}.{protocol}"
+        figures = _table(table[protocol], where, sub, ("bandwidth", "latency"), example)
+        factors = {key: _factor(figures[key], where, f"{sub}.{key}") for key in ("bandwidth", "latency") if key in figures}
+        result.append((protocol, ProtocolFactors(factors.get("bandwidth"), factors.get("latency"))))
+    return tuple(result)
+
+
+def _factor(value, where: str, field: str) -> Figure:
+    table = _table(value, where, field, _FIGURE_KEYS, f'{{ value = 0.5, {_SOURCE_HINT} }}')
+    raw = _require(table, "value", where, field, "value = 0.5")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.001 <= raw <= 1000:
+        raise _field_error(where, f"{field}.value", f"{raw!r} is not a factor in [0.001, 1000]; write e.g. value = 0.5")
+    return Figure(float(raw), _source(table, where, field))
 
 
 def _table(value, where: str, field: str, keys: tuple[str, ...], example: str) -> dict:
@@ -592,6 +620,12 @@ def _render_nccl_level(level: Level) -> list[str]:
                   f"source = {_toml_string(level.efficiency.source)}"]
     if level.overhead is not None:
         lines += _write_figure("levels.overhead", level.overhead, format_time)
+    for protocol, factors in level.protocols:
+        for key in ("bandwidth", "latency"):
+            figure = getattr(factors, key)
+            if figure is not None:
+                lines += ["", f"[levels.protocols.{protocol}.{key}]", f"value = {round(figure.value, 6)!r}",
+                          f"source = {_toml_string(figure.source)}"]
     return lines
 
 

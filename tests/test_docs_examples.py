@@ -119,10 +119,28 @@ def _wheel_dir(name: str) -> Path | None:
     return Path(locations[0]) if locations else None
 
 
+_TOOLKITS: dict[Path, dict[str, str] | str] = {}
+
+
+def _link(link: Path, target: Path) -> None:
+    """A symlink made once: every example of a document stages into the same scratch."""
+    if not link.is_symlink() and not link.exists():
+        link.symlink_to(target)
+
+
 def _toolkit_env(scratch: Path) -> dict[str, str] | str:
-    """CUDA_HOME and NCCL_HOME for a compile example, or why there are none: from the
-    environment, else the CUDA toolkit beside `nvcc` and the nvidia-* wheels (headers and
-    libraries, no GPU needed), staged with the unversioned library names `-l` looks for."""
+    """CUDA_HOME and NCCL_HOME for a compile example, or why there are none (staged once per
+    scratch folder)."""
+    if scratch not in _TOOLKITS:
+        _TOOLKITS[scratch] = _stage_toolkit(scratch)
+    return _TOOLKITS[scratch]
+
+
+def _stage_toolkit(scratch: Path) -> dict[str, str] | str:
+    """From the environment, else the CUDA toolkit beside `nvcc` and the nvidia-* wheels
+    (headers and libraries, no GPU needed), staged with the unversioned library names `-l`
+    looks for. A half set (torch's CUDA build brings the runtime and NCCL wheels but not the
+    `crt/` headers of nvcc or `<nv/target>` of cccl that `nccl.h` includes) counts as none."""
     env = {}
     cuda = os.environ.get("CUDA_HOME")
     candidates = [Path(shutil.which("nvcc")).resolve().parent.parent] if shutil.which("nvcc") else []
@@ -137,14 +155,10 @@ def _toolkit_env(scratch: Path) -> dict[str, str] | str:
             (staged / "lib64").mkdir(exist_ok=True)
             for source in (runtime, nvcc, cccl):
                 for header in sorted((source / "include").glob("*")) if source else ():
-                    target = staged / "include" / header.name
-                    if not target.exists():
-                        target.symlink_to(header)
-            for library in (runtime / "lib").glob("libcudart.so*"):
-                (staged / "lib64" / library.name).symlink_to(library)
-                unversioned = staged / "lib64" / "libcudart.so"
-                if not unversioned.exists():
-                    unversioned.symlink_to(library)
+                    _link(staged / "include" / header.name, header)
+            for library in sorted((runtime / "lib").glob("libcudart.so*")):
+                _link(staged / "lib64" / library.name, library)
+                _link(staged / "lib64" / "libcudart.so", library)
             cuda = str(staged)
     nccl = os.environ.get("NCCL_HOME")
     if not nccl:
@@ -152,13 +166,14 @@ def _toolkit_env(scratch: Path) -> dict[str, str] | str:
         if wheel and (wheel / "include" / "nccl.h").exists():
             staged = scratch / "nccl"
             (staged / "lib").mkdir(parents=True, exist_ok=True)
-            (staged / "include").symlink_to(wheel / "include")
-            for library in (wheel / "lib").glob("libnccl.so*"):
-                (staged / "lib" / library.name).symlink_to(library)
-                if not (staged / "lib" / "libnccl.so").exists():
-                    (staged / "lib" / "libnccl.so").symlink_to(library)
+            _link(staged / "include", wheel / "include")
+            for library in sorted((wheel / "lib").glob("libnccl.so*")):
+                _link(staged / "lib" / library.name, library)
+                _link(staged / "lib" / "libnccl.so", library)
             nccl = str(staged)
-    if not cuda or not nccl:
+    complete = cuda and all((Path(cuda) / "include" / header).exists()
+                            for header in ("cuda_runtime.h", "crt/host_defines.h", "nv/target"))
+    if not complete or not nccl:
         return ("needs the CUDA and NCCL headers and libraries: set CUDA_HOME and NCCL_HOME, or "
                 "pip install nvidia-nccl-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-cccl-cu12")
     env["CUDA_HOME"], env["NCCL_HOME"] = cuda, nccl
@@ -230,8 +245,12 @@ class Workspace:
         allowed: list[str] = []
         brought_up: list[Command] = []
         try:
+            skipped_install = ""
             for command in example.commands:
-                reason = skip_reason(command, self.scratch)
+                reason = skip_reason(command, self.scratch) or skipped_install
+                if reason.startswith("installs packages"):
+                    # What follows an install uses what it installs (the nvidia-* wheels, ...).
+                    skipped_install = f"follows an install not run here (line {command.line})"
                 if reason:
                     outcome.skipped.append(f"line {command.line}: {reason}: {command.text}")
                     continue

@@ -21,7 +21,8 @@ from synth.language import parse_program
 from synth.lowering import lower
 from synth.model import (DEFAULT_ESTIMATE, ESTIMATES, LOCKSTEP, PIPELINED, CostEngine, StepCalls, cost_context,
                          engine_for, program_cost)
-from synth.model.algorithms import GLOO, NCCL
+from synth.model.algorithms import GLOO, NCCL_FLOWS
+from synth.model.nccl_hardware import estimate_group
 from synth.placement import enumerate_placements, parse_axes
 from synth.topology_file import load_topology
 
@@ -119,7 +120,7 @@ class SlowStart:
     """A backend with its own estimate of a call alone: the flows' estimate plus a fixed
     start-up per call, and a preference for one algorithm whatever the flows say."""
 
-    base: object = NCCL
+    base: object = NCCL_FLOWS
     startup_s: float = 50e-6
     prefer: str = ""
 
@@ -145,7 +146,7 @@ def test_a_call_alone_costs_launch_plus_the_backends_own_estimate():
     topology = load_topology("dgx-a100-x4")
     hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=32"))[0], ("data",))
     lowered = lower(parse_program("AllReduce(InsideGroup(node))"), hierarchy)
-    plain = cost_context(hierarchy, topology, "nccl")
+    plain = cost_context(hierarchy, topology, NCCL_FLOWS)
     slow = cost_context(hierarchy, topology, SlowStart())
     for size in (1024, 2**20, 2**30):
         for estimate in ESTIMATES.values():
@@ -164,7 +165,7 @@ def test_the_backends_own_estimate_picks_the_algorithm_and_contention_adds_the_f
     for prefer in ("ring", "tree"):
         cost = program_cost(cost_context(hierarchy, topology, SlowStart(prefer=prefer)), lowered, 2**26, LOCKSTEP)
         assert cost.steps[0].algorithm == prefer
-    plain, slow = cost_context(hierarchy, topology, "nccl"), cost_context(hierarchy, topology, SlowStart())
+    plain, slow = cost_context(hierarchy, topology, NCCL_FLOWS), cost_context(hierarchy, topology, SlowStart())
     for groups in (1, 16):
         flows = program_cost(plain, lowered, 2**26, LOCKSTEP, CostEngine(plain, plain.devices[:groups])).time_s
         own = program_cost(slow, lowered, 2**26, LOCKSTEP, CostEngine(slow, slow.devices[:groups])).time_s
@@ -182,5 +183,8 @@ def test_the_engine_costs_a_step_for_every_size_at_once():
     for z, size in enumerate(sizes):
         alone = engine.figures([step], [size])
         assert together.time_s[0, z] == alone.time_s[0, 0] and together.chain_s[0, z] == alone.chain_s[0, 0]
-    algorithms = {engine.regimes[r].algorithm for r in together.regime[0]}
-    assert algorithms == {"ring", "tree"}  # NCCL's own pick changes with the size
+    picked = [engine.regimes[r].algorithm for r in together.regime[0]]
+    for size, algorithm in zip(sizes, picked):  # NCCL's own pick, which changes with the size
+        choice = estimate_group(topology, range(n), "AllReduce", size).choice
+        assert algorithm == f"{choice.algorithm}/{choice.protocol}"
+    assert len(set(picked)) >= 3

@@ -143,7 +143,9 @@ def test_calibrate_on_a_real_log_prints_its_per_size_errors(tmp_path, run_cli):
     written = load_topology(out)
     (record,) = written.calibration
     assert (record.level, record.nodes, record.ranks_per_node) == ("node", 2, 8)
-    assert written.levels[0].overhead.source.startswith("fitted by synth calibrate (NCCL model)")
+    factors = dict(written.levels[0].protocols)
+    assert factors["LL"].bandwidth.source.startswith("fitted by synth calibrate (NCCL model)")
+    assert "at which NCCL picks LL" in factors["LL"].bandwidth.source
 
 
 def test_a_poor_fit_is_flagged_and_a_multi_node_log_without_topology_says_what_it_assumed(run_cli):

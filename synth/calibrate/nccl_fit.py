@@ -1,22 +1,31 @@
 """Calibration of the NCCL model (synth/model/nccl.py) on measured calls.
 
 One least-squares line through all sizes cannot describe NCCL: small calls run LL or LL128
-with their own latency, large ones Simple at the links' rate, and NVLS and tree pipelines
-take a while to fill in between. So the figures are fitted where each one shows, under the
-model's own choice of algorithm and protocol at every size:
+with their own latency and their own rate, large ones Simple at the links' rate, and NVLS and
+tree pipelines take a while to fill in between. NCCL's choice of algorithm and protocol at
+every size comes from its own tables and does not depend on anything fitted here
+(`nccl.as_nccl_sees`), so every measured size is known to run one (algorithm, protocol), and
+each figure is fitted on the sizes where it acts:
 
-* bandwidth-bound sizes (the transfer is most of the modelled time) fit the efficiency of the
-  resource that binds them (a GPU's intra-node links, or a node's NICs): the line rate stays,
-  the fraction NCCL reaches on it is what is fitted;
-* latency-bound sizes fit a per-call overhead the model's NCCL latency does not have (a
-  launcher driving several GPUs from one thread, a net plugin's latency, a shared GPU);
-* for groups across nodes whose algorithm pipelines (NVLS trees, or trees once a network hop
-  shows a fill), the sizes in between fit the store-and-forward stages per network hop.
+* per resource, the efficiency NCCL reaches on a level's links (a GPU's intra-node links, a
+  node's NICs): the line rate stays, the fraction is fitted, on the sizes the links bound;
+* per protocol (LL, LL128, Simple), its achieved rate over the modelled one (LL's and LL128's
+  flag-polling kernels move data below what their links allow; NCCL's per-channel ceilings are
+  NVIDIA's measurements on other machines) and its latency over NCCL's own table, on the sizes
+  where NCCL picks that protocol. Both are factors on NCCL's per-hop model, so they carry to
+  another node count through NCCL's own hop counts (ring steps, tree depth) and tables;
+* a per-call overhead NCCL's latency model does not have (a launcher driving several GPUs
+  from one thread, a shared GPU), and for groups across nodes whose algorithm pipelines
+  (NVLS trees; trees when the network shows a fill) the store-and-forward stages per hop.
 
-Each step minimises the squared relative error of its own points, and the three repeat a few
-times (each changes which points are bound by what). Levels are fitted innermost first, so a
-group across nodes is costed with the node's fitted figures, as the model will cost it. After
-the fit every size's error is kept (`SizeError`), and a fit whose errors are large says so.
+All figures are fitted at once by robust least squares (scipy.optimize.least_squares) on the
+log of predicted over measured time: a pseudo-Huber loss (quadratic within `ROBUST_SCALE`,
+linear beyond), so a few wild sizes (a noisy run, a launcher stall) do not drag the fit, and a
+weak prior pulls every figure towards its base value (NCCL's own: factor 1, no overhead), so a
+figure the data cannot determine (a protocol picked at one size only) stays NCCL's. Sizes still
+off by more than `OUTLIER` after the fit are flagged as outliers, left out of a refit, and
+reported (`SizeError.outlier`). Levels are fitted innermost first, so a group across nodes is
+costed with the node's fitted figures, as the model will cost it.
 """
 
 from __future__ import annotations
@@ -31,14 +40,33 @@ from synth.calibrate.measurements import Measurement
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model.nccl_hardware import NcclView, estimate_group, group_layout, nccl_view
-from synth.topology import CalibrationRecord, Figure, Topology
+from synth.topology import CalibrationRecord, Figure, ProtocolFactors, Topology
 from synth.units import format_bytes
 
-ROUNDS = 4
-SHARE = 0.6  # a point is bound by what takes at least this share of its modelled time
+PROTOCOLS = ("LL", "LL128", "Simple")
+ROBUST_SCALE = 0.05  # residuals (log predicted / measured) beyond 5% count linearly, not squared
+# The priors only settle what the data leave open (an overhead against the latency factors, a
+# protocol picked at one size). Rates (efficiencies, protocol rate factors) are what varies from
+# system to system: a factor of 2 costs what one size 8% off costs. NCCL's latency table is per
+# hop and held on the logs with two node counts (issue 309: 2 and 4 nodes within 3% from 8 B to
+# 1 KiB), so a latency factor or an overhead moves only when several sizes ask for it.
+PRIOR_RATE = 10.0
+PRIOR_LATENCY = 2.0
+PRIOR_OVERHEAD = 2.0  # the overhead's prior scale, in units of the level's shortest measured call
+PRIOR_STAGES = 32.0
+OUTLIER = 0.25  # a size predicted more than 25% off after the robust fit is an outlier
+OUTLIER_SPREAD = 4.0  # ... and more than 4 robust standard deviations of the residuals
 MAX_STAGES = 64.0
-POOR_RMS = 0.05  # a fit with a larger relative RMS error, or
-POOR_WORST = 0.15  # a larger worst error, is flagged as poor
+# A protocol's factors stay within what a protocol can be off by: NCCL's latency table within 4x
+# either way, its rate between a twentieth and 1.5x of the model's (whose ceilings NVIDIA measured);
+# beyond that a size is not
+# NCCL's protocol being off but something else (a launcher stall, a shared CPU), an outlier.
+MAX_LATENCY = 4.0
+MIN_RATE, MAX_RATE = 0.05, 1.5
+BOUND_SHARE = 0.2  # a size informs a rate when its transfer is at least this share of its time
+POOR_RMS = 0.05  # a fit with a larger relative RMS error (inliers), or
+POOR_WORST = 0.15  # a larger worst inlier error, or
+POOR_OUTLIERS = 0.25  # more than this share of outliers, is flagged as poor
 
 
 @dataclass(frozen=True)
@@ -51,6 +79,7 @@ class SizeError:
     algorithm: str
     protocol: str
     regime: str  # "latency", "pipeline" or "bandwidth": what dominates the modelled time
+    outlier: bool = False  # off by more than OUTLIER after the robust fit; left out of the refit
 
     @property
     def error(self) -> float:
@@ -77,8 +106,19 @@ class GroupFit:
         return max(abs(e.error) for e in self.errors)
 
     @property
+    def outliers(self) -> int:
+        return sum(e.outlier for e in self.errors)
+
+    @property
+    def inlier_rms(self) -> float:
+        inliers = [e.error ** 2 for e in self.errors if not e.outlier]
+        return math.sqrt(float(np.mean(inliers))) if inliers else math.inf
+
+    @property
     def poor(self) -> bool:
-        return self.rms > POOR_RMS or self.worst > POOR_WORST
+        inliers = [abs(e.error) for e in self.errors if not e.outlier]
+        return (not inliers or self.inlier_rms > POOR_RMS or max(inliers) > POOR_WORST
+                or self.outliers > POOR_OUTLIERS * len(self.errors))
 
 
 @dataclass(frozen=True)
@@ -91,6 +131,11 @@ class LevelFit:
     stages: float | None
     groups: tuple[GroupFit, ...]
     notes: tuple[str, ...]
+    protocols: tuple[tuple[str, float | None, float | None], ...] = ()  # (protocol, bandwidth, latency); None: kept
+
+    @property
+    def outliers(self) -> int:
+        return sum(group.outliers for group in self.groups)
 
 
 @dataclass(frozen=True)
@@ -128,7 +173,7 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
                                       min(e.nbytes for e in g.errors), max(e.nbytes for e in g.errors),
                                       len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1])
                     for fit in fits for g in fit.groups)
-    files = sorted({m.file.replace("\\", "/").rsplit("/", 1)[-1] for m in measurements})
+    files = sorted({_name(m.file) for m in measurements})
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     description = " ".join(filter(None, [base.description, f"NCCL figures fitted by synth calibrate from "
                                                            f"{', '.join(files)}."]))
@@ -139,25 +184,294 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     return NcclCalibration(topology, tuple(fits), assumed, ())
 
 
-# --- one level ----------------------------------------------------------------------------------
+def _name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-@dataclass
-class _Params:
-    efficiency: dict[int, float]  # level index -> efficiency
-    overhead: float
-    stages: float | None
+# --- the figures of one level --------------------------------------------------------------------
 
 
-def _with(topology: Topology, level: int, params: _Params, source: str) -> Topology:
+@dataclass(frozen=True)
+class _Param:
+    """One fitted figure: what it is, where it goes, and its value x in the fit's units (the
+    log of an efficiency or factor, the overhead in units of `_Setup.overhead_unit`, stages as is)."""
+
+    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages"
+    key: int | str  # level index (efficiency) or protocol (bandwidth, latency)
+    start: float
+    lower: float
+    upper: float
+    prior: float  # the prior's scale in x units
+
+
+@dataclass(frozen=True)
+class _Setup:
+    topology: Topology
+    level: int
+    points: tuple[_Point, ...]
+    unique: tuple[_Point, ...]  # one point per (devices, collective, bytes)
+    calls: tuple[tuple[nccl.Call, nccl.Choice, nccl.Tuning], ...]  # of the unique points: the call, NCCL's (fixed)
+    # choice and table
+    index: np.ndarray  # points -> unique
+    times: np.ndarray  # measured seconds of every point
+    params: tuple[_Param, ...]
+    overhead_unit: float  # seconds per unit of the overhead's x: PRIOR_OVERHEAD x the shortest measured call
+
+
+def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]
+               ) -> tuple[Topology, LevelFit]:
+    level = max(level, 0)
+    name = topology.levels[level].name
+    setup = _setup(topology, level, points, frozen)
+    notes: list[str] = []
+    keep = np.ones(len(points), dtype=bool)
+    x = np.array([p.start for p in setup.params])
+    # a first fit under the Cauchy loss finds what most sizes agree on, however wild the rest;
+    # the sizes it leaves far off are flagged, and the figures refitted on the others
+    for loss in (_cauchy, _pseudo_huber):
+        x = _solve(setup, x, keep, loss)
+        residuals = np.log(_predict(setup, x) / setup.times)
+        keep = ~_outliers(residuals)
+    source = _source(setup, keep)
+    fitted = _apply(setup, x, source)
+    estimates = _evaluate(fitted, list(setup.points))
+    view = nccl_view(fitted)
+    groups = _group_fits(fitted, list(setup.points), estimates, view, ~keep)
+    values = dict(zip(((p.kind, p.key) for p in setup.params), x))
+    efficiencies = tuple((fitted.levels[p.key].name, math.exp(values[(p.kind, p.key)]))
+                         for p in setup.params if p.kind == "efficiency")
+    for level_name, value in efficiencies:
+        if value > 0.999:
+            notes.append(f"level {level_name}: measured as fast as its line rate allows under the model; efficiency "
+                         f"kept at 1")
+    protocols = []
+    for protocol in PROTOCOLS:
+        bandwidth = values.get(("bandwidth", protocol))
+        latency = values.get(("latency", protocol))
+        if bandwidth is not None or latency is not None:
+            protocols.append((protocol, None if bandwidth is None else math.exp(bandwidth),
+                              None if latency is None else math.exp(latency)))
+    if not any(e.transfer_s >= 0.6 * e.time_s for e in estimates):
+        notes.append("no bandwidth-bound size: the efficiencies rest on the sizes in between")
+    if not any(e.latency_s >= 0.6 * e.time_s for e in estimates):
+        notes.append("no latency-bound size: the overhead and latency factors rest on the larger sizes")
+    if len({p.measurement.bytes for p in setup.points}) == 1:
+        notes.append("one size only: the figures it cannot tell apart stay at their base values")
+    outliers = int((~keep).sum())
+    if outliers:
+        notes.append(f"{outliers} of {len(keep)} measured sizes flagged as outliers (more than {OUTLIER:.0%} and "
+                     f"{OUTLIER_SPREAD:g} robust deviations off after the robust fit) and left out of it; see the "
+                     f"per-size errors")
+    for group in groups:
+        if group.poor:
+            notes.append(f"poor fit for {group.file} ({group.group}): relative RMS {group.inlier_rms:.1%} over "
+                         f"{len(group.errors) - group.outliers} sizes, worst {group.worst:.1%}, {group.outliers} "
+                         f"outliers; the model misses what this run shows (see the per-size errors)")
+    stages = values.get(("stages", level))
+    overhead = setup.overhead_unit * values[("overhead", level)]
+    fit = LevelFit(name, efficiencies, overhead if overhead >= 1e-9 else 0.0, stages, groups,
+                   tuple(dict.fromkeys(notes)), tuple(protocols))
+    return fitted, fit
+
+
+def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]) -> _Setup:
+    """Which figures this level's points determine, from the model's estimates on the base: NCCL's
+    choice at every size (fixed), what binds each transfer, whether a pipeline fills."""
+    keys: dict[tuple, int] = {}
+    unique, index = [], []
+    for p in points:
+        key = (p.devices, p.measurement.collective, p.measurement.bytes)
+        if key not in keys:
+            keys[key] = len(unique)
+            unique.append(p)
+        index.append(keys[key])
+    times = np.array([p.measurement.time_s for p in points])
+    view = nccl_view(topology)
+    estimates = _evaluate(topology, unique)
+    target = topology.levels[level]
+    params: list[_Param] = []
+    binding = sorted({b for e in estimates if e.transfer_s >= BOUND_SHARE * e.time_s
+                      for b in [_binding_level(topology, view, e)] if b is not None and b not in frozen})
+    for b in binding:
+        params.append(_Param("efficiency", b, math.log(_efficiency_of(topology, view, b)), math.log(0.02), 0.0,
+                             PRIOR_RATE))
+    counts = {p: [e for e in estimates if e.choice.protocol == p] for p in PROTOCOLS}
+    base_factors = dict(target.protocols)
+    for protocol in PROTOCOLS:
+        chosen = counts[protocol]
+        if not chosen:
+            continue
+        factors = base_factors.get(protocol, ProtocolFactors())
+        bound = [e for e in chosen if e.transfer_s >= BOUND_SHARE * e.time_s]
+        # LL and LL128 rates are the protocol's own (wherever NCCL picks them at two sizes or
+        # more: their rate may be far below the model's, so no share of the modelled time
+        # tells); Simple's are the links' (their efficiencies) except where one of NCCL's
+        # measured per-channel ceilings binds a Simple transfer.
+        if (len(chosen) >= 2 if protocol != "Simple" else any(e.bottleneck == "protocol" for e in bound)):
+            start = math.log(factors.bandwidth.value) if factors.bandwidth else 0.0
+            params.append(_Param("bandwidth", protocol, start, math.log(MIN_RATE), math.log(MAX_RATE), PRIOR_RATE))
+        start = math.log(factors.latency.value) if factors.latency else 0.0
+        params.append(_Param("latency", protocol, start, -math.log(MAX_LATENCY), math.log(MAX_LATENCY),
+                             PRIOR_LATENCY))
+    overhead = target.overhead.value if target.overhead is not None else 0.0
+    unit = PRIOR_OVERHEAD * float(times.min())
+    params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, 1.0))
+    if _fills(topology, level, unique, view):
+        # without a figure NVLS trees fill with NET_HOP_STAGES per hop and classic trees not at
+        # all (nccl._pipeline_stages): start from what the chosen algorithms do
+        nvls_tree = any(e.choice.algorithm == "nvls_tree" for e in estimates)
+        stages = target.transport.stages.value if target.transport.stages is not None else \
+            (nccl.NET_HOP_STAGES if nvls_tree else 0.0)
+        params.append(_Param("stages", level, stages, 0.0, MAX_STAGES, PRIOR_STAGES))
+    hardware = view.hardware
+    calls = tuple((e.call, e.choice, nccl.tuning(hardware, e.call)) for e in estimates)
+    return _Setup(topology, level, tuple(points), tuple(unique), calls, np.array(index), times, tuple(params), unit)
+
+
+def _fills(topology: Topology, level: int, points: list[_Point], view: NcclView) -> bool:
+    """Whether some point runs a pipelined algorithm across nodes whose fill a network's
+    stages would change (only there is a fill to fit)."""
+    if view.node_level is None or level > view.node_level or topology.levels[level].transport is None:
+        return False
+    if not any(group_layout(topology, view, p.devices)[0] > 1 for p in points):
+        return False
+    probe = _apply_values(topology, level, {("stages", level): 1.0}, "probe")
+    return any(e.fill_s > 0 for e in _evaluate(probe, points))
+
+
+def _pseudo_huber(r: np.ndarray, scale: float) -> np.ndarray:
+    """A residual whose square is the pseudo-Huber loss: r for |r| << scale, about
+    sqrt(2 scale |r|) beyond (smooth, so least squares can take its derivatives)."""
+    return np.sign(r) * np.sqrt(2 * scale ** 2 * (np.sqrt(1 + (r / scale) ** 2) - 1))
+
+
+def _cauchy(r: np.ndarray, scale: float) -> np.ndarray:
+    """A residual whose square is the Cauchy loss: r for |r| << scale, growing only as the log
+    beyond, so a wild size (a stall ten times the call) pulls no harder than a moderate one."""
+    return np.sign(r) * scale * np.sqrt(np.log1p((r / scale) ** 2))
+
+
+def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray, loss=_pseudo_huber) -> np.ndarray:
+    from scipy.optimize import least_squares  # only a fit needs scipy (a ranking imports this module for its error)
+    starts = np.array([p.start for p in setup.params])
+    priors = np.array([p.prior for p in setup.params])
+    lower = np.array([p.lower for p in setup.params])
+    upper = np.array([p.upper for p in setup.params])
+
+    def residuals(x):
+        r = np.log(_predict(setup, x)[keep] / setup.times[keep])
+        # the priors cost like the data's outliers (linearly), so a figure moves only when
+        # several sizes ask for it
+        return np.concatenate([loss(r, ROBUST_SCALE), _pseudo_huber((x - starts) / priors, ROBUST_SCALE)])
+
+    # start inside the bounds: the solver scales its steps by the distance to a bound, and a
+    # figure started on one (no overhead, efficiency 1) would never leave it; and from a second
+    # start with a sizeable overhead, since an overhead and the latency factors trade off
+    margin = np.minimum(0.05, (upper - lower) / 4)
+    starts_x = [np.clip(x0, lower + margin, upper - margin)]
+    overhead = [i for i, p in enumerate(setup.params) if p.kind == "overhead"]
+    if overhead:
+        other = starts_x[0].copy()
+        other[overhead[0]] = max(other[overhead[0]], 0.25)
+        starts_x.append(other)
+    best = None
+    for start in starts_x:
+        result = least_squares(residuals, start, bounds=(lower, upper), diff_step=1e-4, x_scale=1.0, ftol=1e-6,
+                               xtol=1e-6, gtol=1e-8, max_nfev=40 * len(start) + 40)
+        if best is None or result.cost < best.cost:
+            best = result
+    return best.x
+
+
+def _outliers(residuals: np.ndarray) -> np.ndarray:
+    spread = 1.4826 * float(np.median(np.abs(residuals - np.median(residuals))))
+    threshold = max(math.log1p(OUTLIER), OUTLIER_SPREAD * spread)
+    return np.abs(residuals) > threshold
+
+
+def _predict(setup: _Setup, x: np.ndarray) -> np.ndarray:
+    values = dict(zip(((p.kind, p.key) for p in setup.params), x))
+    trial = _apply_values(setup.topology, setup.level, values, "trial", setup.overhead_unit)
+    view = nccl_view(trial)
+    hardware = view.hardware
+    overhead = view.overheads[setup.level]
+    if overhead:
+        hardware = replace(hardware, overhead_s=overhead)
+    if view.protocols[setup.level]:
+        hardware = replace(hardware, protocol_figures=view.protocols[setup.level])
+    seconds = np.array([nccl.timed(hardware, call, choice, table).time_s for call, choice, table in setup.calls])
+    return seconds[setup.index]
+
+
+def _apply(setup: _Setup, x: np.ndarray, source: dict[tuple, str]) -> Topology:
+    values = dict(zip(((p.kind, p.key) for p in setup.params), x))
+    return _apply_values(setup.topology, setup.level, values, source, setup.overhead_unit)
+
+
+def _apply_values(topology: Topology, level: int, values: dict[tuple, float], source, overhead_unit: float = 1.0
+                  ) -> Topology:
+    """The topology with the fitted figures in place: efficiencies on their levels, and the
+    overhead, pipeline stages and per-protocol factors on the level the groups span."""
+    def said(key) -> str:
+        return source if isinstance(source, str) else source[key]
+
+    values = {key: float(x) for key, x in values.items()}
     levels = list(topology.levels)
-    for index, value in params.efficiency.items():
-        levels[index] = replace(levels[index], efficiency=Figure(value, source))
+    for (kind, key), x in values.items():
+        if kind == "efficiency":
+            levels[key] = replace(levels[key], efficiency=Figure(math.exp(x), said((kind, key))))
     target = levels[level]
-    levels[level] = replace(target, overhead=Figure(params.overhead, source))
-    if params.stages is not None and target.transport is not None:
-        levels[level] = replace(levels[level], transport=replace(target.transport, stages=Figure(params.stages, source)))
+    if ("overhead", level) in values:
+        overhead = values[("overhead", level)] * overhead_unit
+        # below a nanosecond (what a topology file can say) there is no overhead
+        target = replace(target, overhead=Figure(overhead, said(("overhead", level))) if overhead >= 1e-9 else None)
+    if ("stages", level) in values and target.transport is not None:
+        target = replace(target, transport=replace(target.transport,
+                                                   stages=Figure(values[("stages", level)], said(("stages", level)))))
+    factors = dict(target.protocols)
+    for protocol in PROTOCOLS:
+        old = factors.get(protocol, ProtocolFactors())
+        bandwidth, latency = old.bandwidth, old.latency
+        if ("bandwidth", protocol) in values:
+            bandwidth = Figure(math.exp(values[("bandwidth", protocol)]), said(("bandwidth", protocol)))
+        if ("latency", protocol) in values:
+            latency = Figure(math.exp(values[("latency", protocol)]), said(("latency", protocol)))
+        if bandwidth is not None or latency is not None:
+            factors[protocol] = ProtocolFactors(bandwidth, latency)
+    target = replace(target, protocols=tuple((p, factors[p]) for p in PROTOCOLS if p in factors))
+    levels[level] = target
     return replace(topology, levels=tuple(levels))
+
+
+def _source(setup: _Setup, keep: np.ndarray) -> dict[tuple, str]:
+    """Every fitted figure's source: the files, and the sizes it was fitted on."""
+    points = [p for p, k in zip(setup.points, keep) if k]
+    files = ", ".join(sorted({_name(p.measurement.file) for p in setup.points}))
+    outliers = len(setup.points) - len(points)
+    flagged = f", {outliers} outlier{'s' if outliers != 1 else ''} left out" if outliers else ""
+
+    def span(chosen) -> str:
+        sizes = sorted({p.measurement.bytes for p in chosen})
+        if not sizes:
+            return "no size"
+        if len(sizes) == 1:
+            return f"1 size ({format_bytes(sizes[0])})"
+        return f"{len(sizes)} sizes ({format_bytes(sizes[0])} to {format_bytes(sizes[-1])})"
+
+    whole = (f"fitted by synth calibrate (NCCL model) from {files} by robust least squares: {len(points)} points, "
+             f"{span(points)}{flagged}")
+    estimates = _evaluate(setup.topology, points)
+    result = {}
+    for p in setup.params:
+        if p.kind in ("bandwidth", "latency"):
+            chosen = [q for q, e in zip(points, estimates) if e.choice.protocol == p.key]
+            what = "rate over the modelled one" if p.kind == "bandwidth" else "latency over NCCL's own"
+            result[(p.kind, p.key)] = (f"fitted by synth calibrate (NCCL model) from {files} by robust least "
+                                       f"squares: {p.key}'s {what}, on the {span(chosen)} at which NCCL picks "
+                                       f"{p.key}{flagged}")
+        else:
+            result[(p.kind, p.key)] = whole
+    return result
 
 
 def _evaluate(topology: Topology, points: list[_Point]) -> list[nccl.Estimate]:
@@ -192,144 +506,14 @@ def _binding_level(topology: Topology, view: NcclView, estimate: nccl.Estimate) 
     return None
 
 
-def _initial(topology: Topology, level: int) -> _Params:
-    target = topology.levels[level]
-    stages = target.transport.stages.value if (target.transport is not None and target.transport.stages) else None
-    return _Params({}, target.overhead.value if target.overhead is not None else 0.0, stages)
-
-
-def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]
-               ) -> tuple[Topology, LevelFit]:
-    level = max(level, 0)
-    name = topology.levels[level].name
-    files = sorted({p.measurement.file.replace("\\", "/").rsplit("/", 1)[-1] for p in points})
-    source = (f"fitted by synth calibrate (NCCL model) from {', '.join(files)}: {len(points)} points, "
-              f"{format_bytes(min(p.measurement.bytes for p in points))} to "
-              f"{format_bytes(max(p.measurement.bytes for p in points))}")
-    params = _initial(topology, level)
-    times = np.array([p.measurement.time_s for p in points])
-    notes: list[str] = []
-    view = nccl_view(topology)
-    network_level = view.node_level is not None and level <= view.node_level
-    fits_stages = network_level and any(_layout(topology, view, p)[0] > 1 for p in points)
-    if fits_stages:  # only where a pipelined algorithm runs Simple across nodes is there a fill to fit
-        probe = _evaluate(_with(topology, level, replace_params(params, stages=1.0), source), points)
-        fits_stages = any(e.fill_s > 0 for e in probe)
-    for _ in range(ROUNDS):
-        current = _with(topology, level, params, source)
-        estimates = _evaluate(current, points)
-        params = _fit_bandwidth(current, params, points, estimates, times, notes, frozen)
-        estimates = _evaluate(_with(topology, level, params, source), points)
-        params = _fit_overhead(params, estimates, times)
-        if fits_stages:
-            params = _fit_stages(topology, level, params, source, points, times)
-    fitted = _with(topology, level, params, source)
-    estimates = _evaluate(fitted, points)
-    if not any(e.transfer_s >= SHARE * e.time_s for e in estimates):
-        notes.append("no bandwidth-bound size: the efficiencies are kept")
-    if not any(e.latency_s >= SHARE * e.time_s for e in estimates):
-        notes.append("no latency-bound size: the overhead rests on the larger sizes")
-    if len({p.measurement.bytes for p in points}) == 1:
-        notes.append("one size only: one figure of the three is determined")
-    groups = _group_fits(fitted, points, estimates, view)
-    for group in groups:
-        if group.poor:
-            notes.append(f"poor fit for {group.file} ({group.group}): relative RMS {group.rms:.1%}, worst "
-                         f"{group.worst:.1%}; the model misses what this run shows (see the per-size errors)")
-    fit = LevelFit(name, tuple((fitted.levels[i].name, v) for i, v in sorted(params.efficiency.items())),
-                   params.overhead, params.stages if fits_stages else None, groups, tuple(dict.fromkeys(notes)))
-    return fitted, fit
-
-
-def _layout(topology: Topology, view: NcclView, point: _Point) -> tuple[int, int, int]:
-    return group_layout(topology, view, point.devices)
-
-
-def _fit_bandwidth(topology: Topology, params: _Params, points: list[_Point], estimates: list[nccl.Estimate],
-                   times: np.ndarray, notes: list[str], frozen: frozenset[int]) -> _Params:
-    """Per binding level, the efficiency that best fits its bandwidth-bound points: the
-    transfer time scales as 1 / efficiency, so t ~ c + b * x with x = old / new efficiency."""
-    view = nccl_view(topology)
-    groups: dict[int, list[int]] = {}
-    for i, estimate in enumerate(estimates):
-        if estimate.transfer_s >= SHARE * estimate.time_s:
-            binding = _binding_level(topology, view, estimate)
-            if binding is not None and binding not in frozen:  # levels fitted by inner groups keep their figure
-                groups.setdefault(binding, []).append(i)
-    efficiency = dict(params.efficiency)
-    for binding, indices in groups.items():
-        t = times[indices]
-        b = np.array([estimates[i].transfer_s for i in indices])
-        c = np.array([estimates[i].time_s - estimates[i].transfer_s for i in indices])
-        denominator = float(np.sum((b / t) ** 2))
-        if denominator <= 0:
-            continue
-        x = float(np.sum(b * (t - c) / t ** 2)) / denominator
-        if not x > 0:
-            continue
-        old = _efficiency_of(topology, view, binding)
-        new = old / x
-        if new > 1.0:
-            notes.append(f"level {topology.levels[binding].name}: measured faster than its line rate allows under "
-                         f"the model (efficiency {new:.3f}); kept at 1")
-            new = 1.0
-        efficiency[binding] = new
-    return replace_params(params, efficiency=efficiency)
-
-
 def _efficiency_of(topology: Topology, view: NcclView, index: int) -> float:
     if view.node_level is not None and index == view.node_level:
         return view.hardware.network.link.efficiency
     return view.hardware.intra.efficiency
 
 
-def _fit_overhead(params: _Params, estimates: list[nccl.Estimate], times: np.ndarray) -> _Params:
-    """The additive overhead that best fits the latency-bound points (relative errors)."""
-    indices = [i for i, e in enumerate(estimates) if e.latency_s >= SHARE * e.time_s]
-    if not indices:
-        indices = [int(np.argmin(times))]  # the smallest size still says most about the overhead
-    t = times[indices]
-    m = np.array([estimates[i].time_s for i in indices])
-    delta = float(np.sum((t - m) / t ** 2) / np.sum(1 / t ** 2))
-    return replace_params(params, overhead=max(0.0, params.overhead + delta))
-
-
-def _fit_stages(topology: Topology, level: int, params: _Params, source: str, points: list[_Point],
-                times: np.ndarray) -> _Params:
-    """The stages per network hop that minimise the squared relative error over all points
-    (a golden-section search: the error is unimodal in the fill, which grows with the stages)."""
-    def loss(stages: float) -> float:
-        trial = _with(topology, level, replace_params(params, stages=stages), source)
-        predicted = np.array([e.time_s for e in _evaluate(trial, points)])
-        return float(np.sum(((predicted - times) / times) ** 2))
-
-    low, high = 0.0, MAX_STAGES
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = high - ratio * (high - low), low + ratio * (high - low)
-    fa, fb = loss(a), loss(b)
-    for _ in range(18):
-        if fa < fb:
-            high, b, fb = b, a, fa
-            a = high - ratio * (high - low)
-            fa = loss(a)
-        else:
-            low, a, fa = a, b, fb
-            b = low + ratio * (high - low)
-            fb = loss(b)
-    best = (low + high) / 2
-    if loss(0.0) <= loss(best):
-        best = 0.0
-    return replace_params(params, stages=round(best, 3))
-
-
-def replace_params(params: _Params, **changes) -> _Params:
-    values = {"efficiency": params.efficiency, "overhead": params.overhead, "stages": params.stages}
-    values.update(changes)
-    return _Params(**values)
-
-
-def _group_fits(topology: Topology, points: list[_Point], estimates: list[nccl.Estimate], view: NcclView
-                ) -> tuple[GroupFit, ...]:
+def _group_fits(topology: Topology, points: list[_Point], estimates: list[nccl.Estimate], view: NcclView,
+                outliers: np.ndarray) -> tuple[GroupFit, ...]:
     groups: dict[tuple, list[int]] = {}
     for i, point in enumerate(points):
         m = point.measurement
@@ -342,7 +526,8 @@ def _group_fits(topology: Topology, points: list[_Point], estimates: list[nccl.E
             e = estimates[i]
             shares = {"latency": e.latency_s, "pipeline": e.fill_s, "bandwidth": e.transfer_s}
             errors.append(SizeError(points[i].measurement.bytes, points[i].measurement.time_s, e.time_s,
-                                    e.choice.algorithm, e.choice.protocol, max(shares, key=shares.get)))
+                                    e.choice.algorithm, e.choice.protocol, max(shares, key=shares.get),
+                                    bool(outliers[i])))
         result.append(GroupFit(file, collective, group, nodes, per_node, tuple(errors)))
     return tuple(result)
 

@@ -9,23 +9,30 @@ from synth.units import format_bytes, format_time
 
 
 def nccl_fit_rows(result: NcclCalibration) -> tuple[list[str], list[list[str]]]:
-    headers = ["level", "group", "file", "points", "sizes", "efficiency", "overhead", "stages/hop", "rel. RMS", "worst"]
+    headers = ["level", "group", "file", "points", "sizes", "efficiency", "overhead", "stages/hop",
+               "protocols (rate, latency)", "rel. RMS", "worst", "outliers"]
     rows = []
     for fit in result.fits:
         efficiency = ", ".join(f"{name} {value:.3f}" for name, value in fit.efficiencies) or "kept"
+        protocols = ", ".join(f"{p} {_factor(rate)} {_factor(latency)}" for p, rate, latency in fit.protocols) or "-"
         for group in fit.groups:
             sizes = f"{format_bytes(group.errors[0].nbytes)}-{format_bytes(group.errors[-1].nbytes)}"
             rows.append([fit.level, group.group, group.file.replace("\\", "/").rsplit("/", 1)[-1], str(len(group.errors)),
-                         sizes, efficiency, format_time(fit.overhead_s) if fit.overhead_s is not None else "-",
-                         f"{fit.stages:.2f}" if fit.stages is not None else "-", f"{group.rms:.2%}",
-                         f"{group.worst:.2%}{' (poor)' if group.poor else ''}"])
+                         sizes, efficiency, format_time(fit.overhead_s) if fit.overhead_s else "-",
+                         f"{fit.stages:.2f}" if fit.stages is not None else "-", protocols, f"{group.rms:.2%}",
+                         f"{group.worst:.2%}{' (poor)' if group.poor else ''}", str(group.outliers)])
     return headers, rows
+
+
+def _factor(value: float | None) -> str:
+    return "kept" if value is None else f"x{value:.2f}"
 
 
 def nccl_size_rows(group: GroupFit) -> tuple[list[str], list[list[str]]]:
     headers = ["size", "measured", "predicted", "error", "NCCL choice", "bound by"]
-    rows = [[format_bytes(e.nbytes), format_time(e.measured_s), format_time(e.predicted_s), f"{e.error:+.1%}",
-             f"{e.algorithm}/{e.protocol}", e.regime] for e in group.errors]
+    rows = [[format_bytes(e.nbytes), format_time(e.measured_s), format_time(e.predicted_s),
+             f"{e.error:+.1%}{' outlier' if e.outlier else ''}", f"{e.algorithm}/{e.protocol}", e.regime]
+            for e in group.errors]
     return headers, rows
 
 
@@ -42,13 +49,15 @@ def nccl_fit_json(result: NcclCalibration, formats: dict[str, str], errors, outp
             "efficiencies": {name: value for name, value in fit.efficiencies},
             "overhead_s": fit.overhead_s,
             "stages_per_hop": fit.stages,
+            "protocols": {p: {"bandwidth": rate, "latency": latency} for p, rate, latency in fit.protocols},
             "notes": list(fit.notes),
             "groups": [{
                 "file": group.file, "collective": group.collective, "group": group.group, "nodes": group.nodes,
                 "ranks_per_node": group.ranks_per_node, "relative_rms": group.rms, "worst_error": group.worst,
-                "poor": group.poor,
+                "poor": group.poor, "outliers": group.outliers,
                 "sizes": [{"bytes": e.nbytes, "measured_s": e.measured_s, "predicted_s": e.predicted_s,
-                           "error": e.error, "algorithm": e.algorithm, "protocol": e.protocol, "bound_by": e.regime}
+                           "error": e.error, "algorithm": e.algorithm, "protocol": e.protocol, "bound_by": e.regime,
+                           "outlier": e.outlier}
                           for e in group.errors],
             } for group in fit.groups],
         } for fit in result.fits],

@@ -54,7 +54,7 @@ are its traffic, and its estimate of a call alone is the flow model's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -251,6 +251,45 @@ def nccl_chain_reduce(layout: Layout) -> Plan:
     return Plan("chain", (Phase(_chain_latency(layout), flows),))
 
 
+def _switch_flows(node: tuple[int, ...], per_member: float) -> list[Flow]:
+    """Traffic through an NVSwitch as flows: every member of the node sends `per_member` of B
+    out of its port, spread evenly over the others (and receives as much)."""
+    if len(node) < 2:
+        return []
+    share = per_member / (len(node) - 1)
+    return [(a, b, share) for a in node for b in node if a != b]
+
+
+def nccl_nvls_all_reduce(layout: Layout) -> Plan:
+    """NVLS inside one node (NVLink SHARP, NCCL 2.17+): each GPU's reduce-scatter pass reads
+    its share through multimem reductions in the switch and its all-gather pass multicasts it
+    back, B + B/k through each GPU's NVSwitch port (synth/model/nccl.py `_loads`); as flows,
+    that load spread over the other members. Latency: one hop (the switch does the rest)."""
+    k = layout.size
+    flows = tuple(f for node in layout.nodes for f in _switch_flows(node, 1.0 + 1.0 / k))
+    return Plan("nvls", (Phase(layout.inner_latency, flows),))
+
+
+def nccl_nvls_tree_all_reduce(layout: Layout) -> Plan:
+    """NVLS inside each node and NCCL's double binary tree between nodes (NVLS tree, NCCL
+    2.18+ across nodes): each GPU moves B + B/ppn through its NVSwitch port, each node B/2 per
+    tree up and down through its NICs (spread over its members, one channel per NIC)."""
+    flows: list[Flow] = []
+    for node in layout.nodes:
+        flows += _switch_flows(node, 1.0 + 1.0 / len(node))
+    node_count = len(layout.nodes)
+    trees = dtree_parents(node_count) if node_count > 1 else ()
+    for parents in trees:
+        for child, parent in enumerate(parents):
+            if parent == -1:
+                continue
+            head_child, head_parent = layout.nodes[child][0], layout.nodes[parent][0]
+            flows += _hop(layout, head_child, head_parent, 0.5, spread=True)
+            flows += _hop(layout, head_parent, head_child, 0.5, spread=True)
+    depth = max((tree_depth(parents) for parents in trees), default=0)
+    return Plan("nvls_tree", (Phase(layout.inner_latency + 2 * depth * layout.outer_latency, tuple(flows)),))
+
+
 # --- gloo ----------------------------------------------------------------------------------------
 
 
@@ -338,8 +377,8 @@ NCCL_LAUNCH_SOURCE = "NCCL 2.7 src/graph/tuning.cc baseLat Ring/Simple = 8.4 us"
 GLOO_LAUNCH_S = 20e-6
 GLOO_LAUNCH_SOURCE = "estimate: ProcessGroupGloo worker-thread queueing plus a TCP round trip, ~20 us"
 
-NCCL = Backend(
-    name="nccl",
+NCCL_FLOWS = Backend(
+    name="nccl-flows",
     launch_s=NCCL_LAUNCH_S,
     launch_source=NCCL_LAUNCH_SOURCE,
     algorithms=(
@@ -350,6 +389,9 @@ NCCL = Backend(
         ("Broadcast", (nccl_chain_broadcast,)),
     ),
 )
+"""NCCL's algorithms on datasheet links, Simple protocol only, the faster algorithm by the flows
+alone: the model before NCCL's own choice and performance (synth/model/nccl_backend.py, the
+`nccl` backend) joined the engine; kept to compare with it."""
 
 GLOO = Backend(
     name="gloo",
@@ -364,14 +406,36 @@ GLOO = Backend(
     ),
 )
 
-BACKENDS = {backend.name: backend for backend in (NCCL, GLOO)}
+
+class _Backends(Mapping):
+    """The backends by name: `nccl` (NCCL as measured, synth/model/nccl_backend.py, loaded on
+    first use: it builds on this module) and `gloo`."""
+
+    NAMES = ("nccl", "gloo")
+
+    def __getitem__(self, name: str):
+        if name == "nccl":
+            from synth.model.nccl_backend import NCCL_MEASURED
+
+            return NCCL_MEASURED
+        if name == "gloo":
+            return GLOO
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(self.NAMES)
+
+    def __len__(self) -> int:
+        return len(self.NAMES)
 
 
-def resolve_backend(backend: str | Backend) -> Backend:
+BACKENDS = _Backends()
+
+
+def resolve_backend(backend):
     """A backend by name, or the backend object given (any synth.model.backend.CallModel)."""
     if not isinstance(backend, str):
         return backend
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     return BACKENDS[backend]
-

@@ -4,7 +4,7 @@ Like astra-sim, which keeps its system layer (collective algorithms, scheduling)
 interchangeable network back ends behind one network API, the engine (synth/model/engine.py)
 owns what every backend shares: the network and its contention (synth/model/network.py),
 the steps of a program, how all reduction groups' calls of a step share links, and the
-estimates (synth/model/estimate.py). A backend answers two questions about one call, alone:
+estimates (synth/model/estimate.py). A backend answers questions about one call, alone:
 
 * `plans(call)`: the candidate algorithms the library may run for it, each a `Plan`: phases
   of flows between members as fractions of the call's bytes B, a latency per phase, scratch
@@ -15,22 +15,32 @@ estimates (synth/model/estimate.py). A backend answers two questions about one c
   the call runs alone, launch excluded, per size (`flow_s[z, c]` is the flow model's estimate:
   the hop latencies plus the drain time of the candidate's flows on an idle network). The
   engine picks, per call and size, the candidate this estimate says is fastest (first on a
-  tie), as NCCL's tuner does, and charges a step
+  tie), as NCCL's tuner does.
+* optionally `headroom_s(call, plans, call_bytes, flow_s)`: of each candidate's time alone,
+  the part during which its links could carry more than the call sends, because something of
+  the call's own holds it back (NCCL's TCP streams, a protocol's ceiling, fewer channels for
+  a small call). Other calls' traffic fills that headroom before it delays this call. It may
+  be negative: the flows then need longer than the backend's own time (links the backend's
+  own model does not see, such as a fabric or a rack's uplinks), and they bind even alone.
+  0 when the backend has no such method.
 
-      launch + sum over phases (slowest call's phase latency + busiest link's drain time)
-             + max over the step's calls (alone_s - flow_s of the chosen candidate)
+A step then costs, per size, with a_i, f_i and h_i the chosen candidate's own time, flow
+time and headroom for each call i, and F the flows of all reduction groups' calls of the
+step at once (slowest phase latencies plus the busiest link's drain time):
 
-  so a call alone costs `launch + alone_s`, and sharing links with other calls adds exactly
-  the drain time the contention adds. A backend whose `alone_s` returns `flow_s` itself (the
-  built-in flow backends of synth/model/algorithms.py) adds nothing beyond the flows.
+    launch + max over calls of ( a_i + max(0, F - f_i - h_i) )
+  = max( launch + max_i a_i,  launch + F + max_i (a_i - f_i - h_i) )
+
+so a call alone costs `launch + alone_s` (exactly, unless its headroom is negative), sharing
+links never makes it faster, and what sharing adds is the drain time the other calls' traffic
+adds beyond the headroom. A backend whose `alone_s` returns `flow_s` itself (the built-in flow
+backends of synth/model/algorithms.py) has a_i = f_i and no headroom: its steps cost
+`launch + F`.
 
 `launch_s` is charged once per step (once per call on each device). `alone_s` must be a time
-(>= 0) and never decrease with the call's bytes: the search's lower bounds rely on both. A
-performance model of
-NCCL as measured (per-call algorithm and protocol choice, channels, size ramp, transports)
-plugs in by implementing `CallModel`: its tuning formulas become `alone_s`, its algorithm's
-ring or tree flows (scaled by the protocol's wire overhead through `Plan.efficiency`)
-become `plans`.
+(>= 0) and never decrease with the call's bytes: the search's lower bounds rely on both.
+NCCL as measured (synth/model/nccl_backend.py: per-call algorithm and protocol choice,
+channels, size ramp, transports) is the `nccl` backend built on this seam.
 """
 
 from __future__ import annotations
@@ -42,19 +52,21 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from synth.model.algorithms import Layout, Plan, call_layout
-from synth.topology import Level
+from synth.topology import Level, NcclSystem
 
 
 @dataclass(frozen=True)
 class CallSite:
-    """One call as a backend sees it: the collective, where its members sit and the figures
-    of the system's levels as that collective sees them (calibrated per-collective figures
-    included). Coordinates are relabelled in order of first appearance per parent unit, so
-    every call of the same shape is the same site (the system's units of a level are alike)."""
+    """One call as a backend sees it: the collective, where its members sit, the figures of
+    the system's levels as that collective sees them (calibrated per-collective figures
+    included) and the system's NCCL facts (GPU generation, NVLS: its `[nccl]` table).
+    Coordinates are relabelled in order of first appearance per parent unit, so every call of
+    the same shape is the same site (the system's units of a level are alike)."""
 
     collective: str
     coords: tuple[tuple[int, ...], ...]  # [member][system level], members in group order
     levels: tuple[Level, ...]  # the system's levels, outermost first, as `collective` sees them
+    nccl: NcclSystem | None = None  # the topology's [nccl] table
 
     @cached_property
     def layout(self) -> Layout:
@@ -66,7 +78,7 @@ class CallSite:
         """Hashed once (sites key the plan caches; their levels make a deep hash)."""
         found = self.__dict__.get("_hash")
         if found is None:
-            found = self.__dict__["_hash"] = hash((self.collective, self.coords, self.levels))
+            found = self.__dict__["_hash"] = hash((self.collective, self.coords, self.levels, self.nccl))
         return found
 
     @property

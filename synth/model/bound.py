@@ -37,6 +37,11 @@ Entering is symmetric (same links in the other direction, same bytes), so it giv
 bound. The time bound is the largest bytes/capacity over the levels, plus one latency of the
 outermost level the group spans: at least one message must cross it.
 
+A switch that reduces (NVLink SHARP, NVLS: the topology's `[nccl]` table says `nvls` and the
+innermost level's link is an NVSwitch) is a party that computes: a device need only send its
+S into it and receive the sum, so at the cut around each device only the second term holds
+(S out of every device). NCCL's NVLS all-reduce moves S + S/k through each GPU's port.
+
 The bound is affine in S (every byte count above is a multiple of S), so it is computed once
 per context as a line: `time(S) = latency + S * seconds per byte`.
 """
@@ -91,6 +96,13 @@ def exit_capacity(topology: Topology, level: int, spanned: int = 0) -> float:
     return capacity
 
 
+def reduces_in_switch(topology: Topology) -> bool:
+    """Whether the switch joining the innermost level's devices reduces (NVLS, module docstring)."""
+    innermost = topology.levels[-1]
+    return (topology.nccl is not None and topology.nccl.nvls and innermost.link is not None
+            and innermost.link.kind == "nvswitch")
+
+
 def required_bytes(context: CostContext, level: int) -> float:
     """Bytes per byte of S that must leave the busiest unit of a system level, over all groups."""
     coords = context.network.coords[context.devices]  # [group, member, level]
@@ -102,6 +114,8 @@ def required_bytes(context: CostContext, level: int) -> float:
         if len(met) >= 2:
             total += 2 * (len(met) - 1)
             crossing[met] += 1
+    if level == len(context.topology.levels) - 1 and reduces_in_switch(context.topology):
+        return float(crossing.max())  # the devices' switch reduces: S in and out of each device
     return max(total / len(crossing), float(crossing.max()))
 
 

@@ -36,7 +36,7 @@ class StepCost:
     collective: str
     algorithm: str  # what the backend runs for this step's calls, e.g. "ring"
     call_bytes: float  # B of the step's largest call
-    latency_s: float  # launch + hop latencies (+ the backend's own excess over its flows)
+    latency_s: float  # launch + hop latencies (+ the backend's own excess over its flows, e.g. NCCL's latency)
     transfer_s: float  # sum over phases of the busiest link's drain time
     bottleneck: str  # the busiest link of the longest phase ("" when nothing moves)
     extra_memory_bytes: float  # scratch per device the backend allocates for the call
@@ -121,7 +121,9 @@ def step_costs(engine: CostEngine, steps: Sequence[StepCalls], bytes_per_device:
             transfer = transfer + call_bytes * drain
         longest = max(range(len(regime.drain_s)), key=lambda i: (regime.drain_s[i], -i))
         link = regime.links[longest] if regime.drain_s[longest] > 0 else NO_LINK
-        latency = regime.latency_s + float(figures.residual_s[index, 0])
+        # everything but the links' drain: launch, hop latencies, the backend's own excess
+        # (NCCL's protocol latency and ramp), and, when the costliest call alone is the floor, the rest of it
+        latency = max(regime.latency_s + float(figures.residual_s[index, 0]), float(figures.alone_s[index, 0]) - transfer)
         details.append(StepCost(spelling, step.collective, regime.algorithm, call_bytes, latency, transfer,
                                 engine.link_name(link), regime.extra_memory * call_bytes))
     return tuple(details)

@@ -20,7 +20,9 @@ and a size costs a few multiply-adds, vectorized over sizes and steps. A step's 
 
 and one group's own time of it (its chain step) `launch + max_i latency_i + sum over phases
 B_max * drain0_p + residual`, `residual` being the backend's own time alone minus the flows'
-(0 for the built-in backends). The estimates (synth/model/estimate.py) combine steps into
+and its headroom (0 for the built-in flow backends); a backend with its own time of a call
+alone also holds every step to at least `launch + ` its costliest call alone (the seam's rule,
+synth/model/backend.py). The estimates (synth/model/estimate.py) combine steps into
 program times; `ProgramTable` holds many programs as rows of step indices so that a batch
 costs each distinct step once.
 
@@ -102,7 +104,7 @@ class ProgramTable:
 class StepRegime:
     """One step with the backend's choice fixed for every call: all of it linear in S."""
 
-    algorithm: str  # what the calls run, e.g. "ring" or "ring/tree"
+    algorithm: str  # what the calls run, e.g. "ring", "ring+tree" or (NCCL) "tree/LL128"
     latency_s: float  # launch + sum over phases of the slowest call's phase latency
     drain_s: tuple[float, ...]  # per phase: busiest link's seconds per byte of B_max, all groups
     links: tuple[int, ...]  # per phase: that busiest link (NO_LINK when nothing moves)
@@ -120,7 +122,8 @@ class StepFigures:
     time_s: np.ndarray  # [step, size] lockstep time of the step
     chain_s: np.ndarray  # [step, size] one group's own time of the step
     regime: np.ndarray  # [step, size] index into CostEngine.regimes
-    residual_s: np.ndarray  # [step, size] the backend's own time alone beyond its flows' (0 for flow backends)
+    residual_s: np.ndarray  # [step, size] the backend's own time alone beyond its flows' and headroom (0 for flow backends)
+    alone_s: np.ndarray  # [step, size] launch + the costliest call's own time alone (0 for flow backends)
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,8 @@ class CostEngine:
             return found
         network = self.context.network_of(collective)
         coords = self.network.coords[self.devices[0, list(members)]]
-        site = CallSite(collective, canonical_coords(coords), self.context.levels_of(collective))
+        site = CallSite(collective, canonical_coords(coords), self.context.levels_of(collective),
+                        self.context.topology.nccl)
         plans = _plans(self.backend, site)
         member_ranks = np.array(members, dtype=np.int64)
         groups = len(self.devices)
@@ -213,9 +217,11 @@ class CostEngine:
         self._calls[key] = found
         return found
 
-    def _call_choices(self, call: _Call, chunks: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _call_choices(self, call: _Call, chunks: int, sizes: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Per size, the candidate the backend's own estimate of the call alone prefers (the
-        first on a tie), and its estimate minus the flows' (None when it is the flows')."""
+        first on a tie), that estimate minus the flows' and the candidate's headroom, and the
+        estimate itself (both None when the estimate is the flows')."""
         key = (call.site_id, chunks, sizes.tobytes())
         found = self._choices.get(key)
         if found is not None:
@@ -224,12 +230,16 @@ class CostEngine:
         flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]
         own = self.backend.alone_s(call.site, call.plans, call_bytes, flow)
         choice = np.argmin(own, axis=1) if own.shape[1] > 1 else np.zeros(len(sizes), dtype=np.int64)
-        residual = None
+        residual = alone = None
         if own is not flow:
             picked = np.arange(len(sizes))
-            residual = own[picked, choice] - flow[picked, choice]
-        self._choices[key] = (choice, residual)
-        return choice, residual
+            alone = own[picked, choice]
+            residual = alone - flow[picked, choice]
+            headroom = getattr(self.backend, "headroom_s", None)
+            if headroom is not None:
+                residual = residual - headroom(call.site, call.plans, call_bytes, flow)[picked, choice]
+        self._choices[key] = (choice, residual, alone)
+        return choice, residual, alone
 
     def least_step_s(self, collective: str, calls: tuple[tuple[int, ...], ...], size: int) -> float:
         """A lower bound on the step's time (lockstep, and one group's chain) whatever chunks its
@@ -277,7 +287,7 @@ class CostEngine:
             latencies.append(max(c.latencies[phase] for c, _ in present))
         launch = self.backend.launch_s
         regime = StepRegime(
-            algorithm="/".join(sorted({c.plan.algorithm for c in chosen})),
+            algorithm="+".join(sorted({c.plan.algorithm for c in chosen})),
             latency_s=launch + sum(latencies), drain_s=tuple(drains), links=tuple(links),
             chain_latency_s=launch + max(c.latency_s for c in chosen), chain_drain_s=tuple(chain_drains),
             extra_memory=max(c.plan.extra_memory for c in chosen), link_s=link_s * (largest / self.group_size))
@@ -294,10 +304,12 @@ class CostEngine:
         count = len(steps)
         regime = np.empty((count, len(sizes)), dtype=np.int64)
         residual = np.zeros((count, len(sizes)))
+        alone = np.zeros((count, len(sizes)))
         for d, step in enumerate(steps):
-            columns, extra = self._step_choices(step, sizes)
+            columns, extra, own = self._step_choices(step, sizes)
             if extra is not None:
                 residual[d] = extra
+                alone[d] = self.backend.launch_s + own
             if columns is None:
                 regime[d] = self.regime(step, (0,) * len(step.calls))
                 continue
@@ -308,11 +320,13 @@ class CostEngine:
                 if key not in ids:
                     ids[key] = self.regime(step, tuple(columns[z].tolist()))
                 regime[d, z] = ids[key]
-        return self._combine(steps, sizes, regime, residual)
+        return self._combine(steps, sizes, regime, residual, alone)
 
-    def _step_choices(self, step: StepCalls, sizes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _step_choices(self, step: StepCalls, sizes: np.ndarray
+                      ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
         """[call, size] candidate choices (None: every call has one candidate and nothing to
-        choose) and the step's residual per size (None: zero)."""
+        choose), the step's residual per size and its costliest call's own time alone (both
+        None for a flow backend)."""
         found = self._step_calls.get(step)
         if found is None:
             calls = tuple(self.call(step.collective, members) for members in step.calls)
@@ -321,20 +335,22 @@ class CostEngine:
                           for call, chunks in zip(calls, step.chunks))
             found = self._step_calls[step] = (calls, kinds, any(len(call.candidates) > 1 for call in calls))
         calls, kinds, varied = found
-        answers: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        answers: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
         for call, chunks, kind in zip(calls, step.chunks, kinds):
             if kind not in answers:
                 answers[kind] = self._call_choices(call, chunks, sizes)
-        residual = None
-        for _, extra in answers.values():
+        residual = alone = None
+        for _, extra, own in answers.values():
             if extra is not None:
                 residual = extra if residual is None else np.maximum(residual, extra)
+                alone = own if alone is None else np.maximum(alone, own)
         columns = np.stack([answers[kind][0] for kind in kinds]) if varied else None
-        return columns, residual
+        return columns, residual, alone
 
-    def _combine(self, steps, sizes, regime, residual) -> StepFigures:
+    def _combine(self, steps, sizes, regime, residual, alone) -> StepFigures:
         """Times from regimes, elementwise in a fixed order (phases in order) so every caller
-        that costs the same step at the same size gets the same float."""
+        that costs the same step at the same size gets the same float. A backend's own time
+        of its costliest call alone is a floor (0 for flow backends, which changes nothing)."""
         used, position = np.unique(regime, return_inverse=True)
         position = position.reshape(regime.shape)
         chosen = [self.regimes[i] for i in used.tolist()]
@@ -350,9 +366,9 @@ class CostEngine:
         for phase in range(phases):
             transfer = transfer + call_bytes * drain[position, phase]
             chain_transfer = chain_transfer + call_bytes * chain_drain[position, phase]
-        time = latency + transfer + residual
-        chain = chain_latency + chain_transfer + residual
-        return StepFigures(sizes, time, chain, regime, residual)
+        time = np.maximum(latency + transfer + residual, alone)
+        chain = np.maximum(chain_latency + chain_transfer + residual, alone)
+        return StepFigures(sizes, time, chain, regime, residual, alone)
 
     def link_rows(self) -> np.ndarray:
         """[regime, link] link-seconds per byte of S (for the pipelined estimate)."""

@@ -31,8 +31,11 @@ the hardware then does:
    the NIC (src/transport/net_socket.cc).
 
 The figures NCCL's source does not have (how fast links really run under NCCL, a per-call
-overhead, pipeline stages of a net plugin) are the ones `synth calibrate` fits
-(synth/calibrate/nccl_fit.py).
+overhead, pipeline stages of a net plugin, and per protocol the share of the modelled rate and
+of NCCL's latency a call reaches: `ProtocolFigures`) are the ones `synth calibrate` fits
+(synth/calibrate/nccl_fit.py). None of them moves NCCL's choice (`as_nccl_sees`): NCCL picks
+from its own tables whatever its calls then achieve, so the switch points between protocols
+and algorithms stay NCCL's predictions.
 
 Units: seconds and bytes/s at the interface; NCCL's GB/s and microseconds inside the tuning.
 """
@@ -40,7 +43,7 @@ Units: seconds and bytes/s at the interface; NCCL's GB/s and microseconds inside
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from synth.model import nccl_tables as T
@@ -97,6 +100,26 @@ class Network:
 
 
 @dataclass(frozen=True)
+class ProtocolFigures:
+    """What one protocol (LL, LL128, Simple) achieves on this hardware, relative to the model:
+    `bandwidth` multiplies every rate a call of the protocol drains its loads at (links x
+    efficiency x payload share, within NCCL's measured per-protocol ceilings), `latency`
+    multiplies NCCL's own latency for the (algorithm, protocol) pair (its baseLat plus hops x
+    hwLat, so the factor scales with the hops of another node count as NCCL's table does).
+    1.0 is NCCL's own figure; `synth calibrate` fits them (synth/calibrate/nccl_fit.py)."""
+
+    protocol: str
+    bandwidth: float = 1.0
+    latency: float = 1.0
+
+    def __post_init__(self):
+        if self.protocol not in PAYLOAD:
+            raise ValueError(f"protocol {self.protocol!r}: one of {', '.join(PAYLOAD)}")
+        if not (self.bandwidth > 0 and self.latency > 0):
+            raise ValueError(f"protocol {self.protocol} figures must be positive")
+
+
+@dataclass(frozen=True)
 class Hardware:
     """A group's hardware as NCCL sees it: the GPU generation (which of NCCL's tables apply),
     the GPUs of a node and their intra-node link, the network between nodes (None: one node),
@@ -114,6 +137,14 @@ class Hardware:
     algorithms: tuple[str, ...] = ()  # NCCL_ALGO: the algorithms NCCL may pick (empty: all)
     protocols: tuple[str, ...] = ()  # NCCL_PROTO
     buffsize: int = T.BUFFER["Simple"]  # NCCL_BUFFSIZE: the Simple protocol's buffer per connection
+    protocol_figures: tuple[ProtocolFigures, ...] = ()  # fitted per-protocol factors (none: NCCL's own)
+
+    def protocol(self, protocol: str) -> ProtocolFigures:
+        """The figures of one protocol (factors of 1 when none were given)."""
+        for figures in self.protocol_figures:
+            if figures.protocol == protocol:
+                return figures
+        return ProtocolFigures(protocol)
 
     def __post_init__(self):
         if self.generation not in T.GENERATIONS:
@@ -362,8 +393,11 @@ def search(hardware: Hardware, call: Call, pattern: str) -> Graph | None:
         view = _View(view.ppn, view.nodes, view.nics, view.nic_bw, view.max_bw, view.total_bw * view.ppn / (view.ppn - 1),
                      g, view.type_intra, view.type_inter)
     channels, speed = _pass_one(view, ladder, low, high)
-    if channels == 0:
+    if channels == 0 and pattern == "nvls":
         return None
+    if channels == 0:  # search.cc:1126-1133: no path at any speed, "falling back to simple order"
+        latency_inter = hardware.network.latency_s * 1e6 if (hardware.network is not None and call.nodes > 1) else 0.0
+        return Graph(pattern, 1, 0.1, 0.1, PATH_SYS, PATH_SYS, latency_inter)
     bw_intra = bw_inter = speed
     if pattern != "nvls" and speed >= 25.0 and not (g in ("hopper", "blackwell") and speed < 50.0 and channels > 4):
         doubled = min(2 * channels, high if pattern == "ring" else 2 * channels)
@@ -442,8 +476,21 @@ def communicator_channels(ring: Graph, tree: Graph, hardware: Hardware, call: Ca
 def tuning(hardware: Hardware, call: Call) -> Tuning:
     """NCCL's latency and bandwidth per (algorithm, protocol) for this call's collective and
     communicator (tuning.cc:212-443), with every algorithm NCCL would not run at 0 bandwidth.
-    NCCL computes it once per communicator; so does this (it does not depend on the size)."""
-    return _tuning(hardware, call.collective, call.nodes, call.ranks_per_node)
+    NCCL computes it once per communicator; so does this (it does not depend on the size, nor
+    on the figures NCCL does not see: `as_nccl_sees`)."""
+    return _tuning(as_nccl_sees(hardware), call.collective, call.nodes, call.ranks_per_node)
+
+
+def as_nccl_sees(hardware: Hardware) -> Hardware:
+    """The hardware without the figures NCCL's choice does not use: the efficiencies links
+    reach, per-call overhead, pipeline stages and per-protocol factors. NCCL picks from its own
+    tables (line rates, its speed ladder, its latencies), so fitting what the hardware achieves
+    never moves NCCL's choice; only the time of what it chose."""
+    intra = replace(hardware.intra, efficiency=1.0, efficiency_source="")
+    network = hardware.network
+    if network is not None:
+        network = replace(network, link=replace(network.link, efficiency=1.0, efficiency_source=""), stages=None)
+    return replace(hardware, intra=intra, network=network, overhead_s=0.0, protocol_figures=())
 
 
 @lru_cache(maxsize=4096)
@@ -755,22 +802,33 @@ def estimate_for(hardware: Hardware, call: Call, algorithm: str, protocol: str) 
     return _time(hardware, call, table, choice)
 
 
+def timed(hardware: Hardware, call: Call, choice: Choice, table: Tuning | None = None) -> Estimate:
+    """The time of a given choice (NCCL's pick for this call, from `choose` or an earlier
+    `estimate`) on the hardware: what a fit evaluates many times, since the fitted figures
+    never change the choice nor NCCL's table (`as_nccl_sees`), which may be passed in."""
+    if call.ranks == 1 or call.nbytes <= 0:
+        return Estimate(call, Choice("none", "none", 0, 0.0), 0.0, 0.0, 0.0, 0.0, "")
+    return _time(hardware, call, table or tuning(hardware, call), choice)
+
+
 def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Estimate:
     algorithm, protocol, channels = choice.algorithm, choice.protocol, choice.channels
     full = table.nvls_channels if algorithm in ("nvls", "nvls_tree") else table.channels
     used = channels / full if full else 1.0
     intra_load, net_load = _loads(call, algorithm)
     intra_cap, net_cap, _ = _achieved(hardware, call, algorithm, protocol)
-    payload = PAYLOAD[protocol]
+    figures = hardware.protocol(protocol)
+    payload = PAYLOAD[protocol] * figures.bandwidth
     intra_cap *= payload * used
     net_cap *= payload * used
     stream_cap = 0.0
     if hardware.network is not None and call.nodes > 1 and hardware.network.transport == "socket":
-        stream_cap = _socket_capacity(hardware, call, channels)
+        stream_cap = _socket_capacity(hardware, call, channels) * figures.bandwidth
     latency_us, nccl_bw = table.get(algorithm, protocol)
     if algorithm == "ring" and protocol == "Simple" and call.nodes > 1 and call.collective == "AllReduce" and \
             int(call.nbytes) // (table.channels * call.ranks) >= 64:
         latency_us *= T.RING_PLATEAU["volta" if hardware.generation == "volta" else "other"]
+    latency_us *= figures.latency
     seconds_per_byte = []
     if intra_load > 0:
         seconds_per_byte.append(("intra", intra_load / intra_cap))
@@ -778,7 +836,7 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         seconds_per_byte.append(("net", net_load / net_cap))
         if stream_cap > 0:
             seconds_per_byte.append(("streams", net_load / stream_cap))
-    cap = _protocol_cap(table, call, algorithm, protocol) * used
+    cap = _protocol_cap(table, call, algorithm, protocol) * used * figures.bandwidth
     if cap > 0:
         seconds_per_byte.append(("protocol", 1.0 / cap))
     if not seconds_per_byte:

@@ -39,6 +39,7 @@ class NcclView:
     node_level: int | None  # index of the network level; None when the whole system is one node
     overheads: tuple[float, ...]  # seconds per call, by the outermost level the call spans
     assumptions: tuple[str, ...]
+    protocols: tuple[tuple[nccl.ProtocolFigures, ...], ...] = ()  # per-protocol factors, by the outermost level
 
 
 def default_efficiency(kind: str, generation: str, line_rate: float) -> Figure:
@@ -83,7 +84,10 @@ def nccl_view(topology: Topology) -> NcclView:
     buffsize = topology.nccl.buffsize if topology.nccl is not None and topology.nccl.buffsize else T.BUFFER["Simple"]
     hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize)
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
-    return NcclView(hardware, node_level, overheads, tuple(assumptions))
+    protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
+                                                 factors.latency.value if factors.latency else 1.0)
+                            for name, factors in level.protocols) for level in levels)
+    return NcclView(hardware, node_level, overheads, tuple(assumptions), protocols)
 
 
 def _node_level(topology: Topology, assumptions: list[str]) -> int | None:
@@ -165,12 +169,14 @@ def group_layout(topology: Topology, view: NcclView, devices) -> tuple[int, int,
 
 def call_for(topology: Topology, view: NcclView, devices, collective: str, nbytes: float
              ) -> tuple[nccl.Hardware, nccl.Call]:
-    """The hardware (with the per-call overhead of the outermost level the group spans) and the
-    call NCCL makes for a group of device ranks."""
+    """The hardware (with the per-call overhead and per-protocol factors of the outermost level
+    the group spans) and the call NCCL makes for a group of device ranks."""
     nodes, per_node, outer = group_layout(topology, view, devices)
     hardware = view.hardware
     if outer >= 0 and view.overheads[outer]:
         hardware = replace(hardware, overhead_s=view.overheads[outer])
+    if outer >= 0 and view.protocols and view.protocols[outer]:
+        hardware = replace(hardware, protocol_figures=view.protocols[outer])
     return hardware, nccl.Call(collective, nodes, per_node, nbytes)
 
 

@@ -1,0 +1,297 @@
+"""NCCL as measured, as the costing engine's `nccl` backend (the seam of synth/model/backend.py).
+
+The NCCL model (synth/model/nccl.py, nccl_hardware.py) says, for one call alone, which
+(algorithm, protocol) NCCL picks, on how many channels, and how long the call then takes on
+the hardware: NCCL's latency, the size ramp, the efficiency NCCL reaches on each link, TCP
+streams over sockets. The engine adds what one call alone cannot say: several reduction
+groups' calls at once sharing links. This module joins the two:
+
+* `plans`: one per (algorithm, protocol) pair NCCL's table enables for the call (NCCL's own
+  loop order), its flows those of the algorithm: rings and chains, NCCL's double binary tree
+  (synth/model/algorithms.py), NVLS as traffic through the NVSwitch at the load NVLS puts on
+  each GPU, PAT as a ring's (the same bytes over the network). Its efficiency is the
+  protocol's payload share (LL carries 4 data bytes in 8, LL128 120 in 128) times a fitted
+  protocol factor (`synth calibrate`), and each flow is weighted by the efficiency NCCL
+  reaches on the link it crosses (the NICs between nodes, NVLink or PCIe inside one, NVLS's
+  own inside the switch), so its flows hold the links as long as NCCL's transfer does.
+* `alone_s`: NCCL's time for the call alone (nccl_hardware.estimate_group's) in the column of
+  the pair NCCL picks, inf in the others, so the engine takes NCCL's pick. Made non-decreasing
+  in the call's bytes (the engine's search bounds need it): NCCL's own time is not (a call
+  just under a channel-count threshold runs on fewer channels, up to half as fast as one just
+  above it; protocol switches can step down too), so a call of B bytes is charged the least
+  time of any call of B bytes or more, `min over B' >= B of T(B')`, computed exactly (below).
+  Where NCCL's time already rises with the bytes, and at the sizes NCCL's thresholds start,
+  this is NCCL's time itself.
+* `headroom_s`: NCCL's transfer time minus the longer of (a) the time its bytes need on its
+  intra-node links and NICs at NCCL's rates on every channel and (b) its flows' drain on an
+  idle network. Streams over sockets, a protocol's measured ceiling (LL's, LL128's per
+  channel) and the fewer channels of a small call hold one call back but not the link: other
+  groups' traffic on the same NICs fills that headroom before it delays the call (the NCCL
+  model's "at least the sum of bytes over each shared resource's capacity, and at least each
+  call's own streams time"). Where the flows need longer than NCCL's own time, because they
+  cross links NCCL's view of the system leaves out (a fabric, the uplinks of a level outside
+  the node network), the headroom is negative and the flows bind even for a call alone. So a
+  step's call costs its fixed part (latency, pipeline fill) plus the longer of NCCL's
+  transfer and the shared links' drain of every group's traffic (synth/model/backend.py).
+
+The least time of any call at least as large. Between consecutive sizes where something in
+NCCL's decision changes (a power of two: the tree correction's size classes; the ring
+plateau's threshold; every channel-count threshold of every pair; every size where NCCL's
+pick changes), NCCL's time is non-decreasing: its latency is fixed there, the transfer grows
+linearly and the NVLS pipeline fill grows with the chunk. So the least time over all larger
+calls is the least of T(B) and of T at every such threshold above B, and the thresholds are
+found exactly: NCCL picks on the integer byte count from its own affine estimates, one per
+pair within a size class, so a pair that stops being the pick never becomes it again in that
+class, and a binary search over integers finds each change.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from synth.model import algorithms as flows
+from synth.model import nccl
+from synth.model import nccl_tables as T
+from synth.model.algorithms import Phase, Plan
+from synth.model.backend import CallSite
+from synth.model.nccl_hardware import NcclView, call_for, nccl_view
+from synth.topology import Level, NcclSystem, Topology
+
+# Largest call the thresholds cover (bytes); past it NCCL's time only grows (no threshold of
+# NCCL's is that large), so the envelope is NCCL's time itself.
+LARGEST = 1 << 62
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One communicator as NCCL sees it: the hardware (with the overhead and protocol factors of
+    the outermost level the call spans), the collective, nodes and GPUs per node."""
+
+    hardware: nccl.Hardware
+    collective: str
+    nodes: int
+    ranks_per_node: int
+
+    def call(self, nbytes: float) -> nccl.Call:
+        return nccl.Call(self.collective, self.nodes, self.ranks_per_node, nbytes)
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+@dataclass(frozen=True, eq=False)
+class Envelope:
+    """NCCL's time over every call size of one shape, as the least time of any call at least as
+    large: the thresholds above which NCCL's time may step down, and the least time at or above
+    each (see the module docstring)."""
+
+    shape: Shape
+    table: nccl.Tuning
+    pairs: tuple[tuple[str, str], ...]  # the enabled (algorithm, protocol) pairs, NCCL's loop order
+    points: tuple[float, ...]  # ascending
+    least_from: tuple[float, ...]  # least_from[j] = min over points[j:] of T
+
+    def timed(self, nbytes: float) -> nccl.Estimate:
+        shape = self.shape
+        call = shape.call(float(nbytes))
+        return nccl.timed(shape.hardware, call, nccl.choose(shape.hardware, call, self.table), self.table)
+
+    def least_above(self, nbytes: float) -> float:
+        """min over thresholds > nbytes of NCCL's time there (inf when none)."""
+        j = bisect.bisect_right(self.points, nbytes)
+        return self.least_from[j] if j < len(self.points) else math.inf
+
+
+@lru_cache(maxsize=512)
+def envelope(shape: Shape) -> Envelope:
+    table = nccl.tuning(shape.hardware, shape.call(0.0))
+    pairs = tuple((a, p) for a, p, _, bandwidth, _ in table.entries if bandwidth > 0)
+    points = set(float(1 << k) for k in range(63))  # size classes (nbytes >> 6) and a grid
+    points.add(float(64 * table.channels * shape.ranks))  # the ring plateau (tuning.cc:539)
+    for algorithm, protocol in pairs:  # channels dropped for small calls (enqueue.cc:1734-1762)
+        if algorithm in ("nvls", "nvls_tree"):
+            continue
+        threshold = T.THREAD_THRESHOLD[protocol] * (shape.ranks if (algorithm, protocol) == ("ring", "LL") else 1)
+        for channels in range(2, table.channels + 1):
+            points.add(float(channels * T.MAX_THREADS[protocol] * threshold))
+    ordered = sorted(b for b in points if 1 <= b <= LARGEST)
+    points.update(_pick_changes(shape, table, ordered))
+    ordered = sorted(b for b in points if 1 <= b <= LARGEST)
+    probe = Envelope(shape, table, pairs, (), ())
+    times = [probe.timed(b).time_s for b in ordered]
+    least_from = list(times)
+    for j in range(len(times) - 2, -1, -1):
+        least_from[j] = min(least_from[j], least_from[j + 1])
+    return Envelope(shape, table, pairs, tuple(ordered), tuple(least_from))
+
+
+def _pick_changes(shape: Shape, table: nccl.Tuning, ordered: list[float]) -> list[float]:
+    """Every integer size, between consecutive thresholds, at which NCCL's pick changes."""
+    def pick(nbytes: int) -> tuple[str, str]:
+        choice = nccl.choose(shape.hardware, shape.call(float(nbytes)), table)
+        return choice.algorithm, choice.protocol
+
+    changes = []
+    bounds = [0] + [int(b) for b in ordered] + [LARGEST]
+    for low, high in zip(bounds, bounds[1:]):
+        last = high - 1
+        if last <= low:
+            continue
+        current = pick(low)
+        while pick(last) != current:
+            lo, hi = low, last  # pick(lo) == current, pick(hi) != current
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if pick(mid) == current:
+                    lo = mid
+                else:
+                    hi = mid
+            changes.append(float(hi))
+            low, current = hi, pick(hi)
+    return changes
+
+
+@lru_cache(maxsize=64)
+def _view(levels: tuple[Level, ...], system: NcclSystem | None) -> tuple[NcclView, Topology]:
+    topology = Topology("call site", "", levels, nccl=system)
+    return nccl_view(topology), topology
+
+
+@lru_cache(maxsize=4096)
+def shape_of(site: CallSite) -> Shape:
+    """The communicator of a call site (the site's canonical devices on its levels)."""
+    view, topology = _view(site.levels, site.nccl)
+    coords = np.array(site.coords, dtype=np.int64).reshape(len(site.coords), -1)
+    devices = np.ravel_multi_index(tuple(coords.T), topology.sizes)
+    hardware, call = call_for(topology, view, devices, site.collective, 0.0)
+    return Shape(hardware, site.collective, call.nodes, call.ranks_per_node)
+
+
+def _builder(collective: str, algorithm: str):
+    """The flows of one NCCL algorithm for one collective (synth/model/algorithms.py)."""
+    if collective == "AllReduce":
+        return {"ring": flows.nccl_ring_all_reduce, "tree": flows.nccl_tree_all_reduce,
+                "nvls": flows.nccl_nvls_all_reduce, "nvls_tree": flows.nccl_nvls_tree_all_reduce}[algorithm]
+    if collective == "ReduceScatter":
+        return flows.nccl_ring_reduce_scatter  # ring, NVLS and PAT move the same bytes per GPU
+    if collective == "AllGather":
+        return flows.nccl_ring_all_gather
+    if collective == "Broadcast":
+        return flows.nccl_chain_broadcast  # NCCL's Broadcast ring is a pipelined chain from the root
+    return flows.nccl_chain_reduce
+
+
+@dataclass(frozen=True)
+class NcclMeasured:
+    """The `nccl` backend: NCCL's choice and time per call (synth/model/nccl.py), contention
+    from its plans' flows (see the module docstring)."""
+
+    name: str = "nccl"
+    launch_s: float = 0.0  # NCCL's latency already holds the per-call overhead
+    launch_source: str = "NCCL's own latency per (algorithm, protocol) includes the call's launch (tuning.cc baseLat)"
+    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def plans(self, call: CallSite) -> tuple[Plan, ...]:
+        if call.size < 2:
+            return (Plan("none", (Phase(0.0, ()),)),)
+        shape = shape_of(call)
+        found = envelope(shape)
+        hardware = shape.hardware
+        crosses = _crosses_network(call)
+        result = []
+        for algorithm, protocol in found.pairs:
+            plan = _builder(call.collective, algorithm)(call.layout)
+            intra = hardware.intra.efficiency
+            if algorithm in ("nvls", "nvls_tree"):
+                intra *= T.NVLS_EFFICIENCY.get(hardware.generation, 1.0)
+            net = hardware.network.link.efficiency if hardware.network is not None else 1.0
+            phases = tuple(Phase(phase.latency_s, tuple((a, b, f / (net if crosses[a][b] else intra))
+                                                        for a, b, f in phase.flows)) for phase in plan.phases)
+            payload = nccl.PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
+            result.append(Plan(f"{algorithm}/{protocol}", phases, 0.0, payload))
+        return tuple(result)
+
+    def _estimates(self, call: CallSite, call_bytes: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per size: the column of NCCL's pick, the least time of any call as large or larger,
+        its fixed part (latency, overhead, pipeline fill) and the time its bytes need on its
+        shared links at NCCL's rates (see the module docstring)."""
+        key = (call, call_bytes.tobytes())
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        if len(self._cache) > 65536:
+            self._cache.clear()
+        if call.size < 2:
+            zeros = np.zeros(len(call_bytes))
+            found = (np.zeros(len(call_bytes), dtype=np.int64), zeros, zeros, zeros)
+            self._cache[key] = found
+            return found
+        curve = envelope(shape_of(call))
+        column = {pair: c for c, pair in enumerate(curve.pairs)}
+        picks = np.empty(len(call_bytes), dtype=np.int64)
+        least = np.empty(len(call_bytes))
+        fixed = np.empty(len(call_bytes))
+        links = np.empty(len(call_bytes))
+        for z, nbytes in enumerate(call_bytes.tolist()):
+            estimate = curve.timed(nbytes)
+            picks[z] = column[(estimate.choice.algorithm, estimate.choice.protocol)]
+            least[z] = min(estimate.time_s, curve.least_above(nbytes))
+            fixed[z] = estimate.time_s - estimate.transfer_s
+            links[z] = _links_s(curve, estimate)
+        found = (picks, least, fixed, links)
+        self._cache[key] = found
+        return found
+
+    def alone_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
+                flow_s: np.ndarray) -> np.ndarray:
+        picks, least, _, _ = self._estimates(call, np.asarray(call_bytes, dtype=float))
+        own = np.full(flow_s.shape, np.inf)
+        own[np.arange(len(picks)), picks] = least
+        return own
+
+    def headroom_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
+                   flow_s: np.ndarray) -> np.ndarray:
+        """NCCL's time alone minus the latest its shared links can let it finish: its fixed part
+        (latency, pipeline fill) plus the longer of NCCL's own time on its links at every channel
+        and its flows' drain (the flow model's, which also sees links NCCL's view leaves out: a
+        fabric, a rack's uplinks). Negative when the flows need longer than NCCL's time."""
+        picks, least, fixed, links = self._estimates(call, np.asarray(call_bytes, dtype=float))
+        rows = np.arange(len(picks))
+        latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
+        drain = flow_s[rows, picks] - latency[picks]
+        room = np.zeros(flow_s.shape)
+        room[rows, picks] = least - fixed - np.maximum(links, drain)
+        return room
+
+
+def _crosses_network(call: CallSite) -> tuple[tuple[bool, ...], ...]:
+    """[a][b]: whether members a and b sit in different nodes as NCCL sees them (they differ at
+    the network level or outside it), so a flow between them runs at the NICs' efficiency."""
+    view, _ = _view(call.levels, call.nccl)
+    if view.node_level is None:
+        return tuple(tuple(False for _ in call.coords) for _ in call.coords)
+    outer = [row[:view.node_level + 1] for row in call.coords]
+    return tuple(tuple(x != y for y in outer) for x in outer)
+
+
+def _links_s(curve: Envelope, estimate: nccl.Estimate) -> float:
+    """What the call's bytes need on its shared links (each GPU's intra-node links, each node's
+    NICs) at NCCL's rates on every channel of the communicator: the least its links allow,
+    whatever holds the call itself back (streams, a protocol's ceiling, fewer channels)."""
+    if estimate.transfer_s <= 0:
+        return 0.0
+    algorithm = estimate.choice.algorithm
+    full = curve.table.nvls_channels if algorithm in ("nvls", "nvls_tree") else curve.table.channels
+    used = estimate.choice.channels / full if full else 1.0
+    return max((load.bytes * used / load.capacity for load in estimate.loads
+                if load.resource in ("intra", "net") and load.capacity > 0), default=0.0)
+
+
+NCCL_MEASURED = NcclMeasured()
