@@ -103,9 +103,11 @@ def render(runs: list[Run], loads: tuple[str, str]) -> str:
              "exactly the K first rows of the full ranking, times included (checked). CPU time is what the "
              "command cost; wall time also depends on the load (the 1-minute load average before the full run; "
              "2 cores). Speedup: full CPU over --top K CPU, taken in the same run, so a load shared by both "
-             "cancels out.", "",
+             "cancels out. Code: this checkout, or `baseline DIR` for the checkout given with `--baseline` "
+             "(lockstep only).", "",
              "Where a `--top K` run's time goes (cProfile of `synth rank ... --top K`, 2026-11-23): about "
-             "0.4 s importing, 0.3-0.45 s NCCL's tuning model for each distinct call site the search costs "
+             "0.4 s importing, 0.3-0.45 s in all running NCCL's tuning model for the distinct call sites the "
+             "search costs "
              "(the full ranking pays both too) and the search itself, 0.1-0.3 s for K <= 5 and about 1 s for "
              "K = 100 on the 110,081-program set (applying steps to states, the completion bound, heap "
              "work). So a `--top K` run costs about a second whatever the set, and the speedup grows with "

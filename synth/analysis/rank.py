@@ -11,11 +11,12 @@ valid step; a prefix's key is the estimate's `value`, a lower bound on every pro
 extends it which equals the program's time once it is complete (the estimate module proves
 both for each estimate). So complete programs are popped in exactly the order of the full
 ranking, (time, text) included (a prefix's text sorts before its extensions'), and the first
-K popped are its head. Prefixes the enumerator's dead-prefix oracle says cannot reach the
-goal in the steps left are never pushed; the oracle's fewest steps still needed, times a
-step's least cost (the backend's launch), raises a prefix's key (still a lower bound). An
-exact reachability check per prefix was tried and dropped: proving a prefix dead explores
-its whole subtree, which cost more than expanding the dead prefixes the oracle lets through.
+K popped are its head. The value is raised by what any completion must still add: an exact
+bound over a small abstraction of the prefix's state (synth/analysis/completion.py: range
+lengths, doublings still needed, empty members; infinite when the state cannot reach the goal
+in the steps left, so such a prefix is never pushed), computed once per abstract state. The
+enumerator's Z3 dead-prefix oracle is not asked: the bound already refuses most dead prefixes,
+for far less than a solver call per state.
 
 Objectives besides time, per program:
 
