@@ -27,20 +27,18 @@ from functools import cached_property
 
 import numpy as np
 
+from synth.analysis.completion import StateAbstraction
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.model.engine import ProgramTable, StepCalls
-from synth.pruning import AbstractState
 from synth.search import Enumerator, SearchOptions
-from synth.semantics import QUOTIENT_CAP, Semantics, StepFailure
-
-
-_UNSET = object()
+from synth.semantics import QUOTIENT_CAP, InternedMachine, Semantics, StepFailure
 
 
 class StateWalker:
     """Steps of programs over the quotient state graph of one hierarchy, with memoized
-    transitions, `StepCalls` and liveness (shared by the full ranking and the search)."""
+    transitions and `StepCalls` (shared by the full ranking and the search); the search walks
+    interned states (`machine`, `interned_step`) and bounds their completions (`abstraction`)."""
 
     def __init__(self, hierarchy: SynthesisHierarchy):
         self.hierarchy = hierarchy
@@ -55,8 +53,6 @@ class StateWalker:
         self._transitions: dict[tuple[tuple, int], tuple | None] = {}
         self._steps: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
         self._enumerators: dict[int, Enumerator] = {}
-        self._successors: dict[tuple[tuple, int], list[tuple[int, tuple]]] = {}
-        self._requirements: dict[tuple, AbstractState | None] = {}
 
     def enumerator(self, max_len: int) -> Enumerator:
         if max_len not in self._enumerators:
@@ -103,48 +99,38 @@ class StateWalker:
             raise ValueError(f"{program} does not reach the goal on this hierarchy")
         return tuple(result)
 
-    def successors(self, state: tuple, remaining: int, max_len: int) -> list[tuple[int, tuple]]:
-        """Valid steps from `state` that may begin a completion of at most `remaining` steps:
-        (alphabet index, next state), in alphabet order. The enumerator's dead-prefix oracle
-        answers for exactly k steps left; the union over k <= remaining is sound for "at most"."""
-        key = (state, remaining)
-        found = self._successors.get(key)
+    # --- the search's view: interned states (synth/semantics.py InternedMachine) -------------------
+
+    @cached_property
+    def machine(self) -> InternedMachine:
+        """The semantics over interned states (tuples of member ids), for the top-K search."""
+        return InternedMachine(self.semantics)
+
+    @cached_property
+    def abstraction(self) -> StateAbstraction:
+        """What the search's completion bound knows of an interned state (synth/analysis/completion.py)."""
+        return StateAbstraction(self.semantics, self.machine)
+
+    @cached_property
+    def _call_roots(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """Per alphabet entry: the state member standing for each call's root, and the span
+        factor (what `Semantics.call_spans` reads)."""
+        representative = self.semantics.representative
+        result = []
+        for (step, instruction), calls in zip(self.alphabet, self.calls):
+            factor = instruction.record.span_factor(instruction.real_group_size)
+            result.append((tuple(representative[members[0]] for members in calls), factor))
+        return tuple(result)
+
+    def interned_step(self, state: tuple[int, ...], index: int) -> StepCalls:
+        """`step` for an interned state: the same calls and spans, read from the member table."""
+        roots, factor = self._call_roots[index]
+        members = self.machine.members
+        key = (index, tuple(members[state[root]][3] * factor for root in roots))
+        found = self._steps.get(key)
         if found is None:
-            enumerator = self.enumerator(max_len)
-            merged: dict[int, tuple] = {}
-            for steps in range(remaining, 0, -1):
-                for index, following in enumerator.successors(state, steps):
-                    merged.setdefault(index, following)
-            found = self._successors[key] = sorted(merged.items())
+            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], key[1])
         return found
-
-    def requirement(self, state: tuple, max_len: int) -> AbstractState | None:
-        """What any completion of the state must still do: the dead-prefix oracle's abstraction
-        (synth/pruning.py: doublings the weakest chunk still needs, -1 when a chunk is held by
-        nobody; whether a widening step or a Broadcast is still due), memoized; None without
-        the oracle."""
-        found = self._requirements.get(state, _UNSET)
-        if found is _UNSET:
-            enumerator = self.enumerator(max_len)
-            oracle = enumerator.oracle
-            found = None if oracle is None else oracle.facts(enumerator.machine.intern(state))
-            self._requirements[state] = found
-        return found
-
-    def steps_needed(self, state: tuple, remaining: int, max_len: int) -> int | None:
-        """A lower bound on the steps any valid completion takes, from the enumerator's
-        dead-prefix oracle (sound: it never rules out a real completion); None when none fits
-        in `remaining`."""
-        if state == self.goal:
-            return 0
-        facts = self.requirement(state, max_len)
-        if facts is None:
-            return 1 if remaining >= 1 else None
-        oracle = self.enumerator(max_len).oracle
-        for steps in range(1, remaining + 1):
-            if oracle.answer(facts, steps):
-                return steps
-        return None
 
 
 @dataclass(frozen=True, eq=False)

@@ -168,16 +168,18 @@ class Pipelined:
         the larger of the two (the link term alone is at least the cut's transfer time)."""
         return np.maximum(line.latency_s, np.asarray(sizes, dtype=np.int64) * line.seconds_per_byte)
 
-    def start(self, engine: CostEngine, size: int) -> tuple[np.ndarray, float]:
-        return np.zeros(len(engine.network.capacity)), 0.0
+    def start(self, engine: CostEngine, size: int) -> tuple[np.ndarray, float, float]:
+        """(link-seconds per byte so far, the chain so far, the busiest link's share)."""
+        return np.zeros(len(engine.network.capacity)), 0.0, 0.0
 
     def extend(self, engine: CostEngine, prefix, figures: StepFigures, index: int):
-        loads, chain = prefix
-        return loads + engine.regimes[int(figures.regime[index, 0])].link_s, chain + float(figures.chain_s[index, 0])
+        loads, chain, _ = prefix
+        loads = loads + engine.regimes[int(figures.regime[index, 0])].link_s
+        return loads, chain + float(figures.chain_s[index, 0]), float(loads.max())
 
     def value(self, prefix, size: int, more: tuple[float, ...] = ()) -> float:
-        loads, chain = prefix
-        return max(size * float(loads.max()), _plus(chain, more))
+        _, chain, busiest = prefix
+        return max(size * busiest, _plus(chain, more))
 
 
 LOCKSTEP = Lockstep()

@@ -1,0 +1,344 @@
+"""What any completion of a search state must still cost: an admissible bound for the top-K search.
+
+The best-first search of synth/analysis/rank.py keys a prefix by its time plus a lower bound
+on what any valid completion adds. This module computes that bound exactly over a small
+abstraction of the quotient state (synth/semantics.py), for one size:
+
+    a = (lo, short, hi, need, empty)
+
+* `lo`, `hi`: at most the shortest and at least the longest range, in real chunks, that a
+  non-empty member holds; `short`: at least the shortest (so the shortest lies in
+  [lo, short]);
+* `need`: doublings still needed. Every contributor set a chunk will ever have is a disjoint
+  union of sets members hold now (only sums make sets, by disjoint unions; everything else
+  moves them), so the whole set of chunk c takes at least m(c) of today's sets, m(c) the
+  fewest that partition all members; one sum over groups of k merges at most k sets into
+  one, so reaching m(c) pieces takes sums whose ceil(log2 k) add up to ceil(log2 m(c)).
+  `need` is the most over chunks; a chunk whose sets cannot partition all members can never
+  be summed whole (the state is dead);
+* `empty`: some member surely holds nothing.
+
+An alphabet step acts on the abstraction as its collective's record says (what it combines,
+where it delivers, synth/collectives.py), through its real group size k, its growth
+g = ceil(log2 k) in the instance the state lives in, and whether it leaves members idle:
+
+* a sum lowers `need` by g (to 0 at least); a ReduceScatter divides every range it takes by
+  k: lo / k, and short becomes at most hi / k (some member it takes had at most hi); with no
+  idle member short and hi divide by k too; a Reduce empties its non-roots (the shortest
+  range left is at most hi);
+* a join needs k * lo <= N (its output is at most the buffer) and multiplies the ranges it
+  takes by k: short * k, hi * k (at most N), and lo * k when no member is idle;
+* a root copy (Broadcast) may fill every empty member; a copied range lies in [lo, hi];
+* a sum or a join needs every member of its groups to hold data: with no idle member, a
+  state with an empty member cannot take it.
+
+Its cost is at least launch plus its costliest call alone at the span every call has at
+least: `lo` chunks, or `k * lo` for a join, whose calls span their output (CostEngine.
+least_step_s). A step reaches the goal only if every member ends holding the whole buffer,
+complete: an AllReduce when every member already holds the whole range (short = N), none
+is empty and need <= g; an AllGather when the ranges it takes are 1/k of the buffer and the
+rest whole (short * k >= N), none is empty and need = 0; a Broadcast from roots holding the
+goal (hi = N, need = 0). A ReduceScatter or a Reduce never does. A finishing step's calls all
+span the whole buffer (its roots, or a join's outputs, hold it), so it costs at least its
+time at N chunks.
+
+`bound(a, L)` is the least total cost of an abstract path of at most L steps that ends with a
+finishing step (infinite when there is none: the prefix cannot finish in L steps).
+
+Admissible. Say R(a, s) when a.lo <= lo(s) <= a.short, a.hi >= hi(s), a.need <= need(s),
+and a.empty only if s has an empty member; R(alpha(s), s) holds. If R(a, s) and a valid step
+takes s to s' at time t, then (i) the abstract step is allowed (each refusal above is implied
+by the same fact about s) and t is at least its cost (every call spans at least lo(s) >= a.lo
+chunks, or k * a.lo for a join, and a call alone never gets faster with more bytes:
+synth/model/backend.py); (ii) if s' is the goal, the finishing conditions hold for a (each is
+implied by the same condition on s) and t is at least the cost at N chunks; (iii) otherwise
+R(T(a), s') for the abstract successor T(a): a ReduceScatter gives each member it takes
+1/k of its range and an idle member keeps its own, a join multiplies the ranges it takes by
+k, a copied range lies within [lo, hi], a Reduce keeps its roots' ranges and empties its
+non-roots, `need` falls by at most g per sum (a set after the sum is a union of at most k
+sets from before, so a partition by the new sets gives one by the old with at most k times
+as many pieces, and ceil is subadditive) and never by other collectives, and an empty member
+stays empty unless a root copy fills it. By induction on L, every completion of s in at most
+L steps costs at least `bound(alpha(s), L)`. The costs bound both a step's lockstep time and
+one group's own chain time of it, so the bound serves either estimate
+(synth/model/estimate.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from synth.collectives import Combine, Delivery
+from synth.model.engine import CostEngine
+from synth.pruning import instruction_class
+from synth.semantics import InternedMachine, Semantics
+
+INFINITY = math.inf
+
+# One abstract state: (lo, short, hi, need, empty).
+Abstract = tuple[int, int, int, int, bool]
+
+_UNSET = object()
+
+
+class StateAbstraction:
+    """The abstraction of interned states (tuples of member ids of an InternedMachine),
+    computed once per state from facts kept per member id."""
+
+    def __init__(self, semantics: Semantics, machine: InternedMachine):
+        self.semantics = semantics
+        self.machine = machine
+        self.full = semantics.real_member_count
+        self._every = (1 << semantics.member_count) - 1
+        self._lengths: list[int] = []  # member id -> real range length (0: empty)
+        self._pieces: list[tuple[int, ...] | None] = []  # member id -> contributor set per chunk (0: not held)
+        self._needs: dict[frozenset[int], int] = {}
+        self._covers: dict[frozenset[int], int | None] = {}
+        self._abstract: dict[tuple[int, ...], Abstract | None] = {}
+
+    def _learn_members(self) -> None:
+        n, every = self.semantics.member_count, self._every
+        for member in self.machine.members[len(self._lengths):]:
+            if member is None:
+                self._lengths.append(0)
+                self._pieces.append(None)
+                continue
+            lo, hi, sets, length = member
+            self._lengths.append(length)
+            self._pieces.append(tuple((sets >> (chunk * n)) & every if lo <= chunk < hi else 0 for chunk in range(n)))
+
+    def need(self, distinct: frozenset[int]) -> int:
+        """Doublings still needed (see the module docstring) from the member ids present; -1
+        when some chunk's sets cannot partition all members."""
+        found = self._needs.get(distinct)
+        if found is None:
+            pieces = [self._pieces[i] for i in distinct if self._pieces[i] is not None]
+            found = 0
+            for family in set(map(frozenset, zip(*pieces))):  # per chunk, the sets held (0: not held)
+                fewest = self._cover(family)
+                if fewest is None:
+                    found = -1
+                    break
+                found = max(found, (fewest - 1).bit_length())
+            self._needs[distinct] = found
+        return found
+
+    def _cover(self, family: frozenset[int]) -> int | None:
+        """The fewest sets of `family` (0 stands for members not holding the chunk) that
+        partition all members, or None."""
+        found = self._covers.get(family, _UNSET)
+        if found is _UNSET:
+            found = self._covers[family] = _fewest(tuple(sorted(family - {0})), self._every, {})
+        return found
+
+    def of(self, state: tuple[int, ...]) -> Abstract | None:
+        """The abstraction of a state; None when it can never reach the goal."""
+        found = self._abstract.get(state, _UNSET)
+        if found is not _UNSET:
+            return found
+        if len(self._lengths) < len(self.machine.members):
+            self._learn_members()
+        need = self.need(frozenset(state))
+        if need < 0:
+            found = None
+        else:
+            lengths = [self._lengths[member] for member in state]
+            held = [length for length in lengths if length]
+            shortest = min(held)
+            found = (shortest, shortest, max(held), need, len(held) < len(lengths))
+        self._abstract[state] = found
+        return found
+
+
+def _fewest(family: tuple[int, ...], uncovered: int, memo: dict) -> int | None:
+    """The fewest sets of `family` (bitmasks) that partition `uncovered`, or None: the lowest
+    uncovered member first, with each set holding it that fits."""
+    if not uncovered:
+        return 0
+    found = memo.get(uncovered, _UNSET)
+    if found is not _UNSET:
+        return found
+    lowest = uncovered & -uncovered
+    best = None
+    for piece in family:
+        if piece & lowest and not piece & ~uncovered:
+            rest = _fewest(family, uncovered & ~piece, memo)
+            if rest is not None and (best is None or rest + 1 < best):
+                best = rest + 1
+    memo[uncovered] = best
+    return best
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """What the abstraction knows of an alphabet step (steps of one kind act alike on it)."""
+
+    combine: Combine
+    delivery: Delivery
+    k: int  # real group size
+    growth: int  # ceil(log2) of the group size in the instance the state lives in
+    idle: bool  # some member takes no part
+
+
+class CompletionBound:
+    """`bound(a, L)` for one hierarchy and size (see the module docstring), and `edge`, the
+    same bound for completions that begin with one given alphabet step."""
+
+    def __init__(self, semantics: Semantics, calls, engine: CostEngine, size: int):
+        self._full = semantics.real_member_count
+        self.size = int(size)
+        self._engine = engine
+        every = (1 << semantics.member_count) - 1
+        kinds: dict[StepKind, int] = {}
+        self._kind_of: list[int] = []  # alphabet index -> kind id
+        self._calls: list[tuple[str, tuple]] = []
+        self._sites: dict[int, tuple] = {}
+        for index, (_, instruction) in enumerate(semantics.alphabet):
+            record = instruction.record
+            busy = 0
+            for group in instruction.groups:
+                for member in group:
+                    busy |= 1 << member
+            kind = StepKind(record.combine, record.delivery, instruction.real_group_size,
+                            instruction_class(instruction, semantics.quotient)[5], busy != every)
+            self._kind_of.append(kinds.setdefault(kind, len(kinds)))
+            self._calls.append((record.name, calls[index]))
+        self._kinds = tuple(kinds)
+        self._members = tuple(tuple(i for i, k in enumerate(self._kind_of) if k == kind) for kind in range(len(kinds)))
+        self._step_costs: dict[tuple[int, int], float] = {}
+        self._kind_costs: dict[tuple[int, int], float] = {}
+        self._moves_from: dict[Abstract, list] = {}
+        self._bounds: dict[tuple[Abstract, int], float] = {}
+        self._edges: dict[tuple[Abstract, int, int], float] = {}
+        self._order: tuple[tuple[float, int], ...] | None = None
+
+    # --- costs ------------------------------------------------------------------------------------
+
+    def step_cost(self, index: int, chunks: int) -> float:
+        """A lower bound on alphabet step `index` when every call spans at least `chunks`:
+        launch plus its costliest call alone (CostEngine.least_step_s), asked of one call per
+        distinct call site (calls at alike sites cost alike, as the engine itself assumes)."""
+        key = (index, chunks)
+        found = self._step_costs.get(key)
+        if found is None:
+            collective, calls = self._calls[index]
+            sites = self._sites.get(index)
+            if sites is None:
+                by_site: dict[int, tuple[int, ...]] = {}
+                for members in calls:
+                    by_site.setdefault(self._engine.call(collective, members).site_id, members)
+                sites = self._sites[index] = tuple(by_site.values())
+            found = self._step_costs[key] = self._engine.least_step_s(collective, sites,
+                                                                       min(chunks, self._full) * self.size)
+        return found
+
+    def _kind_cost(self, kind: int, chunks: int) -> float:
+        """The least of `step_cost` over the alphabet steps of one kind."""
+        key = (kind, chunks)
+        found = self._kind_costs.get(key)
+        if found is None:
+            found = self._kind_costs[key] = min(self.step_cost(index, chunks) for index in self._members[kind])
+        return found
+
+    # --- the abstraction's steps -------------------------------------------------------------------
+
+    def _move(self, kind: StepKind, a: Abstract):
+        """(span every call has at least, successor, span of a finishing step or None), or
+        None when a step of this kind cannot be taken from a (see the module docstring)."""
+        lo, short, hi, need, empty = a
+        full = self._full
+        k = kind.k
+        combine = kind.combine
+        if combine is Combine.SUM:
+            if empty and not kind.idle:
+                return None
+            left = need - kind.growth
+            left = left if left > 0 else 0
+            delivery = kind.delivery
+            if delivery is Delivery.EVERY:
+                finishing = full if short == full and not empty and need <= kind.growth else None
+                return lo, (lo, short, hi, left, empty), finishing
+            if delivery is Delivery.BLOCKS:
+                if kind.idle:
+                    return lo, (max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), None
+                return lo, (max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), None
+            return lo, (lo, hi, hi, left, True), None
+        if combine is Combine.JOIN:
+            if (empty and not kind.idle) or lo * k > full:
+                return None
+            widest = min(full, hi * k)
+            finishing = full if short * k >= full and not empty and need == 0 else None
+            return lo * k, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty), finishing
+        finishing = full if hi == full and need == 0 else None
+        return lo, (lo, hi, hi, need, False), finishing
+
+    def _moved(self, a: Abstract, kind_id: int):
+        """A kind's move from a as (least cost, least cost when it finishes, successor or None
+        when it leaves a as it is), or None when it cannot be taken."""
+        move = self._move(self._kinds[kind_id], a)
+        if move is None:
+            return None
+        span, after, finishing = move
+        cost = self._kind_cost(kind_id, span)
+        finish = INFINITY if finishing is None else max(cost, self._kind_cost(kind_id, finishing))
+        return cost, finish, None if after == a else after
+
+    def bound(self, a: Abstract, left: int) -> float:
+        """The least an abstract path of at most `left` steps from `a` to the goal costs.
+
+        Kinds are tried by their least cost from any state (at one chunk), stopping at the
+        first that cannot beat the best found. Moves that leave `a` as it is are skipped: a
+        path through one costs at least a path of fewer steps from `a`, and the bound never
+        grows with `left`."""
+        key = (a, left)
+        found = self._bounds.get(key)
+        if found is not None:
+            return found
+        best = INFINITY
+        if left > 0:
+            order = self._order
+            if order is None:
+                order = self._order = tuple(sorted((self._kind_cost(kind, 1), kind) for kind in range(len(self._kinds))))
+            moves = self._moves_from.get(a)
+            if moves is None:
+                moves = self._moves_from[a] = [_UNSET] * len(self._kinds)
+            for least, kind in order:
+                if least >= best:
+                    break
+                move = moves[kind]
+                if move is _UNSET:
+                    move = moves[kind] = self._moved(a, kind)
+                if move is None:
+                    continue
+                cost, finish, after = move
+                if finish < best:
+                    best = finish
+                if after is not None and left > 1 and cost < best:
+                    total = cost + self.bound(after, left - 1)
+                    if total < best:
+                        best = total
+        self._bounds[key] = best
+        return best
+
+    def edge(self, a: Abstract, index: int, left: int) -> float:
+        """The least any completion of at most `left` steps that begins with alphabet step
+        `index` costs, from a state abstracted as `a` (infinite: no such completion)."""
+        key = (a, index, left)
+        found = self._edges.get(key)
+        if found is not None:
+            return found
+        best = INFINITY
+        move = self._move(self._kinds[self._kind_of[index]], a) if left > 0 else None
+        if move is not None:
+            span, after, finishing = move
+            cost = self.step_cost(index, span)
+            if finishing is not None:
+                best = max(cost, self.step_cost(index, finishing))
+            if left > 1:  # an abstract no-op still takes the concrete step: the rest has left - 1
+                best = min(best, cost + self.bound(after, left - 1))
+        self._edges[key] = best
+        return best
+
+
+__all__ = ["Abstract", "CompletionBound", "StateAbstraction", "StepKind"]
