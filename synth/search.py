@@ -121,13 +121,6 @@ class Enumerator:
             facts = self._facts[sid] = self.oracle.facts(self._states[sid])
         return self.oracle.answer(facts, remaining)
 
-    def successors(self, state: tuple, remaining: int) -> list[tuple[int, tuple]]:
-        """Valid, non-no-op steps from a state (member states, as `Semantics.apply` gives them)
-        that may still lead to the goal in `remaining` steps: (alphabet index, next state)."""
-        sid = self._state_id(self.machine.intern(state))
-        return [(index, self.machine.expand(self._states[next_id]))
-                for index, next_id in self._successors(sid, self._allowed(sid, remaining))]
-
     def _successors(self, sid: int, allowed: frozenset[int] | None) -> list[tuple[int, int]]:
         known = self._next[sid] if self.options.share_suffixes else None
         if known is None:
