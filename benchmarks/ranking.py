@@ -1,14 +1,14 @@
 """Ranking speed: `synth rank --top K` against the full ranking where the program set is large.
 
-    python -m benchmarks.ranking [-o results/rank-speed] [--baseline DIR]
+    python -m benchmarks.ranking [-o results] [--baseline DIR]
 
 Each case runs `synth rank ... --json` as a fresh process, once ranking every program and
 once per K in TOPS with `--top K` (the best-first search), with both estimates, and records
 wall and CPU time and the load before each run; every `--top K` must list exactly the K first
 rows of the full ranking (checked here). `--baseline DIR` also times the same commands with
 another checkout first on the path (the code before a change; its `--estimate` default may
-differ, so the estimate is always given). Writes README.md and rank-speed.json in the output
-folder (results/rank-speed/ by default); the results index (benchmarks/index.py) is
+differ, so the estimate is always given). Writes README.md and rank-speed.json in the rank-speed/
+folder of the results directory (-o, default results/), as every benchmark does; the results index (benchmarks/index.py) is
 regenerated separately.
 """
 
@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from benchmarks.record import header, results_dir
+from benchmarks.record import header, study_dir
 
 COMMAND = "python -m benchmarks.ranking"
 TOPS = (1, 5, 20, 100)
@@ -130,8 +130,8 @@ def uptime() -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="results/rank-speed",
-                        help="folder for the report and its data (default results/rank-speed/)")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its rank-speed/ folder")
     parser.add_argument("--baseline", metavar="DIR", help="also time another checkout (a directory holding its synth/)")
     args = parser.parse_args(argv)
     runs = []
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
                     print(f"{arguments} {size} {estimate} [{run.code}]: full {run.full_cpu_s:.1f} s CPU, {figures} "
                           f"(load {run.load_before:.1f})", flush=True)
     loads = (before, uptime())
-    directory = results_dir(args.output)
+    directory = study_dir("rank-speed", args.output)
     (directory / "rank-speed.json").write_text(json.dumps(
         {"command": COMMAND, "load": {"before": loads[0], "after": loads[1]},
          "runs": [dict(asdict(run), speedups={str(t.k): run.speedup(t) for t in run.tops}) for run in runs]},
