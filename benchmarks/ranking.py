@@ -7,9 +7,9 @@ once per K in TOPS with `--top K` (the best-first search), with both estimates, 
 wall and CPU time and the load before each run; every `--top K` must list exactly the K first
 rows of the full ranking (checked here). `--baseline DIR` also times the same commands with
 another checkout first on the path (the code before a change; its `--estimate` default may
-differ, so the estimate is always given). Writes README.md and rank-speed.json in the rank-speed/
-folder of the results directory (-o, default results/), as every benchmark does; the results index (benchmarks/index.py) is
-regenerated separately.
+differ, so the estimate is always given). Writes README.md and rank-speed.json in the
+rank-speed/ folder of the results directory (-o, default results/), as every benchmark does;
+the results index (benchmarks/index.py) is regenerated separately.
 """
 
 from __future__ import annotations
