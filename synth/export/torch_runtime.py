@@ -127,26 +127,29 @@ class Communicators:
     """Every communicator set of the plan, created once by every rank in plan order; each
     rank keeps the one group it belongs to (None where it is idle). `existing` maps a set's
     index to this rank's group in it where the caller already has one (a DeviceMesh's group
-    with the same members in the same order): nothing is created for those sets."""
+    with the same members in the same order): nothing is created for those sets. `timeout`
+    (a timedelta) is given to every group created; without it torch gives each the backend's
+    default (30 minutes), not the timeout the job's default group was started with."""
 
-    def __init__(self, plan, backend, rank, existing=None):
+    def __init__(self, plan, backend, rank, existing=None, timeout=None):
         self.rank = rank
         self.groups = []
         self.created = 0
         existing = existing or {}
         # split_group numbers each group by global rank; the check below guards that order.
         split = backend == "nccl" and hasattr(dist, "split_group")
+        timed = {} if timeout is None else {"timeout": timeout}
         for index, comm in enumerate(plan["communicators"]):
             mine = existing.get(index)
             if index in existing:
                 pass
             elif split:
                 # NCCL: ncclCommSplit of the world communicator, one call per set.
-                mine = dist.split_group(split_ranks=comm, group_desc=f"synth_comm{index}")
+                mine = dist.split_group(split_ranks=comm, group_desc=f"synth_comm{index}", **timed)
                 self.created += 1
             else:
                 for color, ranks in enumerate(comm):
-                    group = dist.new_group(ranks=ranks, **_named(f"synth_comm{index}_{color}"))
+                    group = dist.new_group(ranks=ranks, **timed, **_named(f"synth_comm{index}_{color}"))
                     self.created += 1
                     if rank in ranks:
                         mine = group
