@@ -4,19 +4,20 @@ any tensor, and the hooks DDP and FSDP2 take (docs/training.md).
     import synth.torch
     plan = synth.torch.plan_reduction("dgx-a100-x4", "data=8,model=4", "data", [[4, 2], [1, 4]])
     reducer = synth.torch.HierarchicalReducer(plan, op="avg", mesh=mesh)
-    ddp_model.register_comm_hook(None, reducer.ddp_hook)
+    reducer.attach(model)    # every fully_shard module of the model (each layer, the root), or its DDP
 
 The plans (synth.torch.plan) need no torch; the reducer and hooks need torch, an optional
 extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on first use.
 """
 
+from synth.torch.errors import MissingReductionError, RankDisagreementError, ReducerSetupError
 from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
                               size_thresholds)
 
 _TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "synth.torch.reducer"}
 
-__all__ = ["ReductionPlan", "SizeRange", "best_by_size", "load_plan", "plan_programs", "plan_reduction",
-           "size_thresholds", *_TORCH_NAMES]
+__all__ = ["MissingReductionError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
+           "best_by_size", "load_plan", "plan_programs", "plan_reduction", "size_thresholds", *_TORCH_NAMES]
 
 
 def __getattr__(name):

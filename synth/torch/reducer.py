@@ -1,6 +1,7 @@
 """Reduce tensors over a job's reduction groups by synthesized programs, inside training.
 
     reducer = HierarchicalReducer(plan, op="avg", mesh=mesh)   # after init_process_group
+    reducer.attach(model)                  # every fully_shard module of the model, or its DDP
     reducer.reduce(tensor)                 # in place, any size, float32/bfloat16/float16
     future = reducer.reduce_async(tensor)  # torch.futures.Future holding the tensor
 
@@ -15,7 +16,14 @@ Communicators are made once, when the reducer is built, in one order on every ra
 DeviceMesh's group is reused where a communicator of the plan has exactly the groups of one
 of its dimensions (a mesh whose dimensions are the reduced axis split per level, e.g.
 ("node", "gpu"), gives the programs' level groups); the others are created (`new_group`, or
-`split_group` on NCCL).
+`split_group` on NCCL), with the timeout the default group was started with
+(`init_process_group(timeout=...)`) or the one given, not the backend's 30 minutes.
+
+Agreement. Ranks that would run different programs (different plans, or tensors of different
+type or size: one rank in float32, the others in bfloat16) fail with RankDisagreementError
+naming each side, instead of waiting on each other: the plan is compared across the world
+when the reducer is built, and each (program, type, size, op) the first time this rank reduces
+it (synth.torch.agreement).
 
 Asynchrony. On CUDA tensors (NCCL) the calls are issued at once: each waits on the previous
 one on the GPU, not on the CPU, and the future carries CUDA events, so backward goes on while
@@ -30,11 +38,14 @@ from __future__ import annotations
 
 import queue
 import threading
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from synth.export.torch_runtime import Communicators, run_program
+from synth.torch import agreement
+from synth.torch.errors import ReducerSetupError
 from synth.torch.plan import ReductionPlan
 
 OPS = ("sum", "avg")
@@ -62,11 +73,15 @@ def mesh_matches(mesh, communicators) -> dict[int, tuple[str | int, object]]:
 class HierarchicalReducer:
     """Runs a ReductionPlan's programs on tensors of this rank (see the module docstring)."""
 
-    def __init__(self, plan: ReductionPlan, op: str = "avg", mesh=None, backend: str | None = None):
+    def __init__(self, plan: ReductionPlan, op: str = "avg", mesh=None, backend: str | None = None,
+                 timeout: timedelta | None = None):
         if not dist.is_initialized():
             raise RuntimeError("HierarchicalReducer needs torch.distributed: call init_process_group first")
         if op not in OPS:
             raise ValueError(f"op {op!r}: choose one of {', '.join(OPS)}")
+        if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
+            raise ReducerSetupError(f"timeout {timeout!r}: give a positive datetime.timedelta (or None: the "
+                                    "default process group's timeout)")
         self.plan = plan
         self.op = op
         self.rank = dist.get_rank()
@@ -79,32 +94,46 @@ class HierarchicalReducer:
         self.reused = mesh_matches(mesh, communicators) if mesh is not None else {}
         backend = backend or str(dist.get_backend())
         kind = "nccl" if "nccl" in backend else "gloo"
-        self.comms = Communicators(self.data, kind, self.rank, {i: group for i, (_, group) in self.reused.items()})
+        device = torch.device("cuda", torch.cuda.current_device()) if kind == "nccl" else torch.device("cpu")
+        self.plan_digest = agreement.digest(self.data)
+        agreement.agree_on_plan(self.plan_digest, op, device)  # before any group is made
+        self.timeout = timeout or agreement.default_timeout()
+        self.comms = Communicators(self.data, kind, self.rank, {i: group for i, (_, group) in self.reused.items()},
+                                   timeout=self.timeout)
         self.reduction_group = self.comms[plan.reduction_communicator]
         self.group_size = plan.group_size
         self._programs = self.data["programs"]
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         self.calls: dict[int, int] = {}  # program index -> how many tensors it reduced (for reports)
+        self.agreed: set[tuple[int, int, int, int, int]] = set()  # signatures the group agreed on
+        self.reduced_modules: list[int] = []  # ids of the FSDP modules reduced in this backward (attach)
 
     # --- the reduction -------------------------------------------------------------------------
 
     def _reduce_now(self, tensor: torch.Tensor) -> torch.Tensor:
         """Reduce `tensor` in place, calls issued from this thread."""
         flat = tensor.view(-1)
+        if self.op == "avg" and not flat.is_floating_point():
+            raise TypeError(f"op='avg' needs a floating-point tensor, got {flat.dtype}")
+        index = self.plan.program_for(flat.numel() * flat.element_size())
+        signature = (self.plan_digest, index, agreement.dtype_code(flat.dtype), flat.numel(), OPS.index(self.op))
+        if signature not in self.agreed:
+            agreement.agree_on_tensor(signature, self.reduction_group, flat.device, self._describe)
+            self.agreed.add(signature)
         if self.op == "avg":
-            if not flat.is_floating_point():
-                raise TypeError(f"op='avg' needs a floating-point tensor, got {flat.dtype}")
             flat.div_(self.group_size)
         n = self.group_size
         chunk = flat.numel() // n
-        index = self.plan.program_for(flat.numel() * flat.element_size())
         self.calls[index] = self.calls.get(index, 0) + 1
         if chunk:
             run_program(self._programs[index], flat[:chunk * n], chunk, self.comms, self.rank)
         if chunk * n < flat.numel():  # the ragged tail, fewer than N elements
             dist.all_reduce(flat[chunk * n:], group=self.reduction_group)
         return tensor
+
+    def _describe(self, index: int, dtype: str, elements: int, op: str) -> str:
+        return f"{elements} {dtype} elements, op {op}, program {index}"
 
     def _contiguous(self, tensor: torch.Tensor) -> torch.Tensor:
         if not tensor.is_contiguous():
@@ -169,13 +198,25 @@ class HierarchicalReducer:
 
     def fsdp_all_reduce_hook(self, tensor: torch.Tensor) -> None:
         """For FSDP2's `set_all_reduce_hook`: reduces FSDP's reduce-scatter output across the
-        replicas (the dimension FSDP was not given), in place, on the stream FSDP runs it on."""
+        replicas (the dimension FSDP was not given), in place, on the stream FSDP runs it on.
+        FSDP calls the hook of each sharded module for that module's gradients only: prefer
+        `attach(model)`, which sets it on every one and checks each backward."""
         self.reduce(tensor)
+
+    def attach(self, model):
+        """Reduce `model`'s gradients by this reducer: on every `fully_shard` module of the model
+        (per-layer sharding: each layer and the root) or through its DistributedDataParallel's
+        communication hook; after each backward, MissingReductionError if a sharded module was
+        left without this reducer's hook. Call it after the last fully_shard (or DDP wrap).
+        Returns a synth.torch.attach.Attachment (which modules were hooked)."""
+        from synth.torch.attach import attach
+
+        return attach(self, model)
 
     def summary(self) -> list[str]:
         """What was created and reused, and which program ran how often."""
         lines = [f"reused from the mesh: {', '.join(f'communicator {i} = dimension {name}' for i, (name, _) in sorted(self.reused.items())) or 'none'}",
-                 f"groups created: {self.comms.created}"]
+                 f"groups created: {self.comms.created}, timeout {self.timeout or 'torch default'}"]
         for index, count in sorted(self.calls.items()):
             lines.append(f"{count} tensor(s) by program {index}: {self._programs[index]['text']}")
         return lines

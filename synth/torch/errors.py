@@ -1,0 +1,27 @@
+"""What the reducer raises instead of letting replicas drift apart or ranks hang (no torch).
+
+`ReducerSetupError` is a "called it wrong" error, raised before training: nothing to attach
+to, a native HSDP mesh the hook would reduce a second time, a DDP process group that is not
+the plan's reduction group. The two others are raised during training, on every rank of the
+group concerned, at the end of the backward (or the reduction) that went wrong:
+`MissingReductionError` when a backward ended with gradients that were not reduced by the
+plan (a sharded module whose hook was never set or was replaced), `RankDisagreementError`
+when the ranks of a reduction group were about to run different programs (different plans,
+or tensors of different sizes or types: one rank in float32, the others in bfloat16).
+"""
+
+from __future__ import annotations
+
+from synth.errors import SynthError, UsageError
+
+
+class ReducerSetupError(UsageError):
+    """The model, the mesh or the process group does not fit the plan; the message names the fix."""
+
+
+class MissingReductionError(SynthError, RuntimeError):
+    """A backward ended without the reductions the attached model needed."""
+
+
+class RankDisagreementError(SynthError, RuntimeError):
+    """The ranks of a reduction group disagree on what to reduce: they would run different programs."""
