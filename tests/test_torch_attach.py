@@ -1,0 +1,75 @@
+"""`reducer.attach(model)` for real, under torchrun with gloo on 4 CPU processes (a 2 x 2 mesh,
+replicate x shard): FSDP2 sharded per layer against native HSDP, DDP against native DDP, the
+error when a backward leaves sharded modules unreduced, the groups' timeout, and ranks that
+disagree on the program failing at once instead of hanging (tests/torch_attach_worker.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import synth.torch as st
+
+WORKER = Path(__file__).resolve().parent / "torch_attach_worker.py"
+RS_AG = "ReduceScatter(InsideGroup(node)); AllGather(InsideGroup(node))"
+RS_AR_AG = "ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(node)); AllGather(InsideGroup(gpu))"
+R_M_B = "Reduce(InsideGroup(gpu)); AllReduce(Master(node)); Broadcast(InsideGroup(gpu))"
+TIMEOUT_S = 20  # init_process_group's timeout in the worker
+
+
+def run(tmp_path, args, timeout):
+    pytest.importorskip("torch")
+    from synth.execute.launch import torchrun
+
+    result = torchrun(WORKER, 4, args, timeout=timeout)
+    assert result.returncode == 0, result.log[-6000:]
+    return result.report["ranks"]
+
+
+def test_errors_import_without_torch():
+    assert issubclass(st.ReducerSetupError, ValueError)
+    assert issubclass(st.MissingReductionError, RuntimeError) and issubclass(st.RankDisagreementError, RuntimeError)
+
+
+@pytest.mark.torchrun
+def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp_path):
+    # replicate over nodes (rep), shard inside each node: the plan reduces over rep
+    st.plan_reduction("node=2,gpu=2", "rep=2,shard=2", "rep", [[2, 1], [1, 2]], programs=RS_AG).save(tmp_path / "fsdp.json")
+    st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=RS_AR_AG).save(tmp_path / "ddp.json")
+    ranks = run(tmp_path, ["--case", "train", "--fsdp-plan", str(tmp_path / "fsdp.json"),
+                           "--ddp-plan", str(tmp_path / "ddp.json"), "--timeout-s", str(TIMEOUT_S)], timeout=600)
+    for report in ranks:
+        fsdp = report["fsdp"]
+        assert fsdp["max_abs_diff"] <= 1e-6, fsdp
+        assert fsdp["modules"] == ["", "layers.0", "layers.1", "layers.2"] and fsdp["backwards_checked"] == 4
+        # the root's parameter and every layer's went through the program: 4 tensors per step
+        assert sum(int(line.split()[0]) for line in fsdp["summary"] if "by program" in line) >= 4 * 4
+        assert report["root_only_drift"] > 1e-3  # what attach replaces: the hook on the root alone drifts
+        assert "'<root>', 'layers.1', 'layers.2' have no all-reduce hook" in report["missing_hook"]
+        assert "this backward reduced 1 module(s): 'layers.0'" in report["missing_hook"]
+        assert "'layers.1' has another hook" in report["replaced_hook"]
+        assert "2-D mesh" in report["hsdp_refused"]
+        assert "no fully_shard module" in report["unsharded_refused"]
+        assert "'layers.1.weight'" in report["loose_parameters_refused"]
+        assert "process_group=reducer.reduction_group" in report["ddp_group_refused"]
+        assert report["ddp"]["max_abs_diff"] <= 1e-6 and report["ddp"]["kind"] == "ddp", report["ddp"]
+        assert report["timeouts_s"] == [TIMEOUT_S]  # the default group's, not gloo's 30 minutes
+        assert f"timeout 0:00:{TIMEOUT_S}" in report["ddp"]["summary"][1]
+
+
+@pytest.mark.torchrun
+def test_ranks_that_disagree_fail_at_once_instead_of_hanging(tmp_path):
+    """One rank reduces float32 where the others reduce bfloat16 (another program for the
+    bytes): every rank raises RankDisagreementError naming both sides, in seconds, though the
+    job's timeout is 10 minutes; so do ranks built from different plans."""
+    st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=RS_AR_AG).save(tmp_path / "a.json")
+    st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=R_M_B).save(tmp_path / "b.json")
+    ranks = run(tmp_path, ["--case", "disagree", "--plans", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                           "--timeout-s", "600"], timeout=300)
+    for report in ranks:
+        assert "rank 0: plan" in report["plan_error"] and "ranks 1, 2, 3: plan" in report["plan_error"], report
+        assert "rank 0: 1003 float32 elements" in report["dtype_error"], report["dtype_error"]
+        assert "ranks 1, 2, 3: 1003 bfloat16 elements" in report["dtype_error"], report["dtype_error"]
+        assert report["untouched"]
+        assert report["plan_seconds"] < 10 and report["dtype_seconds"] < 10, report
