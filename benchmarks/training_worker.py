@@ -96,7 +96,7 @@ def fsdp_check(args, rank: int) -> dict:
         model = torch.nn.Sequential(torch.nn.Linear(LAYERS[0], 61), torch.nn.Tanh(), torch.nn.Linear(61, LAYERS[-1]))
         if custom:
             fully_shard(model, mesh=mesh[names[1]])
-            model.set_all_reduce_hook(reducer.fsdp_all_reduce_hook)
+            reducer.attach(model)
         else:
             fully_shard(model, mesh=mesh)  # native HSDP: replicate over names[0], shard over names[1]
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
