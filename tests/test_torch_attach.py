@@ -60,16 +60,25 @@ def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp
 
 @pytest.mark.torchrun
 def test_ranks_that_disagree_fail_at_once_instead_of_hanging(tmp_path):
-    """One rank reduces float32 where the others reduce bfloat16 (another program for the
-    bytes): every rank raises RankDisagreementError naming both sides, in seconds, though the
-    job's timeout is 10 minutes; so do ranks built from different plans."""
+    """One rank reduces float32 where the others reduce bfloat16: every rank raises
+    RankDisagreementError naming both sides, in seconds, though the job's timeout is 10
+    minutes; so do ranks built from different plans. Ranks that diverge later fail after the
+    reducer's timeout."""
     st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=RS_AR_AG).save(tmp_path / "a.json")
     st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=R_M_B).save(tmp_path / "b.json")
-    ranks = run(tmp_path, ["--case", "disagree", "--plans", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
-                           "--timeout-s", "600"], timeout=300)
-    for report in ranks:
+    pytest.importorskip("torch")
+    from synth.execute.launch import torchrun
+
+    result = torchrun(WORKER, 4, ["--case", "disagree", "--plans", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                                  "--timeout-s", "600"], timeout=300)
+    assert result.returncode == 0, result.log[-6000:]
+    for report in result.report["ranks"]:
         assert "rank 0: plan" in report["plan_error"] and "ranks 1, 2, 3: plan" in report["plan_error"], report
         assert "rank 0: 1003 float32 elements" in report["dtype_error"], report["dtype_error"]
         assert "ranks 1, 2, 3: 1003 bfloat16 elements" in report["dtype_error"], report["dtype_error"]
         assert report["untouched"]
         assert report["plan_seconds"] < 10 and report["dtype_seconds"] < 10, report
+    # Ranks that agreed and then diverge (rank 0 skips a reduction the others make) are stopped
+    # by the reducer's timeout (5 s here; by default the job's), not the backend's 30 minutes.
+    for stalled in result.report["stall"][1:]:
+        assert "Timed out" in stalled["error"] and 4 <= stalled["seconds"] < 60, stalled

@@ -6,13 +6,16 @@ its own) with `reducer.attach(model)` against native HSDP on the 2-D mesh; the r
 of the old instructions, to show the drift the check exists for; the missing-hook and setup
 errors; DDP with `attach` against native DDP; the timeout of the groups the reducer made.
 --case disagree: ranks built from different plans, and rank 0 reducing float32 where the
-others reduce bfloat16: both must raise RankDisagreementError on every rank, in seconds.
+others reduce bfloat16: both must raise RankDisagreementError on every rank, in seconds; then
+rank 0 skips a reduction the others make (a tensor all have reduced before, so not compared):
+they must fail after the reducer's timeout (5 s), not the backend's 30 minutes.
 
 Rank 0 writes a JSON report to --json-out; the test reads and asserts on it.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import timedelta
@@ -35,6 +38,7 @@ from synth.torch.agreement import group_timeout
 
 WIDTHS = (37, 61, 29, 7)  # odd sizes: shards and buckets are not multiples of the group size
 STEPS = 4
+STALL_TIMEOUT_S = 5
 
 
 class Net(torch.nn.Module):
@@ -159,6 +163,36 @@ def case_disagree(args, rank: int) -> dict:
     return report
 
 
+def stall(args, rank: int) -> dict:
+    """Ranks 1-3 reduce a tensor rank 0 never reduces: the groups are broken afterwards."""
+    reducer = HierarchicalReducer(load_plan(args.plans[0]), timeout=timedelta(seconds=STALL_TIMEOUT_S))
+    tensor = torch.ones(1000)
+    reducer.reduce(tensor)  # every rank: the signature is agreed
+    dist.barrier()
+    if rank == 0:
+        return {"rank": rank}
+    start = time.perf_counter()
+    try:
+        reducer.reduce(tensor)
+        error = ""
+    except RuntimeError as failure:
+        error = str(failure)[:300]
+    return {"rank": rank, "error": error, "seconds": time.perf_counter() - start}
+
+
+def collect(path: str, rank: int, result: dict, world: int, wait_s: float = 120.0) -> list[dict]:
+    """Every rank's result through files beside `path` (the process groups may be broken)."""
+    with open(f"{path}.{rank}", "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    deadline = time.monotonic() + wait_s  # every rank waits: none closes its sockets on the others early
+    results = []
+    for other in range(world):
+        while not Path(f"{path}.{other}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        results.append(json.loads(Path(f"{path}.{other}").read_text()) if Path(f"{path}.{other}").exists() else None)
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", choices=("train", "disagree"), required=True)
@@ -173,6 +207,13 @@ def main():
     report = case_train(args, rank) if args.case == "train" else case_disagree(args, rank)
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, report)
+    if args.case == "disagree":
+        stalled = collect(args.json_out, rank, stall(args, rank), dist.get_world_size())
+        if rank == 0:
+            with open(args.json_out, "w", encoding="utf-8") as handle:
+                json.dump({"ranks": gathered, "stall": stalled}, handle, indent=1)
+        sys.stdout.flush()
+        os._exit(0)  # the groups are broken: no barrier, no destroy
     if rank == 0 and args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
             json.dump({"ranks": gathered}, handle, indent=1)
