@@ -32,10 +32,25 @@ def test_errors_import_without_torch():
     assert issubclass(st.MissingReductionError, RuntimeError) and issubclass(st.RankDisagreementError, RuntimeError)
 
 
+def test_the_agreement_signature_is_the_same_on_every_rank():
+    """What ranks compare must not depend on the process: a digest of the plan's document (not
+    Python's salted hash), types by a fixed code."""
+    torch = pytest.importorskip("torch")
+    from synth.torch import agreement
+
+    plan = st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=RS_AR_AG)
+    document = plan.to_document()
+    assert agreement.digest(document) == agreement.digest(dict(reversed(list(document.items()))))
+    assert 0 <= agreement.digest(document) < 2**63
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert agreement.dtype_name(agreement.dtype_code(dtype)) == str(dtype).removeprefix("torch.")
+
+
 @pytest.mark.torchrun
 def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp_path):
     # replicate over nodes (rep), shard inside each node: the plan reduces over rep
-    st.plan_reduction("node=2,gpu=2", "rep=2,shard=2", "rep", [[2, 1], [1, 2]], programs=RS_AG).save(tmp_path / "fsdp.json")
+    plan = st.plan_reduction("node=2,gpu=2", "rep=2,shard=2", "rep", [[2, 1], [1, 2]], programs=RS_AG)
+    plan.save(tmp_path / "fsdp.json")
     st.plan_reduction("node=2,gpu=2", "data=4", "data", [[2, 2]], programs=RS_AR_AG).save(tmp_path / "ddp.json")
     ranks = run(tmp_path, ["--case", "train", "--fsdp-plan", str(tmp_path / "fsdp.json"),
                            "--ddp-plan", str(tmp_path / "ddp.json"), "--timeout-s", str(TIMEOUT_S)], timeout=600)

@@ -109,6 +109,7 @@ class Attachment:
         """After a forward with gradients: check once the backward through its output ends."""
         if not torch.is_grad_enabled():
             return
+        self._queued = False  # a backward that raised before its callbacks left it set
         from torch.utils._pytree import tree_leaves
 
         tensors = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -160,7 +161,8 @@ class Attachment:
             if unset:
                 parts.append(f"{_names(unset)} {'has' if len(unset) == 1 else 'have'} no all-reduce hook")
             if foreign:
-                parts.append(f"{_names(foreign)} {'has' if len(foreign) == 1 else 'have'} another hook than this reducer's")
+                verb = "has" if len(foreign) == 1 else "have"
+                parts.append(f"{_names(foreign)} {verb} another hook than this reducer's")
             raise MissingReductionError(
                 f"a backward ended without reducing every sharded module across the replicas: {'; '.join(parts)} "
                 f"(this backward reduced {len(reduced)} module(s){': ' + _names(reduced) if reduced else ''}). "
@@ -205,8 +207,8 @@ def _check_ddp_group(reducer, name: str, module) -> None:
     mine = sorted(next(g for g in reducer.plan.reduction_groups if reducer.rank in g))
     if ranks != mine:
         raise ReducerSetupError(
-            f"DistributedDataParallel{' ' + repr(name) if name else ''} runs over ranks {_names(ranks)}, the plan reduces this "
-            f"rank's gradients over {_names(mine)}: give DDP the reduction group, "
+            f"DistributedDataParallel{' ' + repr(name) if name else ''} runs over ranks {_names(ranks)}, the plan "
+            f"reduces this rank's gradients over {_names(mine)}: give DDP the reduction group, "
             "DistributedDataParallel(model, process_group=reducer.reduction_group)")
 
 

@@ -95,7 +95,7 @@ class HierarchicalReducer:
         backend = backend or str(dist.get_backend())
         kind = "nccl" if "nccl" in backend else "gloo"
         device = torch.device("cuda", torch.cuda.current_device()) if kind == "nccl" else torch.device("cpu")
-        self.plan_digest = agreement.digest(self.data)
+        self.plan_digest = agreement.digest({k: v for k, v in self.data.items() if k != "description"})
         agreement.agree_on_plan(self.plan_digest, op, device)  # before any group is made
         self.timeout = timeout or agreement.default_timeout()
         self.comms = Communicators(self.data, kind, self.rank, {i: group for i, (_, group) in self.reused.items()},
