@@ -67,7 +67,8 @@ def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp
         assert "2-D mesh" in report["hsdp_refused"]
         assert "no fully_shard module" in report["unsharded_refused"]
         assert "'layers.1.weight'" in report["loose_parameters_refused"]
-        assert "process_group=reducer.reduction_group" in report["ddp_group_refused"]
+        assert "process_group=reducer.ddp_process_group()" in report["ddp_group_refused"]
+        assert report["ddp_replicas_diff"] <= 1e-6 and len(report["ddp_group_ranks"]) == 2, report
         assert report["ddp"]["max_abs_diff"] <= 1e-6 and report["ddp"]["kind"] == "ddp", report["ddp"]
         assert report["timeouts_s"] == [TIMEOUT_S]  # the default group's, not gloo's 30 minutes
         assert f"timeout 0:00:{TIMEOUT_S}" in report["ddp"]["summary"][1]

@@ -132,12 +132,20 @@ def case_train(args, rank: int) -> dict:
     fully_shard(partly.layers[0], mesh=mesh["shard"])
     report["loose_parameters_refused"] = expect(ReducerSetupError, lambda: reducer.attach(partly))
     report["ddp_group_refused"] = expect(ReducerSetupError, lambda: reducer.attach(DistributedDataParallel(Net(0))))
+
+    # DDP over the replicas only (the plan's two reduction groups), with its own groups.
+    group = reducer.ddp_process_group()
+    native = train(DistributedDataParallel(Net(0), bucket_cap_mb=1 / 1024, process_group=group), rank)
+    model = DistributedDataParallel(Net(0), bucket_cap_mb=1 / 1024, process_group=group)
+    reducer.attach(model)
+    report["ddp_replicas_diff"] = spread(native, train(model, rank))
+    report["ddp_group_ranks"] = dist.get_process_group_ranks(group)
     reducer.close()
 
     # DDP over the world (one reduction group of 4) with attach, against native DDP.
     ddp_reducer = HierarchicalReducer(load_plan(args.ddp_plan), op="avg")
     native = train(DistributedDataParallel(Net(0), bucket_cap_mb=1 / 1024), rank)
-    model = DistributedDataParallel(Net(0), bucket_cap_mb=1 / 1024, process_group=ddp_reducer.reduction_group)
+    model = DistributedDataParallel(Net(0), bucket_cap_mb=1 / 1024, process_group=ddp_reducer.ddp_process_group())
     attachment = ddp_reducer.attach(model)
     report["ddp"] = {"max_abs_diff": spread(native, train(model, rank)), "kind": attachment.kind,
                      "summary": ddp_reducer.summary()}

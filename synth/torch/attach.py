@@ -188,7 +188,7 @@ def attach(reducer, model: torch.nn.Module) -> Attachment:
         raise ReducerSetupError(
             f"{type(model).__name__} has no DistributedDataParallel and no fully_shard module to attach to: wrap it "
             "first (fully_shard(layer, mesh=mesh[shard]) for each layer, then fully_shard(model, mesh=mesh[shard]); "
-            "or DistributedDataParallel(model, process_group=reducer.reduction_group))")
+            "or DistributedDataParallel(model, process_group=reducer.ddp_process_group()))")
     _check_fsdp_parameters(reducer, model, sharded)
     for name, module in sharded:
         param_group_hooks(module)  # refuses a torch whose hooks cannot be checked
@@ -209,7 +209,7 @@ def _check_ddp_group(reducer, name: str, module) -> None:
         raise ReducerSetupError(
             f"DistributedDataParallel{' ' + repr(name) if name else ''} runs over ranks {_names(ranks)}, the plan "
             f"reduces this rank's gradients over {_names(mine)}: give DDP the reduction group, "
-            "DistributedDataParallel(model, process_group=reducer.reduction_group)")
+            "DistributedDataParallel(model, process_group=reducer.ddp_process_group())")
 
 
 def _check_fsdp_parameters(reducer, model: torch.nn.Module, sharded) -> None:

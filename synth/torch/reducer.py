@@ -108,6 +108,7 @@ class HierarchicalReducer:
         self.calls: dict[int, int] = {}  # program index -> how many tensors it reduced (for reports)
         self.agreed: set[tuple[int, int, int, int, int]] = set()  # signatures the group agreed on
         self.reduced_modules: list[int] = []  # ids of the FSDP modules reduced in this backward (attach)
+        self._ddp_group: tuple | None = None  # (DDP's process group,) once made
 
     # --- the reduction -------------------------------------------------------------------------
 
@@ -202,6 +203,22 @@ class HierarchicalReducer:
         FSDP calls the hook of each sharded module for that module's gradients only: prefer
         `attach(model)`, which sets it on every one and checks each backward."""
         self.reduce(tensor)
+
+    def ddp_process_group(self):
+        """The process group to give DistributedDataParallel: this rank's reduction group's ranks
+        in a group of their own (DDP's own collectives, e.g. its unused-parameter map, must not
+        share a group with the reducer's background thread), with the reducer's timeout; None
+        (the world) when the reduction group is the world. Every rank must call it, in the same
+        order as other group creations: it creates one group per reduction group, once."""
+        if self._ddp_group is None:
+            groups = self.plan.reduction_groups
+            if len(groups) == 1 and len(groups[0]) == dist.get_world_size():
+                self._ddp_group = (None,)
+            else:
+                timed = {} if self.timeout is None else {"timeout": self.timeout}
+                created = [dist.new_group(ranks=sorted(group), **timed) for group in groups]
+                self._ddp_group = (next(g for g, ranks in zip(created, groups) if self.rank in ranks),)
+        return self._ddp_group[0]
 
     def attach(self, model):
         """Reduce `model`'s gradients by this reducer: on every `fully_shard` module of the model
