@@ -60,6 +60,8 @@ def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp
         assert fsdp["modules"] == ["", "layers.0", "layers.1", "layers.2"] and fsdp["backwards_checked"] == 4
         # the root's parameter and every layer's went through the program: 4 tensors per step
         assert sum(int(line.split()[0]) for line in fsdp["summary"] if "by program" in line) >= 4 * 4
+        # gradient accumulation: a backward without sync reduces nothing, and that is no error
+        assert report["accumulating"]["max_abs_diff"] <= 1e-6 and report["accumulating"]["backwards_checked"] == 4
         assert report["root_only_drift"] > 1e-3  # what attach replaces: the hook on the root alone drifts
         assert "'<root>', 'layers.1', 'layers.2' have no all-reduce hook" in report["missing_hook"]
         assert "this backward reduced 1 module(s): 'layers.0'" in report["missing_hook"]

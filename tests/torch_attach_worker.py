@@ -81,6 +81,20 @@ def train(model, rank: int, steps: int = STEPS):
             for p in model.parameters()]
 
 
+def train_accumulating(model, rank: int, steps: int = 2):
+    """Two micro-batches per step, the first without gradient sync (FSDP reduces nothing and
+    calls no hook), the second with it."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        optimizer.zero_grad()
+        for micro in range(2):
+            model.set_requires_gradient_sync(micro == 1)
+            x, y = batch(rank, 2 * step + micro)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return [p.full_tensor().detach().clone() for p in model.parameters()]
+
+
 def spread(a, b) -> float:
     """The largest |difference| between two parameter lists, over every rank."""
     diff = torch.tensor([max(float((x - y).abs().max()) for x, y in zip(a, b))], dtype=torch.float64)
@@ -108,6 +122,11 @@ def case_train(args, rank: int) -> dict:
     attached = train(model, rank)
     report["fsdp"] = {"max_abs_diff": spread(native, attached), "modules": list(attachment.modules),
                       "backwards_checked": attachment.backwards_checked, "summary": reducer.summary()}
+    native = train_accumulating(shard_per_layer(Net(0), mesh), rank)
+    model = shard_per_layer(Net(0), mesh["shard"])
+    attachment = reducer.attach(model)
+    report["accumulating"] = {"max_abs_diff": spread(native, train_accumulating(model, rank)),
+                              "backwards_checked": attachment.backwards_checked}
 
     # The old instructions: the hook on the root only. FSDP reduces each layer with the layer's
     # own hook, which nobody set: the replicas drift apart, and nothing says so.
