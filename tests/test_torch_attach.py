@@ -63,6 +63,7 @@ def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp
         # gradient accumulation: a backward without sync reduces nothing, and that is no error
         assert report["accumulating"]["max_abs_diff"] <= 1e-6 and report["accumulating"]["backwards_checked"] == 4
         assert report["root_only_drift"] > 1e-3  # what attach replaces: the hook on the root alone drifts
+        assert len(report["root_only_warnings"]) == 1  # which the hook set by hand warns about, once
         assert "'<root>', 'layers.1', 'layers.2' have no all-reduce hook" in report["missing_hook"]
         assert "this backward reduced 1 module(s): 'layers.0'" in report["missing_hook"]
         assert "'layers.1' has another hook" in report["replaced_hook"]

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -132,7 +133,10 @@ def case_train(args, rank: int) -> dict:
     # own hook, which nobody set: the replicas drift apart, and nothing says so.
     model = shard_per_layer(Net(0), mesh["shard"])
     model.set_all_reduce_hook(reducer.fsdp_all_reduce_hook)
-    report["root_only_drift"] = spread(native, train(model, rank))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report["root_only_drift"] = spread(native, train(model, rank))
+    report["root_only_warnings"] = [str(w.message) for w in caught if "set by hand" in str(w.message)]
 
     # Attached to one layer only, or a layer's hook replaced after attach: an error at the end
     # of the first backward, on every rank.

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import warnings
 from datetime import timedelta
 
 import torch
@@ -109,6 +110,7 @@ class HierarchicalReducer:
         self.agreed: set[tuple[int, int, int, int, int]] = set()  # signatures the group agreed on
         self.reduced_modules: list[int] = []  # ids of the FSDP modules reduced in this backward (attach)
         self._ddp_group: tuple | None = None  # (DDP's process group,) once made
+        self._warned_unchecked = False
 
     # --- the reduction -------------------------------------------------------------------------
 
@@ -201,7 +203,15 @@ class HierarchicalReducer:
         """For FSDP2's `set_all_reduce_hook`: reduces FSDP's reduce-scatter output across the
         replicas (the dimension FSDP was not given), in place, on the stream FSDP runs it on.
         FSDP calls the hook of each sharded module for that module's gradients only: prefer
-        `attach(model)`, which sets it on every one and checks each backward."""
+        `attach(model)`, which sets it on every one and checks each backward; set by hand,
+        the hook warns once that nothing checks the other modules."""
+        if not self._warned_unchecked:
+            self._warned_unchecked = True
+            warnings.warn("reducer.fsdp_all_reduce_hook was set by hand: FSDP calls it only for the modules it was "
+                          "set on, and nothing checks that every sharded module has it (with fully_shard per layer, "
+                          "a hook on the root alone leaves the layers unreduced). Use reducer.attach(model), which "
+                          "hooks every sharded module and raises MissingReductionError otherwise",
+                          stacklevel=2)
         self.reduce(tensor)
 
     def ddp_process_group(self):
