@@ -51,6 +51,8 @@ def register(subparsers) -> None:
                         help=f"rows to show (default {DEFAULT_TOP})")
     parser.add_argument("--budget", type=float, default=None, metavar="S",
                         help="refuse searches estimated to take longer (seconds, default 300)")
+    parser.add_argument("--launchable", action="store_true",
+                        help="keep only layouts Megatron-LM can launch (its rank orders tp-cp-ep-dp-pp, tp-cp-ep-pp-dp)")
     parser.add_argument("--export", metavar="FILE", help="write the winner's launch settings (Megatron, DeviceMesh, JAX) as JSON")
     add_model_options(parser)
     add_json_option(parser)
@@ -99,21 +101,37 @@ def resize(topology, text: str):
 
 
 def _list_models() -> int:
-    from synth.plan.model import PRESETS
+    from synth.plan.formulas import parameter_count
+    from synth.plan.model import PRESETS, describe_architecture
 
     for name, model in PRESETS.items():
-        from synth.plan.formulas import parameter_count
-
         print(f"{name:16} {parameter_count(model) / 1e9:8.2f}B  L={model.layers} h={model.hidden} a={model.heads} "
-              f"f={model.ffn} s={model.seq_len} V={model.vocab} batch={model.global_batch}x{model.micro_batch} "
-              f"{model.precision}\n{'':16} source: {model.source}")
+              f"g={model.query_groups} f={model.ffn} s={model.seq_len} V={model.vocab} "
+              f"batch={model.global_batch}x{model.micro_batch} {model.precision}\n"
+              f"{'':16} {describe_architecture(model)}\n{'':16} source: {model.source}")
     return 0
+
+
+def model_line(model) -> str:
+    """The model as priced: parameter count and architecture."""
+    from synth.plan.formulas import parameter_count
+    from synth.plan.model import describe_architecture
+
+    return (f"{model.name}: {parameter_count(model):,} parameters ({parameter_count(model) / 1e9:.2f} B); "
+            f"L={model.layers} h={model.hidden} s={model.seq_len} V={model.vocab}; {describe_architecture(model)}")
+
+
+def _warn_defaults(spec: str, source) -> None:
+    """One short line on stderr naming the architecture keys a model file left to GPT-3's
+    defaults (the file name as a literal: no markup or escape codes reach the terminal)."""
+    print(f"warning: model file {spec!r} does not state {', '.join(source.defaulted)}: taking GPT-3's "
+          f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
 
 
 def build_request(args):
     from synth.placement import parse_factor, parse_inside
     from synth.plan.degrees import DegreeLimits
-    from synth.plan.model import load_model
+    from synth.plan.model import read_model
     from synth.plan.search import DEFAULT_BUDGET_S, PlanRequest, SearchSpace
     from synth.plan.step import compute_of
     from synth.topology_file import load_topology, parse_fraction
@@ -129,7 +147,10 @@ def build_request(args):
     topology = load_topology(args.topology)
     if args.resize:
         topology = resize(topology, args.resize)
-    model = load_model(args.model)
+    source = read_model(args.model)
+    if source.defaulted:
+        _warn_defaults(args.model, source)
+    model = source.model
     if args.global_batch is not None:
         if args.global_batch < 1:
             raise UsageError(f"--global-batch {args.global_batch}: give a positive number of sequences")
@@ -157,8 +178,11 @@ def build_request(args):
                         sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap)
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+    from synth.plan.launch import megatron_launchable
+
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,
-                       args.top, args.budget or DEFAULT_BUDGET_S)
+                       args.top, args.budget or DEFAULT_BUDGET_S,
+                       placement_filter=megatron_launchable if args.launchable else None)
 
 
 def run_plan(args) -> int:
@@ -172,13 +196,29 @@ def run_plan(args) -> int:
     result = plan(request, progress=_progress(size))
     if not result.ranked:
         raise _nothing_fits(result)
+    launchable = best_launchable(result)
     if args.export:
-        _export(args.export, request, result)
+        _export(args.export, request, result, launchable)
     if args.json:
-        print_json(plan_json(result))
+        print_json(plan_json(result, launchable))
         return 0
-    _print_tables(result)
+    _print_tables(result, launchable)
     return 0
+
+
+def best_launchable(result):
+    """The fastest candidate Megatron-LM can launch: the winner when it can; else the first such
+    row of the ranking; else a second search over launchable layouts only (None if none fits)."""
+    from synth.plan.launch import megatron_launchable
+    from synth.plan.search import plan
+
+    for prediction in result.ranked:
+        if megatron_launchable(prediction.placement):
+            return prediction
+    if result.request.placement_filter is not None:
+        return None
+    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1))
+    return again.ranked[0] if again.ranked else None
 
 
 def _progress(size):
@@ -212,12 +252,18 @@ def _nothing_fits(result):
         f"{smallest.settings.text}); allow recomputation or the sharded optimizer, or use more devices")
 
 
-def _export(path: str, request, result) -> None:
+def _export(path: str, request, result, launchable) -> None:
     from synth.plan.launch import launch_document
 
-    document = launch_document(request.model, result.ranked[0])
+    winner = result.ranked[0]
+    document = launch_document(request.model, winner)
     document = {"format": "synth-launch", "version": 1, "topology": request.topology.name,
                 "model": request.model.name, **document}
+    if launchable is not winner:
+        # The winner's layout is not one Megatron-LM can number; the best one it can, in full.
+        document["best_launchable"] = None if launchable is None else {
+            "step_s": launchable.step_s, "slower_than_winner": launchable.step_s / winner.step_s - 1,
+            **launch_document(request.model, launchable)}
     try:
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=1)
@@ -275,7 +321,8 @@ def programs_text(prediction, costs=None) -> str:
     return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 
-def _print_tables(result) -> None:
+def _print_tables(result, launchable=None) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from synth.units import format_bytes, format_time
@@ -289,7 +336,8 @@ def _print_tables(result) -> None:
                f"candidates dropped (do not fit in {format_bytes(int(request.memory_limit))}); "
                f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
-    table = Table(title=title, caption=caption)
+    console.print(f"Model {escape(model_line(request.model))}", highlight=False, soft_wrap=True)
+    table = Table(title=escape(title), caption=escape(caption))
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
         table.add_column(name, justify="right", no_wrap=True)
     for name in ("degrees", "placement", "settings"):
@@ -314,16 +362,37 @@ def _print_tables(result) -> None:
                        f"{100 * prediction.mfu(peak):.1f}%", prediction.degrees.text, prediction.placement.to_text(),
                        prediction.settings.text)
     console.print(pareto)
-    from synth.plan.launch import megatron_arguments, megatron_order
+    _print_megatron(console, result, launchable)
 
-    winner = result.ranked[0]
+
+def _print_megatron(console, result, launchable) -> None:
+    """The Megatron-LM launch line of the winner, or, when Megatron cannot number its layout,
+    why not and the best layout it can launch."""
+    from rich.markup import escape
+
+    from synth.plan.launch import megatron_command, megatron_order
+    from synth.units import format_time
+
+    model, winner = result.request.model, result.ranked[0]
     order = megatron_order(winner.placement)
-    console.print(f"Megatron-LM: {' '.join(megatron_arguments(request.model, winner))}\n  rank order: {order.reason}",
-                  highlight=False, soft_wrap=True)
+    if launchable is winner:
+        console.print(f"Megatron-LM: {escape(megatron_command(model, winner))}\n  rank order: {escape(order.reason)}",
+                      highlight=False, soft_wrap=True)
+        return
+    console.print(f"Megatron-LM cannot launch the winner: {escape(order.reason)}", highlight=False, soft_wrap=True)
+    if launchable is None:
+        console.print("  no layout Megatron-LM can launch fits", highlight=False)
+        return
+    where = next((f"row {index}" for index, row in enumerate(result.ranked, 1) if row is launchable), "not in the table")
+    console.print(
+        f"Best launchable ({where}): {format_time(launchable.step_s)}, {100 * (launchable.step_s / winner.step_s - 1):.1f}% "
+        f"slower, {launchable.degrees.text} {escape(launchable.placement.to_text())} {launchable.settings.text}\n"
+        f"Megatron-LM: {escape(megatron_command(model, launchable))}\n"
+        f"  rank order: {escape(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
 
 
 def prediction_json(prediction, request, costs=None) -> dict:
-    from synth.plan.launch import megatron_order
+    from synth.plan.launch import megatron_environment, megatron_order
 
     order = megatron_order(prediction.placement)
     return {
@@ -336,14 +405,20 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],
         "communication": [dataclasses.asdict(route) for route in prediction.routes],
-        "megatron_order": order.order,
+        "megatron_order": order.order, "megatron_launchable": order.order is not None,
+        "megatron_environment": megatron_environment(prediction),
     }
 
 
-def plan_json(result) -> dict:
+def plan_json(result, launchable=None) -> dict:
     request = result.request
+    from synth.plan.formulas import parameter_count
+    from synth.plan.model import describe_architecture
+
     return {
-        "model": request.model.to_json(), "topology": request.topology.name, "devices": request.topology.device_count,
+        "model": request.model.to_json(), "parameters": parameter_count(request.model),
+        "architecture": describe_architecture(request.model),
+        "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
         "efficiency": request.compute.efficiency, "memory_limit_bytes": request.memory_limit,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
@@ -351,4 +426,5 @@ def plan_json(result) -> dict:
         "elapsed_s": result.elapsed_s,
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
         "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
+        "best_launchable": None if launchable is None else prediction_json(launchable, request, result.costs),
     }

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import Factor, Inside, enumerate_placements
+from synth.placement import Factor, Inside, Placement, enumerate_placements
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.formulas import RECOMPUTE
@@ -80,6 +80,7 @@ class PlanRequest:
     memory_headroom: float = 0.0  # fraction of the device memory kept free
     top: int = 10
     budget_s: float = DEFAULT_BUDGET_S
+    placement_filter: Callable[[Placement], bool] | None = None  # keep only these (e.g. Megatron-launchable)
 
     @property
     def memory_limit(self) -> float:
@@ -109,6 +110,7 @@ class PlanResult:
     bounded: int = 0  # candidates whose lower bound already lost to the top and the Pareto set (not costed further)
     dropped_memory: int = 0  # candidates that do not fit in the device's memory
     no_placement: int = 0  # degree choices whose axes have no placement under the constraints
+    filtered: int = 0  # placements the request's placement_filter left out
     smallest_dropped: Prediction | None = None  # the least memory among the dropped (to say by how much)
     elapsed_s: float = 0.0
     costs: CommunicationCosts | None = None  # the search's memoized costs, for explaining rows
@@ -228,6 +230,10 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             result.no_placement += 1
             continue
         for placement in placements:
+            if request.placement_filter is not None and not request.placement_filter(placement):
+                result.filtered += 1
+                done += 1
+                continue
             for setting in settings:
                 result.evaluated += 1
                 prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
