@@ -336,6 +336,8 @@ def _print_tables(result, launchable=None) -> None:
                f"candidates dropped (do not fit in {format_bytes(int(request.memory_limit))}); "
                f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
+    if result.filtered:
+        caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
     console.print(f"Model {escape(model_line(request.model))}", highlight=False, soft_wrap=True)
     table = Table(title=escape(title), caption=escape(caption))
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
