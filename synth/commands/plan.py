@@ -45,8 +45,11 @@ def register(subparsers) -> None:
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
     parser.add_argument("--efficiency", metavar="F", help="matmul efficiency (achieved/peak), e.g. 45%%; default: the topology's")
-    parser.add_argument("--memory-headroom", metavar="F", default="0",
-                        help="fraction of device memory to keep free, e.g. 10%% (default 0)")
+    parser.add_argument("--memory-headroom", metavar="F", default="10%",
+                        help="fraction of device memory kept free for the allocator's fragmentation (default 10%%; 0: none)")
+    parser.add_argument("--memory-reserve", metavar="SIZE", default="auto",
+                        help="bytes per device kept free besides: auto (default: the CUDA context and NCCL's buffers "
+                             "per communicator, docs/plan.md), a size such as 2GiB, or 0")
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
                         help=f"rows to show (default {DEFAULT_TOP})")
     parser.add_argument("--budget", type=float, default=None, metavar="S",
@@ -161,6 +164,7 @@ def build_request(args):
         headroom = parse_fraction(args.memory_headroom, where="--memory-headroom")
         if headroom >= 1:
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
+    reserve = _memory_reserve(args.memory_reserve)
     compute = compute_of(topology.device, model.precision, efficiency, topology.name)
     from synth.model.network import check_costable
 
@@ -182,7 +186,19 @@ def build_request(args):
 
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,
                        args.top, args.budget or DEFAULT_BUDGET_S,
-                       placement_filter=megatron_launchable if args.launchable else None)
+                       placement_filter=megatron_launchable if args.launchable else None, memory_reserve=reserve)
+
+
+def _memory_reserve(text: str):
+    """--memory-reserve: auto (reserve.DEFAULT_RESERVE), 0 (none) or a size."""
+    from synth.plan.reserve import DEFAULT_RESERVE, fixed_reserve
+    from synth.units import parse_bytes
+
+    if text.strip() == "auto":
+        return DEFAULT_RESERVE
+    if text.strip() == "0":
+        return None
+    return fixed_reserve(parse_bytes(text, where="--memory-reserve"))
 
 
 def run_plan(args) -> int:
@@ -246,10 +262,34 @@ def _nothing_fits(result):
     if smallest is None:
         return NoSolutionError(f"no candidate for {result.request.model.name} on {result.request.topology.name}: "
                                f"{result.no_placement} degree choice(s) have no placement under the constraints; relax them")
+    limit = result.request.memory_limit_for(smallest.degrees)
     return NoSolutionError(
-        f"no candidate fits in {format_bytes(int(result.request.memory_limit))} per device: {result.dropped_memory} "
-        f"dropped, the smallest needs {format_bytes(int(smallest.memory.peak))} ({smallest.degrees.text}, "
-        f"{smallest.settings.text}); allow recomputation or the sharded optimizer, or use more devices")
+        f"no candidate fits in the memory left per device: {result.dropped_memory} dropped, the smallest needs "
+        f"{format_bytes(int(smallest.memory.peak))} of {format_bytes(int(limit))} ({smallest.degrees.text}, "
+        f"{smallest.settings.text}; {memory_text(result.request, smallest.degrees)}); allow recomputation or the "
+        f"sharded optimizer, use more devices, or lower --memory-headroom / --memory-reserve")
+
+
+def memory_text(request, degrees=None) -> str:
+    """The device's memory and what is kept free of it, with the flags that change it."""
+    from synth.units import format_bytes
+
+    total = request.compute.memory_bytes
+    parts = [f"{format_bytes(int(total))} per device"]
+    if request.memory_headroom:
+        parts.append(f"{100 * request.memory_headroom:.3g}% kept free for allocator fragmentation (--memory-headroom)")
+    reserve = request.memory_reserve
+    if reserve is not None:
+        if reserve.per_communicator_bytes:
+            parts.append(f"{format_bytes(int(reserve.fixed_bytes))} for the CUDA context and "
+                         f"{format_bytes(int(reserve.per_communicator_bytes))} of NCCL buffers per TP/CP/DP "
+                         f"communicator (--memory-reserve)")
+        else:
+            parts.append(f"{format_bytes(int(reserve.fixed_bytes))} reserved (--memory-reserve)")
+    text = ", ".join(parts)
+    if degrees is not None:
+        text += f": {format_bytes(int(request.memory_limit_for(degrees)))} left for {degrees.text}"
+    return text
 
 
 def _export(path: str, request, result, launchable) -> None:
@@ -333,12 +373,14 @@ def _print_tables(result, launchable=None) -> None:
     title = (f"{request.model.name} on {request.topology.name} ({request.topology.device_count} devices, "
              f"{request.topology.device.name}): {result.evaluated} candidates, {len(result.ranked)} shown")
     caption = (f"{result.size.degrees} degree choices, {result.size.placements} placements; {result.dropped_memory} "
-               f"candidates dropped (do not fit in {format_bytes(int(request.memory_limit))}); "
+               f"candidates dropped (do not fit in the memory left); "
                f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
     if result.filtered:
         caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
     console.print(f"Model {escape(model_line(request.model))}", highlight=False, soft_wrap=True)
+    console.print(f"Memory: {memory_text(request, result.ranked[0].degrees)} (the winner)", highlight=False,
+                  soft_wrap=True)
     table = Table(title=escape(title), caption=escape(caption))
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
         table.add_column(name, justify="right", no_wrap=True)
@@ -403,6 +445,7 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "degrees": prediction.degrees.to_json(), "placement": prediction.placement.to_text(),
         "axes": list(prediction.placement.axis_names), "settings": prediction.settings.to_json(),
         "microbatches": prediction.microbatches, "memory": prediction.memory.to_json(),
+        "memory_limit_bytes": request.memory_limit_for(prediction.degrees),
         "breakdown": prediction.breakdown.to_json(),
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],
@@ -423,6 +466,8 @@ def plan_json(result, launchable=None) -> dict:
         "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
         "efficiency": request.compute.efficiency, "memory_limit_bytes": request.memory_limit,
+        "memory_bytes": request.compute.memory_bytes, "memory_headroom": request.memory_headroom,
+        "memory_reserve": request.memory_reserve.to_json() if request.memory_reserve else None,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
         "elapsed_s": result.elapsed_s,

@@ -27,6 +27,7 @@ from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.formulas import RECOMPUTE
 from synth.plan.model import Transformer
+from synth.plan.reserve import MemoryReserve
 from synth.plan.step import Compute, Prediction, Settings, predict, settings_problem
 from synth.topology import Topology
 
@@ -81,10 +82,19 @@ class PlanRequest:
     top: int = 10
     budget_s: float = DEFAULT_BUDGET_S
     placement_filter: Callable[[Placement], bool] | None = None  # keep only these (e.g. Megatron-launchable)
+    memory_reserve: MemoryReserve | None = None  # bytes kept free besides the headroom (reserve.py)
 
     @property
     def memory_limit(self) -> float:
-        return self.compute.memory_bytes * (1 - self.memory_headroom)
+        """What a candidate may use before the reserve's part per communicator."""
+        fixed = self.memory_reserve.fixed_bytes if self.memory_reserve else 0.0
+        return self.compute.memory_bytes * (1 - self.memory_headroom) - fixed
+
+    def memory_limit_for(self, degrees: Degrees) -> float:
+        """What a candidate with these degrees may use: the device's memory less the headroom and the reserve."""
+        if self.memory_reserve is None:
+            return self.memory_limit
+        return self.compute.memory_bytes * (1 - self.memory_headroom) - self.memory_reserve.bytes_for(degrees)
 
 
 @dataclass(frozen=True)
@@ -229,6 +239,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
         except NoSolutionError:
             result.no_placement += 1
             continue
+        memory_limit = request.memory_limit_for(degrees)
         for placement in placements:
             if request.placement_filter is not None and not request.placement_filter(placement):
                 result.filtered += 1
@@ -238,7 +249,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 result.evaluated += 1
                 prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
                                      data_parallel=False)
-                if prediction.memory.peak > request.memory_limit:
+                if prediction.memory.peak > memory_limit:
                     result.dropped_memory += 1
                     if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
                         result.smallest_dropped = prediction
