@@ -49,10 +49,11 @@ def test_megatron_order_numbers_ranks_like_the_placement(topology, degrees):
         order = megatron_order(placement)
         expressible = order.order is not None
         mesh = device_mesh_array(placement)
-        for megatron, _flag in (("tp-cp-ep-dp-pp", None), ("tp-cp-ep-pp-dp", "--use-tp-pp-dp-mapping")):
+        for megatron, flag in (("tp-cp-ep-dp-pp", None), ("tp-cp-ep-pp-dp", "--use-tp-pp-dp-mapping")):
             same = np.array_equal(mesh, megatron_rank_mesh(degrees, megatron))
+            refused = flag is not None and degrees.cp > 1 and degrees.pp > 1  # initialize_model_parallel asserts
             if same:
-                assert expressible, (placement.to_text(), megatron)
+                assert expressible != refused, (placement.to_text(), megatron)
         if expressible:
             assert np.array_equal(mesh, megatron_rank_mesh(degrees, order.order))
 
@@ -320,3 +321,78 @@ def test_mesh_export_writes_only_orders_megatron_takes(axes, matrix, order):
                                              cp=1, order=order)
     for name in placement.axis_names:
         assert sorted(map(sorted, generator.get_ranks(name))) == sorted(map(sorted, placement.axis_groups(name)))
+
+
+# --- megatron-core's own initialize_model_parallel, on a fake process group -----------------------
+
+_INITIALIZE = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from megatron.core import parallel_state as ps
+
+results = []
+for case in json.load(sys.stdin):
+    groups = {}
+    for rank in case["ranks"]:
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=case["world"])
+        try:
+            ps.initialize_model_parallel(tensor_model_parallel_size=case["tp"], pipeline_model_parallel_size=case["pp"],
+                                         context_parallel_size=case["cp"], order=case["order"],
+                                         create_gloo_process_groups=False)
+            groups[rank] = {"tp": dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()),
+                            "pp": dist.get_process_group_ranks(ps.get_pipeline_model_parallel_group()),
+                            "dp": dist.get_process_group_ranks(ps.get_data_parallel_group()),
+                            "cp": dist.get_process_group_ranks(ps.get_context_parallel_group())}
+        except AssertionError as error:
+            groups[rank] = {"refused": str(error)}
+        finally:
+            ps.destroy_model_parallel()
+            dist.destroy_process_group()
+    results.append(groups)
+print(json.dumps(results))
+"""
+
+
+def test_megatron_cores_initialize_model_parallel_agrees_with_launchable():
+    """megatron-core's own initialize_model_parallel (on torch's fake process group, in a fresh
+    interpreter): for every launchable placement, with the order its exported flag selects,
+    each sampled rank's TP, PP, DP and CP groups are the placement's; the tp-pp-dp order with
+    context and pipeline parallelism, which launchable refuses, megatron-core refuses too."""
+    import subprocess
+    import sys
+
+    _megatron_core("megatron.core.parallel_state")
+    pytest.importorskip("torch.testing._internal.distributed.fake_pg", reason="torch without the fake process group")
+    cases, expected = [], []
+    for topology, degrees in CASES:
+        for placement in enumerate_placements(topology, degrees.axes()):
+            if not megatron_launchable(placement):
+                continue
+            flag = megatron_order(placement).flag
+            world = placement.device_count
+            ranks = sorted({0, world // 3, world - 1})
+            cases.append({"world": world, "tp": degrees.tp, "pp": degrees.pp, "cp": degrees.cp, "ranks": ranks,
+                          "order": "tp-cp-ep-pp-dp" if flag else "tp-cp-ep-dp-pp"})
+            roles = {role: placement.axis_groups(role) if degrees.of(role) > 1 else None for role in ("tp", "pp", "dp", "cp")}
+            expected.append({rank: {role: next(sorted(g) for g in groups if rank in g) if groups else [rank]
+                                    for role, groups in roles.items()} for rank in ranks})
+    from synth.topology import topology_from_levels
+
+    refused = published_placement(Degrees(2, 2, 4, 2), topology_from_levels("a=2,b=4,c=2,d=2"),
+                                  flag="--use-tp-pp-dp-mapping")
+    assert not megatron_launchable(refused) and "initialize_model_parallel" in megatron_order(refused).reason
+    cases.append({"world": 32, "tp": 2, "pp": 4, "cp": 2, "ranks": [0], "order": "tp-cp-ep-pp-dp"})
+    expected.append({0: "refused"})
+    run = subprocess.run([sys.executable, "-c", _INITIALIZE], input=json.dumps(cases), capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(results) == len(expected) >= len(CASES) + 1
+    for case, got, want in zip(cases, results, expected):
+        for rank, groups in want.items():
+            if groups == "refused":
+                assert "data parallel size" in got[str(rank)]["refused"]
+            else:
+                assert got[str(rank)] == groups, (case, rank)

@@ -68,6 +68,12 @@ def megatron_order(placement: Placement) -> MegatronOrder:
     for order, flag in MEGATRON_ORDERS:
         tokens = [token for token in order.split("-") if token in ours]
         if tokens == ours:
+            if flag and "cp" in ours and "pp" in ours:
+                return MegatronOrder(None, None, (
+                    f"not launchable by Megatron: the placement numbers ranks {'-'.join(ours)} innermost first "
+                    f"({flag}), which megatron-core's initialize_model_parallel refuses with context and pipeline "
+                    f"parallelism both on (its data-parallel groups of attention and MoE layers differ); "
+                    f"use the rank lists or the DeviceMesh"))
             how = f"Megatron's {'default order' if flag is None else 'order with ' + flag}"
             return MegatronOrder(order, flag, f"ranks numbered {'-'.join(ours)} innermost first: {how}")
     return MegatronOrder(None, None, (

@@ -7,8 +7,9 @@
   `tp-cp-ep-dp-pp` (default) and `tp-cp-ep-pp-dp` (`--use-tp-pp-dp-mapping`)
   (megatron/training/initialize.py). A placement is expressible when it is a permutation of
   whole axes (synth.export.mesh.axis_order) whose order, ignoring roles of size 1, is one of
-  those two; otherwise the reason is given and the rank lists / DeviceMesh are the way.
-  A candidate is *launchable* by Megatron when its placement is expressible so; the planner
+  those two (and, for the second, not with context and pipeline parallelism both on, which
+  megatron-core's initialize_model_parallel refuses); otherwise the reason is given and the
+  rank lists / DeviceMesh are the way. A candidate is *launchable* by Megatron when its placement is expressible so; the planner
   names the best launchable candidate when the winner is not (`--launchable` keeps only those).
   The arguments pass megatron-core's own checks (TransformerConfig: full recomputation needs a
   method and `--recompute-num-layers`), and the environment holds what Megatron-LM's
