@@ -39,7 +39,7 @@ def test_llama_architectures():
     for words in ("gated FFN", "64 heads, 8 key/value groups", "rotary positions", "untied embeddings", "no biases"):
         assert words in text
     gpt = describe_architecture(PRESETS["gpt3-1.3b"])
-    for words in ("FFN (2 matrices", "multi-head attention", "learned positions", "tied embeddings", "biases and LayerNorm"):
+    for words in ("FFN (2 matrices", "multi-head attention", "learned positions", "tied embeddings", "biases (LayerNorm)"):
         assert words in gpt
 
 

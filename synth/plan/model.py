@@ -192,7 +192,7 @@ def describe_architecture(model: Transformer) -> str:
         ffn, attention,
         "learned positions" if model.learned_positions else "rotary positions",
         "tied embeddings" if model.tied_embeddings else "untied embeddings",
-        "biases and LayerNorm" if model.biases else "no biases, RMSNorm",
+        "biases (LayerNorm)" if model.biases else "no biases (RMSNorm)",
         "dropout" if model.dropout else "no dropout",
         "FlashAttention" if model.flash_attention else "attention scores stored"))
 

@@ -244,6 +244,8 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             if request.placement_filter is not None and not request.placement_filter(placement):
                 result.filtered += 1
                 done += 1
+                if progress is not None:
+                    progress(done, size.placements)
                 continue
             for setting in settings:
                 result.evaluated += 1
