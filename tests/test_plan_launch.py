@@ -36,7 +36,8 @@ def _groups_by_role(placement):
 def _megatron_groups(degrees, order):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        parallel_state = pytest.importorskip("megatron.core.parallel_state")
+        parallel_state = pytest.importorskip("megatron.core.parallel_state",
+                                             reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
     generator = parallel_state.RankGenerator(tp=degrees.tp, ep=1, dp=degrees.dp, pp=degrees.pp, cp=degrees.cp,
                                              order=order)
     return {role: sorted(sorted(group) for group in generator.get_ranks(role))
