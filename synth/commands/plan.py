@@ -265,7 +265,7 @@ def _nothing_fits(result):
     limit = result.request.memory_limit_for(smallest.degrees)
     return NoSolutionError(
         f"no candidate fits in the memory left per device: {result.dropped_memory} dropped, the smallest needs "
-        f"{format_bytes(int(smallest.memory.peak))} of {format_bytes(int(limit))} ({smallest.degrees.text}, "
+        f"{format_bytes(int(smallest.memory.peak))} where {format_bytes(int(limit))} is left ({smallest.degrees.text}, "
         f"{smallest.settings.text}; {memory_text(result.request, smallest.degrees)}); allow recomputation or the "
         f"sharded optimizer, use more devices, or lower --memory-headroom / --memory-reserve")
 
