@@ -6,8 +6,9 @@ A candidate's memory (formulas.py) counts what the model needs; a real job also 
 * **the CUDA context and the kernels' code** (`CUDA_CONTEXT_BYTES`): PyTorch measured
   666,632,192 bytes on the device for a context with every module loaded and 287,047,680 with
   lazy module loading (pytorch/pytorch pull request 86509, which made lazy loading PyTorch's
-  default). A training step loads most of the kernels it will use within its first step, so
-  the planner reserves the fully loaded figure;
+  default). Lazily loaded kernels accumulate as a training step runs them; the planner
+  reserves the fully loaded figure, an upper bound of that (cuBLAS and cuDNN workspaces, taken
+  through the caching allocator, are left to the fragmentation headroom);
 * **NCCL's buffers** (`nccl_bytes`): for every communicator a rank runs collectives on, per
   channel and per peer it receives from, one buffer per protocol, sized by NCCL's defaults
   (src/init.cc): Simple `NCCL_BUFFSIZE` = 4 MiB, LL128 120 x 640 x 8 x 8 = 4,915,200 bytes,
