@@ -9,7 +9,8 @@
   whole axes (synth.export.mesh.axis_order) whose order, ignoring roles of size 1, is one of
   those two (and, for the second, not with context and pipeline parallelism both on, which
   megatron-core's initialize_model_parallel refuses); otherwise the reason is given and the
-  rank lists / DeviceMesh are the way. A candidate is *launchable* by Megatron when its placement is expressible so; the planner
+  rank lists / DeviceMesh are the way. The order itself is synth.export.mesh.megatron_order.
+  A candidate is *launchable* by Megatron when its placement is expressible so; the planner
   names the best launchable candidate when the winner is not (`--launchable` keeps only those).
   The arguments pass megatron-core's own checks (TransformerConfig: full recomputation needs a
   method and `--recompute-num-layers`), and the environment holds what Megatron-LM's
@@ -30,13 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.export.mesh import (MEGATRON_ORDERS, MEGATRON_TOKENS, MegatronOrder, device_mesh_array,  # noqa: F401
-                               jax_permutation, megatron_order)
+from synth.export.mesh import device_mesh_array, jax_permutation, megatron_order
 from synth.names import product
 from synth.placement import Placement
 from synth.plan.degrees import Degrees
 from synth.plan.model import Transformer
 from synth.plan.step import Prediction
+
 
 def megatron_launchable(placement: Placement) -> bool:
     """Whether Megatron-LM can launch this placement: its rank order is one Megatron's command
