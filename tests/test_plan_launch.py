@@ -397,3 +397,27 @@ def test_megatron_cores_initialize_model_parallel_agrees_with_launchable():
                 assert "data parallel size" in got[str(rank)]["refused"]
             else:
                 assert got[str(rank)] == groups, (case, rank)
+
+
+@pytest.mark.parametrize("argv", [
+    ["-t", "dgx-a100-x4", "-m", "llama3-8b", "--launchable"],
+    ["-t", "dgx-a100-x4", "-m", "llama2-7b", "--tp", "2", "--recompute", "full"],
+    ["-t", "dgx-a100-x4", "-m", "gpt3-1.3b", "--pp", "2", "--virtual-stages", "2"],
+])
+def test_exported_plans_pass_megatron_cores_checks(argv, tmp_path):
+    """End to end: the file `plan --export` writes, its Megatron arguments through
+    TransformerConfig and its rank groups against RankGenerator with the order its flag picks."""
+    out = tmp_path / "launch.json"
+    assert main(["plan", *argv, "--top", "1", "--export", str(out)]) == 0
+    document = json.loads(out.read_text())
+    launch = document if document["megatron"]["launchable"] else document["best_launchable"]
+    arguments = launch["megatron"]["arguments"]
+    args, config = _transformer_config(arguments)
+    degrees = Degrees(**launch["degrees"])
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (degrees.tp, degrees.pp)
+    order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp"
+    assert order == launch["megatron"]["order"]
+    groups = {role: sorted(sorted(group) for group in launch["rank_groups"][role]) for role in launch["rank_groups"]
+              if degrees.of(role) > 1}
+    assert _megatron_groups(degrees, order) == groups
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS" in launch["megatron"]["environment"]) == (degrees.tp > 1 or degrees.cp > 1)
