@@ -59,8 +59,8 @@ def megatron_order(placement: Placement) -> MegatronOrder:
     foreign = [name for name in names if name not in MEGATRON_TOKENS]
     if foreign:
         return MegatronOrder(None, None, (
-            f"not expressible in Megatron's rank order: axis {', '.join(foreign)} is not one of Megatron's "
-            f"{', '.join(MEGATRON_TOKENS)}; name the axes so (e.g. --axes dp=8,tp=4) or use the rank lists"))
+            f"not expressible in Megatron's rank order: Megatron names its axes {', '.join(MEGATRON_TOKENS)}, "
+            f"not {', '.join(foreign)}; name the axes so (e.g. --axes dp=8,tp=4) or use the rank lists"))
     found = axis_order(placement)
     if found.order is None:
         return MegatronOrder(None, None, f"not expressible in Megatron's rank order: {found.statement}")
