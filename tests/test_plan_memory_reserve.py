@@ -75,7 +75,8 @@ def test_plan_shows_the_reserve_and_its_flags(capsys):
 
 
 @pytest.mark.parametrize("flag, value", [("--memory-reserve", "lots"), ("--memory-reserve", "-1GiB"),
-                                         ("--memory-headroom", "100%"), ("--memory-headroom", "x")])
+                                         ("--memory-reserve", "40GiB"), ("--memory-headroom", "100%"),
+                                         ("--memory-headroom", "x")])
 def test_bad_reserve_flags_are_usage_errors(flag, value, capsys):
     assert main(["plan", "-t", "dgx-a100", "-m", "gpt3-1.3b", flag, value]) == 2
     err = capsys.readouterr().err.strip()

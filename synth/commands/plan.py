@@ -166,6 +166,11 @@ def build_request(args):
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
     reserve = _memory_reserve(args.memory_reserve)
     compute = compute_of(topology.device, model.precision, efficiency, topology.name)
+    if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes * (1 - headroom):
+        from synth.units import format_bytes
+
+        raise UsageError(f"--memory-reserve {args.memory_reserve}: the device has {format_bytes(int(compute.memory_bytes))}, "
+                         f"{100 * headroom:.3g}% of it kept free; reserve less")
     from synth.model.network import check_costable
 
     check_costable(topology)
