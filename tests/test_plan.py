@@ -224,7 +224,10 @@ def test_plan_export_writes_launch_settings(tmp_path, capsys):
     assert main(["plan", "-t", "dgx-a100-x4", "-m", "gpt3-1.3b", "--tp", "2", "--pp", "2", "--top", "1",
                  "--export", str(out)]) == 0
     document = json.loads(out.read_text())
-    assert document["megatron"]["arguments"][:4] == ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+    arguments = document["megatron"]["arguments"]
+    at = arguments.index("--tensor-model-parallel-size")
+    assert arguments[at:at + 4] == ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+    assert document["megatron"]["environment"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert "megatron" in document and "torch_device_mesh" in document and "jax" in document
 
 

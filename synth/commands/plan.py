@@ -45,12 +45,17 @@ def register(subparsers) -> None:
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
     parser.add_argument("--efficiency", metavar="F", help="matmul efficiency (achieved/peak), e.g. 45%%; default: the topology's")
-    parser.add_argument("--memory-headroom", metavar="F", default="0",
-                        help="fraction of device memory to keep free, e.g. 10%% (default 0)")
+    parser.add_argument("--memory-headroom", metavar="F", default="10%",
+                        help="fraction of device memory kept free for the allocator's fragmentation (default 10%%; 0: none)")
+    parser.add_argument("--memory-reserve", metavar="SIZE", default="auto",
+                        help="bytes per device kept free besides: auto (default: the CUDA context and NCCL's buffers "
+                             "per communicator, docs/plan.md), a size such as 2GiB, or 0")
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
                         help=f"rows to show (default {DEFAULT_TOP})")
     parser.add_argument("--budget", type=float, default=None, metavar="S",
                         help="refuse searches estimated to take longer (seconds, default 300)")
+    parser.add_argument("--launchable", action="store_true",
+                        help="keep only layouts Megatron-LM can launch (its rank orders tp-cp-ep-dp-pp, tp-cp-ep-pp-dp)")
     parser.add_argument("--export", metavar="FILE", help="write the winner's launch settings (Megatron, DeviceMesh, JAX) as JSON")
     add_model_options(parser)
     add_json_option(parser)
@@ -99,21 +104,37 @@ def resize(topology, text: str):
 
 
 def _list_models() -> int:
-    from synth.plan.model import PRESETS
+    from synth.plan.formulas import parameter_count
+    from synth.plan.model import PRESETS, describe_architecture
 
     for name, model in PRESETS.items():
-        from synth.plan.formulas import parameter_count
-
         print(f"{name:16} {parameter_count(model) / 1e9:8.2f}B  L={model.layers} h={model.hidden} a={model.heads} "
-              f"f={model.ffn} s={model.seq_len} V={model.vocab} batch={model.global_batch}x{model.micro_batch} "
-              f"{model.precision}\n{'':16} source: {model.source}")
+              f"g={model.query_groups} f={model.ffn} s={model.seq_len} V={model.vocab} "
+              f"batch={model.global_batch}x{model.micro_batch} {model.precision}\n"
+              f"{'':16} {describe_architecture(model)}\n{'':16} source: {model.source}")
     return 0
+
+
+def model_line(model) -> str:
+    """The model as priced: parameter count and architecture."""
+    from synth.plan.formulas import parameter_count
+    from synth.plan.model import describe_architecture
+
+    return (f"{model.name}: {parameter_count(model):,} parameters ({parameter_count(model) / 1e9:.2f} B); "
+            f"L={model.layers} h={model.hidden} s={model.seq_len} V={model.vocab}; {describe_architecture(model)}")
+
+
+def _warn_defaults(spec: str, source) -> None:
+    """One short line on stderr naming the architecture keys a model file left to GPT-3's
+    defaults (the file name as a literal: no markup or escape codes reach the terminal)."""
+    print(f"warning: model file {spec!r} does not state {', '.join(source.defaulted)}: taking GPT-3's "
+          f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
 
 
 def build_request(args):
     from synth.placement import parse_factor, parse_inside
     from synth.plan.degrees import DegreeLimits
-    from synth.plan.model import load_model
+    from synth.plan.model import read_model
     from synth.plan.search import DEFAULT_BUDGET_S, PlanRequest, SearchSpace
     from synth.plan.step import compute_of
     from synth.topology_file import load_topology, parse_fraction
@@ -129,7 +150,10 @@ def build_request(args):
     topology = load_topology(args.topology)
     if args.resize:
         topology = resize(topology, args.resize)
-    model = load_model(args.model)
+    source = read_model(args.model)
+    if source.defaulted:
+        _warn_defaults(args.model, source)
+    model = source.model
     if args.global_batch is not None:
         if args.global_batch < 1:
             raise UsageError(f"--global-batch {args.global_batch}: give a positive number of sequences")
@@ -140,7 +164,13 @@ def build_request(args):
         headroom = parse_fraction(args.memory_headroom, where="--memory-headroom")
         if headroom >= 1:
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
+    reserve = _memory_reserve(args.memory_reserve)
     compute = compute_of(topology.device, model.precision, efficiency, topology.name)
+    if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes * (1 - headroom):
+        from synth.units import format_bytes
+
+        raise UsageError(f"--memory-reserve {args.memory_reserve}: the device has {format_bytes(int(compute.memory_bytes))}, "
+                         f"{100 * headroom:.3g}% of it kept free; reserve less")
     from synth.model.network import check_costable
 
     check_costable(topology)
@@ -157,8 +187,23 @@ def build_request(args):
                         sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap)
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+    from synth.plan.launch import megatron_launchable
+
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,
-                       args.top, args.budget or DEFAULT_BUDGET_S)
+                       args.top, args.budget or DEFAULT_BUDGET_S,
+                       placement_filter=megatron_launchable if args.launchable else None, memory_reserve=reserve)
+
+
+def _memory_reserve(text: str):
+    """--memory-reserve: auto (reserve.DEFAULT_RESERVE), 0 (none) or a size."""
+    from synth.plan.reserve import DEFAULT_RESERVE, fixed_reserve
+    from synth.units import parse_bytes
+
+    if text.strip() == "auto":
+        return DEFAULT_RESERVE
+    if text.strip() == "0":
+        return None
+    return fixed_reserve(parse_bytes(text, where="--memory-reserve"))
 
 
 def run_plan(args) -> int:
@@ -172,13 +217,29 @@ def run_plan(args) -> int:
     result = plan(request, progress=_progress(size))
     if not result.ranked:
         raise _nothing_fits(result)
+    launchable = best_launchable(result)
     if args.export:
-        _export(args.export, request, result)
+        _export(args.export, request, result, launchable)
     if args.json:
-        print_json(plan_json(result))
+        print_json(plan_json(result, launchable))
         return 0
-    _print_tables(result)
+    _print_tables(result, launchable)
     return 0
+
+
+def best_launchable(result):
+    """The fastest candidate Megatron-LM can launch: the winner when it can; else the first such
+    row of the ranking; else a second search over launchable layouts only (None if none fits)."""
+    from synth.plan.launch import megatron_launchable
+    from synth.plan.search import plan
+
+    for prediction in result.ranked:
+        if megatron_launchable(prediction.placement):
+            return prediction
+    if result.request.placement_filter is not None:
+        return None
+    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1))
+    return again.ranked[0] if again.ranked else None
 
 
 def _progress(size):
@@ -206,18 +267,48 @@ def _nothing_fits(result):
     if smallest is None:
         return NoSolutionError(f"no candidate for {result.request.model.name} on {result.request.topology.name}: "
                                f"{result.no_placement} degree choice(s) have no placement under the constraints; relax them")
+    limit = result.request.memory_limit_for(smallest.degrees)
     return NoSolutionError(
-        f"no candidate fits in {format_bytes(int(result.request.memory_limit))} per device: {result.dropped_memory} "
-        f"dropped, the smallest needs {format_bytes(int(smallest.memory.peak))} ({smallest.degrees.text}, "
-        f"{smallest.settings.text}); allow recomputation or the sharded optimizer, or use more devices")
+        f"no candidate fits in the memory left per device: {result.dropped_memory} dropped, the smallest needs "
+        f"{format_bytes(int(smallest.memory.peak))} where {format_bytes(int(limit))} is left ({smallest.degrees.text}, "
+        f"{smallest.settings.text}; {memory_text(result.request, smallest.degrees)}); allow recomputation or the "
+        f"sharded optimizer, use more devices, or lower --memory-headroom / --memory-reserve")
 
 
-def _export(path: str, request, result) -> None:
+def memory_text(request, degrees=None) -> str:
+    """The device's memory and what is kept free of it, with the flags that change it."""
+    from synth.units import format_bytes
+
+    total = request.compute.memory_bytes
+    parts = [f"{format_bytes(int(total))} per device"]
+    if request.memory_headroom:
+        parts.append(f"{100 * request.memory_headroom:.3g}% kept free for allocator fragmentation (--memory-headroom)")
+    reserve = request.memory_reserve
+    if reserve is not None:
+        if reserve.per_communicator_bytes:
+            parts.append(f"{format_bytes(int(reserve.fixed_bytes))} for the CUDA context and "
+                         f"{format_bytes(int(reserve.per_communicator_bytes))} of NCCL buffers per TP/CP/DP "
+                         f"communicator (--memory-reserve)")
+        else:
+            parts.append(f"{format_bytes(int(reserve.fixed_bytes))} reserved (--memory-reserve)")
+    text = ", ".join(parts)
+    if degrees is not None:
+        text += f": {format_bytes(int(request.memory_limit_for(degrees)))} left for {degrees.text}"
+    return text
+
+
+def _export(path: str, request, result, launchable) -> None:
     from synth.plan.launch import launch_document
 
-    document = launch_document(request.model, result.ranked[0])
+    winner = result.ranked[0]
+    document = launch_document(request.model, winner)
     document = {"format": "synth-launch", "version": 1, "topology": request.topology.name,
                 "model": request.model.name, **document}
+    if launchable is not winner:
+        # The winner's layout is not one Megatron-LM can number; the best one it can, in full.
+        document["best_launchable"] = None if launchable is None else {
+            "step_s": launchable.step_s, "slower_than_winner": launchable.step_s / winner.step_s - 1,
+            **launch_document(request.model, launchable)}
     try:
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=1)
@@ -275,7 +366,8 @@ def programs_text(prediction, costs=None) -> str:
     return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 
-def _print_tables(result) -> None:
+def _print_tables(result, launchable=None) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from synth.units import format_bytes, format_time
@@ -286,10 +378,15 @@ def _print_tables(result) -> None:
     title = (f"{request.model.name} on {request.topology.name} ({request.topology.device_count} devices, "
              f"{request.topology.device.name}): {result.evaluated} candidates, {len(result.ranked)} shown")
     caption = (f"{result.size.degrees} degree choices, {result.size.placements} placements; {result.dropped_memory} "
-               f"candidates dropped (do not fit in {format_bytes(int(request.memory_limit))}); "
+               f"candidates dropped (do not fit in the memory left); "
                f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
-    table = Table(title=title, caption=caption)
+    if result.filtered:
+        caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
+    console.print(f"Model {escape(model_line(request.model))}", highlight=False, soft_wrap=True)
+    console.print(f"Memory: {memory_text(request, result.ranked[0].degrees)} (the winner)", highlight=False,
+                  soft_wrap=True)
+    table = Table(title=escape(title), caption=escape(caption))
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
         table.add_column(name, justify="right", no_wrap=True)
     for name in ("degrees", "placement", "settings"):
@@ -314,16 +411,37 @@ def _print_tables(result) -> None:
                        f"{100 * prediction.mfu(peak):.1f}%", prediction.degrees.text, prediction.placement.to_text(),
                        prediction.settings.text)
     console.print(pareto)
-    from synth.plan.launch import megatron_arguments, megatron_order
+    _print_megatron(console, result, launchable)
 
-    winner = result.ranked[0]
+
+def _print_megatron(console, result, launchable) -> None:
+    """The Megatron-LM launch line of the winner, or, when Megatron cannot number its layout,
+    why not and the best layout it can launch."""
+    from rich.markup import escape
+
+    from synth.plan.launch import megatron_command, megatron_order
+    from synth.units import format_time
+
+    model, winner = result.request.model, result.ranked[0]
     order = megatron_order(winner.placement)
-    console.print(f"Megatron-LM: {' '.join(megatron_arguments(request.model, winner))}\n  rank order: {order.reason}",
-                  highlight=False, soft_wrap=True)
+    if launchable is winner:
+        console.print(f"Megatron-LM: {escape(megatron_command(model, winner))}\n  rank order: {escape(order.reason)}",
+                      highlight=False, soft_wrap=True)
+        return
+    console.print(f"Megatron-LM cannot launch the winner: {escape(order.reason)}", highlight=False, soft_wrap=True)
+    if launchable is None:
+        console.print("  no layout Megatron-LM can launch fits", highlight=False)
+        return
+    where = next((f"row {index}" for index, row in enumerate(result.ranked, 1) if row is launchable), "not in the table")
+    console.print(
+        f"Best launchable ({where}): {format_time(launchable.step_s)}, {100 * (launchable.step_s / winner.step_s - 1):.1f}% "
+        f"slower, {launchable.degrees.text} {escape(launchable.placement.to_text())} {launchable.settings.text}\n"
+        f"Megatron-LM: {escape(megatron_command(model, launchable))}\n"
+        f"  rank order: {escape(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
 
 
 def prediction_json(prediction, request, costs=None) -> dict:
-    from synth.plan.launch import megatron_order
+    from synth.plan.launch import megatron_environment, megatron_order
 
     order = megatron_order(prediction.placement)
     return {
@@ -332,23 +450,33 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "degrees": prediction.degrees.to_json(), "placement": prediction.placement.to_text(),
         "axes": list(prediction.placement.axis_names), "settings": prediction.settings.to_json(),
         "microbatches": prediction.microbatches, "memory": prediction.memory.to_json(),
+        "memory_limit_bytes": request.memory_limit_for(prediction.degrees),
         "breakdown": prediction.breakdown.to_json(),
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],
         "communication": [dataclasses.asdict(route) for route in prediction.routes],
-        "megatron_order": order.order,
+        "megatron_order": order.order, "megatron_launchable": order.order is not None,
+        "megatron_environment": megatron_environment(prediction),
     }
 
 
-def plan_json(result) -> dict:
+def plan_json(result, launchable=None) -> dict:
     request = result.request
+    from synth.plan.formulas import parameter_count
+    from synth.plan.model import describe_architecture
+
     return {
-        "model": request.model.to_json(), "topology": request.topology.name, "devices": request.topology.device_count,
+        "model": request.model.to_json(), "parameters": parameter_count(request.model),
+        "architecture": describe_architecture(request.model),
+        "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
         "efficiency": request.compute.efficiency, "memory_limit_bytes": request.memory_limit,
+        "memory_bytes": request.compute.memory_bytes, "memory_headroom": request.memory_headroom,
+        "memory_reserve": request.memory_reserve.to_json() if request.memory_reserve else None,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
         "elapsed_s": result.elapsed_s,
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
         "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
+        "best_launchable": None if launchable is None else prediction_json(launchable, request, result.costs),
     }

@@ -9,10 +9,14 @@
   `Mesh(np.array(jax.devices())[perm].reshape(axis_sizes), axis_names)`, assuming
   `jax.devices()` lists devices in global rank order (one process per node, local devices in
   order), which is how multi-process JAX on GPU clusters numbers them;
-- a Megatron-style order string (e.g. `tp-cp-ep-dp-pp`): the axes from innermost to
-  outermost in rank numbering. It exists only when the placement is a pure permutation of
-  whole axes, i.e. each axis's digits form one contiguous block of the rank's mixed-radix
-  digits; otherwise a statement says which axis is interleaved with which.
+- the rank order: the axes from innermost to outermost in rank numbering (`tp-dp` style). It
+  exists only when the placement is a pure permutation of whole axes, i.e. each axis's digits
+  form one contiguous block of the rank's mixed-radix digits; otherwise a statement says which
+  axis is interleaved with which;
+- Megatron-LM's order, only where Megatron can take it: the axes are named with its tokens
+  (`tp cp ep dp pp`) and the rank order is one its command line selects (RankGenerator in
+  megatron/core/parallel_state.py with `tp-cp-ep-dp-pp`, or `tp-cp-ep-pp-dp` with
+  `--use-tp-pp-dp-mapping`); otherwise null and the reason.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from synth.names import check_name
 from synth.placement import Placement
 
 FORMAT = "synth-mesh"
-VERSION = 1
+VERSION = 2  # 2: rank_order (any axis names) apart from megatron (Megatron's tokens only)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,46 @@ class AxisOrder:
 
     order: tuple[str, ...] | None  # innermost first
     statement: str
+
+
+MEGATRON_TOKENS = ("tp", "cp", "ep", "dp", "pp")
+MEGATRON_ORDERS = (("tp-cp-ep-dp-pp", None), ("tp-cp-ep-pp-dp", "--use-tp-pp-dp-mapping"))
+
+
+@dataclass(frozen=True)
+class MegatronOrder:
+    order: str | None  # the order string Megatron is given, None when not expressible
+    flag: str | None  # the command-line flag that selects it (None for the default)
+    reason: str  # why it is or is not expressible
+
+
+def megatron_order(placement: Placement) -> MegatronOrder:
+    """The Megatron order that numbers ranks exactly like the placement, or why there is none."""
+    names = [name for name, size in zip(placement.axis_names, placement.axis_sizes) if size > 1]
+    foreign = [name for name in names if name not in MEGATRON_TOKENS]
+    if foreign:
+        return MegatronOrder(None, None, (
+            f"not expressible in Megatron's rank order: Megatron names its axes {', '.join(MEGATRON_TOKENS)}, "
+            f"not {', '.join(foreign)}; name the axes so (e.g. --axes dp=8,tp=4) or use the rank lists"))
+    found = axis_order(placement)
+    if found.order is None:
+        return MegatronOrder(None, None, f"not expressible in Megatron's rank order: {found.statement}")
+    ours = [name for name in found.order if name in names]
+    for order, flag in MEGATRON_ORDERS:
+        tokens = [token for token in order.split("-") if token in ours]
+        if tokens == ours:
+            if flag and "cp" in ours and "pp" in ours:
+                return MegatronOrder(None, None, (
+                    f"not launchable by Megatron: the placement numbers ranks {'-'.join(ours)} innermost first "
+                    f"({flag}), which megatron-core's initialize_model_parallel refuses with context and pipeline "
+                    f"parallelism both on (its data-parallel groups of attention and MoE layers differ); "
+                    f"use the rank lists or the DeviceMesh"))
+            how = f"Megatron's {'default order' if flag is None else 'order with ' + flag}"
+            return MegatronOrder(order, flag, f"ranks numbered {'-'.join(ours)} innermost first: {how}")
+    return MegatronOrder(None, None, (
+        f"not expressible on Megatron's command line: the placement numbers ranks {'-'.join(ours)} innermost first, "
+        f"but Megatron takes only tp-cp-ep-dp-pp or tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping); "
+        f"use the rank lists or the DeviceMesh"))
 
 
 def device_mesh_array(placement: Placement) -> np.ndarray:
@@ -115,11 +159,13 @@ def mesh_document(placement: Placement, provenance: Provenance, metadata: dict) 
         "axis_names": names,
         "usage": f"Mesh(np.array(jax.devices())[perm].reshape({tuple(placement.axis_sizes)!r}), {tuple(names)!r})",
     }
-    document["megatron_order"] = {
+    document["rank_order"] = {
         "order": "-".join(order.order) if order.order else None,
         "innermost_first": list(order.order) if order.order else None,
         "statement": order.statement,
     }
+    megatron = megatron_order(placement)
+    document["megatron"] = {"order": megatron.order, "flag": megatron.flag, "statement": megatron.reason}
     return document
 
 

@@ -7,7 +7,15 @@
   `tp-cp-ep-dp-pp` (default) and `tp-cp-ep-pp-dp` (`--use-tp-pp-dp-mapping`)
   (megatron/training/initialize.py). A placement is expressible when it is a permutation of
   whole axes (synth.export.mesh.axis_order) whose order, ignoring roles of size 1, is one of
-  those two; otherwise the reason is given and the rank lists / DeviceMesh are the way.
+  those two (and, for the second, not with context and pipeline parallelism both on, which
+  megatron-core's initialize_model_parallel refuses); otherwise the reason is given and the
+  rank lists / DeviceMesh are the way. The order itself is synth.export.mesh.megatron_order.
+  A candidate is *launchable* by Megatron when its placement is expressible so; the planner
+  names the best launchable candidate when the winner is not (`--launchable` keeps only those).
+  The arguments pass megatron-core's own checks (TransformerConfig: full recomputation needs a
+  method and `--recompute-num-layers`), and the environment holds what Megatron-LM's
+  validate_args asserts (`CUDA_DEVICE_MAX_CONNECTIONS=1` whenever tensor or context
+  parallelism is on; megatron/training/arguments.py).
 * torch: the `DeviceMesh` rank array with dimension names `pp, dp, cp, tp` (sizes > 1).
 * JAX: the shapes `jax.experimental.mesh_utils.create_hybrid_device_mesh(mesh_shape,
   dcn_mesh_shape, process_is_granule=True)` takes: per axis its factor inside a node (the
@@ -23,43 +31,67 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.export.mesh import axis_order, device_mesh_array, jax_permutation
+from synth.export.mesh import device_mesh_array, jax_permutation, megatron_order
 from synth.names import product
 from synth.placement import Placement
 from synth.plan.degrees import Degrees
 from synth.plan.model import Transformer
 from synth.plan.step import Prediction
 
-MEGATRON_TOKENS = ("tp", "cp", "ep", "dp", "pp")
-MEGATRON_ORDERS = (("tp-cp-ep-dp-pp", None), ("tp-cp-ep-pp-dp", "--use-tp-pp-dp-mapping"))
+
+def megatron_launchable(placement: Placement) -> bool:
+    """Whether Megatron-LM can launch this placement: its rank order is one Megatron's command
+    line selects (module docstring)."""
+    return megatron_order(placement).order is not None
 
 
-@dataclass(frozen=True)
-class MegatronOrder:
-    order: str | None  # the order string Megatron is given, None when not expressible
-    flag: str | None  # the command-line flag that selects it (None for the default)
-    reason: str  # why it is or is not expressible
+def megatron_model_arguments(model: Transformer) -> list[str]:
+    """The model's shape and architecture on Megatron-LM's command line (pretrain_gpt.py): the
+    flags that make Megatron build the model the plan priced (Megatron's defaults are GPT's:
+    learned positions, biases, tied embeddings, GeLU FFN, dropout 0.1, LayerNorm)."""
+    args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden),
+            "--ffn-hidden-size", str(model.ffn), "--num-attention-heads", str(model.heads)]
+    if model.query_groups != model.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.query_groups)]
+    args += ["--seq-length", str(model.seq_len), "--max-position-embeddings", str(model.seq_len)]
+    if model.gated_mlp:
+        args.append("--swiglu")
+    if not model.biases:
+        args += ["--disable-bias-linear", "--normalization", "RMSNorm"]
+    if not model.learned_positions:
+        args += ["--position-embedding-type", "rope"]
+    if not model.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.dropout:
+        args += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    if model.precision != "fp32":
+        args.append(f"--{model.precision}")
+    return args
 
 
-def megatron_order(placement: Placement) -> MegatronOrder:
-    """The Megatron order that numbers ranks exactly like the placement, or why there is none."""
-    found = axis_order(placement)
-    if found.order is None:
-        return MegatronOrder(None, None, f"not expressible in Megatron's rank order: {found.statement}")
-    ours = [name for name in found.order if placement.axis_sizes[placement.axis_index(name)] > 1]
-    for order, flag in MEGATRON_ORDERS:
-        tokens = [token for token in order.split("-") if token in ours]
-        if tokens == ours:
-            how = f"Megatron's {'default order' if flag is None else 'order with ' + flag}"
-            return MegatronOrder(order, flag, f"ranks numbered {'-'.join(ours)} innermost first: {how}")
-    return MegatronOrder(None, None, (
-        f"not expressible on Megatron's command line: the placement numbers ranks {'-'.join(ours)} innermost first, "
-        f"but Megatron takes only tp-cp-ep-dp-pp or tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping); "
-        f"use the rank lists or the DeviceMesh"))
+def megatron_environment(prediction: Prediction) -> dict[str, str]:
+    """Environment variables Megatron-LM requires for this candidate: validate_args asserts
+    CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (on GPUs before
+    Blackwell; harmless after), so that communication kernels are queued in issue order."""
+    degrees = prediction.degrees
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if degrees.tp > 1 or degrees.cp > 1 else {}
+
+
+def megatron_command(model: Transformer, prediction: Prediction) -> str:
+    """One shell line: the environment, then pretrain_gpt.py's arguments (data, tokenizer and
+    launcher left to the user)."""
+    environment = " ".join(f"{name}={value}" for name, value in megatron_environment(prediction).items())
+    return " ".join(part for part in (environment, "pretrain_gpt.py", " ".join(megatron_arguments(model, prediction)))
+                    if part)
 
 
 def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
-    """The sizes and settings on Megatron-LM's command line (pretrain_gpt.py)."""
+    """The model, sizes and settings on Megatron-LM's command line (pretrain_gpt.py)."""
+    return megatron_model_arguments(model) + megatron_parallel_arguments(model, prediction)
+
+
+def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> list[str]:
+    """The degrees and settings on Megatron-LM's command line."""
     degrees, settings = prediction.degrees, prediction.settings
     args = ["--tensor-model-parallel-size", str(degrees.tp), "--pipeline-model-parallel-size", str(degrees.pp)]
     if degrees.cp > 1:
@@ -70,7 +102,9 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
     if settings.sequence_parallel:
         args.append("--sequence-parallel")
     if settings.recompute == "full":
-        args += ["--recompute-granularity", "full", "--recompute-method", "uniform"]
+        # Every layer's input kept, each layer recomputed alone (the memory model's 2sbh per
+        # layer); megatron-core's TransformerConfig refuses full recomputation without the count.
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif settings.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
     if settings.sharded_optimizer:
@@ -130,7 +164,8 @@ def launch_document(model: Transformer, prediction: Prediction) -> dict:
         "settings": prediction.settings.to_json(),
         "placement": placement.to_text(),
         "axes": dict(zip(names, placement.axis_sizes)),
-        "megatron": {"arguments": megatron_arguments(model, prediction), "order": order.order,
+        "megatron": {"launchable": order.order is not None, "arguments": megatron_arguments(model, prediction),
+                     "environment": megatron_environment(prediction), "order": order.order,
                      "flag": order.flag, "statement": order.reason},
         "torch_device_mesh": {"mesh": device_mesh_array(placement).tolist(), "mesh_dim_names": names},
         "jax": {"mesh_shape": list(hybrid.mesh_shape) if hybrid.mesh_shape else None,

@@ -5,20 +5,26 @@ and `load_model` reads the same fields from a TOML or JSON file::
 
     name = "my-model"
     source = "where the shape comes from"
-    layers = 24
-    hidden = 2048
-    heads = 16
-    ffn = 8192            # FFN inner size (4 * hidden in GPT)
-    seq_len = 2048
-    vocab = 51200
+    layers = 32
+    hidden = 4096
+    heads = 32
+    kv_heads = 8          # grouped-query attention (0: as many as heads)
+    ffn = 14336           # FFN inner size (4 * hidden in GPT)
+    seq_len = 8192
+    vocab = 128256
     micro_batch = 1       # sequences per micro-batch (the planner can search others)
     global_batch = 512    # sequences per optimizer step
-    # optional: kv_heads (grouped-query attention), precision (bf16 | fp16 | fp32),
-    # grad_precision (the gradients' reduction type: fp32 | bf16 | fp16), optimizer (adam | sgd),
-    # gated_mlp (SwiGLU: three FFN matrices), biases, dropout, learned_positions,
-    # tied_embeddings, flash_attention
+    gated_mlp = true      # the architecture: state every key of ARCHITECTURE
+    biases = false
+    dropout = false
+    learned_positions = false
+    tied_embeddings = false
+    flash_attention = true
 
-Every field is checked and a bad one named with its fix.
+`KEYS` holds every key's meaning and unit (docs/plan.md's table is checked against it). The
+architecture keys default to GPT-3's (non-gated FFN, biases, dropout, learned positions, tied
+embeddings, no FlashAttention): `read_model` names the ones a file leaves out, so that a
+caller can say so. Every field is checked and a bad one named with its fix.
 """
 
 from __future__ import annotations
@@ -113,8 +119,15 @@ _MEGATRON = ("Narayanan et al., SC'21 'Efficient Large-Scale Language Model Trai
              "Megatron-LM' (arXiv:2104.04473), Table 1 (heads, hidden, layers, batch; vocabulary 51200, sequence "
              "2048, fp16); micro-batch from the authors' script examples/sc21/run_table_1.sh in NVIDIA/Megatron-LM")
 _LLAMA2 = ("Touvron et al. 2023, 'Llama 2: Open Foundation and Fine-Tuned Chat Models' (arXiv:2307.09288), "
-           "Table 1 and section 2.2 (context 4096, 4M-token batches, grouped-query attention for 70B); FFN sizes "
-           "11008 / 28672 and vocabulary 32000 from the released model configurations")
+           "Table 1 and section 2.2 (context 4096, 4M-token batches, grouped-query attention for 70B); layers, "
+           "hidden, heads, key/value heads, FFN sizes 11008 / 13824 / 28672 and vocabulary 32000 from the released "
+           "model configurations (config.json of meta-llama/Llama-2-{7b,13b,70b}-hf); SwiGLU, RMSNorm, rotary "
+           "positions, no biases, untied output layer")
+_LLAMA3 = ("Llama Team 2024, 'The Llama 3 Herd of Models' (arXiv:2407.21783), Table 3 (layers, model dimension, "
+           "FFN dimension, 128 attention / 8 key-value heads for 405B, vocabulary 128K, SwiGLU, RoPE) and section 3.4.1 "
+           "(405B: sequences of 8,192 tokens, 16M-token batches in the main stage); 8B/70B/3.2 shapes from the released "
+           "configurations (config.json of meta-llama/Meta-Llama-3-8B, -70B, Llama-3.2-1B, -3B: 3.2 ties the output "
+           "layer to the embedding); their batch is not published: 4M tokens (512 sequences of 8192) is taken")
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int, batch: int) -> Transformer:
@@ -127,10 +140,19 @@ def _megatron(name: str, heads: int, hidden: int, layers: int, micro: int, batch
                        grad_precision="fp16", source=_MEGATRON)
 
 
-def _llama2(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> Transformer:
-    return Transformer(name, layers, hidden, heads, ffn, 4096, 32000, 1, 1024, kv_heads=kv_heads, precision="bf16",
+def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, seq_len: int, vocab: int,
+           batch: int, source: str, tied: bool = False) -> Transformer:
+    return Transformer(name, layers, hidden, heads, ffn, seq_len, vocab, 1, batch, kv_heads=kv_heads, precision="bf16",
                        grad_precision="fp32", gated_mlp=True, biases=False, dropout=False, learned_positions=False,
-                       tied_embeddings=False, flash_attention=True, source=_LLAMA2)
+                       tied_embeddings=tied, flash_attention=True, source=source)
+
+
+def _llama2(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int) -> Transformer:
+    return _llama(name, layers, hidden, heads, kv_heads, ffn, 4096, 32000, 1024, _LLAMA2)
+
+
+def _llama3(name: str, layers: int, hidden: int, heads: int, ffn: int, batch: int = 512, tied: bool = False) -> Transformer:
+    return _llama(name, layers, hidden, heads, 8, ffn, 8192, 128256, batch, _LLAMA3, tied)
 
 
 PRESETS: dict[str, Transformer] = {model.name: model for model in (
@@ -149,12 +171,76 @@ PRESETS: dict[str, Transformer] = {model.name: model for model in (
     _megatron("megatron-529.6b", 128, 20480, 105, 1, 2520),
     _megatron("megatron-1t", 160, 25600, 128, 1, 3072),
     _llama2("llama2-7b", 32, 4096, 32, 0, 11008),
+    _llama2("llama2-13b", 40, 5120, 40, 0, 13824),
     _llama2("llama2-70b", 80, 8192, 64, 8, 28672),
+    _llama3("llama3.2-1b", 16, 2048, 32, 8192, tied=True),
+    _llama3("llama3.2-3b", 28, 3072, 24, 8192, tied=True),
+    _llama3("llama3-8b", 32, 4096, 32, 14336),
+    _llama3("llama3-70b", 80, 8192, 64, 28672),
+    _llama3("llama3.1-405b", 126, 16384, 128, 53248, batch=2048),
 )}
 
 
+def describe_architecture(model: Transformer) -> str:
+    """What the model is made of, in words: the answers to the ARCHITECTURE keys."""
+    ffn = f"gated FFN (SwiGLU, 3 matrices of f={model.ffn})" if model.gated_mlp else f"FFN (2 matrices of f={model.ffn})"
+    if model.query_groups == model.heads:
+        attention = f"multi-head attention ({model.heads} heads)"
+    else:
+        attention = f"grouped-query attention ({model.heads} heads, {model.query_groups} key/value groups)"
+    return ", ".join((
+        ffn, attention,
+        "learned positions" if model.learned_positions else "rotary positions",
+        "tied embeddings" if model.tied_embeddings else "untied embeddings",
+        "biases (LayerNorm)" if model.biases else "no biases (RMSNorm)",
+        "dropout" if model.dropout else "no dropout",
+        "FlashAttention" if model.flash_attention else "attention scores stored"))
+
+
+# Every key of a model file: (meaning, unit). Defaults are the dataclass's.
+KEYS: dict[str, tuple[str, str]] = {
+    "name": ("the model's name in the output", "text"),
+    "layers": ("transformer layers `L`", "layers"),
+    "hidden": ("hidden size `h`", "elements"),
+    "heads": ("attention (query) heads `a`; `h` must be a multiple", "heads"),
+    "ffn": ("FFN inner size `f` (`4h` in GPT; per matrix when gated)", "elements"),
+    "seq_len": ("sequence length `s` (also the learned position table's rows)", "tokens"),
+    "vocab": ("vocabulary size `V`", "tokens"),
+    "micro_batch": ("sequences per micro-batch `b` (`--micro-batch` searches others)", "sequences"),
+    "global_batch": ("sequences per optimizer step `B`", "sequences"),
+    "kv_heads": ("key/value heads `g` (grouped-query attention); 0: as many as `heads`", "heads"),
+    "precision": ("weights and activations: bf16, fp16 or fp32", "type"),
+    "grad_precision": ("gradients as reduced across data-parallel replicas: fp32, bf16 or fp16", "type"),
+    "optimizer": ("adam (two fp32 moments) or sgd (one fp32 momentum)", "name"),
+    "gated_mlp": ("gated FFN (SwiGLU/GeGLU: gate, up and down matrices, Llama) instead of two (GPT)", "true/false"),
+    "biases": ("biases in the linear layers and LayerNorm; false: none, RMSNorm (Llama)", "true/false"),
+    "dropout": ("dropout on attention scores and residual branches (masks kept for backward)", "true/false"),
+    "learned_positions": ("a learned `s x h` position table (GPT); false: rotary positions, no weights (Llama)",
+                          "true/false"),
+    "tied_embeddings": ("the output layer reuses the input embedding (GPT); false: its own `V x h` matrix", "true/false"),
+    "flash_attention": ("attention scores never stored (FlashAttention): no `a s^2` activations or traffic",
+                        "true/false"),
+    "source": ("where the figures come from (shown by --list-models)", "text"),
+}
+ARCHITECTURE = ("kv_heads", "gated_mlp", "biases", "dropout", "learned_positions", "tied_embeddings", "flash_attention")
+
 _FIELDS = {field.name: field for field in fields(Transformer)}
 _REQUIRED = ("name", "layers", "hidden", "heads", "ffn", "seq_len", "vocab", "micro_batch", "global_batch")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model as read, with the architecture keys its file left to GPT-3's defaults."""
+
+    model: Transformer
+    defaulted: tuple[str, ...] = ()  # ARCHITECTURE keys the file did not state (none for presets)
+
+    def defaults_text(self) -> str:
+        """`key = default` for each defaulted key, in the file's syntax."""
+        def value(key: str) -> str:
+            default = _FIELDS[key].default
+            return ("true" if default else "false") if isinstance(default, bool) else str(default)
+        return ", ".join(f"{key} = {value(key)}" for key in self.defaulted)
 
 
 def model_from_mapping(document: dict, where: str) -> Transformer:
@@ -180,8 +266,13 @@ def model_from_mapping(document: dict, where: str) -> Transformer:
 
 def load_model(spec: str) -> Transformer:
     """A preset by name (`megatron-1t`) or a TOML/JSON file of the fields in the module docstring."""
+    return read_model(spec).model
+
+
+def read_model(spec: str) -> ModelSource:
+    """`load_model`, also naming the architecture keys a file leaves to their defaults."""
     if spec in PRESETS:
-        return PRESETS[spec]
+        return ModelSource(PRESETS[spec])
     path = Path(spec)
     if not path.is_file():
         if spec.endswith((".toml", ".json")) or "/" in spec:
@@ -200,4 +291,5 @@ def load_model(spec: str) -> Transformer:
         from synth.topology_file import _toml_loads  # the one TOML reader (tomllib, or tomli on 3.10)
 
         document = _toml_loads(text, spec)
-    return model_from_mapping(document, spec)
+    model = model_from_mapping(document, spec)
+    return ModelSource(model, tuple(key for key in ARCHITECTURE if key not in document))

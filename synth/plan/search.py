@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import Factor, Inside, enumerate_placements
+from synth.placement import Factor, Inside, Placement, enumerate_placements
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.formulas import RECOMPUTE
 from synth.plan.model import Transformer
+from synth.plan.reserve import MemoryReserve
 from synth.plan.step import Compute, Prediction, Settings, predict, settings_problem
 from synth.topology import Topology
 
@@ -80,10 +81,20 @@ class PlanRequest:
     memory_headroom: float = 0.0  # fraction of the device memory kept free
     top: int = 10
     budget_s: float = DEFAULT_BUDGET_S
+    placement_filter: Callable[[Placement], bool] | None = None  # keep only these (e.g. Megatron-launchable)
+    memory_reserve: MemoryReserve | None = None  # bytes kept free besides the headroom (reserve.py)
 
     @property
     def memory_limit(self) -> float:
-        return self.compute.memory_bytes * (1 - self.memory_headroom)
+        """What a candidate may use before the reserve's part per communicator."""
+        fixed = self.memory_reserve.fixed_bytes if self.memory_reserve else 0.0
+        return self.compute.memory_bytes * (1 - self.memory_headroom) - fixed
+
+    def memory_limit_for(self, degrees: Degrees) -> float:
+        """What a candidate with these degrees may use: the device's memory less the headroom and the reserve."""
+        if self.memory_reserve is None:
+            return self.memory_limit
+        return self.compute.memory_bytes * (1 - self.memory_headroom) - self.memory_reserve.bytes_for(degrees)
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,7 @@ class PlanResult:
     bounded: int = 0  # candidates whose lower bound already lost to the top and the Pareto set (not costed further)
     dropped_memory: int = 0  # candidates that do not fit in the device's memory
     no_placement: int = 0  # degree choices whose axes have no placement under the constraints
+    filtered: int = 0  # placements the request's placement_filter left out
     smallest_dropped: Prediction | None = None  # the least memory among the dropped (to say by how much)
     elapsed_s: float = 0.0
     costs: CommunicationCosts | None = None  # the search's memoized costs, for explaining rows
@@ -227,12 +239,19 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
         except NoSolutionError:
             result.no_placement += 1
             continue
+        memory_limit = request.memory_limit_for(degrees)
         for placement in placements:
+            if request.placement_filter is not None and not request.placement_filter(placement):
+                result.filtered += 1
+                done += 1
+                if progress is not None:
+                    progress(done, size.placements)
+                continue
             for setting in settings:
                 result.evaluated += 1
                 prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
                                      data_parallel=False)
-                if prediction.memory.peak > request.memory_limit:
+                if prediction.memory.peak > memory_limit:
                     result.dropped_memory += 1
                     if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
                         result.smallest_dropped = prediction

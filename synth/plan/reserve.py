@@ -1,0 +1,74 @@
+"""Device memory a training job holds besides its weights, gradients, optimizer states and
+activations, kept out of what the planner lets a candidate use.
+
+A candidate's memory (formulas.py) counts what the model needs; a real job also holds:
+
+* **the CUDA context and the kernels' code** (`CUDA_CONTEXT_BYTES`): PyTorch measured
+  666,632,192 bytes on the device for a context with every module loaded and 287,047,680 with
+  lazy module loading (pytorch/pytorch pull request 86509, which made lazy loading PyTorch's
+  default). Lazily loaded kernels accumulate as a training step runs them; the planner
+  reserves the fully loaded figure, an upper bound of that (cuBLAS and cuDNN workspaces, taken
+  through the caching allocator, are left to the fragmentation headroom);
+* **NCCL's buffers** (`nccl_bytes`): for every communicator a rank runs collectives on, per
+  channel and per peer it receives from, one buffer per protocol, sized by NCCL's defaults
+  (src/init.cc): Simple `NCCL_BUFFSIZE` = 4 MiB, LL128 120 x 640 x 8 x 8 = 4,915,200 bytes,
+  LL 8 x 512 x 8 x 16 = 524,288 bytes. With NCCL's 32 channels (MAXCHANNELS) and the ring's
+  one receiving connection per channel that is 32 x 9,633,792 bytes (294 MiB) per
+  communicator; a job with tensor, context and data parallelism runs collectives on three.
+  Tree, NVLS and CollNet connections add more when NCCL picks them; pipeline send/receive
+  uses small peer-to-peer buffers and is not counted;
+* **the caching allocator's fragmentation**: freed blocks that are too small or split for the
+  next request. It is a fraction of the device memory (the plan's `--memory-headroom`,
+  default `FRAGMENTATION`): GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measured
+  PyTorch's caching allocator losing 15% on average (up to 33%) to fragmentation over eight
+  LLM training setups on 80 GB A100s, with recomputation, ZeRO, offloading or LoRA (the
+  techniques that fragment most); ZeRO (Rajbhandari et al. 2020, section 3.2) reports
+  out-of-memory errors with over 30% of the memory still free. Megatron-LM's contiguous
+  parameter and gradient buffers do not fragment, so the default keeps 10%: a judgement
+  between those measurements and none, overridable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.plan.degrees import Degrees
+
+CUDA_CONTEXT_BYTES = 666_632_192
+NCCL_PROTOCOL_BUFFER_BYTES = (4 << 20) + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16  # Simple + LL128 + LL, per connection
+NCCL_CHANNELS = 32
+NCCL_RING_PEERS = 1  # receiving connections per channel in a ring
+NCCL_COMMUNICATOR_BYTES = NCCL_CHANNELS * NCCL_RING_PEERS * NCCL_PROTOCOL_BUFFER_BYTES
+FRAGMENTATION = 0.10
+COLLECTIVE_ROLES = ("tp", "cp", "dp")  # the groups a rank runs collectives on (pp only sends and receives)
+
+
+@dataclass(frozen=True)
+class MemoryReserve:
+    """Bytes per device kept free besides the fragmentation headroom: a fixed part (the CUDA
+    context, or a size the user gives) and a part per communicator (NCCL's buffers)."""
+
+    fixed_bytes: float
+    per_communicator_bytes: float
+    source: str
+
+    def communicators(self, degrees: Degrees) -> int:
+        return sum(degrees.of(role) > 1 for role in COLLECTIVE_ROLES)
+
+    def bytes_for(self, degrees: Degrees) -> float:
+        return self.fixed_bytes + self.per_communicator_bytes * self.communicators(degrees)
+
+    def to_json(self) -> dict:
+        return {"fixed_bytes": self.fixed_bytes, "per_communicator_bytes": self.per_communicator_bytes,
+                "communicator_roles": list(COLLECTIVE_ROLES), "source": self.source}
+
+
+DEFAULT_RESERVE = MemoryReserve(
+    CUDA_CONTEXT_BYTES, NCCL_COMMUNICATOR_BYTES,
+    "CUDA context with its kernels loaded (666,632,192 B, pytorch/pytorch#86509) and NCCL's default ring buffers "
+    "(32 channels x (4 MiB Simple + 4,915,200 B LL128 + 524,288 B LL), src/init.cc) per TP, CP and DP communicator")
+
+
+def fixed_reserve(size_bytes: int) -> MemoryReserve:
+    """The user's own reserve (`--memory-reserve SIZE`), the same for every candidate."""
+    return MemoryReserve(float(size_bytes), 0.0, "given with --memory-reserve")
