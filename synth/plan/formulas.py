@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from synth.plan import moe
 from synth.plan.model import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -78,7 +79,13 @@ def embedding_parameters(model: Transformer) -> int:
 
 
 def parameter_count(model: Transformer) -> int:
-    return model.layers * layer_shape(model).total + embedding_parameters(model)
+    """Every parameter; MoE layers with all their experts (synth/plan/moe.py)."""
+    return model.layers * layer_shape(model).total + embedding_parameters(model) + moe.parameter_delta(model)
+
+
+def active_parameter_count(model: Transformer) -> int:
+    """The parameters one token uses: MoE layers with k routed experts (the dense count otherwise)."""
+    return model.layers * layer_shape(model).total + embedding_parameters(model) + moe.active_parameter_delta(model)
 
 
 def megatron_parameter_count(model: Transformer) -> float:
@@ -99,27 +106,32 @@ class StageParameters:
         return max(self.first, self.last)
 
 
-def stage_parameters(model: Transformer, tp: int, pp: int) -> StageParameters:
+def stage_parameters(model: Transformer, tp: int, pp: int, ep: int = 1) -> StageParameters:
+    """With MoE layers, each stage's own MoE layers hold E/ep experts per device (moe.py)."""
     h = model.hidden
     layers = layer_shape(model).per_device(tp) * model.layers / pp
+    (first_start, first_stop), (last_start, last_stop) = moe.stage_layers(model, pp)
+    first_moe = moe.stage_parameter_delta(model, tp, ep, first_start, first_stop)
+    last_moe = moe.stage_parameter_delta(model, tp, ep, last_start, last_stop)
     embedding = model.vocab * h / tp + (model.seq_len * h if model.learned_positions else 0)
     output = model.vocab * h / tp  # tied: the last stage keeps a copy (Megatron); untied: its own
     final_norm = 2 * h if model.biases else h
     if pp == 1:
-        whole = layers + embedding + final_norm + (0 if model.tied_embeddings else output)
+        whole = layers + first_moe + embedding + final_norm + (0 if model.tied_embeddings else output)
         return StageParameters(whole, whole)
-    return StageParameters(layers + embedding, layers + output + final_norm)
+    return StageParameters(layers + first_moe + embedding, layers + last_moe + output + final_norm)
 
 
 # --- FLOPs --------------------------------------------------------------------------------------
 
 
-def layer_forward_flops(model: Transformer, tokens: int, context: int) -> tuple[float, float]:
+def layer_forward_flops(model: Transformer, tokens: int, context: int, padded: bool = True) -> tuple[float, float]:
     """(matrix-multiplication FLOPs, of which attention scores and values) of one layer's forward
-    over `tokens` query tokens attending to `context` keys (whole model, no parallelism)."""
+    over `tokens` query tokens attending to `context` keys (whole model, no parallelism). With
+    MoE layers, the average layer's: active experts only, x the capacity factor when `padded`."""
     shape = layer_shape(model)
     attention = 4.0 * tokens * context * model.hidden
-    return 2.0 * tokens * shape.matmul + attention, attention
+    return 2.0 * tokens * shape.matmul + moe.mean_flops_delta(model, tokens, padded) + attention, attention
 
 
 def head_forward_flops(model: Transformer, tokens: int) -> float:
@@ -131,7 +143,7 @@ def model_flops_per_step(model: Transformer) -> float:
     """FLOPs of forward and backward (3x forward) for one optimizer step, no recomputation:
     the numerator of model FLOPs utilization (MFU)."""
     tokens = model.tokens_per_step
-    layer, _ = layer_forward_flops(model, tokens, model.seq_len)
+    layer, _ = layer_forward_flops(model, tokens, model.seq_len, padded=False)
     return 3.0 * (model.layers * layer + head_forward_flops(model, tokens))
 
 
@@ -187,7 +199,8 @@ def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: in
         scores = (2 + 3 * dropout) * model.heads * s * model.seq_len * b
     if recompute == "selective":
         scores = 0.0
-    return replicated / (tp if sequence_parallel else 1) + (split + scores) / tp
+    experts = moe.mean_activation_delta(model, s * b, tp)  # the MoE layers' FFN part (moe.py)
+    return replicated / (tp if sequence_parallel else 1) + (split + scores) / tp + experts
 
 
 def in_flight_layers(model: Transformer, pp: int, virtual: int, microbatches: int) -> float:

@@ -62,6 +62,13 @@ class Transformer:
     learned_positions: bool = True  # a seq_len x hidden position table (GPT); False: rotary (Llama)
     tied_embeddings: bool = True  # the output layer reuses the input embedding (GPT); False: Llama
     flash_attention: bool = False  # attention scores never stored (FlashAttention)
+    experts: int = 0  # routed experts per MoE layer (0: a dense model; synth/plan/moe.py)
+    top_k: int = 0  # experts each token is routed to
+    expert_ffn: int = 0  # one routed expert's FFN inner size (0: ffn)
+    shared_ffn: int = 0  # FFN inner size of the shared experts together (0: none)
+    capacity_factor: float = 0.0  # tokens an expert takes over its even share (0: dropless, balanced)
+    moe_every: int = 1  # every k-th layer is MoE (Megatron's --moe-layer-freq k)
+    first_dense: int = 0  # the first k layers keep the dense FFN (DeepSeek's first_k_dense_replace)
     source: str = ""
 
     def __post_init__(self):
@@ -82,6 +89,13 @@ class Transformer:
             raise UsageError(f"model {self.name!r}: optimizer = {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if self.global_batch % self.micro_batch:
             raise UsageError(f"model {self.name!r}: global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
+        from synth.plan.moe import check_moe  # the MoE keys' own rules
+
+        check_moe(self)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
 
     @property
     def query_groups(self) -> int:
@@ -128,6 +142,24 @@ _LLAMA3 = ("Llama Team 2024, 'The Llama 3 Herd of Models' (arXiv:2407.21783), Ta
            "(405B: sequences of 8,192 tokens, 16M-token batches in the main stage); 8B/70B/3.2 shapes from the released "
            "configurations (config.json of meta-llama/Meta-Llama-3-8B, -70B, Llama-3.2-1B, -3B: 3.2 ties the output "
            "layer to the embedding); their batch is not published: 4M tokens (512 sequences of 8192) is taken")
+_MIXTRAL = ("Jiang et al. 2024, 'Mixtral of Experts' (arXiv:2401.04088), Table 1 (dim 4096, 32 layers, head_dim 128, "
+            "hidden_dim 14336, 32 heads, 8 key/value heads, vocabulary 32000, 8 experts, top-2; 46.7B total, 12.9B "
+            "active parameters per the Mistral AI release); 8x22B from the released configuration (config.json of "
+            "mistralai/Mixtral-8x22B-v0.1: hidden 6144, 56 layers, 48 heads, 8 key/value heads, intermediate 16384, "
+            "vocabulary 32000) and its announcement (141B total, 39B active); dropless routing (capacity_factor 0). "
+            "The training batch and sequence are not published: 1024 sequences of 4096 tokens are taken")
+_DEEPSEEK_MOE = ("Dai et al. 2024, 'DeepSeekMoE' (arXiv:2401.06066), section 5 (DeepSeekMoE 16B: 28 layers, hidden 2048, "
+                 "16 heads, 2 shared + 64 routed experts of 1408, 6 routed per "
+                 "token, the first layer dense, vocabulary 102400, sequences of 4K, batches of 4.5K sequences; 16.4B "
+                 "total, 2.8B active); sizes from the released configuration (config.json of "
+                 "deepseek-ai/deepseek-moe-16b-base: intermediate_size 10944, moe_intermediate_size 1408, "
+                 "first_k_dense_replace 1)")
+_QWEN_MOE = ("Qwen Team 2024, 'Qwen1.5-MoE: Matching 7B Model Performance with 1/3 Activated Parameters' (blog; "
+             "14.3B total, 2.7B activated) and the released configuration (config.json of Qwen/Qwen1.5-MoE-A2.7B: "
+             "24 layers, hidden 2048, 16 heads, 60 experts of 1408, 4 per token, shared_expert_intermediate_size 5632, "
+             "vocabulary 151936, untied). Approximated: the query/key/value biases (6144 per layer) and the shared "
+             "expert's sigmoid gate (2048 per layer) are left out. The batch is not published: 1024 sequences of "
+             "4096 tokens are taken")
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int, batch: int) -> Transformer:
@@ -155,6 +187,13 @@ def _llama3(name: str, layers: int, hidden: int, heads: int, ffn: int, batch: in
     return _llama(name, layers, hidden, heads, 8, ffn, 8192, 128256, batch, _LLAMA3, tied)
 
 
+def _moe(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, experts: int,
+         top_k: int, source: str, expert_ffn: int = 0, shared_ffn: int = 0, first_dense: int = 0,
+         seq_len: int = 4096, batch: int = 1024) -> Transformer:
+    return replace(_llama(name, layers, hidden, heads, kv_heads, ffn, seq_len, vocab, batch, source),
+                   experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn, first_dense=first_dense)
+
+
 PRESETS: dict[str, Transformer] = {model.name: model for model in (
     _gpt3("gpt3-1.3b", 24, 2048, 16, 512),
     _gpt3("gpt3-2.7b", 32, 2560, 32, 512),
@@ -178,12 +217,27 @@ PRESETS: dict[str, Transformer] = {model.name: model for model in (
     _llama3("llama3-8b", 32, 4096, 32, 14336),
     _llama3("llama3-70b", 80, 8192, 64, 28672),
     _llama3("llama3.1-405b", 126, 16384, 128, 53248, batch=2048),
+    _moe("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 8, 2, _MIXTRAL),
+    _moe("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, 8, 2, _MIXTRAL),
+    _moe("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 64, 6, _DEEPSEEK_MOE, expert_ffn=1408,
+         shared_ffn=2 * 1408, first_dense=1, batch=4608),
+    _moe("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936, 60, 4, _QWEN_MOE, expert_ffn=1408, shared_ffn=5632),
 )}
 
 
 def describe_architecture(model: Transformer) -> str:
     """What the model is made of, in words: the answers to the ARCHITECTURE keys."""
     ffn = f"gated FFN (SwiGLU, 3 matrices of f={model.ffn})" if model.gated_mlp else f"FFN (2 matrices of f={model.ffn})"
+    if model.is_moe:
+        from synth.plan import moe
+
+        shared = f" + shared f={model.shared_ffn}" if model.shared_ffn else ""
+        capacity = f", capacity {model.capacity_factor:g}" if model.capacity_factor else ", dropless"
+        gated = "gated (SwiGLU) " if model.gated_mlp else ""
+        dense = model.layers - moe.moe_layer_count(model)
+        ffn = (f"MoE on {model.layers - dense} of {model.layers} layers ({model.experts} {gated}experts of "
+               f"f={moe.expert_ffn(model)}, top-{model.top_k}{shared}{capacity})"
+               + (f", dense FFN f={model.ffn} on {dense}" if dense else ""))
     if model.query_groups == model.heads:
         attention = f"multi-head attention ({model.heads} heads)"
     else:
@@ -220,6 +274,15 @@ KEYS: dict[str, tuple[str, str]] = {
     "tied_embeddings": ("the output layer reuses the input embedding (GPT); false: its own `V x h` matrix", "true/false"),
     "flash_attention": ("attention scores never stored (FlashAttention): no `a s^2` activations or traffic",
                         "true/false"),
+    "experts": ("routed experts per MoE layer `E`; 0: a dense model (the MoE keys below unused)", "experts"),
+    "top_k": ("experts each token is routed to `k` (required with `experts`)", "experts"),
+    "expert_ffn": ("one routed expert's FFN inner size `f_e`; 0: `ffn`", "elements"),
+    "shared_ffn": ("FFN inner size of the always-active shared experts together `f_s`; 0: none", "elements"),
+    "capacity_factor": ("tokens an expert takes over its even share `c` (computed and sent padded); 0: dropless, "
+                        "as if balanced (`c = 1`)", "ratio"),
+    "moe_every": ("every k-th layer is MoE, the others dense (`--moe-layer-freq k`); 1: every layer", "layers"),
+    "first_dense": ("the first k layers keep the dense FFN of size `ffn` (DeepSeek's `first_k_dense_replace`)",
+                    "layers"),
     "source": ("where the figures come from (shown by --list-models)", "text"),
 }
 ARCHITECTURE = ("kv_heads", "gated_mlp", "biases", "dropout", "learned_positions", "tied_embeddings", "flash_attention")
@@ -260,6 +323,10 @@ def model_from_mapping(document: dict, where: str) -> Transformer:
             raise UsageError(f"{where}: {key} = {value!r} is not true or false")
         if kind == "str" and not isinstance(value, str):
             raise UsageError(f"{where}: {key} = {value!r} is not a string")
+        if kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UsageError(f"{where}: {key} = {value!r} is not a number")
+            value = float(value)
         values[key] = value
     return Transformer(**values)
 

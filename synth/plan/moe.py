@@ -1,0 +1,199 @@
+"""Mixture-of-experts layers: their parameters, FLOPs, memory and all-to-all traffic.
+
+A MoE layer (Shazeer et al. 2017; Fedus et al. 2021, Switch Transformer; Jiang et al. 2024,
+Mixtral; Dai et al. 2024, DeepSeekMoE) keeps the attention of a dense layer and replaces its FFN
+by a router (an `h x E` matrix, no bias), `E` routed experts, each an FFN of inner size `f_e`,
+of which each token uses `k`, and optionally shared experts every token uses (inner size `f_s`
+in all). With `m` matrices per FFN (3 gated, 2 not), per MoE layer:
+
+* parameters: `E m h f_e` routed + `m h f_s` shared + `h E` router (+ the experts' biases);
+* active parameters (those one token touches): `k m h f_e + m h f_s + h E`;
+* forward FLOPs per token: `2 (k c m h f_e + m h f_s + h E)`, where `c` is the capacity factor:
+  with a capacity each expert computes `c` times its even share of the tokens, padding
+  included (Megatron's drop-and-pad), so the devices execute `c` times the routed work; a
+  dropless model (`capacity_factor = 0`) is counted as balanced, `c = 1`. Model FLOPs (the MFU
+  numerator) count `c = 1` always.
+
+Which layers are MoE: layer `i` (from 0) is MoE when `i >= first_dense` and
+`(i - first_dense) % moe_every == 0`; the other layers keep the dense FFN of size `ffn`.
+
+Expert parallelism (Megatron-core, `--expert-model-parallel-size`): the `E` routed experts of
+a layer are split over `ep` devices (each holds `E / ep` whole experts), inside the data-parallel
+ranks: `ep` divides `dp` and expert data parallelism is `dp / ep` (the experts' gradients are
+reduced, and their optimizer states sharded, over `dp / ep` replicas only). Expert tensor
+parallelism is Megatron's default, the tensor-parallel degree: each expert is split over `tp`.
+Shared experts and the router are dense weights (whole on every expert-parallel rank).
+
+All-to-all (Megatron's `alltoall` token dispatcher): each MoE layer dispatches every token's
+hidden vector to its `k` experts and combines the results back, forward and backward, 4
+all-to-alls per MoE layer per micro-batch, each of `tokens x h x k x c` values per device spread
+over the expert-parallel group (synth/plan/costs.py prices them).
+"""
+
+from __future__ import annotations
+
+from synth.errors import UsageError
+
+DISPATCHES_PER_LAYER = 4  # dispatch and combine, in forward and in backward
+
+
+def check_moe(model) -> None:
+    """The MoE keys' rules, each broken one named with its fix (called by Transformer)."""
+    name = model.name
+    for key in ("experts", "top_k", "expert_ffn", "shared_ffn", "first_dense"):
+        value = getattr(model, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UsageError(f"model {name!r}: {key} = {value!r} is not a non-negative integer")
+    if isinstance(model.moe_every, bool) or not isinstance(model.moe_every, int) or model.moe_every < 1:
+        raise UsageError(f"model {name!r}: moe_every = {model.moe_every!r} is not a positive integer (1: every layer)")
+    factor = model.capacity_factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 0 or factor == float("inf"):
+        raise UsageError(f"model {name!r}: capacity_factor = {factor!r} is not a finite number >= 0 (0: dropless)")
+    if model.experts == 0:
+        moe_keys = ("top_k", "expert_ffn", "shared_ffn", "capacity_factor", "first_dense")
+        stated = [key for key in moe_keys if getattr(model, key)] + (["moe_every"] if model.moe_every != 1 else [])
+        if stated:
+            raise UsageError(f"model {name!r}: {', '.join(stated)} set without experts; give experts = E (> 1) "
+                             f"or leave the MoE keys out")
+        return
+    if model.experts < 2:
+        raise UsageError(f"model {name!r}: experts = {model.experts}; a MoE layer needs 2 or more (0: dense)")
+    if not 1 <= model.top_k <= model.experts:
+        raise UsageError(f"model {name!r}: top_k = {model.top_k} with {model.experts} experts; give 1 to {model.experts}")
+    if 0 < factor < 1:
+        raise UsageError(f"model {name!r}: capacity_factor = {factor} drops tokens on every expert; give >= 1 or 0 (dropless)")
+    if model.first_dense >= model.layers:
+        raise UsageError(f"model {name!r}: first_dense = {model.first_dense} leaves none of its {model.layers} layers "
+                         f"MoE; give fewer than {model.layers}")
+
+
+def is_moe_layer(model, index: int) -> bool:
+    """Whether layer `index` (from 0) has experts (module docstring)."""
+    return model.is_moe and index >= model.first_dense and (index - model.first_dense) % model.moe_every == 0
+
+
+def moe_layers_in(model, start: int, stop: int) -> int:
+    """MoE layers among layers start..stop-1."""
+    return sum(1 for index in range(start, stop) if is_moe_layer(model, index))
+
+
+def moe_layer_count(model) -> int:
+    return moe_layers_in(model, 0, model.layers)
+
+
+def expert_ffn(model) -> int:
+    """One routed expert's FFN inner size."""
+    return model.expert_ffn or model.ffn
+
+
+def capacity(model) -> float:
+    """The routed work's factor over balanced routing: the capacity factor, 1 when dropless."""
+    return max(model.capacity_factor, 1.0)
+
+
+def _matrices(model) -> int:
+    return 3 if model.gated_mlp else 2
+
+
+def _ffn_weights(model, inner: int) -> int:
+    """One FFN's parameters: its matrices and, with biases, the first's (per matrix) and the last's."""
+    biases = ((2 if model.gated_mlp else 1) * inner + model.hidden) if model.biases else 0
+    return _matrices(model) * model.hidden * inner + biases
+
+
+def routed_expert_parameters(model) -> int:
+    """The routed experts of one MoE layer, all of them."""
+    return model.experts * _ffn_weights(model, expert_ffn(model))
+
+
+def dense_part_parameters(model) -> int:
+    """Shared experts and the router of one MoE layer: weights every expert-parallel rank holds."""
+    shared = _ffn_weights(model, model.shared_ffn) if model.shared_ffn else 0
+    return shared + model.hidden * model.experts
+
+
+def ffn_parameters(model) -> int:
+    """A MoE layer's FFN part: routed experts, shared experts and router."""
+    return routed_expert_parameters(model) + dense_part_parameters(model)
+
+
+def active_ffn_parameters(model) -> int:
+    """The FFN parameters one token uses in a MoE layer: k experts, the shared ones, the router."""
+    return model.top_k * _ffn_weights(model, expert_ffn(model)) + dense_part_parameters(model)
+
+
+def dense_ffn_parameters(model) -> int:
+    return _ffn_weights(model, model.ffn)
+
+
+def parameter_delta(model) -> int:
+    """Parameters the MoE layers add over the same model with dense FFNs everywhere."""
+    return moe_layer_count(model) * (ffn_parameters(model) - dense_ffn_parameters(model))
+
+
+def active_parameter_delta(model) -> int:
+    return moe_layer_count(model) * (active_ffn_parameters(model) - dense_ffn_parameters(model))
+
+
+def routed_tokens(model, tokens: float, padded: bool = True) -> float:
+    """Token-expert pairs the experts compute for `tokens` tokens (x c with the capacity padding)."""
+    return tokens * model.top_k * (capacity(model) if padded else 1.0)
+
+
+def moe_ffn_forward_flops(model, tokens: float, padded: bool = True) -> float:
+    """One MoE layer's FFN forward over `tokens` tokens: routed experts, shared experts, router."""
+    h = model.hidden
+    routed = 2.0 * routed_tokens(model, tokens, padded) * _matrices(model) * h * expert_ffn(model)
+    shared = 2.0 * tokens * _matrices(model) * h * model.shared_ffn
+    return routed + shared + 2.0 * tokens * h * model.experts
+
+
+def mean_flops_delta(model, tokens: float, padded: bool = True) -> float:
+    """Per layer (averaged over all layers), the forward FLOPs the MoE FFNs add over dense FFNs."""
+    if not model.is_moe:
+        return 0.0
+    dense = 2.0 * tokens * _matrices(model) * model.hidden * model.ffn
+    return moe_layer_count(model) * (moe_ffn_forward_flops(model, tokens, padded) - dense) / model.layers
+
+
+def stage_layers(model, pp: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(start, stop) of the first and the last pipeline stage's layers (even split)."""
+    per = model.layers // pp
+    return (0, per), (model.layers - per, model.layers)
+
+
+def expert_parameters_per_device(model, tp: int, ep: int, start: int, stop: int) -> float:
+    """Routed-expert parameters one device holds for layers start..stop-1: E/ep experts, split by tp."""
+    return moe_layers_in(model, start, stop) * routed_expert_parameters(model) / (ep * tp)
+
+
+def stage_parameter_delta(model, tp: int, ep: int, start: int, stop: int) -> float:
+    """What the MoE layers among start..stop-1 add to a device's parameters over dense FFNs: its
+    E/ep routed experts (split by tp), the shared experts (split by tp) and the router (whole)."""
+    if not model.is_moe:
+        return 0.0
+    h = model.hidden
+    shared = (_ffn_weights(model, model.shared_ffn) if model.shared_ffn else 0) / tp
+    per_layer = routed_expert_parameters(model) / (ep * tp) + shared + h * model.experts - dense_ffn_parameters(model) / tp
+    return moe_layers_in(model, start, stop) * per_layer
+
+
+def mean_activation_delta(model, tokens: float, tp: int) -> float:
+    """Per layer (averaged), the activation bytes a device keeps for backward beyond a dense FFN's
+    inner activations (4 or 6 bytes x tokens x f / t in 16-bit): the routed tokens' inner
+    activations, the shared experts', the permuted inputs the experts saw (2 k c h bytes per token,
+    whole: Megatron's expert layer keeps them) and the router's fp32 probabilities (4 E)."""
+    if not model.is_moe:
+        return 0.0
+    inner = 6 if model.gated_mlp else 4
+    dense = inner * tokens * model.ffn / tp
+    routed = routed_tokens(model, tokens)
+    moe = (inner * routed * expert_ffn(model) + inner * tokens * model.shared_ffn) / tp
+    moe += 2 * routed * model.hidden + 4 * tokens * model.experts
+    return moe_layer_count(model) * (moe - dense) / model.layers
+
+
+def dispatch_bytes(model, tokens: float) -> int:
+    """Bytes one device sends in one all-to-all (dispatch or combine) of `tokens` tokens:
+    `tokens x h x k x c` values of the activations' precision."""
+    return int(routed_tokens(model, tokens) * model.hidden * model.bytes_per_value)
