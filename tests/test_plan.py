@@ -237,7 +237,7 @@ def test_plan_export_writes_launch_settings(tmp_path, capsys):
     (["plan", "-t", "selene", "-m", "gpt3-1.3b", "--budget", "0.0001"], 2, "budget"),
     (["plan", "-t", "selene", "-m", "gpt3-1.3b", "--tp", "3"], 1, "no degree choice"),
     (["plan", "-t", "dgx-a100", "-m", "llama2-70b"], 1, "fits"),
-    (["plan", "-t", "selene", "-m", "gpt3-1.3b", "--inside", "model=gpu"], 2, "axes are pp, dp, cp and tp"),
+    (["plan", "-t", "selene", "-m", "gpt3-1.3b", "--inside", "model=gpu"], 2, "axes are pp, dp, ep, cp and tp"),
     (["plan", "-t", "selene", "-m", "gpt3-1.3b", "--recompute", "some"], 2, "--recompute"),
     (["plan", "-t", "selene", "-m", "gpt3-1.3b", "--resize", "rack=2"], 2, "unknown level"),
 ])

@@ -21,7 +21,8 @@ def register(subparsers) -> None:
                     "program: one training step predicted per candidate (compute, exposed tensor-parallel "
                     "collectives, pipeline bubble and transfers, exposed gradient reduction, optimizer), candidates "
                     "that do not fit in memory dropped, the rest ranked, with the Pareto set of time against memory. "
-                    "Axes are named pp, dp, cp, tp for --inside/--factor. docs/plan.md has the model.")
+                    "Axes are named pp, dp, ep, cp, tp for --inside/--factor (ep: the expert-parallel part of dp, "
+                    "MoE models). docs/plan.md has the model.")
     parser.add_argument("--topology", "-t", metavar="T", help="built-in topology with a [device] table, or a TOML file")
     parser.add_argument("--model", "-m", metavar="M", help="a preset (see --list-models) or a .toml/.json model file")
     parser.add_argument("--list-models", action="store_true", help="list the built-in models with their sources and exit")
@@ -29,6 +30,8 @@ def register(subparsers) -> None:
     for role, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         parser.add_argument(f"--{role}", type=positive_int, metavar="N",
                             help=f"fix the {what}-parallel degree" + (" (default 1)" if role == "cp" else ""))
+    parser.add_argument("--ep", type=positive_int, metavar="N",
+                        help="fix the expert-parallel degree (MoE models; a divisor of dp; default: searched)")
     parser.add_argument("--max-tp", type=positive_int, metavar="N", help="largest tensor-parallel degree to try")
     add_constraint_options(parser)
     parser.add_argument("--micro-batch", metavar="B,B,...", help="micro-batch sizes to try (default: the model's)")
@@ -174,11 +177,11 @@ def build_request(args):
     from synth.model.network import check_costable
 
     check_costable(topology)
-    limits = DegreeLimits(args.dp, args.tp, args.pp, args.cp if args.cp is not None else 1, args.max_tp)
+    limits = DegreeLimits(args.dp, args.tp, args.pp, args.cp if args.cp is not None else 1, args.max_tp, args.ep)
     constraints = tuple(parse_inside(text) for text in args.inside) + tuple(parse_factor(text) for text in args.factor)
     for constraint in constraints:
-        if constraint.axis not in ("pp", "dp", "cp", "tp"):
-            raise UsageError(f"placement constraint on {constraint.axis!r}: the axes are pp, dp, cp and tp")
+        if constraint.axis not in ("pp", "dp", "ep", "cp", "tp"):
+            raise UsageError(f"placement constraint on {constraint.axis!r}: the axes are pp, dp, ep, cp and tp")
         topology.level_index(constraint.level)
     micro = _integers(args.micro_batch, "--micro-batch")
     space = SearchSpace(micro_batches=micro, virtual=_integers(args.virtual_stages, "--virtual-stages"),
@@ -340,7 +343,9 @@ def where_time_goes(prediction, costs=None) -> list[tuple[str, float, str]]:
         return "; then ".join(_route_text(route, prediction, costs) for route in prediction.routes if route.name == name)
     terms = [("compute", b.compute, ""), ("exposed TP", b.tensor_parallel, at("tensor")),
              ("exposed CP", b.context_parallel, at("context")), ("PP bubble", b.pipeline_bubble, ""),
-             ("PP p2p", b.pipeline_p2p, at("pipeline")), ("exposed DP", b.data_parallel, at("data")),
+             ("PP p2p", b.pipeline_p2p, at("pipeline")),
+             ("exposed DP", b.data_parallel, "; then ".join(part for part in (at("data"), at("expert-data")) if part)),
+             ("EP all-to-all", b.expert_parallel, at("expert")),
              ("embedding sync", b.embedding_sync, at("embedding")), ("optimizer", b.optimizer, "")]
     return sorted([term for term in terms if term[1] > 0], key=lambda term: -term[1])
 
@@ -352,7 +357,7 @@ def _route_text(route, prediction, costs) -> str:
     if not route.levels:
         return route.program
     text = f"{route.levels}: {route.program}"
-    axes = ROLE_OF_ROUTE.get(route.name)
+    axes = route.axes or ROLE_OF_ROUTE.get(route.name)
     if costs is not None and axes:
         link = costs.bottleneck(prediction.placement, axes, route.program.split("; then ")[0], route.bytes)
         if link:
@@ -362,7 +367,8 @@ def _route_text(route, prediction, costs) -> str:
 
 def programs_text(prediction, costs=None) -> str:
     """The program each reduction of the step runs, hidden or not."""
-    names = {"tensor": "TP", "data": "DP", "context": "CP", "pipeline": "PP", "embedding": "emb"}
+    names = {"tensor": "TP", "data": "DP", "context": "CP", "pipeline": "PP", "embedding": "emb", "expert": "EP",
+             "expert-data": "expert DP"}
     return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 

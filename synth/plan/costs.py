@@ -6,6 +6,8 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
   default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
 * `reduce_scatter` / `all_gather`: one backend call over the axes' groups (what sequence
   parallelism and the sharded optimizer run; the program search synthesizes all-reduces only);
+* `all_to_all`: the mixture-of-experts token dispatch and combine over the expert-parallel
+  groups, as NCCL's flat grouped send/recv (synth.model.alltoall.flat_all_to_all);
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
   pipeline's activations), through the network's links with their contention;
 * `gradient_schedule`: the gradient reduction in buckets behind backward (synth.analysis.fusion's
@@ -38,6 +40,7 @@ from synth.model.context import cost_context
 from synth.model.cost import program_cost, step_costs
 from synth.model.engine import CostEngine, StepCalls
 from synth.model.algorithms import resolve_backend
+from synth.model.alltoall import flat_all_to_all
 from synth.model.network import check_costable, network_for
 from synth.names import product
 from synth.placement import Placement
@@ -82,6 +85,7 @@ class CommunicationCosts:
         self._all_reduce: dict[tuple, Communication] = {}
         self._single: dict[tuple, Communication] = {}
         self._p2p: dict[tuple, tuple[float, float, str]] = {}
+        self._all_to_all: dict[tuple, Communication] = {}
         self._schedules: dict[tuple, GradientSchedule] = {}
         self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
@@ -140,6 +144,21 @@ class CommunicationCosts:
     def all_gather(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
         """One AllGather call over the axes' groups, `size` bytes of output per device."""
         return self._single_call("AllGather", placement, axes, size)
+
+    def all_to_all(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
+        """One all-to-all of `size` bytes per device over the axes' groups, all groups at once:
+        NCCL's flat call (grouped send/recv to every peer, synth.model.alltoall), memoized by the
+        groups' span per level like the reductions."""
+        key = (self.factors(placement, axes), size)
+        found = self._all_to_all.get(key)
+        if found is None:
+            groups = placement.groups_over(axes)
+            seconds, _ = flat_all_to_all(self.network, self.topology, self.backend.launch_s, groups, size)
+            spans = zip(self.topology.levels, self.factors(placement, axes))
+            levels = ",".join(f"{level.name}={factor}" for level, factor in spans if factor > 1)
+            found = Communication("AllToAll (flat: grouped send/recv to every peer)", seconds, seconds, levels)
+            self._all_to_all[key] = found
+        return found
 
     def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str, size: int) -> str:
         """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""

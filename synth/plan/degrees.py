@@ -1,10 +1,20 @@
 """Parallelism degrees: every way to split the devices into data, tensor, pipeline and context
 parallel groups that the model and the framework's rules allow.
 
-A `Degrees` becomes the job's axes, outermost first `pp, dp, cp, tp` (axes of size 1 left
+A `Degrees` becomes the job's axes, outermost first `pp, dp, ep, cp, tp` (axes of size 1 left
 out): inside a system level the later axis takes the faster-varying digit, so the usual
 layouts (tensor parallelism innermost) number ranks the way Megatron-LM's default order
 `tp-cp-ep-dp-pp` does.
+
+Expert parallelism (MoE models, synth/plan/moe.py) divides the data-parallel ranks as
+Megatron-core does: `dp` stays the whole data-parallel degree (the dense weights' replicas, the
+batch split), of which `ep` consecutive ranks hold different experts and `dp / ep` hold the same
+ones (expert data parallelism). The axes then carry the split: `ep` (size ep) inside `dp` (size
+dp / ep), so the dense data-parallel group is the axes `dp, ep` together and the experts'
+gradients are reduced over `dp` alone. Expert tensor parallelism is the tensor-parallel degree
+(Megatron's default), and expert parallelism is not combined with context parallelism here
+(Megatron then spreads the expert group over the context ranks too, which these axes do not
+describe).
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from synth.errors import UsageError
 from synth.names import Sized
 from synth.plan.model import Transformer
 
-ROLES = ("pp", "dp", "cp", "tp")  # axis order, outermost first
+ROLES = ("pp", "dp", "ep", "cp", "tp")  # axis order, outermost first
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class Degrees:
     tp: int
     pp: int
     cp: int = 1
+    ep: int = 1  # expert parallelism, a divisor of dp (module docstring)
 
     @property
     def devices(self) -> int:
@@ -33,18 +44,34 @@ class Degrees:
     def of(self, role: str) -> int:
         return getattr(self, role)
 
+    def axis_size(self, role: str) -> int:
+        """The size of the role's axis: the data-parallel axis is what expert parallelism leaves."""
+        return self.dp // self.ep if role == "dp" else self.of(role)
+
     def axes(self) -> tuple[Sized, ...]:
         """The job's axes, outermost first, size-1 roles left out (one axis of size 1 if all are)."""
-        axes = tuple(Sized(role, self.of(role)) for role in ROLES if self.of(role) > 1)
+        axes = tuple(Sized(role, self.axis_size(role)) for role in ROLES if self.axis_size(role) > 1)
         return axes or (Sized("dp", 1),)
+
+    def data_axes(self) -> tuple[str, ...]:
+        """The axes of the dense weights' data-parallel group (dp, and ep inside it)."""
+        return tuple(role for role in ("dp", "ep") if self.axis_size(role) > 1) or ("dp",)
+
+    def expert_data_axes(self) -> tuple[str, ...]:
+        """The axes over which the experts' gradients are reduced (none when ep = dp)."""
+        return ("dp",) if self.axis_size("dp") > 1 else ()
+
+    @property
+    def expert_dp(self) -> int:
+        return self.dp // self.ep
 
     @property
     def text(self) -> str:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
-        return ",".join(parts + ([f"cp={self.cp}"] if self.cp > 1 else []))
+        return ",".join(parts + ([f"cp={self.cp}"] if self.cp > 1 else []) + ([f"ep={self.ep}"] if self.ep > 1 else []))
 
     def to_json(self) -> dict:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep}
 
 
 @dataclass(frozen=True)
@@ -56,9 +83,10 @@ class DegreeLimits:
     pp: int | None = None
     cp: int | None = 1
     max_tp: int | None = None
+    ep: int | None = None  # MoE models: None searches every divisor of dp and of the experts
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "cp", "max_tp"):
+        for name in ("dp", "tp", "pp", "cp", "max_tp", "ep"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise UsageError(f"--{name.replace('_', '-')} {value!r}: give a positive integer")
@@ -75,6 +103,12 @@ def model_problem(model: Transformer, degrees: Degrees) -> str | None:
         return "tp does not divide the attention heads"
     if model.ffn % degrees.tp:
         return "tp does not divide the FFN size"
+    if degrees.ep > 1 or model.is_moe:
+        from synth.plan.moe import expert_problem
+
+        reason = expert_problem(model, degrees)
+        if reason:
+            return reason
     if model.layers % degrees.pp:
         return "pp does not divide the layers"
     if degrees.cp > 1 and model.seq_len % (2 * degrees.cp):
@@ -93,17 +127,30 @@ def enumerate_degrees(devices: int, model: Transformer, limits: DegreeLimits = D
             continue
         for tp in divisors(devices // cp):
             for pp in divisors(devices // (cp * tp)):
-                degrees = Degrees(devices // (cp * tp * pp), tp, pp, cp)
-                reason = limit_problem(degrees, limits) or model_problem(model, degrees)
-                if reason:
-                    if refused is not None:
-                        refused[reason] += 1
-                    continue
-                yield degrees
+                dp = devices // (cp * tp * pp)
+                for ep in _expert_degrees(model, dp, cp, limits):
+                    degrees = Degrees(dp, tp, pp, cp, ep)
+                    reason = limit_problem(degrees, limits) or model_problem(model, degrees)
+                    if reason:
+                        if refused is not None:
+                            refused[reason] += 1
+                        continue
+                    yield degrees
+
+
+def _expert_degrees(model: Transformer, dp: int, cp: int, limits: DegreeLimits) -> list[int]:
+    """Expert-parallel degrees to try: 1 for dense models; every divisor of dp that divides the
+    experts for MoE models without context parallelism (a fixed --ep as given, to be refused
+    with its reason)."""
+    if limits.ep is not None:
+        return [limits.ep]
+    if not model.is_moe or cp > 1:
+        return [1]
+    return [ep for ep in divisors(dp) if model.experts % ep == 0]
 
 
 def limit_problem(degrees: Degrees, limits: DegreeLimits) -> str | None:
-    for role in ("dp", "tp", "pp", "cp"):
+    for role in ("dp", "tp", "pp", "cp", "ep"):
         fixed = getattr(limits, role)
         if fixed is not None and degrees.of(role) != fixed:
             return f"{role} fixed to {fixed}"

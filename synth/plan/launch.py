@@ -218,7 +218,7 @@ def megatron_rank_mesh(degrees: Degrees, order: str) -> np.ndarray:
     rank = np.zeros(shape, dtype=np.int64)
     stride = 1
     for token in order.split("-"):
-        size = degrees.of(token) if token in ("dp", "tp", "pp", "cp") else 1
+        size = degrees.axis_size(token) if token in ("dp", "ep", "tp", "pp", "cp") else 1
         names = [axis.name for axis in axes]
         if token in names and size > 1:
             rank += coordinates[names.index(token)] * stride

@@ -67,6 +67,22 @@ def check_moe(model) -> None:
                          f"MoE; give fewer than {model.layers}")
 
 
+def expert_problem(model, degrees) -> str | None:
+    """Why these degrees cannot split the experts (Megatron-core's checks), or None."""
+    if degrees.ep > 1 and not model.is_moe:
+        return "ep > 1 for a model without experts"
+    if degrees.dp % degrees.ep:
+        return "ep does not divide dp"
+    if model.experts % degrees.ep:
+        return "ep does not divide the experts"
+    if degrees.ep > 1 and degrees.cp > 1:
+        return "ep with cp (not modelled)"
+    for size, what in ((expert_ffn(model), "expert FFN size"), (model.shared_ffn, "shared FFN size")):
+        if size % degrees.tp:
+            return f"tp does not divide the {what}"
+    return None
+
+
 def is_moe_layer(model, index: int) -> bool:
     """Whether layer `index` (from 0) has experts (module docstring)."""
     return model.is_moe and index >= model.first_dense and (index - model.first_dense) % model.moe_every == 0

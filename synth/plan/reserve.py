@@ -40,7 +40,7 @@ NCCL_CHANNELS = 32
 NCCL_RING_PEERS = 1  # receiving connections per channel in a ring
 NCCL_COMMUNICATOR_BYTES = NCCL_CHANNELS * NCCL_RING_PEERS * NCCL_PROTOCOL_BUFFER_BYTES
 FRAGMENTATION = 0.10
-COLLECTIVE_ROLES = ("tp", "cp", "dp")  # the groups a rank runs collectives on (pp only sends and receives)
+COLLECTIVE_ROLES = ("tp", "cp", "ep", "dp")  # the groups a rank runs collectives on (pp only sends and receives)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from synth.errors import UsageError
 from synth.placement import Placement
-from synth.plan import formulas
+from synth.plan import formulas, moe
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.plan.model import Transformer
@@ -122,18 +122,20 @@ class Breakdown:
     embedding_sync: float
     optimizer: float
     data_parallel_overlapped: float  # gradient reduction hidden behind backward (not in the sum)
+    expert_parallel: float = 0.0  # MoE token all-to-alls (dispatch and combine), on the critical path
 
     @property
     def total(self) -> float:
         return (self.compute + self.tensor_parallel + self.context_parallel + self.pipeline_p2p
-                + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer)
+                + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer
+                + self.expert_parallel)
 
     def to_json(self) -> dict:
         return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
                 "context_parallel_s": self.context_parallel, "pipeline_p2p_s": self.pipeline_p2p,
                 "pipeline_bubble_s": self.pipeline_bubble, "data_parallel_exposed_s": self.data_parallel,
                 "embedding_sync_s": self.embedding_sync, "optimizer_s": self.optimizer,
-                "data_parallel_overlapped_s": self.data_parallel_overlapped}
+                "data_parallel_overlapped_s": self.data_parallel_overlapped, "expert_parallel_s": self.expert_parallel}
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ class Route:
     time_s: float  # per call
     calls: float  # per step
     bytes: int  # per call, per device
+    axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism)
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,8 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "sequence parallelism without tensor parallelism"
     if settings.sharded_optimizer and degrees.dp == 1:
         return "sharded optimizer without data parallelism"
+    if model.is_moe and degrees.tp > 1 and not settings.sequence_parallel:
+        return "MoE with tensor parallelism needs sequence parallelism"  # Megatron-LM's validate_args
     return None
 
 
@@ -274,6 +279,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         cp_mb = layers * max(0.0, exchange - attention)
         routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
 
+    # --- expert parallelism: the MoE layers' token all-to-alls (synth/plan/moe.py) ----------------
+    ep_mb = 0.0
+    if degrees.ep > 1:
+        local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
+        size = moe.dispatch_bytes(model, local)
+        exchange = costs.all_to_all(placement, ("ep",), size)
+        start, stop = moe.stage_layers(model, pp)[1]  # the last stage's MoE layers
+        calls = moe.moe_layers_in(model, start, stop) * (moe.DISPATCHES_PER_LAYER + (2 if full else 0))
+        ep_mb = calls * exchange.time_s
+        routes.append(Route("expert", exchange.program, exchange.levels, exchange.time_s, m * calls, size))
+
     # --- pipeline point to point ------------------------------------------------------------------
     p2p_mb = 0.0
     if pp > 1:
@@ -287,29 +303,53 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         p2p_mb = 2 * v * per_transfer
         routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
 
-    t_mb = compute_mb + tp_mb + cp_mb + p2p_mb
+    t_mb = compute_mb + tp_mb + cp_mb + p2p_mb + ep_mb
     bubble = (pp - 1) / v * t_mb
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
-    params = formulas.stage_parameters(model, tp, pp)
+    params = formulas.stage_parameters(model, tp, pp, degrees.ep)
+    # Routed experts of each stage's device: their gradients and optimizer states belong to the
+    # expert data-parallel group (dp / ep replicas), the rest to the whole data-parallel group.
+    (first_start, first_stop), (last_start, last_stop) = moe.stage_layers(model, pp)
+    experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, first_start, first_stop)
+    experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, last_start, last_stop)
     grad_bytes = model.grad_bytes_per_value
     dp_exposed = dp_overlapped = 0.0
     if dp > 1 and data_parallel:
-        layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes)
-        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * layers, 1) * grad_bytes)
+        stage_layers = (formulas.layer_shape(model).per_device(tp) * layers
+                        + moe.stage_parameter_delta(model, tp, degrees.ep, first_start, first_stop))
+        dense_layers = stage_layers - experts_first
+        layer_grad = int(dense_layers / layers * grad_bytes)
+        embedding_grad = int(max(params.first - stage_layers, 1) * grad_bytes)
         tensors = fuse_tensors(tuple([layer_grad] * layers + [embedding_grad]))
         backward_s = (2 * forward + recompute + 2 * head + tp_backward) if settings.overlap_gradients else 0.0
-        gradients = costs.gradient_schedule(placement, ("dp",), tensors, backward_s, settings.sharded_optimizer)
+        gradients = costs.gradient_schedule(placement, degrees.data_axes(), tensors, backward_s, settings.sharded_optimizer)
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
         routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets))
+                            gradients.buckets, sum(tensors) // gradients.buckets, degrees.data_axes()))
+        expert_axes = degrees.expert_data_axes()
+        if experts_first and expert_axes:
+            # The experts' gradients on the same stream after the dense ones (both exposures counted).
+            expert_grad = int(experts_first / layers * grad_bytes)
+            expert_tensors = fuse_tensors(tuple([expert_grad] * layers))
+            experts = costs.gradient_schedule(placement, expert_axes, expert_tensors, backward_s,
+                                              settings.sharded_optimizer)
+            dp_exposed += experts.exposed_s
+            dp_overlapped += experts.busy_s - experts.exposed_s
+            routes.append(Route("expert-data", experts.program, experts.levels, experts.busy_s / experts.buckets,
+                                experts.buckets, sum(expert_tensors) // experts.buckets, expert_axes))
         if settings.sharded_optimizer:
-            weights = int(params.first * model.bytes_per_value)
-            gather = costs.all_gather(placement, ("dp",), weights)
+            weights = int((params.first - experts_first) * model.bytes_per_value)
+            gather = costs.all_gather(placement, degrees.data_axes(), weights)
             dp_exposed += gather.time_s
-            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights))
+            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, degrees.data_axes()))
+            if experts_first and expert_axes:
+                weights = int(experts_first * model.bytes_per_value)
+                gather = costs.all_gather(placement, expert_axes, weights)
+                dp_exposed += gather.time_s
+                routes.append(Route("expert-data", gather.program, gather.levels, gather.time_s, 1, weights, expert_axes))
 
     # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
     embedding_s = 0.0
@@ -326,20 +366,27 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         weights = model.bytes_per_value
         states = formulas.ADAM_STATE_BYTES if model.optimizer == "adam" else formulas.SGD_STATE_BYTES
         touched = 2 * (formulas.FP32 + states) + formulas.FP32 + (weights if weights < formulas.FP32 else 0)
-        local = params.most / (dp if settings.sharded_optimizer else 1)
+        if settings.sharded_optimizer:
+            local = max((params.first - experts_first) / dp + experts_first / degrees.expert_dp,
+                        (params.last - experts_last) / dp + experts_last / degrees.expert_dp)
+        else:
+            local = params.most
         optimizer_s = local * touched / compute.memory_bandwidth
 
     breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed, embedding_s,
-                          optimizer_s, dp_overlapped)
+                          optimizer_s, dp_overlapped, m * ep_mb)
     step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
 
     # --- memory -----------------------------------------------------------------------------------
     per_parameter = formulas.state_bytes_per_parameter(model, dp, settings.sharded_optimizer)
+    # Routed experts shard their optimizer states over the expert data-parallel replicas only.
+    per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
     first_layers = formulas.in_flight_layers(model, pp, v, m)
-    memory = Memory(params.first * per_parameter, per_layer * first_layers + extra.first,
-                    params.last * per_parameter, per_layer * layers + extra.last)
+    memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter),
+                    per_layer * first_layers + extra.first,
+                    params.last * per_parameter + experts_last * (per_expert - per_parameter), per_layer * layers + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
