@@ -108,3 +108,206 @@ def test_moe_every_other_layer():
     model = model_from_mapping(document, "m.toml")
     assert [moe.is_moe_layer(model, i) for i in range(6)] == [True, False] * 3
     assert model.capacity_factor == 1.0 and isinstance(model.capacity_factor, float)
+
+
+# --- expert parallelism: degrees, groups as Megatron forms them, all-to-all cost, search --------
+
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from synth.model.alltoall import flat_all_to_all  # noqa: E402
+from synth.model.network import network_for  # noqa: E402
+from synth.plan.costs import CommunicationCosts  # noqa: E402
+from synth.plan.degrees import DegreeLimits, Degrees, enumerate_degrees  # noqa: E402
+from synth.plan.launch import megatron_arguments, moe_layer_pattern, published_placement  # noqa: E402
+from synth.plan.step import Settings, settings_problem  # noqa: E402
+from synth.topology_file import load_topology  # noqa: E402
+
+
+def test_expert_parallel_axes_split_the_data_parallel_ranks():
+    degrees = Degrees(8, 2, 2, 1, 4)
+    assert [(axis.name, axis.size) for axis in degrees.axes()] == [("pp", 2), ("dp", 2), ("ep", 4), ("tp", 2)]
+    assert degrees.data_axes() == ("dp", "ep") and degrees.expert_data_axes() == ("dp",) and degrees.expert_dp == 2
+    whole = Degrees(4, 1, 1, 1, 4)
+    assert whole.data_axes() == ("ep",) and whole.expert_data_axes() == ()
+    mixtral = PRESETS["mixtral-8x7b"]
+    eps = {d.ep for d in enumerate_degrees(64, mixtral, DegreeLimits(tp=1, pp=1))}
+    assert eps == {1, 2, 4, 8}  # divisors of dp = 64 that divide the 8 experts
+    assert {d.ep for d in enumerate_degrees(64, PRESETS["llama3-8b"], DegreeLimits(tp=1, pp=1))} == {1}
+
+
+@pytest.mark.parametrize("degrees", [Degrees(8, 2, 2, 1, 4), Degrees(16, 1, 2, 1, 8), Degrees(4, 8, 1, 1, 2)])
+def test_expert_groups_are_megatrons(degrees):
+    """megatron-core's RankGenerator forms the expert-parallel, expert data-parallel and dense
+    data-parallel groups of the default order as the placement's ep, dp and (dp, ep) axes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallel_state = pytest.importorskip("megatron.core.parallel_state",
+                                             reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
+    placement = published_placement(degrees, load_topology("dgx-a100-x4"))
+
+    def ours(axes):
+        return sorted(sorted(group) for group in placement.groups_over(axes))
+
+    def theirs(generator, role):
+        return sorted(sorted(group) for group in generator.get_ranks(role))
+    dense = parallel_state.RankGenerator(tp=degrees.tp, ep=1, dp=degrees.dp, pp=degrees.pp, cp=1, order="tp-cp-ep-dp-pp")
+    expert = parallel_state.RankGenerator(tp=degrees.tp, ep=degrees.ep, dp=degrees.expert_dp, pp=degrees.pp, cp=1,
+                                          order="tp-cp-ep-dp-pp")
+    assert theirs(expert, "ep") == ours(("ep",))
+    assert theirs(dense, "dp") == ours(degrees.data_axes())
+    if degrees.expert_dp > 1:
+        assert theirs(expert, "dp") == ours(("dp",))
+
+
+def test_flat_all_to_all_by_hand():
+    """emu-2x4: 2 nodes of 4, every port 1 GB/s, one 1 GB/s uplink per node, latency 50 us
+    across nodes and 20 us inside. An all-to-all of S bytes over all 8 sends S/8 to each peer:
+    the uplink of a node carries 4 devices x 4 remote peers x S/8 = 2 S, the busiest link; each
+    device posts 3 local and 4 remote sends (3 x 20 + 4 x 50 us). Inside one node (4 members,
+    two groups at once): 3 x S/4 through each device's port, 3 x 20 us."""
+    topology = load_topology("emu-2x4")
+    network = network_for(topology)
+    size = 8e6
+    seconds, link = flat_all_to_all(network, topology, 0.0, [list(range(8))], size)
+    assert seconds == pytest.approx(260e-6 + 2 * size / 1e9)
+    assert "uplink" in link
+    seconds, _ = flat_all_to_all(network, topology, 1e-5, [[0, 1, 2, 3], [4, 5, 6, 7]], size)
+    assert seconds == pytest.approx(1e-5 + 60e-6 + 0.75 * size / 1e9)
+    assert flat_all_to_all(network, topology, 1e-5, [[0], [1]], size) == (0.0, "")
+
+
+def test_all_to_all_inside_nvlink_is_cheaper_and_the_search_keeps_it_there():
+    topology = load_topology("selene")
+    costs = CommunicationCosts(topology)
+    degrees = Degrees(64, 1, 1, 1, 8)
+    from synth.placement import make_placement
+
+    inside = make_placement(topology, degrees.axes(), ((8, 1), (1, 8)))  # dp across nodes, ep inside
+    across = make_placement(topology, degrees.axes(), ((1, 8), (8, 1)))
+    size = 64 << 20
+    assert costs.all_to_all(inside, ("ep",), size).time_s * 3 < costs.all_to_all(across, ("ep",), size).time_s
+    assert costs.all_to_all(inside, ("ep",), size).levels == "gpu=8"
+    assert costs.all_to_all(across, ("ep",), size).levels == "node=8"
+
+
+def test_moe_settings_follow_megatron():
+    mixtral = PRESETS["mixtral-8x7b"]
+    assert settings_problem(mixtral, Degrees(8, 2, 1, 1, 2), Settings(1)) == \
+        "MoE with tensor parallelism needs sequence parallelism"
+    assert settings_problem(mixtral, Degrees(8, 2, 1, 1, 2), Settings(1, sequence_parallel=True)) is None
+    from synth.plan.degrees import model_problem
+
+    assert model_problem(mixtral, Degrees(16, 1, 1, 1, 16)) == "ep does not divide the experts"
+    assert model_problem(mixtral, Degrees(8, 1, 1, 2, 2)) == "ep with cp (not modelled)"
+
+
+def test_plan_mixtral_places_experts_inside_a_node(capsys):
+    from synth.cli import main
+
+    assert main(["plan", "-t", "selene", "-m", "mixtral-8x7b", "--tp", "1", "--pp", "2", "--ep", "8",
+                 "--micro-batch", "1", "--recompute", "none", "--zero1", "on", "--virtual-stages", "1",
+                 "--top", "1", "--json"]) == 0
+    import json
+
+    document = json.loads(capsys.readouterr().out)
+    best = document["ranked"][0]
+    assert best["degrees"]["ep"] == 8
+    expert = [route for route in best["communication"] if route["name"] == "expert"]
+    assert expert and expert[0]["levels"] == "gpu=8" and best["breakdown"]["expert_parallel_s"] > 0
+
+
+def test_ep_shrinks_the_expert_memory():
+    from synth.plan.costs import CommunicationCosts
+    from synth.plan.step import Compute, predict
+    from synth.placement import enumerate_placements
+
+    topology = load_topology("selene")
+    costs = CommunicationCosts(topology)
+    compute = Compute(312e12, 0.5, 80 * 2 ** 30, 2e12)
+    mixtral = PRESETS["mixtral-8x7b"]
+    settings = Settings(1, sequence_parallel=True, sharded_optimizer=True)
+    memory = {}
+    for ep in (1, 8):
+        degrees = Degrees(8, 8, 1, 1, ep)
+        placement = enumerate_placements(topology, degrees.axes())[0]
+        memory[ep] = predict(mixtral, compute, costs, degrees, placement, settings).memory.states_first
+    # Each device holds 1 of 8 experts instead of 8 (split by tp = 8 either way): 7/8 of the
+    # routed experts' weights and gradients gone, their optimizer states sharded over dp/ep = 1.
+    experts = moe.routed_expert_parameters(mixtral) * 32 / 8
+    per_parameter = formulas.state_bytes_per_parameter(mixtral, 8, True)
+    whole = formulas.state_bytes_per_parameter(mixtral, 1, True)
+    assert memory[1] - memory[8] == pytest.approx(experts * per_parameter - experts / 8 * whole)
+
+
+def _moe_parser():
+    from tests.test_plan_launch import _megatron_parser
+
+    parser = _megatron_parser()
+    for flag in ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+                 "--expert-model-parallel-size", "--expert-tensor-parallel-size"):
+        parser.add_argument(flag, type=int)
+    parser.add_argument("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"), default="allgather")
+    parser.add_argument("--moe-expert-capacity-factor", type=float)
+    parser.add_argument("--moe-pad-expert-input-to-capacity", action="store_true")
+    # Megatron-LM's moe_freq_type: an integer, or a list expression such as "([0]*1+[1]*27)"
+    parser.add_argument("--moe-layer-freq", type=lambda x: eval(x, {}) if "[" in x else int(x), default=1)
+    return parser
+
+
+@pytest.mark.parametrize("name, degrees, capacity", [
+    ("mixtral-8x7b", Degrees(8, 2, 2, 1, 4), 0.0),
+    ("deepseek-moe-16b", Degrees(16, 1, 2, 1, 8), 1.25),
+    ("qwen1.5-moe-a2.7b", Degrees(4, 2, 4, 1, 2), 0.0),
+])
+def test_megatron_moe_arguments_pass_transformer_config(name, degrees, capacity):
+    """The MoE flags build, through megatron-core 0.16.1's TransformerConfig checks, the experts,
+    routing, sizes, layer pattern and parallel degrees the plan priced."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch
+
+    config_module = pytest.importorskip("megatron.core.transformer.transformer_config",
+                                        reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
+    model = replace(PRESETS[name], capacity_factor=capacity)
+    settings = Settings(1, 1, degrees.tp > 1, "none", True)
+    candidate = SimpleNamespace(degrees=degrees, settings=settings,
+                                placement=published_placement(degrees, load_topology("dgx-a100-x4")))
+    args = _moe_parser().parse_args(megatron_arguments(model, candidate))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = config_module.TransformerConfig(
+            num_layers=args.num_layers, hidden_size=args.hidden_size, ffn_hidden_size=args.ffn_hidden_size,
+            num_attention_heads=args.num_attention_heads,
+            num_query_groups=args.num_query_groups if args.group_query_attention else None,
+            tensor_model_parallel_size=args.tensor_model_parallel_size,
+            pipeline_model_parallel_size=args.pipeline_model_parallel_size, sequence_parallel=args.sequence_parallel,
+            gated_linear_unit=args.swiglu, add_bias_linear=not args.disable_bias_linear, bf16=args.bf16,
+            params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+            num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
+            moe_ffn_hidden_size=args.moe_ffn_hidden_size,
+            moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
+            moe_layer_freq=args.moe_layer_freq, moe_token_dispatcher_type=args.moe_token_dispatcher_type,
+            moe_expert_capacity_factor=args.moe_expert_capacity_factor,
+            moe_pad_expert_input_to_capacity=args.moe_pad_expert_input_to_capacity,
+            expert_model_parallel_size=args.expert_model_parallel_size,
+            expert_tensor_parallel_size=args.expert_tensor_parallel_size)
+    assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == (
+        model.experts, model.top_k, moe.expert_ffn(model))
+    assert (config.moe_shared_expert_intermediate_size or 0) == model.shared_ffn
+    pattern = config.moe_layer_freq if isinstance(config.moe_layer_freq, list) else \
+        [1 if index % config.moe_layer_freq == 0 else 0 for index in range(model.layers)]
+    assert pattern == [int(moe.is_moe_layer(model, index)) for index in range(model.layers)]
+    assert (config.moe_expert_capacity_factor or 0.0) == capacity and config.moe_pad_expert_input_to_capacity == (capacity > 0)
+    assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (degrees.ep, degrees.tp)
+    assert config.moe_token_dispatcher_type == "alltoall"
+
+
+def test_moe_layer_pattern_text():
+    assert moe_layer_pattern([0, 1, 1, 1]) == "([0]*1+[1]*3)"
+    assert eval(moe_layer_pattern([1, 0] * 3), {}) == [1, 0] * 3
+    assert megatron_arguments(PRESETS["llama3-8b"], type("C", (), {
+        "degrees": Degrees(8, 1, 1), "settings": Settings(1), "placement": published_placement(
+            Degrees(8, 1, 1), load_topology("dgx-a100"))})()).count("--num-experts") == 0

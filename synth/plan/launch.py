@@ -66,7 +66,40 @@ def megatron_model_arguments(model: Transformer) -> list[str]:
         args += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if model.precision != "fp32":
         args.append(f"--{model.precision}")
+    return args + megatron_moe_arguments(model)
+
+
+def megatron_moe_arguments(model: Transformer) -> list[str]:
+    """The MoE layers on Megatron-LM's command line (megatron/training/arguments.py, _add_moe_args;
+    megatron-core's TransformerConfig fields num_moe_experts, moe_router_topk, ...): the experts,
+    their routing and sizes, which layers (`--moe-layer-freq` as Megatron's pattern expression,
+    e.g. `([0]*1+[1]*27)`), the capacity (padded, as priced) and the all-to-all dispatcher the
+    plan priced. Nothing for a dense model."""
+    if not model.is_moe:
+        return []
+    from synth.plan import moe
+
+    args = ["--num-experts", str(model.experts), "--moe-router-topk", str(model.top_k),
+            "--moe-ffn-hidden-size", str(moe.expert_ffn(model)), "--moe-token-dispatcher-type", "alltoall"]
+    if model.shared_ffn:
+        args += ["--moe-shared-expert-intermediate-size", str(model.shared_ffn)]
+    pattern = [1 if moe.is_moe_layer(model, index) else 0 for index in range(model.layers)]
+    if 0 in pattern:
+        args += ["--moe-layer-freq", moe_layer_pattern(pattern)]
+    if model.capacity_factor:
+        args += ["--moe-expert-capacity-factor", f"{model.capacity_factor:g}", "--moe-pad-expert-input-to-capacity"]
     return args
+
+
+def moe_layer_pattern(pattern: list[int]) -> str:
+    """A 0/1 per-layer list as Megatron's `--moe-layer-freq` expression: runs, `([0]*1+[1]*27)`."""
+    runs: list[list[int]] = []
+    for value in pattern:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return "(" + "+".join(f"[{value}]*{count}" for value, count in runs) + ")"
 
 
 def megatron_environment(prediction: Prediction) -> dict[str, str]:
@@ -96,6 +129,9 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
     args = ["--tensor-model-parallel-size", str(degrees.tp), "--pipeline-model-parallel-size", str(degrees.pp)]
     if degrees.cp > 1:
         args += ["--context-parallel-size", str(degrees.cp)]
+    if model.is_moe:
+        # Expert tensor parallelism as the plan priced it: the tensor-parallel degree (Megatron's default).
+        args += ["--expert-model-parallel-size", str(degrees.ep), "--expert-tensor-parallel-size", str(degrees.tp)]
     if settings.virtual > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", str(model.layers // (degrees.pp * settings.virtual))]
     args += ["--micro-batch-size", str(settings.micro_batch), "--global-batch-size", str(model.global_batch)]

@@ -77,6 +77,8 @@ def expert_problem(model, degrees) -> str | None:
         return "ep does not divide the experts"
     if degrees.ep > 1 and degrees.cp > 1:
         return "ep with cp (not modelled)"
+    if model.is_moe and model.biases and degrees.tp > 1:
+        return "MoE with biases needs expert tp 1 (megatron-core)"
     for size, what in ((expert_ffn(model), "expert FFN size"), (model.shared_ffn, "shared FFN size")):
         if size % degrees.tp:
             return f"tp does not divide the {what}"
