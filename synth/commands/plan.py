@@ -123,7 +123,10 @@ def model_line(model) -> str:
     from synth.plan.formulas import parameter_count
     from synth.plan.model import describe_architecture
 
-    return (f"{model.name}: {parameter_count(model):,} parameters ({parameter_count(model) / 1e9:.2f} B); "
+    from synth.plan.formulas import active_parameter_count
+
+    active = f", {active_parameter_count(model) / 1e9:.2f} B active" if model.is_moe else ""
+    return (f"{model.name}: {parameter_count(model):,} parameters ({parameter_count(model) / 1e9:.2f} B{active}); "
             f"L={model.layers} h={model.hidden} s={model.seq_len} V={model.vocab}; {describe_architecture(model)}")
 
 
@@ -468,11 +471,12 @@ def prediction_json(prediction, request, costs=None) -> dict:
 
 def plan_json(result, launchable=None) -> dict:
     request = result.request
-    from synth.plan.formulas import parameter_count
+    from synth.plan.formulas import active_parameter_count, parameter_count
     from synth.plan.model import describe_architecture
 
     return {
         "model": request.model.to_json(), "parameters": parameter_count(request.model),
+        "active_parameters": active_parameter_count(request.model),
         "architecture": describe_architecture(request.model),
         "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
