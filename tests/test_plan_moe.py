@@ -311,3 +311,47 @@ def test_moe_layer_pattern_text():
     assert megatron_arguments(PRESETS["llama3-8b"], type("C", (), {
         "degrees": Degrees(8, 1, 1), "settings": Settings(1), "placement": published_placement(
             Degrees(8, 1, 1), load_topology("dgx-a100"))})()).count("--num-experts") == 0
+
+
+def _small_moe():
+    """A small Mixtral-like model that fits 32 A100s many ways (8 experts, top-2)."""
+    from dataclasses import replace
+
+    return replace(PRESETS["mixtral-8x7b"], name="mixtral-small", layers=8, hidden=1024, heads=8, kv_heads=8,
+                   ffn=2048, seq_len=2048, global_batch=64)
+
+
+def test_moe_step_terms_add_up():
+    from synth.plan.launch import published_placement as placed
+    from synth.plan.step import compute_of, predict
+
+    topology = load_topology("dgx-a100-x4")
+    model = _small_moe()
+    costs = CommunicationCosts(topology)
+    compute = compute_of(topology.device, model.precision)
+    degrees = Degrees(8, 2, 2, 1, 4)
+    prediction = predict(model, compute, costs, degrees, placed(degrees, topology), Settings(1, 2, True, "full", True))
+    assert prediction.step_s == pytest.approx(prediction.breakdown.total)
+    expert = [route for route in prediction.routes if route.name == "expert"][0]
+    # 4 per MoE layer plus 2 in the recomputed forward, for the last stage's 4 MoE layers, per micro-batch
+    assert expert.calls == prediction.microbatches * 4 * 6
+    assert expert.bytes == moe.dispatch_bytes(model, 2048 // 2)  # sequence parallelism: s b / t tokens
+    assert prediction.breakdown.expert_parallel == pytest.approx(prediction.microbatches * 24 * expert.time_s)
+    assert {route.name for route in prediction.routes} >= {"expert", "expert-data", "data"}
+
+
+def test_moe_search_ranks_exactly_what_predicting_everything_ranks():
+    from tests.test_plan import _everything, _request
+
+    from synth.plan.search import plan
+
+    topology = load_topology("dgx-a100-x4")
+    request = _request(topology, model=_small_moe(), top=10)
+    result = plan(request)
+    rows = _everything(request)
+    fitting = sorted((row for row in rows if row.memory.peak <= request.memory_limit),
+                     key=lambda r: (r.step_s, r.memory.peak, r.degrees.text, r.placement.to_text(), r.settings.text))
+    assert [(r.step_s, r.degrees, r.placement.to_text(), r.settings) for r in result.ranked] == \
+           [(r.step_s, r.degrees, r.placement.to_text(), r.settings) for r in fitting[:10]]
+    assert result.evaluated == len(rows) == result.size.candidates
+    assert any(row.degrees.ep > 1 for row in rows)
