@@ -61,7 +61,7 @@ def test_plan_shows_the_reserve_and_its_flags(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "Memory: 40 GiB per device, 10% kept free for allocator fragmentation (--memory-headroom)" in out
-    assert "for the CUDA context" in out and "NCCL buffers per TP/CP/DP communicator (--memory-reserve)" in out
+    assert "for the CUDA context" in out and "NCCL buffers per TP/CP/EP/DP communicator (--memory-reserve)" in out
     assert main(args + ["--memory-headroom", "0", "--memory-reserve", "0"]) == 0
     out = capsys.readouterr().out
     assert "Memory: 40 GiB per device: 40 GiB left" in out

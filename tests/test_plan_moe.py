@@ -355,3 +355,24 @@ def test_moe_search_ranks_exactly_what_predicting_everything_ranks():
            [(r.step_s, r.degrees, r.placement.to_text(), r.settings) for r in fitting[:10]]
     assert result.evaluated == len(rows) == result.size.candidates
     assert any(row.degrees.ep > 1 for row in rows)
+
+
+def test_moe_model_file_through_the_command(tmp_path, capsys):
+    import json
+
+    from synth.cli import main
+
+    path = tmp_path / "moe.toml"
+    path.write_text('name = "tiny-moe"\nlayers = 4\nhidden = 256\nheads = 4\nffn = 512\nseq_len = 512\nvocab = 1000\n'
+                    'micro_batch = 1\nglobal_batch = 32\ngated_mlp = true\nbiases = false\ndropout = false\n'
+                    'learned_positions = false\ntied_embeddings = false\nflash_attention = true\nkv_heads = 0\n'
+                    'experts = 4\ntop_k = 2\nexpert_ffn = 256\ncapacity_factor = 1.25\nmoe_every = 2\n')
+    assert main(["plan", "-t", "dgx-a100", "-m", str(path), "--top", "1", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    model = Transformer(**document["model"])
+    assert model.capacity_factor == 1.25 and moe.moe_layer_count(model) == 2
+    assert document["parameters"] == formulas.parameter_count(model) > document["active_parameters"]
+    assert "MoE on 2 of 4 layers" in document["architecture"]
+    path.write_text(path.read_text().replace("capacity_factor = 1.25", 'capacity_factor = "high"'))
+    assert main(["plan", "-t", "dgx-a100", "-m", str(path)]) == 2
+    assert "capacity_factor = 'high' is not a number" in capsys.readouterr().err

@@ -293,7 +293,7 @@ def memory_text(request, degrees=None) -> str:
     if reserve is not None:
         if reserve.per_communicator_bytes:
             parts.append(f"{format_bytes(int(reserve.fixed_bytes))} for the CUDA context and "
-                         f"{format_bytes(int(reserve.per_communicator_bytes))} of NCCL buffers per TP/CP/DP "
+                         f"{format_bytes(int(reserve.per_communicator_bytes))} of NCCL buffers per TP/CP/EP/DP "
                          f"communicator (--memory-reserve)")
         else:
             parts.append(f"{format_bytes(int(reserve.fixed_bytes))} reserved (--memory-reserve)")
