@@ -13,7 +13,8 @@ where the makespan is the network's fluid model (synth/model/network.py: the bus
 load over its capacity, each link at its own rate, with the contention of every group's
 flows on shared uplinks). A group inside one NVLink domain is bound by the devices' NVLink
 ports; a group across nodes by the network ports of the slowest level it spans, which carry
-the bytes bound for the other nodes ((n - n_inner)/n of S). The per-peer latency is the
+the bytes bound for the other nodes ((n - n_inner)/n of S), each device's through its own NIC
+(an all-to-all does not aggregate several NICs: NCCL's maintainers, NVIDIA/nccl-tests#267). The per-peer latency is the
 serial part of posting one send and one receive per peer; it dominates small messages on
 large groups. This is the flat call only: hierarchical all-to-all programs are not priced here.
 """
