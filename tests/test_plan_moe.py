@@ -336,7 +336,16 @@ def test_moe_step_terms_add_up():
     # 4 per MoE layer plus 2 in the recomputed forward, for the last stage's 4 MoE layers, per micro-batch
     assert expert.calls == prediction.microbatches * 4 * 6
     assert expert.bytes == moe.dispatch_bytes(model, 2048 // 2)  # sequence parallelism: s b / t tokens
-    assert prediction.breakdown.expert_parallel == pytest.approx(prediction.microbatches * 24 * expert.time_s)
+    # + the routed tokens' all-gather and reduce-scatter over tp beyond the dense FFN's pair,
+    # forward, backward and the recomputed forward, for the 4 MoE layers
+    def pair(size):
+        return costs.reduce_scatter(prediction.placement, ("tp",), size).time_s + \
+            costs.all_gather(prediction.placement, ("tp",), size).time_s
+    activation = 2048 * model.hidden * model.bytes_per_value
+    extra = pair(moe.dispatch_bytes(model, 2048)) - pair(activation)
+    assert extra > 0
+    assert prediction.breakdown.expert_parallel == pytest.approx(
+        prediction.microbatches * (24 * expert.time_s + 4 * 3 * extra))
     assert {route.name for route in prediction.routes} >= {"expert", "expert-data", "data"}
 
 

@@ -23,6 +23,11 @@ device (the last pipeline stage, which also runs the output layer) spends
 * context parallelism: the keys and values all-gathered in forward (and recomputation) and
   their gradients reduce-scattered in backward, exposed where they exceed the attention's
   own compute (the ring exchange overlaps with it).
+* expert parallelism (MoE models, synth/plan/moe.py): the token dispatch and combine
+  all-to-alls over the `ep` groups, 4 per MoE layer of the stage (6 with full recomputation),
+  each of `tokens x h x k x c` values per device, on the critical path, and with tensor
+  parallelism the routed tokens' all-gather and reduce-scatter over `tp` beyond the dense
+  FFN's; the MoE layers' FLOPs (active experts, x the capacity factor) are in the compute term.
 
 The step is `(m + (p-1)/v) t_mb` (the 1F1B and interleaved schedules; the bubble is
 `(p-1)/v t_mb`), then the exposed part of the gradient reduction (bucketed behind the last
@@ -281,14 +286,24 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     # --- expert parallelism: the MoE layers' token all-to-alls (synth/plan/moe.py) ----------------
     ep_mb = 0.0
+    start, stop = moe.stage_layers(model, pp)[1]
+    moe_layers = moe.moe_layers_in(model, start, stop)  # the last stage's MoE layers
     if degrees.ep > 1:
         local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
         size = moe.dispatch_bytes(model, local)
         exchange = costs.all_to_all(placement, ("ep",), size)
-        start, stop = moe.stage_layers(model, pp)[1]  # the last stage's MoE layers
-        calls = moe.moe_layers_in(model, start, stop) * (moe.DISPATCHES_PER_LAYER + (2 if full else 0))
+        calls = moe_layers * (moe.DISPATCHES_PER_LAYER + (2 if full else 0))
         ep_mb = calls * exchange.time_s
         routes.append(Route("expert", exchange.program, exchange.levels, exchange.time_s, m * calls, size))
+    if moe_layers and tp > 1 and settings.sequence_parallel:
+        # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
+        # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
+        # size the tensor-parallel term already counts; the difference is charged here.
+        routed = moe.dispatch_bytes(model, tokens)
+        pair = lambda size: (costs.reduce_scatter(placement, ("tp",), size).time_s  # noqa: E731
+                             + costs.all_gather(placement, ("tp",), size).time_s)
+        extra = max(0.0, pair(routed) - pair(activation))
+        ep_mb += moe_layers * (2 + (1 if full else 0)) * extra
 
     # --- pipeline point to point ------------------------------------------------------------------
     p2p_mb = 0.0
