@@ -385,3 +385,18 @@ def test_moe_model_file_through_the_command(tmp_path, capsys):
     path.write_text(path.read_text().replace("capacity_factor = 1.25", 'capacity_factor = "high"'))
     assert main(["plan", "-t", "dgx-a100", "-m", str(path)]) == 2
     assert "capacity_factor = 'high' is not a number" in capsys.readouterr().err
+
+
+def test_megatron_command_quotes_the_layer_pattern():
+    import shlex
+    from types import SimpleNamespace
+
+    from synth.plan.launch import megatron_command
+
+    model = PRESETS["deepseek-moe-16b"]
+    degrees = Degrees(16, 1, 2, 1, 8)
+    candidate = SimpleNamespace(degrees=degrees, settings=Settings(1),
+                                placement=published_placement(degrees, load_topology("dgx-a100-x4")))
+    line = megatron_command(model, candidate)
+    assert "--moe-layer-freq '([0]*1+[1]*27)'" in line
+    assert shlex.split(line)[1:] == megatron_arguments(model, candidate)

@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,8 +115,8 @@ def megatron_command(model: Transformer, prediction: Prediction) -> str:
     """One shell line: the environment, then pretrain_gpt.py's arguments (data, tokenizer and
     launcher left to the user)."""
     environment = " ".join(f"{name}={value}" for name, value in megatron_environment(prediction).items())
-    return " ".join(part for part in (environment, "pretrain_gpt.py", " ".join(megatron_arguments(model, prediction)))
-                    if part)
+    arguments = shlex.join(megatron_arguments(model, prediction))  # quoted: a MoE layer pattern has brackets
+    return " ".join(part for part in (environment, "pretrain_gpt.py", arguments) if part)
 
 
 def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
