@@ -71,10 +71,10 @@ def expert_problem(model, degrees) -> str | None:
     """Why these degrees cannot split the experts (Megatron-core's checks), or None."""
     if degrees.ep > 1 and not model.is_moe:
         return "ep > 1 for a model without experts"
-    if degrees.dp % degrees.ep:
-        return "ep does not divide dp"
     if model.experts % degrees.ep:
         return "ep does not divide the experts"
+    if degrees.dp % degrees.ep:
+        return "ep does not divide dp"
     if degrees.ep > 1 and degrees.cp > 1:
         return "ep with cp (not modelled)"
     if model.is_moe and model.biases and degrees.tp > 1:
