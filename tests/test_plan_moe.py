@@ -55,6 +55,10 @@ def test_worked_example_memory_with_expert_parallelism():
     assert stages.first == dense.first + per_moe
     assert stages.last == dense.last + 2 * per_moe
     assert moe.expert_parameters_per_device(TINY, 2, 2, 2, 4) == 2 * 96
+    # Memory traffic per token (tp = 1, bf16): the dense FFN's activation 3 x 16 x 2 = 96 bytes;
+    # a MoE layer's routed 3 (k c) x 3 x 4 x 2 = 72, shared 3 x 6 x 2 = 36, permutations
+    # 4 x 3 x 8 x 2 = 192: 300, on 3 of 4 layers.
+    assert moe.mean_traffic_delta(TINY, 1, 1) == pytest.approx(3 * (300 - 96) / 4)
     # The dispatch of 32 tokens: 32 x h x k x c = 768 values of 2 bytes.
     assert moe.dispatch_bytes(TINY, 32) == 1536
 

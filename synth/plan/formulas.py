@@ -21,6 +21,9 @@ sources. In short:
   recomputed), `2 s b h` (/t with sequence parallelism) with full recomputation; the first
   pipeline stage keeps `p` micro-batches in flight (`L` layers' worth in all), x(1 + (p-1)/(p v))
   interleaved (section 4.2.3); embedding dropout and output layer terms of section 4.3.
+* Mixture-of-experts layers (synth/plan/moe.py) enter as additive terms over the dense FFN:
+  all experts in the parameter count, `k` of them (x the capacity factor) in the FLOPs, the
+  activations and the memory traffic, `E/ep` of them per device in the stage's parameters.
 * Weights, gradients and optimizer states (Megatron-LM docs, distributed optimizer): bytes per
   parameter `20` (fp16 weights and gradients, Adam), `18` (bf16 weights, fp32 gradients), `16`
   (fp32); with the sharded optimizer (ZeRO-1, Rajbhandari et al. 2020) `4 + 16/d`, `6 + 12/d`,
@@ -266,6 +269,7 @@ def layer_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, 
         context = model.seq_len
         scores = 2 * a * context * value + ((2 * value + 1) * a * context if dropout else 0)
     total = tokens * (replicated / (tp if sequence_parallel else 1) + (ffn + scores) / tp)
+    total += moe.mean_traffic_delta(model, tokens, tp)  # MoE layers' FFN part (moe.py)
     return LayerTraffic(total, tokens * scores / tp)
 
 

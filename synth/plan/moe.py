@@ -211,6 +211,21 @@ def mean_activation_delta(model, tokens: float, tp: int) -> float:
     return moe_layer_count(model) * (moe - dense) / model.layers
 
 
+def mean_traffic_delta(model, tokens: float, tp: int) -> float:
+    """Per layer (averaged), the memory-bound bytes a device moves beyond a dense FFN's activation
+    (read `f`, write `f`; gated: read `2f`, write `f`, values of the model's precision, `/t`): the
+    routed tokens' and the shared experts' activations, and the permutation of the routed tokens
+    into expert order and back (each reads and writes `k c h` values per token)."""
+    if not model.is_moe:
+        return 0.0
+    matrices, value = (3 if model.gated_mlp else 2), model.bytes_per_value
+    dense = tokens * matrices * model.ffn * value / tp
+    routed = routed_tokens(model, tokens)
+    moe = (routed * matrices * expert_ffn(model) + tokens * matrices * model.shared_ffn) * value / tp
+    moe += 2 * 2 * routed * model.hidden * value
+    return moe_layer_count(model) * (moe - dense) / model.layers
+
+
 def dispatch_bytes(model, tokens: float) -> int:
     """Bytes one device sends in one all-to-all (dispatch or combine) of `tokens` tokens:
     `tokens x h x k x c` values of the activations' precision."""
