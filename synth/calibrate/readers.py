@@ -60,6 +60,14 @@ def _looks_like_csv_header(line: str) -> bool:
 def read_measurements(path: str, level: str | None = None) -> tuple[str, list[Measurement]]:
     """(format, measurements) of one file; `level` is --level, applying to the whole file."""
     text = read_text(path)
+    try:
+        return _parse(text, path, level)
+    except csv.Error as error:  # a field over csv's limit (131,072 characters), a NUL byte: not a CSV of ours
+        raise UsageError(f"{path}: not a measurement CSV ({' '.join(str(error).split())[:120]}); "
+                         f"give the file synth bench, our benchmarks or nccl-tests wrote") from None
+
+
+def _parse(text: str, path: str, level: str | None) -> tuple[str, list[Measurement]]:
     kind = detect_format(text, path)
     if kind == "benchmark CSV":
         return kind, parse_bench_csv(_without_comments(text), path, level)

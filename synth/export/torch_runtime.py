@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 MAX_BYTES = 2**50
-_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
+_NUMBER = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(.*?)\s*\Z", re.DOTALL)
 _UNIT = re.compile(r"(?:([kKMGTP])(i?))?B\Z")
 
 
