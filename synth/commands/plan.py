@@ -218,12 +218,9 @@ def _export(path: str, request, result) -> None:
     document = launch_document(request.model, result.ranked[0])
     document = {"format": "synth-launch", "version": 1, "topology": request.topology.name,
                 "model": request.model.name, **document}
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1)
-            handle.write("\n")
-    except OSError as error:
-        raise UsageError(f"--export {path!r}: cannot write ({error.strerror})") from None
+    from synth.output_files import write_text
+
+    write_text(path, json.dumps(document, indent=1) + "\n", f"--export {path}")
 
 
 # --- output ----------------------------------------------------------------------------------------

@@ -137,7 +137,9 @@ def write_csv(path: Path, rows: list[BenchRow], header: list[str]) -> None:
                "check", "measured_rank"]
     if predicted:
         columns += ["predicted_time_us", "predicted_algbw_gbs", "predicted_busbw_gbs", "simulator_rank"]
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    from synth.output_files import writing
+
+    with writing(path, newline="") as handle:
         for line in header:
             handle.write(f"# {line}\n")
         writer = csv.writer(handle)
