@@ -50,9 +50,11 @@ def run_calibrate(args) -> int:
     for path in args.files:
         _check_readable(path)
     for path in args.files:
-        kind, found = read_measurements(path, args.level)
+        kind, found = read_measurements(path, args.level, args.topology)
         formats[path] = kind
         measurements += found
+    if args.topology is None:  # files made by synth (bench, exported programs) name their topology
+        args.topology = _named_topology(formats)
     backend = resolve_backend(_backend(args.backend, measurements))
     if backend.name == "nccl":  # the NCCL model (synth/model/nccl.py), fitted by synth/calibrate/nccl_fit.py
         return _run_nccl(args, measurements, formats)
@@ -80,6 +82,21 @@ def run_calibrate(args) -> int:
     if args.output:
         console.print(f"wrote {_plain(args.output)}")
     return 0
+
+
+def _named_topology(formats: dict[str, str]) -> str | None:
+    """The one topology the files name when every file names one, else None (infer a base)."""
+    from synth.calibrate.readers import NAMING_FORMATS, named_topology
+
+    if not formats or any(kind not in NAMING_FORMATS for kind in formats.values()):
+        return None
+    names = {named_topology(path) for path in formats}
+    if None in names:
+        return None
+    if len(names) > 1:
+        raise UsageError(f"the files were made for different topologies ({', '.join(sorted(names))}); "
+                         f"give the base with --topology")
+    return names.pop()
 
 
 def _console(args):
