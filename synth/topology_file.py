@@ -132,7 +132,8 @@ _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
-                     "rms_error", "worst_error", "file")
+                     "rms_error", "worst_error", "file", "backend")
+_OPTIONAL_CALIBRATION_KEYS = ("backend",)
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
@@ -496,8 +497,12 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
         table = _table(table, where, field, _CALIBRATION_KEYS, "[[calibration]] with collective, level, nodes, ...")
         values = {}
         for key in _CALIBRATION_KEYS:
+            if key in _OPTIONAL_CALIBRATION_KEYS and key not in table:
+                continue
             raw = _require(table, key, where, field, f"{key} = ...")
-            if key in ("collective", "level", "file"):
+            if key == "backend":
+                values[key] = _choice(raw, ("nccl", "gloo"), where, f"{field}.{key}")
+            elif key in ("collective", "level", "file"):
                 values[key] = _string(raw, where, f"{field}.{key}", f'{key} = "..."')
             elif key in ("rms_error", "worst_error"):
                 if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
@@ -633,7 +638,8 @@ def _calibration_table(record: CalibrationRecord) -> dict:
     table = {}
     for key in _CALIBRATION_KEYS:
         value = getattr(record, key)
-        table[key] = round(value, 6) if isinstance(value, float) else value
+        if value is not None:
+            table[key] = round(value, 6) if isinstance(value, float) else value
     return table
 
 

@@ -84,6 +84,47 @@ def run_calibrate(args) -> int:
     return 0
 
 
+CONTRADICTION_GAIN = 0.7  # the other setting's error at most this share of the base's: the base is wrong
+CONTRADICTION_FLOOR = 0.08  # below this relative RMS the base fits well enough to leave alone
+
+
+def _base_contradiction(base, spec: str | None, measurements, result, errors, assumptions) -> str | None:
+    """When the fit is poor, whether the base's NVLS setting is what the measurements contradict:
+    the fit again with `nvls` flipped, and a warning naming the field when that fits far better
+    (a base without `nvls = true` costs an NVLS system's large sizes 25% slow and drops them as
+    outliers; the poor-fit warning alone does not say the base is wrong)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
+
+    rms = float(np.sqrt(np.mean(np.square(errors))))
+    outliers = sum(group.outliers for fit in result.fits for group in fit.groups)
+    if base.nccl is None or (rms < CONTRADICTION_FLOOR and not outliers):
+        return None
+    flipped = replace(base, nccl=replace(base.nccl, nvls=not base.nccl.nvls))
+    try:
+        other = calibrate_nccl(measurements, flipped, assumptions)
+        other_errors = replay_nccl(other.topology, measurements)
+    except UsageError:
+        return None
+    other_rms = float(np.sqrt(np.mean(np.square(other_errors))))
+    if not other_rms <= CONTRADICTION_GAIN * rms:
+        return None
+    other_outliers = sum(group.outliers for fit in other.fits for group in fit.groups)
+    where = f"the [nccl] table of {spec}" if spec else "the inferred base (give --topology BASE with it)"
+    wanted = "true" if flipped.nccl.nvls else "false"
+    return (f"the measurements contradict the base's nvls = {str(base.nccl.nvls).lower()}: with nvls = {wanted} the "
+            f"fit reproduces them with relative RMS {other_rms:.1%} ({_count(other_outliers, 'outlier')}) instead of "
+            f"{rms:.1%} ({_count(outliers, 'outlier')}); set nvls = {wanted} in {where} if the system "
+            f"{'has' if wanted == 'true' else 'lacks'} NVLink SHARP (NVSwitch, NCCL 2.17+), and calibrate again")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _named_topology(formats: dict[str, str]) -> str | None:
     """The one topology the files name when every file names one, else None (infer a base)."""
     from synth.calibrate.readers import NAMING_FORMATS, named_topology
@@ -227,10 +268,13 @@ def _run_nccl(args, measurements, formats) -> int:
               f"on the base topology {base.name}; every fitted figure's source gives its fit.")
     text = render_topology(result.topology, header)
     errors = replay_nccl(topology_from_text(text, "the written topology"), measurements)
+    contradiction = _base_contradiction(base, args.topology, measurements, result, errors, assumptions)
     if args.output:
         _write(args.output, text)
     if args.json:
-        print_json(nccl_fit_json(result, formats, errors, args.output, text))
+        document = nccl_fit_json(result, formats, errors, args.output, text)
+        document["base_contradictions"] = [contradiction] if contradiction else []
+        print_json(document)
         return 0
     if not args.output:
         sys.stdout.write(text)
@@ -259,6 +303,8 @@ def _run_nccl(args, measurements, formats) -> int:
             console.print(sizes)
         for note in fit.notes:
             console.print(f"{'warning' if note.startswith('poor fit') else 'note'}: {_plain(note)}")
+    if contradiction:
+        console.print(f"warning: {_plain(contradiction)}")
     if args.output:
         console.print(f"wrote {_plain(args.output)}")
     return 0

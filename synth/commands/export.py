@@ -338,11 +338,18 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     else:
         prediction_note = f"predicted: none ({job.topology.name} has no link figures to simulate)"
     rows = benchmod.rows_from_report(result.report, infos, predicted)
+    apply_notes = []  # predictions that do not apply to this run, said beside them
+    if predicted is not None:
+        apply_notes = benchmod.setup_notes(job.topology, args.backend, getattr(args, "emulate", None) is not None,
+                                           getattr(args, "scale", None))
+        far = benchmod.far_off_note(rows, job.topology)
+        apply_notes += [far] if far else []
     header = [f"command: {provenance.command}", f"version: {provenance.version}; torch {result.report.get('torch', '?')}",
               f"date: {started.isoformat(timespec='seconds')}", *benchmod.machine_lines(),
               f"backend: {args.backend}; {devices} processes; {args.iters} iteration(s) after {args.warmup} warm-up run(s); "
               f"float32 sum; times are the slowest rank's mean per run",
-              prediction_note, *notes, f"script: {script_path.name}; log: {log_path.name}"]
+              prediction_note, *(f"note: {note}" for note in apply_notes), *notes,
+              f"script: {script_path.name}; log: {log_path.name}"]
     benchmod.write_csv(csv_path, rows, header)
     _print_rows(rows)
     if predicted is not None and placeholders:
@@ -350,6 +357,8 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
               f"predicted columns rank the programs but are not this machine's speed; calibrate it "
               f"(`synth calibrate`, docs/calibrate.md) and pass the calibrated file with -t"
               f"{calibrated_hint(job.topology.name)}")
+    for note in apply_notes:
+        print(f"note: {note}")
     _print_nccl_tests(rows)
     print(f"wrote {csv_path}")
     failed = sorted({row.program for row in rows if row.check == "FAILED"})
