@@ -101,6 +101,7 @@ the NCCL model assumes defaults and says which (synth/model/nccl_hardware.py).
     rms_error = 0.031                  # relative, after the fit
     worst_error = 0.087
     file = "all_reduce_perf-2nodes.txt"
+    backend = "nccl"                   # optional: the library measured (nccl or gloo)
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import stat
 import sys
@@ -70,3 +71,25 @@ def test_output_to_a_link_to_a_device_stays_a_link(tmp_path, run_cli):
     code, _, stderr = run_cli("calibrate", str(NCCL_LOG), "-t", "hgx-h100-ib-4x8", "-o", str(link))
     assert code == 0, stderr
     assert link.is_symlink() and stat.S_ISCHR(Path("/dev/null").stat().st_mode)
+
+
+THIRD_PARTY = {"numpy": "numpy", "scipy": "scipy", "z3": "z3-solver", "networkx": "networkx", "lark": "lark",
+               "rich": "rich", "tomli_w": "tomli-w", "tomli": "tomli", "torch": "torch", "matplotlib": "matplotlib",
+               "jax": "jax", "hypothesis": "hypothesis"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["calibrate", str(NCCL_LOG), "-t", "hgx-h100-ib-4x8", "-o", "nccl.toml"],
+    ["calibrate", str(GLOO_CSV), "-t", "emu-2x4", "--backend", "gloo", "-o", "gloo.toml"],
+])
+def test_calibrate_needs_only_the_main_install(argv, tmp_path):
+    """What `pip install .` installs is all calibrate imports (scipy and tomli-w are base
+    dependencies), and it runs without torch."""
+    from test_cli_startup import TORCH_BLOCKED, loaded
+
+    code, modules = loaded(argv, TORCH_BLOCKED, cwd=tmp_path)
+    assert code == 0 and (tmp_path / argv[argv.index("-o") + 1]).is_file()
+    pyproject = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = {re.split(r"[<>=;\[ ]", requirement, maxsplit=1)[0] for requirement in pyproject["project"]["dependencies"]}
+    used = {THIRD_PARTY[name] for name in modules - {"torch"} if name in THIRD_PARTY}  # torch: blocked, None
+    assert used <= declared, used - declared
