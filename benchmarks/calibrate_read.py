@@ -57,6 +57,24 @@ def best_of(path: Path, runs: int = 3) -> tuple[float, int]:
     return min(times), len(measurements)
 
 
+def render(document: dict) -> str:
+    rows, load_before, load_after = document["rows"], document["load_before"], document["load_after"]
+    lines = ["# Reading large measurement files (`synth calibrate`)", "", header(document["command"]), "",
+             f"Load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} before, "
+             f"{', '.join(f'{x:.2f}' for x in load_after)} after, on {os.cpu_count()} cores shared with other jobs.",
+             "", "Best of 3 runs of `read_measurements` (parsing only, not the fit).", "",
+             "| format | lines | measurements | time | per 100,000 lines |", "|---|---:|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['format']} | {row['lines']:,} | {row['measurements']:,} | {row['seconds']:.2f} s | "
+                     f"{row['seconds'] / row['lines'] * 1e5:.2f} s |")
+    growth = [large["seconds"] / small["seconds"] for small, large in zip(rows[:len(rows) // 2], rows[len(rows) // 2:])]
+    lines += ["", f"Ten times the lines took {min(growth):.1f}x to {max(growth):.1f}x the time (a linear reader: "
+              f"about 10x; a quadratic one: 100x). The load of other jobs on this machine moves single figures by "
+              f"2x or more, so compare the orders of magnitude. Before, launcher-prefix detection counted the "
+              f"file's non-blank lines once per line (60,000 rows: 102 s; 400,000 lines: over 300 s)."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="results", help="the results directory (default results/)")
@@ -71,25 +89,11 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"format": kind, "lines": lines, "measurements": count, "seconds": seconds})
                 print(f"{kind}, {lines} lines: {seconds:.2f} s ({count} measurements)")
     load_after = os.getloadavg()
-    command = f"{COMMAND} --lines {args.lines}"
+    document = {"command": f"{COMMAND} --lines {args.lines}", "load_before": load_before, "load_after": load_after,
+                "rows": rows}
     directory = study_dir(STUDY, args.output)
-    lines = ["# Reading large measurement files (`synth calibrate`)", "", header(command), "",
-             f"Load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in load_before)} before, "
-             f"{', '.join(f'{x:.2f}' for x in load_after)} after, on {os.cpu_count()} cores shared with other jobs.",
-             "", "Best of 3 runs of `read_measurements` (parsing only, not the fit).", "",
-             "| format | lines | measurements | time | per 100,000 lines |", "|---|---:|---:|---:|---:|"]
-    for row in rows:
-        lines.append(f"| {row['format']} | {row['lines']:,} | {row['measurements']:,} | {row['seconds']:.2f} s | "
-                     f"{row['seconds'] / row['lines'] * 1e5:.2f} s |")
-    growth = [large["seconds"] / small["seconds"] for small, large in zip(rows[:len(rows) // 2], rows[len(rows) // 2:])]
-    lines += ["", f"Ten times the lines took {min(growth):.1f}x to {max(growth):.1f}x the time (a quadratic reader: "
-              f"100x; on a loaded machine memory and other jobs make it somewhat more than 10x). Before, "
-              f"launcher-prefix detection counted the file's non-blank lines once per line (60,000 rows: 102 s; "
-              f"400,000 lines: over 300 s)."]
-    (directory / REPORT).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (directory / f"{STUDY}.json").write_text(json.dumps({"command": command, "load_before": load_before,
-                                                         "load_after": load_after, "rows": rows}, indent=1) + "\n",
-                                             encoding="utf-8")
+    (directory / REPORT).write_text(render(document), encoding="utf-8")
+    (directory / f"{STUDY}.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
