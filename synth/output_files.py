@@ -100,7 +100,7 @@ def _temporary(real: Path, label: str, newline: str | None) -> tuple[Path | None
     except OSError as error:
         raise _failed(label, error) from None
     for _ in range(100):
-        temporary = real.parent / f".{real.name[:200]}.{os.urandom(4).hex()}.tmp"
+        temporary = real.parent / f".{real.name[:32]}.{os.urandom(4).hex()}.tmp"  # short: any name fits
         try:
             # 0o666 & ~umask, as open(path, "w") gives a new file (mkstemp would give 0600)
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)

@@ -114,3 +114,9 @@ def test_another_users_file_keeps_its_owner(tmp_path):
     info = path.stat()
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (12345, 12345, 0o640)
     assert path.read_text() == "new\n"
+
+
+def test_a_name_of_the_longest_length_gets_a_temporary_that_fits(tmp_path):
+    path = tmp_path / ("\u00e9" * 125 + ".toml")  # 255 bytes, the most a name may have
+    write_text(path, "x = 1\n")
+    assert path.read_text() == "x = 1\n" and len(list(tmp_path.iterdir())) == 1
