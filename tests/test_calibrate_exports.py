@@ -88,15 +88,16 @@ def c_program_output(c_source: str, times_us: dict[int, tuple[float, float, floa
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("prefix", ["", "[default0]:", "0: "])  # as printed, through torchrun --tee, srun --label
 @pytest.mark.parametrize("program, rows_per_size", [("AllReduce(InsideGroup(node))", 2),
                                                     ("ReduceScatter(InsideGroup(node)); AllGather(InsideGroup(node))", 1)])
-def test_the_nccl_c_programs_table_calibrates(run_cli, tmp_path, program, rows_per_size):
+def test_the_nccl_c_programs_table_calibrates(run_cli, tmp_path, program, rows_per_size, prefix):
     source = tmp_path / "program.c"
     code, _, stderr = run_cli(*EXPORT, "--program", program, "--format", "nccl", "-o", str(source))
     assert code == 0, stderr
     times = {2**k: (10 + 2**k / 1e4, 9 + 2**k / 1e4, 11 + 2**k / 1e4) for k in range(10, 24, 2)}
     output = tmp_path / "output.txt"
-    output.write_text(c_program_output(source.read_text(), times))
+    output.write_text("".join(prefix + line + "\n" for line in c_program_output(source.read_text(), times).splitlines()))
     kind, measurements = read_measurements(str(output))
     assert kind == "exported program output" and len(measurements) == rows_per_size * len(times)
     baseline = [m for m in measurements if abs(m.time_s * 1e6 - times[m.bytes][1]) < 0.006]  # printed %.2f

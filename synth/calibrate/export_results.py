@@ -24,7 +24,7 @@ import json
 import re
 
 from synth.calibrate.measurements import Measurement, Span, check_time, parse_count, parse_float
-from synth.calibrate.nccl_text import TABLE_END, _table_columns
+from synth.calibrate.nccl_text import TABLE_END, _table_columns, strip_prefixes
 from synth.calibrate.synth_bench import ONE_STEP, _span, command_options
 from synth.errors import UsageError
 
@@ -39,7 +39,8 @@ FORMAT = "synth-export-results"
 
 def looks_like_export_text(text: str) -> bool:
     """An exported program's output: its `# reduction groups:` lines (or an older output's first lines)."""
-    return any(GROUPS.match(line) or OLDER.match(line) for line in text.splitlines()[:400])
+    head = strip_prefixes("\n".join(text.splitlines()[:400]))
+    return any(GROUPS.match(line.strip()) or OLDER.match(line.strip()) for line in head.splitlines())
 
 
 def looks_like_export_json(text: str) -> bool:
@@ -47,6 +48,7 @@ def looks_like_export_json(text: str) -> bool:
 
 
 def parse_export_text(text: str, path: str, level: str | None, topology: str | None) -> list[Measurement]:
+    text = strip_prefixes(text)  # as captured through a launcher (torchrun --tee, srun --label, mpirun)
     lines = text.splitlines()
     if not any(GROUPS.match(line) for line in lines):
         raise UsageError(f"{path}: an exported program's output without its '# reduction groups:' lines (an older "
@@ -136,7 +138,7 @@ def named_topology(text: str) -> str | None:
         if not isinstance(command, str):
             return None
     try:
-        options = command_options(f"# command: {command}" if command is not None else text, "")
+        options = command_options(f"# command: {command}" if command is not None else strip_prefixes(text), "")
     except UsageError:
         return None
     return options.get("topology") or options.get("emulate") or None

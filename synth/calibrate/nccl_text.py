@@ -46,6 +46,7 @@ VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 # Launcher prefixes: mpirun --tag-output "[1,0]<stdout>:", srun --label "0: ", markdown "> ".
 TAG = re.compile(r"^\[\d+,\d+\]<(stdout|stderr|stddiag)>:")
 LABEL = re.compile(r"^\s*\d+:\s")
+TORCHRUN = re.compile(r"^\[(?:default|rank)\d+\]:")  # torchrun --tee / --local-ranks-filter prefixes
 TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
                        r"scatter|gather|hypercube)_perf(?![A-Za-z])")
 # nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
@@ -71,7 +72,7 @@ class _Run:
 def strip_prefixes(text: str) -> str:
     """The output without launcher prefixes, line for line (so line numbers stay the file's):
     mpirun --tag-output's `[1,0]<stdout>:` (stderr lines become blank), srun --label's `0: ` when
-    most lines carry it, markdown's `> `."""
+    most lines carry it, torchrun's `[default0]:` (the exported scripts' output), markdown's `> `."""
     lines = text.splitlines()
     tagged = any(TAG.match(line) for line in lines)
     labelled = sum(1 for line in lines if LABEL.match(line))
@@ -84,6 +85,9 @@ def strip_prefixes(text: str) -> str:
             line = "" if found.group(1) != "stdout" else line[found.end():]
         elif label:
             line = line[label.end():]
+        else:
+            prefixed = TORCHRUN.match(line)
+            line = line[prefixed.end():] if prefixed else line
         if line.startswith("> "):
             line = line[2:]
         out.append(line)
