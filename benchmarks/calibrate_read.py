@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks.record import REPORT, header, study_dir
+from synth.output_files import write_text
 
 COMMAND = "python -m benchmarks.calibrate_read"
 STUDY = "calibrate-read"
@@ -92,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     document = {"command": f"{COMMAND} --lines {args.lines}", "load_before": load_before, "load_after": load_after,
                 "rows": rows}
     directory = study_dir(STUDY, args.output)
-    (directory / REPORT).write_text(render(document), encoding="utf-8")
-    (directory / f"{STUDY}.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    write_text(directory / REPORT, render(document))
+    write_text(directory / f"{STUDY}.json", json.dumps(document, indent=1) + "\n")
     return 0
 
 
