@@ -342,6 +342,8 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     if predicted is not None:
         apply_notes = benchmod.setup_notes(job.topology, args.backend, getattr(args, "emulate", None) is not None,
                                            getattr(args, "scale", None))
+        if result.report.get("shared_gpus"):
+            apply_notes.append(benchmod.SHARED_GPUS_NOTE.format(topology=job.topology.name))
         far = benchmod.far_off_note(rows, job.topology)
         apply_notes += [far] if far else []
     header = [f"command: {provenance.command}", f"version: {provenance.version}; torch {result.report.get('torch', '?')}",

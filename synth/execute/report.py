@@ -158,6 +158,8 @@ def write_csv(path: Path, rows: list[BenchRow], header: list[str]) -> None:
 # --- notes: predictions that do not apply ----------------------------------------------------
 
 FAR_OFF = 2.0  # predicted / measured beyond this factor (either way): the figures are not this run's
+SHARED_GPUS_NOTE = ("several ranks shared one GPU, so NCCL connected them over its socket transport: the predicted "
+                    "columns are {topology}'s links, not this run's transport")
 
 
 def calibrated_setup(topology: Topology) -> tuple[frozenset[str], str | None]:
