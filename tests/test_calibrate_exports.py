@@ -117,3 +117,20 @@ def test_an_older_output_and_json_are_refused_with_the_fix(run_cli, tmp_path):
     document.write_text(json.dumps({"backend": "gloo", "results": [], "baselines": []}))
     code, _, stderr = run_cli("calibrate", str(document))
     assert code == 2 and "export it again" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("change", [{"baselines": 3}, {"results": True}, {"programs": [7]},
+                                    {"programs": [{"text": "x", "reduction_groups": [[0]]}]},
+                                    {"baselines": [{"programs": "0", "bytes": 1024, "time_us": 5.0}]},
+                                    {"baselines": [{"programs": [0], "bytes": "\u0661", "time_us": 5.0}]},
+                                    {"baselines": [{"programs": [0], "bytes": 1024, "time_us": "nan"}]}])
+def test_a_damaged_json_is_one_error(run_cli, tmp_path, change):
+    document = {"format": "synth-export-results", "command": "synth export -t emu-2x2 --axes data=4 --format torch",
+                "backend": "gloo", "programs": [{"label": "", "text": "AllReduce(InsideGroup(node))",
+                                                 "reduction_groups": [[0, 2], [1, 3]]}],
+                "results": [], "baselines": [{"programs": [0], "bytes": 1024, "time_us": 5.0}]}
+    document.update(change)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(document))
+    code, _, stderr = run_cli("calibrate", str(path))
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr

@@ -27,6 +27,7 @@ from synth.calibrate.measurements import Measurement, Span, check_time, parse_co
 from synth.calibrate.nccl_text import TABLE_END, _table_columns, strip_prefixes
 from synth.calibrate.synth_bench import ONE_STEP, _span, command_options
 from synth.errors import UsageError
+from synth.names import echo
 
 GROUPS = re.compile(r"^#\s*reduction groups:\s*(\[.*\])\s*$")
 PROGRAM = re.compile(r"^#\s*program(?: (\d+))?(?: \(.*?\))?: (.*)$")  # torch: "program 0 (label): T"; C: "program: T"
@@ -112,14 +113,19 @@ def parse_export_json(text: str, path: str, level: str | None, topology: str | N
         if not isinstance(program, dict):
             raise UsageError(f"{where} is not an object")
         groups[index] = _groups(json.dumps(program.get("reduction_groups")), where)
-    entries = [("baselines", entry, True) for entry in document.get("baselines") or []]
-    entries += [("results", entry, False) for entry in document.get("results") or []]
+    entries = []
+    for key, baseline in (("baselines", True), ("results", False)):
+        listed = document.get(key)
+        if not isinstance(listed, list):
+            raise UsageError(f"{path}: '{key}' is not a list of rows; give the JSON as the script wrote it")
+        entries += [(key, entry, baseline) for entry in listed]
     for number, (key, entry, baseline) in enumerate(entries, 1):
         if not isinstance(entry, dict):
             raise UsageError(f"{path}: an entry of {key} is not an object")
-        owner = (entry.get("programs") or [0])[0] if baseline else entry.get("program", 0)
-        if not isinstance(owner, int) or owner not in groups:
-            raise UsageError(f"{path}: an entry of {key} names program {owner!r}, which the file does not list")
+        owners = entry.get("programs") if baseline else [entry.get("program")]
+        owner = owners[0] if isinstance(owners, list) and owners else None
+        if type(owner) is not int or owner not in groups:
+            raise UsageError(f"{path}: an entry of {key} names program {echo(owner)}, which the file does not list")
         if not baseline and not _one_call(str(document["programs"][owner].get("text", ""))):
             continue
         tokens = [str(entry.get("bytes")), str(entry.get("time_us"))]
