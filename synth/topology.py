@@ -132,6 +132,7 @@ class CalibrationRecord:
     rms_error: float
     worst_error: float
     file: str
+    backend: str | None = None  # the collective library measured (nccl, gloo), when the file says
 
 
 @dataclass(frozen=True)

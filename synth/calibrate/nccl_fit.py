@@ -171,7 +171,7 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
         fits.append(fit)
     records = tuple(CalibrationRecord(g.collective, fit.level, g.nodes, g.ranks_per_node,
                                       min(e.nbytes for e in g.errors), max(e.nbytes for e in g.errors),
-                                      len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1])
+                                      len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1], "nccl")
                     for fit in fits for g in fit.groups)
     files = sorted({_name(m.file) for m in measurements})
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"

@@ -342,12 +342,13 @@ MAX_SIZES = 64
 
 
 def parse_size(text: str, option: str) -> int:
-    """A byte size as `--bytes` and `-b/-e` take it (synth.units: `256MiB`, nccl-tests' `8M`)."""
+    """A byte size as `--bytes` takes it (synth.units: `256MiB`, `1MB` = 10^6, nccl-tests' `8M`),
+    or `-b/-e` as nccl-tests' flags take it (`1MB` = 2^20): the size rule of synth/units.py."""
     from synth.units import parse_bytes
 
     if len(text) > 64:
         raise UsageError(f"{option} {echo(text)}: not a size; write e.g. 256MiB")
-    return parse_bytes(text, where=option)
+    return parse_bytes(text, where=option, nccl_tests=option in ("-b", "-e"))
 
 
 def resolve_sizes(args, default: int | None = None) -> list[int]:

@@ -309,12 +309,9 @@ def _export(path: str, request, result, launchable) -> None:
         document["best_launchable"] = None if launchable is None else {
             "step_s": launchable.step_s, "slower_than_winner": launchable.step_s / winner.step_s - 1,
             **launch_document(request.model, launchable)}
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1)
-            handle.write("\n")
-    except OSError as error:
-        raise UsageError(f"--export {path!r}: cannot write ({error.strerror})") from None
+    from synth.output_files import write_text
+
+    write_text(path, json.dumps(document, indent=1) + "\n", f"--export {path}")
 
 
 # --- output ----------------------------------------------------------------------------------------

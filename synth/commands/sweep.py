@@ -59,7 +59,9 @@ def write_csv(sweep: Sweep, path: Path) -> None:
     the JSON hold the same numbers."""
     from synth.analysis.sweep import FIELDS
 
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    from synth.output_files import writing
+
+    with writing(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(FIELDS)
         for row in sweep.rows:
@@ -69,7 +71,9 @@ def write_csv(sweep: Sweep, path: Path) -> None:
 
 def write_json(sweep: Sweep, path: Path, command: str, interrupted: bool = False) -> None:
     extra = {"interrupted": True} if interrupted else {}
-    path.write_text(json.dumps({"command": command, **extra, **sweep.to_json()}, indent=1) + "\n", encoding="utf-8")
+    from synth.output_files import write_text
+
+    write_text(path, json.dumps({"command": command, **extra, **sweep.to_json()}, indent=1) + "\n")
 
 
 def run_sweep_command(args) -> int:
