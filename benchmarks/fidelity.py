@@ -40,9 +40,9 @@ from benchmarks.record import REPORT, header, study_dir
 from synth.calibrate import read_measurements
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement, RunInfo, Span
-from synth.calibrate.nccl_fit import calibrate_nccl
+from synth.calibrate.nccl_fit import calibrate_nccl, launch_of
 from synth.model.nccl import bus_factor
-from synth.model.nccl_hardware import estimate_group, group_layout, nccl_view
+from synth.model.nccl_hardware import estimate_group, group_layout, nccl_view, with_launch
 from synth.topology import Figure, ProtocolFactors, Topology
 from synth.topology_file import load_topology
 from synth.units import format_bytes
@@ -163,8 +163,10 @@ def load_logs(log_dir: Path) -> tuple[list[Log], list[str]]:
         if source is None:
             unknown.append(path.name)
             continue
+        measurements = tuple(read_log(path))
         base = with_environment(with_nodes(load_topology(source.topology), source.nodes), path)
-        logs.append(Log(path, source, tuple(read_log(path)), base))
+        base = with_launch(base, *launch_of(list(measurements)))  # as the run was launched (nccl-tests -g N)
+        logs.append(Log(path, source, measurements, base))
     return logs, unknown
 
 

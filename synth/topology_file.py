@@ -69,6 +69,8 @@ them is a separate figure with its own source::
     cpu = "intel"                      # intel or amd (NCCL's LL limits across nodes); default intel
     algorithms = ["ring", "tree"]      # optional: NCCL_ALGO as the system runs it; default all
     protocols = ["Simple", "LL128"]    # optional: NCCL_PROTO; default all
+    gpus_per_thread = 1                # optional: GPUs one host thread launches calls on (nccl-tests -g N); default 1
+    cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
     source = "..."                     # required
 
     [[levels]]
@@ -131,7 +133,8 @@ NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
 NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
-_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize")
+_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
+              "cuda_graphs")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
@@ -480,7 +483,9 @@ def _nccl(value, where: str) -> NcclSystem:
     if "buffsize" in table:
         buffsize = parse_bytes(table["buffsize"], where=f"{where}: nccl.buffsize") if isinstance(table["buffsize"], str) \
             else _positive_int(table["buffsize"], where, "nccl.buffsize", 'buffsize = "8MiB"')
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize)
+    gpus_per_thread = _positive_int(table.get("gpus_per_thread", 1), where, "nccl.gpus_per_thread", "gpus_per_thread = 8")
+    cuda_graphs = _bool(table.get("cuda_graphs", False), where, "nccl.cuda_graphs")
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -561,6 +566,10 @@ def render_topology(topology: Topology, header: str = "") -> str:
                 lines.append(f"{key} = [{', '.join(_toml_string(item) for item in items)}]")
         if nccl.buffsize is not None:
             lines.append(f"buffsize = {nccl.buffsize}")
+        if nccl.gpus_per_thread != 1:
+            lines.append(f"gpus_per_thread = {nccl.gpus_per_thread}")
+        if nccl.cuda_graphs:
+            lines.append("cuda_graphs = true")
         lines.append(f"source = {_toml_string(nccl.source)}")
     for level in topology.levels:
         lines += ["", "[[levels]]", f"name = {_toml_string(level.name)}", f"size = {level.size}"]

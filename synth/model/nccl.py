@@ -138,6 +138,8 @@ class Hardware:
     protocols: tuple[str, ...] = ()  # NCCL_PROTO
     buffsize: int = T.BUFFER["Simple"]  # NCCL_BUFFSIZE: the Simple protocol's buffer per connection
     protocol_figures: tuple[ProtocolFigures, ...] = ()  # fitted per-protocol factors (none: NCCL's own)
+    gpus_per_thread: int = 1  # GPUs one host thread launches each call on (nccl-tests -g N); 1: a process per GPU
+    cuda_graphs: bool = False  # calls replayed from CUDA graphs: no per-call host launch
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""
@@ -490,7 +492,16 @@ def as_nccl_sees(hardware: Hardware) -> Hardware:
     network = hardware.network
     if network is not None:
         network = replace(network, link=replace(network.link, efficiency=1.0, efficiency_source=""), stages=None)
-    return replace(hardware, intra=intra, network=network, overhead_s=0.0, protocol_figures=())
+    return replace(hardware, intra=intra, network=network, overhead_s=0.0, protocol_figures=(), gpus_per_thread=1,
+                   cuda_graphs=False)
+
+
+def launch_floor_s(hardware: Hardware) -> float:
+    """The least time a call takes when calls follow each other: what the host spends launching
+    it on every GPU its thread drives (nccl_tables.LAUNCH_US_PER_GPU); none under CUDA graphs."""
+    if hardware.cuda_graphs:
+        return 0.0
+    return max(1, hardware.gpus_per_thread) * T.LAUNCH_US_PER_GPU * 1e-6
 
 
 @lru_cache(maxsize=4096)
@@ -851,6 +862,9 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         chunk = min(chunk_bytes(table, hardware, call, algorithm, protocol, channels), call.nbytes / channels)
         fill = stages * chunk / per_channel
     latency = latency_us * 1e-6 + hardware.overhead_s
+    floor = launch_floor_s(hardware)
+    if latency + fill + transfer < floor:  # the GPUs wait for the host (a launch floor, not an added latency)
+        latency = floor - fill - transfer
     loads = []
     if intra_load > 0:
         loads.append(Load("intra", intra_load * call.nbytes, intra_cap))

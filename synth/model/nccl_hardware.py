@@ -24,7 +24,7 @@ import numpy as np
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model import nccl_tables as T
-from synth.topology import Figure, Level, Topology
+from synth.topology import Figure, Level, NcclSystem, Topology
 
 NETWORK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
 DEFAULT_STREAM = Figure(25e9 / 8, "NCCL user guide, NCCL_SOCKET_NTHREADS: 'for generic 100G networks, this value can be "
@@ -82,12 +82,26 @@ def nccl_view(topology: Topology) -> NcclView:
     if node_level is not None:
         network = _network(levels[node_level], gpus_per_node, generation, assumptions)
     buffsize = topology.nccl.buffsize if topology.nccl is not None and topology.nccl.buffsize else T.BUFFER["Simple"]
-    hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize)
+    launch = topology.nccl
+    hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize,
+                             gpus_per_thread=launch.gpus_per_thread if launch is not None else 1,
+                             cuda_graphs=launch.cuda_graphs if launch is not None else False)
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
     protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
                                                  factors.latency.value if factors.latency else 1.0)
                             for name, factors in level.protocols) for level in levels)
     return NcclView(hardware, node_level, overheads, tuple(assumptions), protocols)
+
+
+def with_launch(topology: Topology, gpus_per_thread: int, cuda_graphs: bool = False) -> Topology:
+    """The topology as a run launched it: `gpus_per_thread` GPUs driven by each host thread (a
+    measured nccl-tests -g N run), CUDA graphs or not (nccl.launch_floor_s)."""
+    system = topology.nccl
+    if system is None:
+        system = NcclSystem("ampere", "assumed: Ampere, no NVLS (no [nccl] table)")
+    if (system.gpus_per_thread, system.cuda_graphs) == (gpus_per_thread, cuda_graphs):
+        return topology
+    return replace(topology, nccl=replace(system, gpus_per_thread=gpus_per_thread, cuda_graphs=cuda_graphs))
 
 
 def _node_level(topology: Topology, assumptions: list[str]) -> int | None:
