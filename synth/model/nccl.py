@@ -884,10 +884,24 @@ def _protocol_cap(table: Tuning, call: Call, algorithm: str, protocol: str) -> f
 
 def _socket_capacity(hardware: Hardware, call: Call, channels: int) -> float:
     """Bytes/s a node's traffic can leave it over TCP: every channel crossing the node boundary
-    is one connection of `sockets` streams, each at most `stream_bandwidth`
-    (net_socket.cc:279-330, 557)."""
+    is one connection of `sockets` streams (net_socket.cc:279-330, 557), each at most
+    `stream_bandwidth` when one GPU of the host is in the call, and that shared by the host's
+    GPUs in the call otherwise (`host_stream_share`)."""
     network = hardware.network
-    return channels * max(1, network.sockets) * network.stream_bandwidth
+    return channels * max(1, network.sockets) * network.stream_bandwidth * host_stream_share(call)
+
+
+def host_stream_share(call: Call) -> float:
+    """The share of a TCP stream's rate one connection gets when `ranks_per_node` GPUs of a host
+    are in the call. Sockets move host memory (no GPUDirect): every GPU of the call has a proxy
+    thread on the host that polls its connections and, on the channels that cross, copies each
+    step between the GPU's FIFO and the socket through the host's one TCP stack (and, in a
+    VM, its one virtual NIC's queues). The host's per-flow work is shared by all of them, so a
+    stream moves 1/ranks_per_node of what it moves with one GPU per host. NVIDIA/nccl#209
+    (GCP N1, 8 V100 per VM, 32 Gb/s): one GPU per VM reaches the line (2 x 1, 8 streams per
+    connection: 31 Gb/s busbw; 4 x 1, 16 streams: 30.8), 8 GPUs per VM do not (2 x 8, 4
+    streams: 14.7 Gb/s; 4 x 8, 12 streams: 22.5), which no per-stream rate alone gives."""
+    return 1.0 / max(1, call.ranks_per_node)
 
 
 def socket_streams(vendor: str, threads: int | None = None, sockets_per_thread: int | None = None) -> int:
