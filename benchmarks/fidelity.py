@@ -51,6 +51,7 @@ MiB = 2 ** 20
 BANDS = (("< 1 MiB", 0, MiB), ("1-64 MiB", MiB, 64 * MiB), (">= 64 MiB", 64 * MiB, float("inf")))
 TARGET_BAND, TARGET_SIZE = 0.10, 0.30
 BASELINE = "fidelity-loso-baseline.json"
+HELD_OUT_MODULE = Path(__file__).resolve().parent.parent / "synth" / "model" / "heldout.py"
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,32 @@ def summary(result: dict) -> dict:
     return out
 
 
+def held_out_table(result: dict) -> dict:
+    """Per (class, band), the median and worst |error| over every (log, size), uncalibrated and
+    leave-one-source-out, with the logs and sizes counted (synth/model/heldout.py's table)."""
+    cells: dict[str, dict[str, list]] = {}
+    for entry in result["logs"]:
+        for band, low, high in BANDS:
+            for key, kind in (("a_s", "uncalibrated"), ("loso_s", "calibrated")):
+                errors = band_errors(entry["rows"], key, low, high)
+                if errors:
+                    cell = cells.setdefault(f"{entry['class']} | {band}", {}).setdefault(kind, [[], set()])
+                    cell[0].extend(errors)
+                    cell[1].add(entry["file"])
+    return {key: {kind: (round(float(statistics.median(errors)), 4), round(float(max(errors)), 4), len(files), len(errors))
+                  for kind, (errors, files) in kinds.items()} for key, kinds in sorted(cells.items())}
+
+
+def write_held_out(table: dict, path: Path) -> None:
+    """Rewrite the generated table of synth/model/heldout.py."""
+    text = path.read_text(encoding="utf-8")
+    begin = text.index("# BEGIN GENERATED")
+    begin = text.index("\n", begin) + 1
+    end = text.index("# END GENERATED")
+    body = "HELD_OUT: dict = {\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in table.items()) + "}\n"
+    path.write_text(text[:begin] + body + text[end:], encoding="utf-8")
+
+
 def _pct(value) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -373,6 +400,12 @@ def render(result: dict, command: str, baseline: dict | None) -> str:
     if before:
         lines += ["", f"Before -> after: the baseline is [{BASELINE}]({BASELINE}), the same study on the model "
                       f"before issue 16's changes."]
+    lines += ["", "## Per class of transport (what `synth rank` states as how sure)", "",
+              "| class | band | uncalibrated median (worst) | LOSO median (worst) | logs |", "|---|---|---:|---:|---:|"]
+    for key, kinds in held_out_table(result).items():
+        klass, band = key.split(" | ")
+        a, b = kinds.get("uncalibrated"), kinds.get("calibrated")
+        lines.append(f"| {klass} | {band} | {_pct(a[0])} ({_pct(a[1])}) | {_pct(b[0])} ({_pct(b[1])}) | {a[2]} |")
     lines += ["", "## Per log", "",
               "| log | source | group | topology | uncal. " + " | uncal. ".join(b for b, _, _ in BANDS) +
               " | uncal. from 1 MiB within 30% (worst) | LOSO " + " | LOSO ".join(b for b, _, _ in BANDS) +
@@ -419,6 +452,8 @@ def main(argv=None) -> int:
     parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
     parser.add_argument("-o", "--output", default="results",
                         help="the results directory (default results/); writes its fidelity/ folder")
+    parser.add_argument("--write-model", action="store_true",
+                        help="also rewrite the held-out error table the rankings state (synth/model/heldout.py)")
     args = parser.parse_args(argv)
     log_dir = Path(args.logs)
     if not log_dir.is_dir():
@@ -431,6 +466,9 @@ def main(argv=None) -> int:
     baseline = json.loads(baseline_path.read_text(encoding="utf-8")) if baseline_path.is_file() else None
     (out / REPORT).write_text(render(result, command, baseline), encoding="utf-8")
     (out / "fidelity.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if args.write_model:
+        write_held_out(held_out_table(result), HELD_OUT_MODULE)
+        print(f"wrote the held-out table of {HELD_OUT_MODULE}")
     print(f"wrote {out / REPORT} and {out / 'fidelity.json'}")
     return 0
 
