@@ -93,6 +93,40 @@ def nccl_view(topology: Topology) -> NcclView:
     return NcclView(hardware, node_level, overheads, tuple(assumptions), protocols)
 
 
+def level_efficiencies(topology: Topology) -> tuple[float, ...]:
+    """Per level, the share of its line rate NCCL moves data at, as the NCCL model charges it
+    (the one reading of a topology's NCCL figures: `nccl_view`'s): the network level its
+    network link's efficiency, the levels inside a node their link's (the level's `efficiency`
+    or NCCL's own per-link figure, `default_efficiency`), times NVLS's efficiency where the
+    innermost switch reduces (nccl_tables.NVLS_EFFICIENCY); 1 where the topology has no link
+    figures (nothing NCCL-specific to charge)."""
+    levels = topology.levels
+    if not topology.has_link_figures or (topology.nccl is None and all(level.link is None for level in levels)):
+        return (1.0,) * len(levels)  # no NCCL system described (an emulated or generic one): line rates
+    try:
+        view = nccl_view(topology)
+    except UsageError:
+        return (1.0,) * len(levels)
+    generation = view.hardware.generation
+    rates = []
+    for index, level in enumerate(levels):
+        if level.bandwidth is None:
+            rates.append(1.0)
+        elif view.node_level is not None and index == view.node_level:
+            rates.append(view.hardware.network.link.efficiency)
+        elif view.node_level is not None and index < view.node_level:
+            # a level above the nodes (racks): its uplinks are network links too
+            kind = level.link.kind if level.link is not None else "infiniband"
+            rates.append((level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)).value)
+        else:
+            kind = level.link.kind if level.link is not None else "nvlink"
+            rates.append((level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)).value)
+    innermost = levels[-1]
+    if view.hardware.nvls and innermost.link is not None and innermost.link.kind == "nvswitch":
+        rates[-1] *= T.NVLS_EFFICIENCY.get(generation, 1.0)
+    return tuple(rates)
+
+
 def with_launch(topology: Topology, gpus_per_thread: int, cuda_graphs: bool = False) -> Topology:
     """The topology as a run launched it: `gpus_per_thread` GPUs driven by each host thread (a
     measured nccl-tests -g N run), CUDA graphs or not (nccl.launch_floor_s)."""
