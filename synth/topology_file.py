@@ -125,12 +125,10 @@ _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
                "link", "transport", "efficiency", "overhead", "protocols")
-LINK_KINDS = ("nvswitch", "nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
-NETWORK_LINK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
-TRANSPORT_KINDS = ("ib", "socket", "plugin")
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
-NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
-NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+from synth.model.nccl_names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  # noqa: E402 - NCCL's names, once
+from synth.model.nccl_names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
+from synth.model.nccl_names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
+from synth.model.nccl_names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",

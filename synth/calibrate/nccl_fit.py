@@ -43,7 +43,7 @@ from synth.model.nccl_hardware import NcclView, estimate_group, group_layout, nc
 from synth.topology import CalibrationRecord, Figure, ProtocolFactors, Topology
 from synth.units import format_bytes
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+PROTOCOLS = nccl.T.PROTOCOLS
 ROBUST_SCALE = 0.05  # residuals (log predicted / measured) beyond 5% count linearly, not squared
 # The priors only settle what the data leave open (an overhead against the latency factors, a
 # protocol picked at one size). Rates (efficiencies, protocol rate factors) are what varies from

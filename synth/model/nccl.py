@@ -49,9 +49,10 @@ from functools import lru_cache
 from synth.model import nccl_tables as T
 
 COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce")
-INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "none")
-NET_KINDS = ("infiniband", "roce", "ethernet", "loopback")
-TRANSPORTS = ("ib", "socket", "plugin")
+from synth.model.nccl_names import INTRA_LINK_KINDS, NETWORK_LINK_KINDS, TRANSPORTS  # noqa: E402,F401
+
+INTRA_KINDS = INTRA_LINK_KINDS + ("none",)  # "none": one GPU per node
+NET_KINDS = NETWORK_LINK_KINDS
 PAYLOAD = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}  # src/include/device.h: LL line 8 B = 4 B data + flag
 
 # Pipeline fill of NVLS trees (Simple): before every channel streams, the first chunk
@@ -202,21 +203,24 @@ class Tuning:
     channels: int
     nvls_channels: int
     graphs: tuple[Graph, ...]
+    # (algorithm, protocol) -> (latency_us, bandwidth, cap): a dict look-up, since a planner asks
+    # for entries millions of times (a linear scan took 9-14% of a plan's CPU)
+    table: dict = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "table", {(a, p): (latency, bandwidth, cap)
+                                           for a, p, latency, bandwidth, cap in self.entries})
 
     def get(self, algorithm: str, protocol: str) -> tuple[float, float]:
         """(latency us, algorithm bandwidth GB/s) as NCCL prints them (NCCL_DEBUG_SUBSYS=TUNING)."""
-        for a, p, latency, bandwidth, _ in self.entries:
-            if (a, p) == (algorithm, protocol):
-                return latency, bandwidth
-        return 0.0, 0.0
+        entry = self.table.get((algorithm, protocol))
+        return (entry[0], entry[1]) if entry is not None else (0.0, 0.0)
 
     def cap(self, algorithm: str, protocol: str) -> float:
         """The part of NCCL's bandwidth that is a measured ceiling (LL's llMaxBw, the LL128 and
         tree per-channel maxima, tuning.cc:256-260), as algorithm GB/s; inf where none applies."""
-        for a, p, _, _, cap in self.entries:
-            if (a, p) == (algorithm, protocol):
-                return cap
-        return math.inf
+        entry = self.table.get((algorithm, protocol))
+        return entry[2] if entry is not None else math.inf
 
 
 @dataclass(frozen=True)
@@ -269,12 +273,11 @@ class Estimate:
 
 
 def bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw (doc/PERFORMANCE.md)."""
-    if collective == "AllReduce":
-        return 2 * (ranks - 1) / ranks
-    if collective in ("ReduceScatter", "AllGather"):
-        return (ranks - 1) / ranks
-    return 1.0
+    """nccl-tests' busbw / algbw (doc/PERFORMANCE.md): the one definition, the collective's
+    record (synth/collectives.py)."""
+    from synth.collectives import RECORDS
+
+    return RECORDS[collective].bus_factor(ranks)
 
 
 # --- what NCCL's topology sees ------------------------------------------------------------------

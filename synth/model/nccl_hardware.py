@@ -26,7 +26,7 @@ from synth.model import nccl
 from synth.model import nccl_tables as T
 from synth.topology import Figure, Level, NcclSystem, Topology
 
-NETWORK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
+NETWORK_KINDS = nccl.NET_KINDS
 DEFAULT_STREAM = Figure(25e9 / 8, "NCCL user guide, NCCL_SOCKET_NTHREADS: 'for generic 100G networks, this value can be "
                                   "manually set to 4', i.e. about 25 Gb/s per helper thread and its socket")
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 NCCL_VERSION = "2.26.2"
 
-ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")  # src/include/device.h
-PROTOCOLS = ("LL", "LL128", "Simple")
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")  # tuning.cc compCapIndex: <80, <90, <100, >=100
+from synth.model.nccl_names import ALGORITHMS, GENERATIONS, PROTOCOLS  # noqa: F401 - NCCL's names, defined once
 
 # src/graph/tuning.cc:120-123, baseLat[algorithm][protocol], us.
 BASE_LATENCY = {

@@ -1,0 +1,39 @@
+"""NCCL's names are defined once (synth/model/nccl_names.py) and every reader uses them; one bus
+factor (the collective's record); NCCL's table looked up by key."""
+
+from __future__ import annotations
+
+import math
+
+from synth import topology_file
+from synth.calibrate import nccl_fit
+from synth.collectives import RECORDS
+from synth.model import cost, nccl, nccl_hardware, nccl_names, nccl_tables
+from synth.model.nccl import Call, Hardware, Link, tuning
+
+
+def test_every_reader_uses_the_one_definition():
+    assert topology_file.GENERATIONS is nccl_names.GENERATIONS is nccl_tables.GENERATIONS
+    assert topology_file.NCCL_PROTOCOLS is nccl_names.PROTOCOLS is nccl_tables.PROTOCOLS is nccl_fit.PROTOCOLS
+    assert topology_file.TRANSPORT_KINDS is nccl_names.TRANSPORTS is nccl.TRANSPORTS
+    assert topology_file.NETWORK_LINK_KINDS is nccl_names.NETWORK_LINK_KINDS is nccl.NET_KINDS
+    assert nccl_hardware.NETWORK_KINDS is nccl.NET_KINDS
+    assert set(topology_file.LINK_KINDS) == set(nccl.INTRA_KINDS) - {"none"} | set(nccl.NET_KINDS)
+    assert set(nccl_names.SELECTABLE_ALGORITHMS) <= set(nccl_tables.ALGORITHMS)
+    assert set(nccl.PAYLOAD) == set(nccl_names.PROTOCOLS)
+
+
+def test_one_bus_factor():
+    for name, record in RECORDS.items():
+        for n in (2, 3, 8, 64):
+            assert nccl.bus_factor(name, n) == record.bus_factor(n)
+    assert cost.bus_factor(8) == RECORDS["AllReduce"].bus_factor(8) == 1.75
+
+
+def test_tuning_get_is_a_lookup_that_agrees_with_the_entries():
+    table = tuning(Hardware("ampere", 8, Link("nvswitch", 300e9, 0.8, "x")), Call("AllReduce", 1, 8, 1))
+    for algorithm, protocol, latency, bandwidth, cap in table.entries:
+        assert table.get(algorithm, protocol) == (latency, bandwidth)
+        assert table.cap(algorithm, protocol) == cap
+    assert table.get("collnet_direct", "LL") == (0.0, 0.0) and math.isinf(table.cap("collnet_direct", "LL"))
+    assert hash(table) == hash(tuning(Hardware("ampere", 8, Link("nvswitch", 300e9, 0.8, "x")), Call("AllReduce", 1, 8, 1)))
