@@ -37,3 +37,25 @@ def test_tuning_get_is_a_lookup_that_agrees_with_the_entries():
         assert table.cap(algorithm, protocol) == cap
     assert table.get("collnet_direct", "LL") == (0.0, 0.0) and math.isinf(table.cap("collnet_direct", "LL"))
     assert hash(table) == hash(tuning(Hardware("ampere", 8, Link("nvswitch", 300e9, 0.8, "x")), Call("AllReduce", 1, 8, 1)))
+
+
+def test_no_import_circle_between_the_seam_the_algorithms_and_the_nccl_backend():
+    """The vocabulary is the seam's (backend.py imports no algorithm), the algorithms import the
+    seam only, and the registry (backends.py) is the one module that names the backends."""
+    import ast
+    from pathlib import Path
+
+    model = Path(nccl.__file__).parent
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((model / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in tree.body:  # what loading the module imports (a function's lazy import is not)
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+                found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        return found
+
+    assert not {m for m in imported("backend") if m.startswith("synth.model.")}
+    assert not imported("algorithms") & {"synth.model.nccl_backend", "synth.model.backends"}
+    assert "synth.model.backends" not in imported("nccl_backend")

@@ -2,7 +2,9 @@
 
 network: the topology as a graph of devices, switches and links; link loads of flows.
 algorithms: how a backend (NCCL, gloo) runs each collective, as phases of flows.
-backend: the seam a backend implements (its plans and its own estimate of a call alone).
+backends: the backends by name (the registry).
+backend: the seam a backend implements (its plans and its own estimate of a call alone), and the
+  vocabulary of plans (layouts, phases, flows) backends and algorithms speak.
 context: the checked (hierarchy, topology, backend) every cost is relative to.
 engine: step costs for any steps and sizes, batched; programs as tables of steps.
 estimate: lockstep and pipelined, the two ways step costs become a program's time.
@@ -15,9 +17,9 @@ from synth._lazy import lazy_exports
 # resolved on first use (synth/_lazy.py): importing a light module of this package (nccl_names,
 # the topology reader's vocabulary) does not load the cost engine and numpy
 _EXPORTS = {
-    'BACKENDS': 'synth.model.algorithms',
+    'BACKENDS': 'synth.model.backends',
     'Backend': 'synth.model.algorithms',
-    'resolve_backend': 'synth.model.algorithms',
+    'resolve_backend': 'synth.model.backends',
     'CallModel': 'synth.model.backend',
     'CallSite': 'synth.model.backend',
     'BoundLine': 'synth.model.bound',
