@@ -59,3 +59,21 @@ def test_no_import_circle_between_the_seam_the_algorithms_and_the_nccl_backend()
     assert not {m for m in imported("backend") if m.startswith("synth.model.")}
     assert not imported("algorithms") & {"synth.model.nccl_backend", "synth.model.backends"}
     assert "synth.model.backends" not in imported("nccl_backend")
+
+
+def test_a_network_level_read_two_ways_is_said():
+    """One reading of a topology: where the per-device bandwidth (what the flow model and the
+    bounds read) and one uplink (the NIC NCCL's model reads) disagree, NCCL's view says so."""
+    from dataclasses import replace
+
+    from synth.model.nccl_hardware import nccl_view
+    from synth.topology import Figure, Uplinks
+    from synth.topology_file import load_topology
+
+    topology = load_topology("hgx-h100-ib-4x8")
+    assert not [a for a in nccl_view(topology).assumptions if "differs" in a]
+    node = topology.levels[0]
+    odd = replace(node, uplinks=Uplinks(4, Figure(450e9 / 8, "hand-written")))
+    view = nccl_view(replace(topology, levels=(odd,) + topology.levels[1:]))
+    (said,) = [a for a in view.assumptions if "differs" in a]
+    assert "400 Gb/s" in said and "450 Gb/s" in said

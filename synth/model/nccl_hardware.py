@@ -178,6 +178,16 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
         assumptions.append(f"level {level.name} is InfiniBand (no link kind given)")
     if level.uplinks is not None:
         nics, line = level.uplinks.count, level.uplinks.bandwidth.value
+        per_device = level.bandwidth.value
+        # one reading: the flow model and the bounds take what one GPU moves across nodes from the
+        # level's per-device bandwidth, NCCL from the NIC it reaches (one uplink: a GPU alone
+        # uses its rail's NIC). Where the two differ, the paths give different rates: say so.
+        if abs(per_device - line) > 0.01 * line:
+            assumptions.append(
+                f"level {level.name}: per-device bandwidth {per_device * 8 / 1e9:g} Gb/s differs from one uplink's "
+                f"{line * 8 / 1e9:g} Gb/s: NCCL's model reads the uplinks (its NICs), the flow model and the bounds "
+                f"the per-device figure too; a GPU alone reaches one NIC, so give the per-device bandwidth as one "
+                f"uplink's rate")
     else:
         nics, line = gpus_per_node, level.bandwidth.value
         assumptions.append(f"level {level.name}: one NIC per GPU at {line * 8 / 1e9:g} Gb/s (no uplinks given)")
