@@ -69,6 +69,8 @@ them is a separate figure with its own source::
     cpu = "intel"                      # intel or amd (NCCL's LL limits across nodes); default intel
     algorithms = ["ring", "tree"]      # optional: NCCL_ALGO as the system runs it; default all
     protocols = ["Simple", "LL128"]    # optional: NCCL_PROTO; default all
+    gpus_per_thread = 1                # optional: GPUs one host thread launches calls on (nccl-tests -g N); default 1
+    cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
     source = "..."                     # required
 
     [[levels]]
@@ -123,15 +125,14 @@ _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
                "link", "transport", "efficiency", "overhead", "protocols")
-LINK_KINDS = ("nvswitch", "nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
-NETWORK_LINK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
-TRANSPORT_KINDS = ("ib", "socket", "plugin")
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
-NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
-NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+from synth.model.nccl_names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  # noqa: E402 - NCCL's names, once
+from synth.model.nccl_names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
+from synth.model.nccl_names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
+from synth.model.nccl_names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
-_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize")
+_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
+              "cuda_graphs")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend")
 _OPTIONAL_CALIBRATION_KEYS = ("backend",)
@@ -486,7 +487,9 @@ def _nccl(value, where: str) -> NcclSystem:
     if "buffsize" in table:
         buffsize = parse_bytes(table["buffsize"], where=f"{where}: nccl.buffsize") if isinstance(table["buffsize"], str) \
             else _positive_int(table["buffsize"], where, "nccl.buffsize", 'buffsize = "8MiB"')
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize)
+    gpus_per_thread = _positive_int(table.get("gpus_per_thread", 1), where, "nccl.gpus_per_thread", "gpus_per_thread = 8")
+    cuda_graphs = _bool(table.get("cuda_graphs", False), where, "nccl.cuda_graphs")
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -574,6 +577,10 @@ def render_topology(topology: Topology, header: str = "") -> str:
                 table[key] = list(items)
         if nccl.buffsize is not None:
             table["buffsize"] = nccl.buffsize
+        if nccl.gpus_per_thread != 1:
+            table["gpus_per_thread"] = nccl.gpus_per_thread
+        if nccl.cuda_graphs:
+            table["cuda_graphs"] = True
         table["source"] = nccl.source
         document["nccl"] = table
     document["levels"] = [_level_table(level) for level in topology.levels]
