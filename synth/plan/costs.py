@@ -18,7 +18,9 @@ Memoization. A reduction's cost on a placement depends only on how many units of
 level its groups span (the reduced axes' factors per level): levels are uniform and units of a
 level are interchangeable, so two placements with the same factors are the same groups up to a
 renumbering of each unit's children, which changes no link load. One search per factor vector
-is kept (tests/test_plan_costs.py checks the identity against fresh searches).
+is kept (tests/test_plan_launch.py checks the identity against fresh searches), and it is run
+on the smallest system with the same costs (synth/plan/equivalent.py), so a plan for 131,072
+GPUs never builds the network or the groups of 131,072 devices.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from synth.model.cost import program_cost, step_costs
 from synth.model.engine import CostEngine, StepCalls
 from synth.model.algorithms import resolve_backend
 from synth.model.network import check_costable, network_for
-from synth.names import product
 from synth.placement import Placement
+from synth.plan.equivalent import equivalent, span
 from synth.topology import Topology
 
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
@@ -76,7 +78,6 @@ class CommunicationCosts:
         self.topology = topology
         self.backend = resolve_backend(backend)
         self.max_len = max_len
-        self.network = network_for(topology)
         self._best: dict[tuple, BestPrograms] = {}
         self._candidates: dict[tuple, CandidateTimes] = {}
         self._all_reduce: dict[tuple, Communication] = {}
@@ -93,17 +94,16 @@ class CommunicationCosts:
         key = (placement.matrix, placement.axis_names, axes)
         found = self._factors.get(key)
         if found is None:
-            rows = [placement.matrix[placement.axis_index(name)] for name in axes]
-            found = tuple(product(row[level] for row in rows) for level in range(len(placement.level_sizes)))
-            self._factors[key] = found
+            found = self._factors[key] = span(placement, axes)
         return found
 
     def _best_programs(self, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            hierarchy = build_hierarchy(placement, axes, "merged")
-            best = BestPrograms(cost_context(hierarchy, self.topology, self.backend), self.max_len)
+            small = equivalent(self.topology, key)  # the same costs on fewer devices
+            hierarchy = build_hierarchy(small.placement, small.axes, "merged")
+            best = BestPrograms(cost_context(hierarchy, small.topology, self.backend), self.max_len)
             self._best[key] = best
         return best
 
@@ -166,15 +166,17 @@ class CommunicationCosts:
         further along `axis` (all at once, sharing links), or, with `first` and `last`, the
         devices at those two positions exchanging `size` bytes both ways. Seconds include the
         launch and the latency of the outermost level crossed."""
-        key = (placement.matrix, placement.axis_names, axis, first, last)
+        key = (self.factors(placement, (axis,)), first, last)
         found = self._p2p.get(key)
         if found is None:
-            found = self._p2p_figures(placement, axis, first, last)
+            small = equivalent(self.topology, key[0])  # the same flows' loads on fewer devices
+            found = self._p2p_figures(small.topology, small.placement, small.axes[0], first, last)
             self._p2p[key] = found
         latency, per_byte, link = found
         return latency + size * per_byte, link
 
-    def _p2p_figures(self, placement: Placement, axis: str, first, last) -> tuple[float, float, str]:
+    def _p2p_figures(self, topology: Topology, placement: Placement, axis: str, first, last
+                     ) -> tuple[float, float, str]:
         a = placement.axis_index(axis)
         size = placement.axis_sizes[a]
         if size == 1:
@@ -188,10 +190,11 @@ class CommunicationCosts:
         else:
             src = np.concatenate([moved[first].reshape(-1), moved[last].reshape(-1)])
             dst = np.concatenate([moved[last].reshape(-1), moved[first].reshape(-1)])
-        seconds, link = self.network.makespan(src, dst, np.ones(len(src)))
-        level = int(self.network.first_difference(src, dst).min())
-        latency = self.backend.launch_s + self.topology.levels[level].latency.value
-        return latency, seconds, self.network.link_name(link)
+        network = network_for(topology)
+        seconds, link = network.makespan(src, dst, np.ones(len(src)))
+        level = int(network.first_difference(src, dst).min())
+        latency = self.backend.launch_s + topology.levels[level].latency.value
+        return latency, seconds, network.link_name(link)
 
     # --- gradients behind backward ---------------------------------------------------------------
 
