@@ -45,8 +45,9 @@ out = io.StringIO()
 with contextlib.redirect_stdout(out):
     code = main(sys.argv[1:])
 wall = time.perf_counter() - started
+usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"code": code, "stdout": out.getvalue(), "wall_in_process_s": wall,
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}))
 """
 
 
@@ -72,13 +73,14 @@ def measure(topology: str, resize: str, source: Path) -> dict:
         row["error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
         return row
     worker = json.loads(lines[-1])
-    row.update(code=worker["code"], peak_rss_bytes=worker["peak_rss_bytes"])
+    row.update(code=worker["code"], peak_rss_bytes=worker["peak_rss_bytes"], cpu_s=worker.get("cpu_s"))
     if worker["code"] != 0:
         row["error"] = done.stderr.strip()[-300:]
         return row
     result = json.loads(worker["stdout"])
     search = result["search"]
-    row.update(devices=result["devices"], search_s=result["elapsed_s"], evaluated=result["evaluated"],
+    row.update(devices=result["devices"], search_s=result["elapsed_s"], search_cpu_s=result.get("cpu_s"),
+               evaluated=result["evaluated"],
                degree_choices=search["degrees"], placements=search["placements"], candidates=search["candidates"],
                estimated_s=search["estimated_s"], estimated_bytes=search.get("estimated_bytes"),
                winner=_degrees(result['ranked'][0]['degrees']) + " " + result['ranked'][0]['placement'],
@@ -109,21 +111,26 @@ def _ratio(estimate, real) -> str:
     return "" if not estimate or not real else f"{estimate / real:.2f}"
 
 
+def _seconds(value) -> str:
+    return "" if value is None else f"{value:.1f} s"
+
+
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| command | GPUs | wall | search | peak RSS | estimated time | estimated memory | est./real time | "
-             "est./real memory | candidates | load before |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| command | GPUs | wall | CPU | search wall | search CPU | peak RSS | estimated search | "
+             "estimated memory | est./search CPU | est./peak RSS | load before |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:
         load = "/".join(f"{x:.1f}" for x in row.get("load_before", ()))
         if "search_s" not in row:
-            lines.append(f"| `{row['command']}` | | {row.get('wall_s', 0):.1f} s | | {_size(row.get('peak_rss_bytes'))} | "
-                         f"| | | | | {load} |  (failed: {row.get('error', '')})")
+            lines.append(f"| `{row['command']}` | | {_seconds(row.get('wall_s'))} | {_seconds(row.get('cpu_s'))} | | | "
+                         f"{_size(row.get('peak_rss_bytes'))} | | | | | {load} (failed: {row.get('error', '')}) |")
             continue
         lines.append(
-            f"| `{row['command']}` | {row['devices']:,} | {row['wall_s']:.1f} s | {row['search_s']:.1f} s | "
-            f"{_size(row['peak_rss_bytes'])} | {row['estimated_s']:.2f} s | {_size(row['estimated_bytes'])} | "
-            f"{_ratio(row['estimated_s'], row['wall_s'])} | {_ratio(row['estimated_bytes'], row['peak_rss_bytes'])} | "
-            f"{row['candidates']:,} | {load} |")
+            f"| `{row['command']}` | {row['devices']:,} | {_seconds(row['wall_s'])} | {_seconds(row.get('cpu_s'))} | "
+            f"{_seconds(row['search_s'])} | {_seconds(row.get('search_cpu_s'))} | {_size(row['peak_rss_bytes'])} | "
+            f"{row['estimated_s']:.2f} s | {_size(row.get('estimated_bytes'))} | "
+            f"{_ratio(row['estimated_s'], row.get('search_cpu_s'))} | "
+            f"{_ratio(row.get('estimated_bytes'), row['peak_rss_bytes'])} | {load} |")
     return lines
 
 
@@ -133,8 +140,10 @@ def render(document: dict) -> str:
              f"Each row is the user's whole command in a fresh process (start-up, imports, search, JSON output) on "
              f"this 2-core machine, shared with other work while it ran (the load average before each run is in "
              f"the last column). wall: the process, timed from outside; search: the planner's own time; peak RSS: "
-             f"the process's `ru_maxrss` at exit. The estimates are what the planner predicted before starting "
-             f"(the figures it refuses a search on); est./real compares them with the wall time and the peak RSS.", ""]
+             f"the process's `ru_maxrss` at exit; CPU: user + system time. The estimates are what the planner predicted "
+             f"before starting (the figures it refuses a search on): the search's CPU time (wall time grows with the "
+             f"machine's load, CPU time much less) and the process's peak memory; est./search CPU and est./peak RSS "
+             f"compare them with what happened.", ""]
     if document.get("before"):
         lines += [f"## Before ({document['before_label']})", ""] + table(document["before"]) + [""]
         lines += ["## After", ""]
