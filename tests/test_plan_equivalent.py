@@ -90,3 +90,16 @@ def test_every_predicted_step_equals_the_whole_systems(name, sizes, degrees, mod
         expected = (key[spanned] * math.prod(topology.sizes[spanned + 1:]) if spanned <= node
                     else math.prod(topology.sizes[node + 1:]))
         assert equivalent(topology, key).device_count == expected <= topology.device_count
+
+
+def test_single_calls_go_through_the_same_estimate_as_all_reduce_programs():
+    """A reduce-scatter or all-gather call is timed like the programs (the pipelined estimate by
+    default), not by the lockstep step time: one whole-group AllReduce call priced the way
+    reduce_scatter is equals the default all-reduce's time the program search reports."""
+    topology = _resized("dgx-h100-2x8x8", rack=4)
+    costs = CommunicationCosts(topology)
+    for placement in enumerate_placements(topology, Degrees(8, 8, 4).axes())[::3]:
+        for axes in (("dp",), ("tp",), ("pp",)):
+            for size in (1 << 16, 48 << 20):
+                call = costs._single_call("AllReduce", placement, axes, size)
+                assert call.time_s == pytest.approx(costs.all_reduce(placement, axes, size).default_time_s, rel=1e-12)

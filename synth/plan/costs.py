@@ -5,7 +5,8 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
 * `all_reduce`: the fastest synthesized all-reduce program for S bytes over some axes, and the
   default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
 * `reduce_scatter` / `all_gather`: one backend call over the axes' groups (what sequence
-  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only);
+  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only),
+  timed by the same estimate as the all-reduce programs (synth/model/estimate.py);
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
   pipeline's activations), through the network's links with their contention;
 * `gradient_schedule`: the gradient reduction in buckets behind backward (synth.analysis.fusion's
@@ -38,7 +39,7 @@ from synth.language import Program, Step, parse_program
 from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import program_cost, step_costs
-from synth.model.engine import CostEngine, StepCalls
+from synth.model.engine import CostEngine, ProgramTable, StepCalls
 from synth.model.algorithms import resolve_backend
 from synth.model.network import check_costable, network_for
 from synth.placement import Placement
@@ -128,7 +129,9 @@ class CommunicationCosts:
             n = hierarchy.group_size
             step = Step(collective, "InsideGroup", hierarchy.level_names[0])
             one_call = StepCalls(collective, (tuple(range(n)),), (n,))
-            seconds = float(best.ranker.engine.figures([one_call], [size]).time_s[0, 0])
+            # through the same estimate as every all-reduce program (not the lockstep step time)
+            ranker = best.ranker
+            seconds = float(ranker.estimate.program_times(ranker.engine, ProgramTable.of([(one_call,)]), [size])[0, 0])
             found = Communication(str(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
             self._single[key] = found
         return found
