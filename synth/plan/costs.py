@@ -87,6 +87,7 @@ class CommunicationCosts:
         self._schedules: dict[tuple, GradientSchedule] = {}
         self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
+        self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
 
     # --- reductions ------------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ class CommunicationCosts:
         if found is None:
             best = self._best_programs(placement, axes)
             choice = best.best(size)
-            found = Communication(str(choice.program), choice.time_s, choice.baseline_time_s,
+            found = Communication(self._text(choice.program), choice.time_s, choice.baseline_time_s,
                                   hierarchy_text(best.hierarchy))
             self._all_reduce[key] = found
         return found
@@ -132,7 +133,7 @@ class CommunicationCosts:
             # through the same estimate as every all-reduce program (not the lockstep step time)
             ranker = best.ranker
             seconds = float(ranker.estimate.program_times(ranker.engine, ProgramTable.of([(one_call,)]), [size])[0, 0])
-            found = Communication(str(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
+            found = Communication(self._text(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
             self._single[key] = found
         return found
 
@@ -144,20 +145,32 @@ class CommunicationCosts:
         """One AllGather call over the axes' groups, `size` bytes of output per device."""
         return self._single_call("AllGather", placement, axes, size)
 
-    def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str, size: int) -> str:
+    def _text(self, program: Program) -> str:
+        """A program's text for the rows, the object kept to explain them without parsing."""
+        text = str(program)
+        self._programs.setdefault(text, program)
+        return text
+
+    def program(self, text: str) -> Program:
+        """The object of a program this search handed out (parsed only if it came from elsewhere)."""
+        found = self._programs.get(text)
+        return found if found is not None else parse_program(text)
+
+    def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str | Program, size: int) -> str:
         """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
         best = self._best_programs(placement, axes)
         hierarchy = best.hierarchy
         engine = CostEngine(best.context)  # the context's own devices, so links are named as they are
+        program = self.program(program) if isinstance(program, str) else program
         steps = []
-        for step in parse_program(program).steps:
+        for step in program.steps:
             n = hierarchy.group_size
             if step.collective in ("ReduceScatter", "AllGather") and step.form == "InsideGroup" \
                     and step.level == hierarchy.level_names[0]:
                 one_call = StepCalls(step.collective, (tuple(range(n)),), (n,))
                 steps.append(step_costs(engine, [one_call], size, [step])[0])  # one whole-group call
             else:
-                cost = program_cost(best.context, lower(parse_program(program), hierarchy), size, engine=engine)
+                cost = program_cost(best.context, lower(program, hierarchy), size, engine=engine)
                 return max(cost.steps, key=lambda c: c.time_s).bottleneck
         return max(steps, key=lambda c: c.time_s).bottleneck if steps else ""
 
@@ -221,7 +234,7 @@ class CommunicationCosts:
         if sharded:
             def cost(size):
                 call = self.reduce_scatter(placement, axes, size)
-                return call.program, call.time_s
+                return self._programs[call.program], call.time_s
             floor = None
         else:
             grid_key = (self.factors(placement, axes), min(tensors), sum(tensors))
@@ -232,7 +245,7 @@ class CommunicationCosts:
 
             def cost(size):
                 choice = chooser(size)
-                return str(choice.program), choice.time_s
+                return choice.program, choice.time_s  # an object: text once, for the largest bucket
             floor = self._floors.get(grid_key[0])
             if floor is None:
                 floor = self._floors[grid_key[0]] = bound_floor(best.context)
@@ -244,7 +257,7 @@ class CommunicationCosts:
         planned = schedule(tensors, ready, ranges, cost)
         largest = max(planned.buckets, key=lambda bucket: bucket.bytes)
         return GradientSchedule(planned.finish_s, max(0.0, planned.exposed_s), planned.busy_s, len(planned.buckets),
-                                largest.program, hierarchy_text(best.hierarchy))
+                                self._text(largest.program), hierarchy_text(best.hierarchy))
 
 
 def fuse_tensors(tensors: tuple[int, ...], limit: int = MAX_BUCKET_TENSORS) -> tuple[int, ...]:
