@@ -117,3 +117,38 @@ def test_dgx_h100_rack_256_is_estimated_and_refused_over_memory(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "memory budget" in err and "MiB here" in err
+
+
+def test_the_planner_names_no_option_the_command_does():
+    """Option names live in synth/commands/: the planner's messages carry values (launch.py's
+    strings are Megatron-LM's own options, what the export writes)."""
+    import ast
+    from pathlib import Path
+
+    import synth.plan
+
+    folder = Path(synth.plan.__file__).parent
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name == "launch.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                if any(part[:1].isalpha() for part in node.value.split("--")[1:]):
+                    found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    assert not found, found
+
+
+def test_limit_errors_carry_the_value_and_the_command_names_the_option():
+    from synth.plan.errors import LimitValueError
+
+    with pytest.raises(LimitValueError) as caught:
+        DegreeLimits(max_tp=0)
+    assert caught.value.limit == "max_tp" and caught.value.value == 0 and "--" not in str(caught.value)
+    from synth.commands.plan import _flags_for
+
+    assert str(_flags_for(caught.value)) == "--max-tp 0: give a positive integer"

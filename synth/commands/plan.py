@@ -184,9 +184,13 @@ def _budget_seconds(text: str) -> float:
 
 
 def _flags_for(error):
-    """The planner's refusal (typed, values only) with the options that change it."""
-    from synth.plan.search import SearchBudgetError
+    """The planner's errors (typed, values only) with the options that change them."""
+    from synth.plan.errors import LimitValueError, MissingFigureError, SearchBudgetError
 
+    if isinstance(error, LimitValueError):
+        return UsageError(f"--{error.limit.replace('_', '-')} {echo(error.value)}: give a positive integer")
+    if isinstance(error, MissingFigureError):
+        return UsageError(f"{error} (--efficiency)" if error.figure == "matmul_efficiency" else str(error))
     if not isinstance(error, SearchBudgetError):
         return error
     fixes = {"placements": "fix a degree (--tp, --pp, --dp) or keep axes inside levels (--inside tp=gpu, --factor)",
@@ -202,9 +206,9 @@ def run_plan(args) -> int:
         return _list_models()
     from synth.plan.search import check_size, estimate, plan
 
-    request = build_request(args)
-    size = estimate(request)
     try:
+        request = build_request(args)
+        size = estimate(request)
         check_size(size, request)
     except UsageError as error:
         raise _flags_for(error) from None

@@ -29,6 +29,7 @@ from synth.placement import MAX_PLACEMENTS, Factor, Inside, count_matching, enum
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
+from synth.plan.errors import BudgetValueError, SearchBudgetError
 from synth.plan.formulas import RECOMPUTE
 from synth.plan.model import Transformer
 from synth.plan.step import Compute, Prediction, Settings, predict, settings_problem
@@ -50,28 +51,6 @@ BYTES_PER_DEVICE = 12 * 2**10
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
-
-
-class SearchBudgetError(UsageError):
-    """A plan search refused before it starts: estimated over its time or memory budget, or a
-    degree choice with more placements than can be listed. The fields let the command name
-    its options (exit 2: the request asks for more work than can be done)."""
-
-    def __init__(self, facts: str, fix: str, *, size: SearchSize, over: str, budget: float):
-        super().__init__(f"{facts}: {fix}")
-        self.facts = facts  # what was estimated, against which budget (no fix)
-        self.size = size
-        self.over = over  # "time", "memory" or "placements"
-        self.budget = budget  # seconds, bytes or placements
-
-
-class BudgetValueError(UsageError):
-    """A budget that is not a positive, finite number (`nan` and `inf` would switch the refusal off)."""
-
-    def __init__(self, message: str, *, which: str, value: float):
-        super().__init__(message)
-        self.which = which  # "time" or "memory"
-        self.value = value
 
 
 def check_budget(value: float, which: str) -> None:
