@@ -28,7 +28,7 @@ def _resized(name: str, **sizes):
 
 
 def _with_rack_fabric(topology):
-    """A fabric on the outermost level: the one figure the equivalent system scales."""
+    """A fabric on the outermost level: a link every band shares."""
     rack = dataclasses.replace(topology.levels[0], fabric=Figure(120e9, "test"))
     return dataclasses.replace(topology, levels=(rack,) + topology.levels[1:])
 
@@ -46,13 +46,15 @@ def test_levels_outside_the_groups_are_cut_and_a_node_is_never_split():
     assert equivalent_sizes(topology, (4, 2, 1)) == (4, 8, 8)  # the racks the groups span; nodes kept whole
     assert equivalent_sizes(topology, (1, 4, 2)) == (1, 4, 8)
     assert equivalent_sizes(topology, (1, 1, 8)) == (1, 1, 8)  # inside a node: one node
-    small = equivalent(_with_rack_fabric(topology), (4, 2, 1))
-    assert small.topology.levels[0].fabric.value == pytest.approx(120e9 * 4 / 64)
-    assert small.placement.matrix == ((1, 4, 8), (4, 2, 1))
+    assert equivalent(topology, (4, 2, 1)).placement.matrix == ((1, 4, 8), (4, 2, 1))
+    # a level with a fabric is never cut to the units spanned (no capacity is ever scaled)
+    assert equivalent_sizes(_with_rack_fabric(topology), (4, 2, 1)) == (64, 8, 8)
+    assert equivalent_sizes(_with_rack_fabric(topology), (1, 4, 2)) == (1, 4, 8)
 
 
 CASES = [
     ("dgx-h100-2x8x8", {"rack": 8}, Degrees(16, 4, 8), "gpt3-1.3b"),
+    ("dgx-h100-2x8x8", {"rack": 4}, Degrees(32, 2, 4), "gpt3-1.3b"),
     ("dgx-h100-2x8x8+fabric", {"rack": 4}, Degrees(8, 8, 4), "gpt3-1.3b"),
     ("selene", {"node": 16}, Degrees(16, 2, 4), "gpt3-2.7b"),
 ]
@@ -79,16 +81,19 @@ def test_every_predicted_step_equals_the_whole_systems(name, sizes, degrees, mod
         assert a.step_s == pytest.approx(b.step_s, rel=1e-9, abs=1e-12)
         assert a.breakdown.to_json() == pytest.approx(b.breakdown.to_json(), rel=1e-9, abs=1e-12)
         assert [(r.name, r.levels) for r in a.routes] == [(r.name, r.levels) for r in b.routes]
-        if not fabric:  # a scaled fabric rounds differently: programs tied to 1e-15 may swap, at the same time
-            assert [r.program for r in a.routes] == [r.program for r in b.routes]
+        assert [r.program for r in a.routes] == [r.program for r in b.routes]
         for x, y in zip(a.routes, b.routes):
             assert x.time_s == pytest.approx(y.time_s, rel=1e-9, abs=1e-12)
     # the small systems are small: the units the groups span at their outermost level, each whole
     for key in small._best:
         spanned = next(level for level, factor in enumerate(key) if factor > 1)
         node = nccl_view(topology).node_level  # a node is never split
-        expected = (key[spanned] * math.prod(topology.sizes[spanned + 1:]) if spanned <= node
-                    else math.prod(topology.sizes[node + 1:]))
+        if spanned > node:
+            expected = math.prod(topology.sizes[node + 1:])  # one node
+        elif topology.levels[spanned].fabric is not None:
+            expected = math.prod(topology.sizes[spanned:])  # the outer levels cut, this one whole
+        else:
+            expected = key[spanned] * math.prod(topology.sizes[spanned + 1:])
         assert equivalent(topology, key).device_count == expected <= topology.device_count
 
 

@@ -15,12 +15,14 @@ it is not inside a node, to `f_l*`. What the cost model looks at is unchanged:
   there), so those levels' uplinks and fabrics carried nothing, and cutting them to one unit
   leaves each remaining unit with the same groups;
 * the system's switch joining the units of `l*` inside one parent saw `s_l* / f_l*` alike
-  bands of groups, disjoint in those units; one band is left, each unit's uplinks carry the
-  same flows, and the level's fabric (the one figure that sums over bands) is scaled by
-  `f_l* / s_l*` so its drain time is the same;
-* levels inside `l*` keep their size (the uplinks of a unit at level k carry the flows of every
-  band inside it), so every link keeps its load; levels inside a node keep theirs (NCCL's
-  GPUs per node), level indices and names are kept (a cut level has size 1);
+  bands of groups, disjoint in those units; one band is left and each unit's uplinks carry
+  the same flows. A level with a fabric (one link that sums over the bands) is not cut:
+  scaling its capacity would keep the busiest link's drain time but not what one group's
+  calls alone see (the chain of the pipelined estimate, a backend's time of a call alone),
+  and no capacity is ever scaled. For the same reason levels inside `l*` are not cut either:
+  the uplinks of a unit at level k carry the flows of every band inside it;
+* so every link keeps its load and its capacity; levels inside a node keep their size
+  (NCCL's GPUs per node), level indices and names are kept (a cut level has size 1);
 * the groups keep their member order (one axis with R's factors per level, outermost digit
   first, as R's merged hierarchy numbers members), so programs and their text are the same.
 
@@ -35,7 +37,7 @@ from functools import lru_cache
 from synth.model.nccl_hardware import nccl_view
 from synth.names import product
 from synth.placement import Placement
-from synth.topology import Figure, Topology
+from synth.topology import Topology
 
 REDUCED = "r"  # the collective's axis on the equivalent system
 OTHERS = "o"  # everything else, as one axis
@@ -74,7 +76,7 @@ def equivalent_sizes(topology: Topology, factors: tuple[int, ...]) -> tuple[int,
     node = _node_level(topology)
     for level in range(min(spanned, node + 1)):
         sizes[level] = 1
-    if spanned <= node:
+    if spanned <= node and topology.levels[spanned].fabric is None:
         sizes[spanned] = factors[spanned]
     return tuple(sizes)
 
@@ -83,17 +85,7 @@ def equivalent_sizes(topology: Topology, factors: tuple[int, ...]) -> tuple[int,
 def equivalent(topology: Topology, factors: tuple[int, ...]) -> Equivalent:
     """The equivalent system for a collective whose groups span `factors` units per level."""
     sizes = equivalent_sizes(topology, factors)
-    if sizes == topology.sizes:
-        levels = topology.levels
-    else:
-        levels = []
-        for level, size in zip(topology.levels, sizes):
-            fabric = level.fabric
-            if fabric is not None and size != level.size:
-                fabric = Figure(fabric.value * size / level.size, f"{fabric.source} (x {size}/{level.size}: the "
-                                f"groups of one of {level.size // size} alike bands, synth/plan/equivalent.py)")
-            levels.append(dataclasses.replace(level, size=size, fabric=fabric))
-        levels = tuple(levels)
+    levels = tuple(dataclasses.replace(level, size=size) for level, size in zip(topology.levels, sizes))
     reduced = dataclasses.replace(topology, levels=levels)
     others = tuple(size // factor for size, factor in zip(sizes, factors))
     placement = Placement(reduced.level_names, sizes, (OTHERS, REDUCED), (product(others), product(factors)),
