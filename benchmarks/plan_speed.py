@@ -33,7 +33,7 @@ STUDY = "plan-speed"
 MODEL = "gpt3-175b"
 DEFAULT_NODES = (8, 64, 512, 2048, 16384)  # 8 GPUs per Selene node: 64 to 131,072 GPUs
 EXTRA = (("dgx-h100-2x8x8", "rack=256"),)  # issue 15's accepted-then-killed case
-TIMEOUT_S = 900
+TIMEOUT_S = 600
 
 # The measured process: the command through synth's own entry point, its output kept, then its
 # own peak RSS (bytes on Linux: ru_maxrss is in KiB). Runs in the checkout under test.
@@ -108,7 +108,7 @@ def _size(value) -> str:
 
 
 def _ratio(estimate, real) -> str:
-    return "" if not estimate or not real else f"{estimate / real:.2f}"
+    return "" if not estimate or not real else f"{estimate / real:.3g}"
 
 
 def _seconds(value) -> str:
@@ -129,9 +129,31 @@ def table(rows: list[dict]) -> list[str]:
             f"| `{row['command']}` | {row['devices']:,} | {_seconds(row['wall_s'])} | {_seconds(row.get('cpu_s'))} | "
             f"{_seconds(row['search_s'])} | {_seconds(row.get('search_cpu_s'))} | {_size(row['peak_rss_bytes'])} | "
             f"{row['estimated_s']:.2f} s | {_size(row.get('estimated_bytes'))} | "
-            f"{_ratio(row['estimated_s'], row.get('search_cpu_s'))} | "
+            f"{_ratio(row['estimated_s'], row.get('search_cpu_s') or row['search_s'])}"
+            f"{'' if row.get('search_cpu_s') else ' (wall)'} | "
             f"{_ratio(row.get('estimated_bytes'), row['peak_rss_bytes'])} | {load} |")
     return lines
+
+
+def summary(document: dict) -> list[str]:
+    """The growth curve in one paragraph: the largest system, before and after, and how close the estimate is."""
+    rows = [row for row in document["rows"] if "search_s" in row]
+    if not rows:
+        return []
+    largest = max(rows, key=lambda row: row["devices"])
+    time_ratios = [row["estimated_s"] / row["search_cpu_s"] for row in rows if row.get("search_cpu_s")]
+    memory_ratios = [row["estimated_bytes"] / row["peak_rss_bytes"] for row in rows if row.get("estimated_bytes")]
+    text = (f"Largest: {largest['devices']:,} GPUs in {largest['wall_s']:.1f} s wall ({largest['cpu_s']:.1f} s CPU) "
+            f"and {_size(largest['peak_rss_bytes'])} peak.")
+    before = {row["command"]: row for row in document.get("before", ()) if "search_s" in row}
+    if largest["command"] in before:
+        old = before[largest["command"]]
+        text += (f" Before: {old['wall_s']:.1f} s wall ({old['cpu_s']:.1f} s CPU) and {_size(old['peak_rss_bytes'])}, "
+                 f"while its estimate said {old['estimated_s']:.2f} s.")
+    if time_ratios and memory_ratios:
+        text += (f" The estimate over the real figures, every row: CPU time {min(time_ratios):.2f}x to "
+                 f"{max(time_ratios):.2f}x, memory {min(memory_ratios):.2f}x to {max(memory_ratios):.2f}x.")
+    return [text]
 
 
 def render(document: dict) -> str:
@@ -144,6 +166,7 @@ def render(document: dict) -> str:
              f"before starting (the figures it refuses a search on): the search's CPU time (wall time grows with the "
              f"machine's load, CPU time much less) and the process's peak memory; est./search CPU and est./peak RSS "
              f"compare them with what happened.", ""]
+    lines += summary(document) + [""]
     if document.get("before"):
         lines += [f"## Before ({document['before_label']})", ""] + table(document["before"]) + [""]
         lines += ["## After", ""]

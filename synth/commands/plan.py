@@ -52,7 +52,7 @@ def register(subparsers) -> None:
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
                         help=f"rows to show (default {DEFAULT_TOP})")
     parser.add_argument("--budget", metavar="S",
-                        help="refuse searches estimated to take longer (seconds, default 300)")
+                        help="refuse searches estimated to take more CPU time (seconds, default 300)")
     parser.add_argument("--search-memory", metavar="SIZE",
                         help="refuse searches estimated to need more memory, e.g. 4GiB "
                              "(default: 80%% of what this machine has available)")
