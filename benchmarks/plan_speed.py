@@ -9,8 +9,8 @@ For each size, the whole user command (start-up, imports, search, JSON output)
 runs in a fresh process; recorded are its wall time, its peak resident memory (the process's
 own `ru_maxrss`, read by the process itself at exit), the search's own time (`elapsed_s`)
 and what the search estimated before it started (time and, where the planner gives one,
-memory). The last row is issue 15's case, `dgx-h100-2x8x8 --resize rack=256` (16,384 GPUs on
-three levels), through the same command. `--before DIR` runs the same commands in another
+memory). Then issue 15's case, `dgx-h100-2x8x8 --resize rack=256` (16,384 GPUs on three
+levels), and four plans of other models and systems, through the same command. `--before DIR` runs the same commands in another
 checkout (the code before a change) and puts both curves in the report.
 
 Writes results/plan-speed/README.md (the growth table, command, machine, load, date) and
@@ -32,7 +32,10 @@ from benchmarks.record import REPORT, header, study_dir
 STUDY = "plan-speed"
 MODEL = "gpt3-175b"
 DEFAULT_NODES = (8, 64, 512, 2048, 16384)  # 8 GPUs per Selene node: 64 to 131,072 GPUs
-EXTRA = (("dgx-h100-2x8x8", "rack=256"),)  # issue 15's accepted-then-killed case
+# issue 15's accepted-then-killed case, then other models and systems the estimate must hold on
+EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "node=512"),
+         ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
+         ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
 TIMEOUT_S = 600
 
 # The measured process: the command through synth's own entry point, its output kept, then its
@@ -51,13 +54,13 @@ print(json.dumps({"code": code, "stdout": out.getvalue(), "wall_in_process_s": w
 """
 
 
-def command_for(topology: str, resize: str) -> list[str]:
-    return ["plan", "--topology", topology, "--resize", resize, "--model", MODEL, "--json", "--budget", "3600"]
+def command_for(topology: str, resize: str, model: str = MODEL) -> list[str]:
+    return ["plan", "--topology", topology, "--resize", resize, "--model", model, "--json", "--budget", "3600"]
 
 
-def measure(topology: str, resize: str, source: Path) -> dict:
+def measure(topology: str, resize: str, source: Path, model: str = MODEL) -> dict:
     """One command in a fresh process run from `source` (a checkout), timed from outside."""
-    argv = command_for(topology, resize)
+    argv = command_for(topology, resize, model)
     load_before = os.getloadavg()
     started = time.perf_counter()
     try:
@@ -97,8 +100,8 @@ def series(nodes: tuple[int, ...], source: Path) -> list[dict]:
     for count in nodes:
         rows.append(measure("selene", f"node={count}", source))
         print(json.dumps(rows[-1]), file=sys.stderr)
-    for topology, resize in EXTRA:
-        rows.append(measure(topology, resize, source))
+    for model, topology, resize in EXTRA:
+        rows.append(measure(topology, resize, source, model))
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
@@ -183,7 +186,8 @@ def main(argv=None) -> int:
     parser.add_argument("--before-label", default="the code before this change", help="what --before is")
     args = parser.parse_args(argv)
     nodes = tuple(int(part) for part in args.nodes.split(","))
-    command = "python -m benchmarks.plan_speed" + (f" --nodes {args.nodes}" if args.nodes != parser.get_default("nodes") else "")
+    command = ("python -m benchmarks.plan_speed" + (f" --nodes {args.nodes}" if args.nodes != parser.get_default("nodes") else "")
+               + (" --before OLD" if args.before else ""))
     here = Path(__file__).resolve().parent.parent
     document = {"command": command, "model": MODEL, "rows": series(nodes, here)}
     if args.before:

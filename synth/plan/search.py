@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import MAX_PLACEMENTS, Factor, Inside, count_matching, enumerate_placements
+from synth.placement import MAX_PLACEMENTS, Factor, Inside, count_matching, enumerate_placements, matching_matrices
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
@@ -36,18 +36,24 @@ from synth.plan.step import Compute, Prediction, Settings, predict, settings_pro
 from synth.topology import Topology
 
 # What the search costs on this project's 2-core machine, in CPU seconds (a loaded machine adds
-# wall time; benchmarks/plan_speed.py measures the search against this estimate from 64 to
-# 131,072 GPUs, results/plan-speed/): per candidate predicted, per placement enumerated, per
-# distinct group shape (one program search each, synth/plan/costs.py) and per device of the
-# equivalent systems those searches run on (synth/plan/equivalent.py); bytes of the process
-# before the search and per such device (its network, groups and per-link tables). Measured
-# rates, not a model of the machine: the estimate is good to about 2x, which is what a refusal needs.
-SECONDS_PER_CANDIDATE = 30e-6
-SECONDS_PER_PLACEMENT = 1e-3
-SECONDS_PER_SHAPE = 0.04
-SECONDS_PER_DEVICE = 60e-6
-BASE_BYTES = 110 * 2**20
-BYTES_PER_DEVICE = 12 * 2**10
+# wall time) and bytes: per candidate predicted, per placement enumerated, per distinct group
+# shape of a reduction (one program search each, synth/plan/costs.py), per device of the
+# equivalent systems those searches and the pipeline's transfers run on
+# (synth/plan/equivalent.py: networks, groups, per-link tables) and per member pair of a
+# reduction's shape (the cost model lays out every whole-group call as a member x member table);
+# the process's bytes before the search. Rates fitted (the largest log ratio made smallest) on
+# ten plans from 64 to 131,072 GPUs: the six of benchmarks/plan_speed.py and llama2-70b on
+# selene at 4,096 and 131,072, gpt3-6.7b and megatron-18.4b on dgx-h100-2x8x8 at 1,024 and
+# 4,096 GPUs; the estimate is within 1.8x of every one (results/plan-speed/), which is what a
+# refusal needs. A fit, not a model of the machine.
+SECONDS_PER_CANDIDATE = 75e-6
+SECONDS_PER_PLACEMENT = 0.16e-3
+SECONDS_PER_SHAPE = 1.3e-3
+SECONDS_PER_DEVICE = 71e-6
+SECONDS_PER_PAIR = 0.27e-6
+BASE_BYTES = 163 * 2**20
+BYTES_PER_DEVICE = 2000
+BYTES_PER_PAIR = 90
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
@@ -147,10 +153,11 @@ class SearchSize:
     devices: int = 0  # devices of their equivalent systems, summed
     estimated_bytes: float = 0.0  # the process's peak memory
     too_many_placements: tuple[Degrees, ...] = ()  # choices whose placements cannot be listed
+    pairs: int = 0  # member pairs of the reduction groups' shapes, summed (a call's layout is one row per pair)
 
     def to_json(self) -> dict:
         return {"degrees": self.degrees, "placements": self.placements, "candidates": self.candidates,
-                "group_shapes": self.shapes, "equivalent_devices": self.devices,
+                "group_shapes": self.shapes, "equivalent_devices": self.devices, "member_pairs": self.pairs,
                 "estimated_s": self.estimated_s, "estimated_bytes": self.estimated_bytes,
                 "refused_degrees": dict(self.refused)}
 
@@ -176,19 +183,6 @@ def _key(prediction: Prediction) -> tuple:
             prediction.settings.text)
 
 
-def spans(size: int, level_sizes: tuple[int, ...]):
-    """Every way an axis of `size` can spread over the levels (its factor per level divides
-    the level): the group shapes a collective over it can have, whatever the other axes."""
-    if not level_sizes:
-        if size == 1:
-            yield ()
-        return
-    for factor in divisors(level_sizes[0]):
-        if size % factor == 0:
-            for rest in spans(size // factor, level_sizes[1:]):
-                yield (factor,) + rest
-
-
 def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
     """The constraints on this choice's axes; None when a factor > 1 is fixed for a role of size 1."""
     present = {axis.name for axis in degrees.axes()}
@@ -205,36 +199,43 @@ def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
 
 def estimate(request: PlanRequest) -> SearchSize:
     """The search's size, time and memory, counted before it starts (module docstring): exact
-    placement and candidate counts, and an upper bound on the group shapes whose programs it
-    searches (every shape each axis could take), each on its equivalent system."""
+    placement and candidate counts, and the group shapes whose programs it searches (the span
+    per level of each collective's axis over every placement, listed without Z3), each on its
+    equivalent system."""
     refused: Counter = Counter()
     topology = request.topology
     degrees = list(enumerate_degrees(topology.device_count, request.model, request.limits, refused))
     placements = candidates = 0
-    shapes: set[tuple[int, ...]] = set()
+    collectives: set[tuple[int, ...]] = set()  # group shapes of the reductions: a program search each
+    transfers: set[tuple[int, ...]] = set()  # of the pipeline's point-to-point: a network each
     too_many = []
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
         settings = request.space.settings(request.model, choice)
         if constraints is None or not settings:
             continue
+        axes = choice.axes()
         try:
-            count = count_matching(topology, choice.axes(), constraints, MAX_PLACEMENTS)
+            count = count_matching(topology, axes, constraints, MAX_PLACEMENTS)
         except NoSolutionError:
             continue
-        if count > MAX_PLACEMENTS:
-            too_many.append(choice)
         placements += count
         candidates += count * len(settings)
-        for axis in choice.axes():
-            if axis.size > 1:
-                shapes.update(spans(axis.size, topology.sizes))
-    devices = sum(math.prod(equivalent_sizes(topology, shape)) for shape in shapes)
+        if count > MAX_PLACEMENTS:
+            too_many.append(choice)
+            continue
+        rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
+        for matrix in matching_matrices(topology, axes, constraints):
+            for index, name in rows:
+                (transfers if name == "pp" else collectives).add(matrix[index])
+    equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in collectives | transfers}
+    devices = sum(equivalent.values())
+    pairs = sum(math.prod(shape) ** 2 for shape in collectives)
     seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
-               + len(shapes) * SECONDS_PER_SHAPE + devices * SECONDS_PER_DEVICE)
-    memory = BASE_BYTES + devices * BYTES_PER_DEVICE
-    return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())), len(shapes),
-                      devices, memory, tuple(too_many))
+               + len(collectives) * SECONDS_PER_SHAPE + devices * SECONDS_PER_DEVICE + pairs * SECONDS_PER_PAIR)
+    memory = BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
+    return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())),
+                      len(collectives), devices, memory, tuple(too_many), pairs)
 
 
 def check_size(size: SearchSize, request: PlanRequest) -> None:
