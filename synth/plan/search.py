@@ -9,10 +9,11 @@ whose memory exceeds the device's are dropped and counted; the rest are ranked b
 and the Pareto set of step time against memory is kept.
 
 The size of the search is counted before it starts (placements per degree choice exactly,
-under the constraints, without enumerating them: synth.placement.count_matching; the group
-shapes whose programs are searched at most, each on its equivalent system) and a search
-estimated to take longer than the time budget or more memory than the memory budget is
-refused with what to fix (`SearchBudgetError`, its fields for the command to name options).
+under the constraints: synth.placement.count_matching; the group shapes of its collectives as
+those placements have them, listed without Z3, each on its equivalent system), its CPU time
+and peak memory estimated from those counts, and a search estimated over the time budget or
+the memory budget, or with a choice of more placements than can be listed, is refused with
+what to fix (`SearchBudgetError`, its fields for the command to name options).
 """
 
 from __future__ import annotations
