@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 
 from synth.commands.common import add_constraint_options, add_json_option, add_model_options, positive_int, print_json
 from synth.errors import UsageError
+from synth.names import echo
 
 DEFAULT_TOP = 10
 
@@ -52,10 +54,13 @@ def register(subparsers) -> None:
                              "per communicator, docs/plan.md), a size such as 2GiB, or 0")
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
                         help=f"rows to show (default {DEFAULT_TOP})")
-    parser.add_argument("--budget", type=float, default=None, metavar="S",
-                        help="refuse searches estimated to take longer (seconds, default 300)")
+    parser.add_argument("--budget", metavar="S",
+                        help="refuse searches estimated to take more CPU time (seconds, default 300)")
     parser.add_argument("--launchable", action="store_true",
                         help="keep only layouts Megatron-LM can launch (its rank orders tp-cp-ep-dp-pp, tp-cp-ep-pp-dp)")
+    parser.add_argument("--search-memory", metavar="SIZE",
+                        help="refuse searches estimated to need more memory, e.g. 4GiB "
+                             "(default: 80%% of what this machine has available)")
     parser.add_argument("--export", metavar="FILE", help="write the winner's launch settings (Megatron, DeviceMesh, JAX) as JSON")
     add_model_options(parser)
     add_json_option(parser)
@@ -185,12 +190,18 @@ def build_request(args):
                         sequence_parallel=_switch(args.sequence_parallel),
                         recompute=_choices(args.recompute, ("none", "selective", "full"), "--recompute"),
                         sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap)
-    if args.budget is not None and args.budget <= 0:
-        raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+    budget = _budget_seconds(args.budget) if args.budget is not None else DEFAULT_BUDGET_S
+    memory = None
+    if args.search_memory is not None:
+        from synth.units import parse_bytes
+
+        memory = parse_bytes(args.search_memory, where="--search-memory")
+        if memory <= 0:
+            raise UsageError(f"--search-memory {args.search_memory}: give a positive size, e.g. 4GiB")
     from synth.plan.launch import megatron_launchable
 
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,
-                       args.top, args.budget or DEFAULT_BUDGET_S,
+                       args.top, budget, memory,
                        placement_filter=megatron_launchable if args.launchable else None, memory_reserve=reserve)
 
 
@@ -206,15 +217,47 @@ def _memory_reserve(text: str):
     return fixed_reserve(parse_bytes(text, where="--memory-reserve"))
 
 
+def _budget_seconds(text: str) -> float:
+    """--budget: a positive, finite number of seconds (`nan` and `inf` would switch the refusal off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"--budget {echo(text)}: give a positive, finite number of seconds, e.g. 600")
+    return value
+
+
+def _flags_for(error):
+    """The planner's errors (typed, values only) with the options that change them."""
+    from synth.plan.errors import LimitValueError, MissingFigureError, SearchBudgetError
+
+    if isinstance(error, LimitValueError):
+        return UsageError(f"--{error.limit.replace('_', '-')} {echo(error.value)}: give a positive integer")
+    if isinstance(error, MissingFigureError):
+        return UsageError(f"{error} (--efficiency)" if error.figure == "matmul_efficiency" else str(error))
+    if not isinstance(error, SearchBudgetError):
+        return error
+    fixes = {"placements": "fix a degree (--tp, --pp, --dp) or keep axes inside levels (--inside tp=gpu, --factor)",
+             "time": "fix a degree (--tp, --pp, --dp), keep axes inside levels (--inside tp=gpu), try fewer settings "
+                     "(--micro-batch, --recompute, --virtual-stages), or raise --budget (seconds)",
+             "memory": "fix a degree (--tp, --pp, --dp), keep axes inside levels (--inside tp=gpu), or raise "
+                       "--search-memory where the machine has more"}[error.over]
+    return UsageError(f"{error.facts}: {fixes}")
+
+
 def run_plan(args) -> int:
     if args.list_models:
         return _list_models()
     from synth.plan.search import check_size, estimate, plan
 
-    request = build_request(args)
-    size = estimate(request)
-    check_size(size, request)
-    result = plan(request, progress=_progress(size))
+    try:
+        request = build_request(args)
+        size = estimate(request)
+        check_size(size, request)
+    except UsageError as error:
+        raise _flags_for(error) from None
+    result = plan(request, progress=_progress(size), size=size)
     if not result.ranked:
         raise _nothing_fits(result)
     launchable = best_launchable(result)
@@ -472,7 +515,7 @@ def plan_json(result, launchable=None) -> dict:
         "memory_reserve": request.memory_reserve.to_json() if request.memory_reserve else None,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
-        "elapsed_s": result.elapsed_s,
+        "elapsed_s": result.elapsed_s, "cpu_s": result.cpu_s,
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
         "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
         "best_launchable": None if launchable is None else prediction_json(launchable, request, result.costs),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from synth.errors import UsageError
+from synth.plan.errors import LimitValueError
 from synth.names import Sized
 from synth.plan.model import Transformer
 
@@ -61,7 +61,7 @@ class DegreeLimits:
         for name in ("dp", "tp", "pp", "cp", "max_tp"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise UsageError(f"--{name.replace('_', '-')} {value!r}: give a positive integer")
+                raise LimitValueError(f"{name} {value!r}: give a positive integer", limit=name, value=value)
 
 
 def divisors(n: int) -> list[int]:
@@ -108,5 +108,5 @@ def limit_problem(degrees: Degrees, limits: DegreeLimits) -> str | None:
         if fixed is not None and degrees.of(role) != fixed:
             return f"{role} fixed to {fixed}"
     if limits.max_tp is not None and degrees.tp > limits.max_tp:
-        return f"tp above --max-tp {limits.max_tp}"
+        return f"tp above the largest allowed, {limits.max_tp}"
     return None

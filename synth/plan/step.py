@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.errors import UsageError
+from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
 from synth.plan import formulas
 from synth.plan.costs import CommunicationCosts, fuse_tensors
@@ -103,7 +104,8 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
                          f"use a built-in with one (selene, dgx-a100-x4, dgx-h100-2x8x8, ...) or add [device] to the file")
     if efficiency is None:
         if device.matmul_efficiency is None:
-            raise UsageError(f"{where}: device {device.name!r} has no matmul_efficiency; add one to [device] or give --efficiency")
+            raise MissingFigureError(f"{where}: device {device.name!r} has no matmul_efficiency; add one to [device] "
+                                     f"or give a matmul efficiency", figure="matmul_efficiency")
         efficiency = device.matmul_efficiency.value
     bandwidth = device.memory_bandwidth.value if device.memory_bandwidth is not None else None
     return Compute(device.peak_for(precision).value, efficiency, device.memory.value, bandwidth)
