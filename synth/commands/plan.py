@@ -214,7 +214,7 @@ def _memory_reserve(text: str):
         return DEFAULT_RESERVE
     if text.strip() == "0":
         return None
-    return fixed_reserve(parse_bytes(text, where="--memory-reserve"))
+    return fixed_reserve(parse_bytes(text, where="--memory-reserve"), "given with --memory-reserve")
 
 
 def _budget_seconds(text: str) -> float:

@@ -206,7 +206,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "ffn": ("FFN inner size `f` (`4h` in GPT; per matrix when gated)", "elements"),
     "seq_len": ("sequence length `s` (also the learned position table's rows)", "tokens"),
     "vocab": ("vocabulary size `V`", "tokens"),
-    "micro_batch": ("sequences per micro-batch `b` (`--micro-batch` searches others)", "sequences"),
+    "micro_batch": ("sequences per micro-batch `b` (the plan searches others)", "sequences"),
     "global_batch": ("sequences per optimizer step `B`", "sequences"),
     "kv_heads": ("key/value heads `g` (grouped-query attention); 0: as many as `heads`", "heads"),
     "precision": ("weights and activations: bf16, fp16 or fp32", "type"),
@@ -220,7 +220,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "tied_embeddings": ("the output layer reuses the input embedding (GPT); false: its own `V x h` matrix", "true/false"),
     "flash_attention": ("attention scores never stored (FlashAttention): no `a s^2` activations or traffic",
                         "true/false"),
-    "source": ("where the figures come from (shown by --list-models)", "text"),
+    "source": ("where the figures come from (shown in the list of models)", "text"),
 }
 ARCHITECTURE = ("kv_heads", "gated_mlp", "biases", "dropout", "learned_positions", "tied_embeddings", "flash_attention")
 
