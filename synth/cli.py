@@ -205,9 +205,10 @@ def _interrupt_in_native_call(error: Exception) -> bool:
 def _report(prefix: str, error: BaseException | str) -> None:
     """One error line, cut when long (a program syntax error adds the program line and a
     caret under it, each cut alike)."""
+    from synth.commands.terminal import printable
     from synth.errors import ProgramSyntaxError
 
-    lines = str(error).splitlines() or [""]
+    lines = printable(str(error)).splitlines() or [""]  # an escape code from a file is shown, not obeyed
     if not isinstance(error, ProgramSyntaxError):
         lines = [" ".join(" ".join(lines).split())]
     message = "\n".join(_cut(line) for line in lines)

@@ -41,7 +41,7 @@ def register(subparsers) -> None:
 
 
 def run_calibrate(args) -> int:
-    from rich.console import Console
+    from synth.commands.terminal import console as text_console
 
     from synth.calibrate import calibrate, infer_base, read_measurements
     from synth.model.algorithms import resolve_backend
@@ -76,9 +76,7 @@ def run_calibrate(args) -> int:
         return 0
     if not args.output:
         sys.stdout.write(text)
-    console = Console(stderr=not args.output)
-    if not console.is_terminal:
-        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     console.print(_table(result, errors))
     for note in result.notes:
         console.print(f"note: {note}")
@@ -190,7 +188,7 @@ def _json(result: Calibration, formats: dict[str, str], errors, output: str | No
 def _run_nccl(args, measurements, formats) -> int:
     """Fit the NCCL model's figures (efficiencies, overheads, pipeline stages), write the
     topology with what it was fitted on, and print every group's per-size error."""
-    from rich.console import Console
+    from synth.commands.terminal import console as text_console
     from rich.table import Table
 
     from synth.calibrate.infer import infer_nccl_base
@@ -220,9 +218,7 @@ def _run_nccl(args, measurements, formats) -> int:
         return 0
     if not args.output:
         sys.stdout.write(text)
-    console = Console(stderr=not args.output)
-    if not console.is_terminal:
-        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     for line in assumptions + tuple(a for a in result.assumptions if a not in assumptions):
         console.print(f"assumed: {line}")
     rms = float((errors ** 2).mean() ** 0.5)

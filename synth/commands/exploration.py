@@ -75,10 +75,9 @@ def register(subparsers) -> None:
 
 
 def _console():
-    from rich.console import Console
+    from synth.commands.terminal import console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=PIPED_WIDTH)  # piped: never cut a figure
+    return console(piped_width=PIPED_WIDTH)  # piped: never cut a figure
 
 
 def _multiline(program) -> str:

@@ -452,8 +452,9 @@ def _print_nccl_tests(rows: list[benchmod.BenchRow]) -> None:
 
 
 def _print_rows(rows: list[benchmod.BenchRow]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from synth.commands.terminal import console
 
     predicted = any(row.prediction is not None for row in rows)
     columns = ["placement", "role", "program", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check", "rank"]
@@ -466,4 +467,4 @@ def _print_rows(rows: list[benchmod.BenchRow]) -> None:
             p = row.prediction
             cells += ["", "", ""] if p is None else [f"{p.seconds * 1e6:.1f}", f"{p.busbw / 1e9:.3f}", str(p.rank)]
         table.add_row(*cells)
-    Console(width=200).print(table)
+    console(width=200).print(table)

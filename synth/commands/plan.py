@@ -230,10 +230,9 @@ def _export(path: str, request, result) -> None:
 
 
 def _console(stderr: bool = False):
-    from rich.console import Console
+    from synth.commands.terminal import console
 
-    console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(width=200, stderr=stderr)
+    return console(stderr=stderr, piped_width=200)
 
 
 def _share(part: float, total: float) -> str:

@@ -65,11 +65,9 @@ def run_rank(args) -> int:
         print_json([dict(row.to_json(), lower_bound_s=bound.time_s, backend=args.backend, estimate=args.estimate)
                     for _, _, bound, rows in sections for row in rows])
         return 0
-    from rich.console import Console
+    from synth.commands.terminal import console as text_console
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: wide enough that no figure is cut
-        console = Console(width=PIPED_WIDTH)
+    console = text_console(piped_width=PIPED_WIDTH)  # piped or captured: wide enough that no figure is cut
     from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
 
     for size, hierarchy, bound, rows in sections:

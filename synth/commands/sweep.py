@@ -73,7 +73,7 @@ def write_json(sweep: Sweep, path: Path, command: str, interrupted: bool = False
 
 
 def run_sweep_command(args) -> int:
-    from rich.console import Console
+    from synth.commands.terminal import console as text_console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
@@ -95,7 +95,7 @@ def run_sweep_command(args) -> int:
     total = configurations(len(placements), job.axes, len(sizes))
     started = time.perf_counter()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+                        TimeRemainingColumn(), console=text_console(stderr=True, piped_width=None), transient=False)
     # One placement at a time, so Ctrl-C keeps every placement finished so far.
     program_sets, parts, interrupted = ProgramSets(), [], False
     try:
