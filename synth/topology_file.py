@@ -648,7 +648,7 @@ def _render_nccl_level(level: Level) -> list[str]:
 # FLOPS, with k M G T P prefixes).
 
 _DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
-_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z")
+_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z", re.ASCII)
 _FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 FLOP_RATE_EXAMPLE = "312 TFLOP/s"
 

@@ -33,7 +33,8 @@ MAX_BYTES = 2**50
 MAX_BANDWIDTH = 1e18  # bytes/s: 8 Eb/s
 MAX_TIME = 86400.0  # seconds: a day
 
-_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
+# ASCII digits only: `\u0661MiB` (an Arabic-Indic one) is not a size.
+_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL | re.ASCII)
 _PREFIXES = {
     "": 1,
     "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,

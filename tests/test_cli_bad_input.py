@@ -41,8 +41,8 @@ def test_a_topology_name_no_file_system_takes(run_cli, name):
             fragments=("synth rank: --topology: ", "characters" if len(name) > 60 else "topology"))
 
 
-def test_an_output_name_no_file_system_takes(run_cli, tmp_path):
-    os.chdir(tmp_path)
+def test_an_output_name_no_file_system_takes(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # restored after: later tests run `python -c` from the checkout
     refused(run_cli, "export", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "--program", PROGRAM,
             "--format", "torch", "-o", LONG, fragments=("-o ", "(300 characters)", "File name too long"))
     refused(run_cli, "sweep", "--topology", "emu-2x4", "--axes", "data=8", "-b", "1K", "-e", "2K", "-o", LONG,

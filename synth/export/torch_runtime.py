@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 MAX_BYTES = 2**50
-_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
+_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL | re.ASCII)
 _UNIT = re.compile(r"(?:([kKMGTP])(i?))?B\Z")
 
 
