@@ -186,6 +186,7 @@ def run_export(args) -> int:
             metadata.update(hierarchy_metadata(hierarchy))
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
+        _check_json_size(hierarchy, programs)
         metadata.update(hierarchy_metadata(hierarchy))
         plan = build_plan(PlanEntry(hierarchy, program) for program in programs)
         files = [json_plan.render(plan, provenance, metadata, nbytes)]
@@ -198,6 +199,22 @@ def run_export(args) -> int:
     for path in _write(args.output, files, EXTENSIONS[args.format]):
         print(f"wrote {path}")
     return 0
+
+
+MAX_JSON_PLAN_BYTES = 256 << 20  # about 15 s and 1.5 GB to build; 54 MB took 2.7 s and 330 MB
+
+
+def _check_json_size(hierarchy, programs) -> None:
+    """Refuse a JSON plan too large to write, before any per-rank work (2^20 ranks ran for
+    more than ten minutes without a word)."""
+    from synth.export.json_plan import estimated_bytes
+    from synth.units import format_bytes
+
+    size = estimated_bytes(hierarchy, programs)
+    if size > MAX_JSON_PLAN_BYTES:
+        raise UsageError(f"the JSON plan would be about {format_bytes(size)} ({hierarchy.placement.device_count:,} ranks, "
+                         f"each listing its group's members at every step; at most {format_bytes(MAX_JSON_PLAN_BYTES)}): "
+                         f"use --format torch or nccl, which build the groups at run time, or fewer devices")
 
 
 def _write(option: str, files: list[str], extension: str) -> list[Path]:
