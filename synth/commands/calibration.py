@@ -41,9 +41,8 @@ def register(subparsers) -> None:
 
 
 def run_calibrate(args) -> int:
-    from synth.commands.terminal import console as text_console
-
     from synth.calibrate import calibrate, infer_base, read_measurements
+    from synth.commands.terminal import console as text_console
     from synth.model.algorithms import resolve_backend
     from synth.topology_file import load_topology, render_topology
 
@@ -188,12 +187,12 @@ def _json(result: Calibration, formats: dict[str, str], errors, output: str | No
 def _run_nccl(args, measurements, formats) -> int:
     """Fit the NCCL model's figures (efficiencies, overheads, pipeline stages), write the
     topology with what it was fitted on, and print every group's per-size error."""
-    from synth.commands.terminal import console as text_console
     from rich.table import Table
 
     from synth.calibrate.infer import infer_nccl_base
     from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
     from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
+    from synth.commands.terminal import console as text_console
     from synth.topology_file import load_topology, render_topology
 
     assumptions: tuple[str, ...] = ()

@@ -125,9 +125,9 @@ def run_status(args) -> int:
 
 
 def _print(cluster, counters: dict) -> None:
-    from synth.commands.terminal import console as text_console
     from rich.table import Table
 
+    from synth.commands.terminal import console as text_console
     from synth.emulate.layout import format_rate, format_scale
 
     console = text_console(width=200)

@@ -73,12 +73,12 @@ def write_json(sweep: Sweep, path: Path, command: str, interrupted: bool = False
 
 
 def run_sweep_command(args) -> int:
-    from synth.commands.terminal import console as text_console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
     from synth.analysis.programs import ProgramSets
     from synth.analysis.sweep import configurations, has_members, reduction_requests, run_sweep
+    from synth.commands.terminal import console as text_console
     from synth.model.network import check_costable
     from synth.placement import enumerate_placements
     from synth.search import MAX_PROGRAM_LENGTH

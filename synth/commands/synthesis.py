@@ -42,9 +42,9 @@ def register(subparsers) -> None:
 
 
 def run_topologies(args) -> int:
-    from synth.commands.terminal import console as text_console
     from rich.table import Table
 
+    from synth.commands.terminal import console as text_console
     from synth.topology_file import builtin_topology_names, load_topology
 
     rows = []
@@ -76,8 +76,9 @@ def run_placements(args) -> int:
                  "groups": {name: p.axis_groups(name) for name in job.axis_names}}))
         sys.stdout.write("\n]\n")
         return 0
-    from synth.commands.terminal import console as text_console
     from rich.table import Table
+
+    from synth.commands.terminal import console as text_console
 
     table = Table("#", "matrix", *(f"{name} groups" for name in job.axis_names))
     for index, p in enumerate(placements, 1):
