@@ -97,7 +97,7 @@ def run_sweep_command(args) -> int:
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn(), console=text_console(stderr=True, piped_width=None), transient=False)
     # One placement at a time, so Ctrl-C keeps every placement finished so far.
-    program_sets, parts, interrupted = ProgramSets(), [], False
+    program_sets, times_cache, parts, interrupted = ProgramSets(), {}, [], False
     try:
         with progress:
             task = progress.add_task("sweep", total=total)
@@ -108,7 +108,7 @@ def run_sweep_command(args) -> int:
             for placement in placements:
                 parts.append(run_sweep(job.topology, [placement], job.axes, sizes, backend=args.backend,
                                        max_len=args.max_len, hierarchy_kind=args.hierarchy, program_sets=program_sets,
-                                       on_pair=advance))
+                                       on_pair=advance, times_cache=times_cache))
             progress.update(task, description="sweep")
     except KeyboardInterrupt:
         interrupted = True

@@ -201,12 +201,14 @@ class Tuning:
     nvls_channels: int
     graphs: tuple[Graph, ...]
 
+    def __post_init__(self):
+        # get() runs ~15 times per NCCL choice (500k times in a sweep): a dict, not a scan.
+        object.__setattr__(self, "_by_pair", {(a, p): (latency, bandwidth) for a, p, latency, bandwidth, _ in
+                                              reversed(self.entries)})
+
     def get(self, algorithm: str, protocol: str) -> tuple[float, float]:
         """(latency us, algorithm bandwidth GB/s) as NCCL prints them (NCCL_DEBUG_SUBSYS=TUNING)."""
-        for a, p, latency, bandwidth, _ in self.entries:
-            if (a, p) == (algorithm, protocol):
-                return latency, bandwidth
-        return 0.0, 0.0
+        return self._by_pair.get((algorithm, protocol), (0.0, 0.0))
 
     def cap(self, algorithm: str, protocol: str) -> float:
         """The part of NCCL's bandwidth that is a measured ceiling (LL's llMaxBw, the LL128 and
