@@ -337,7 +337,8 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     started = datetime.now().astimezone()
     print(f"running {len(plan.programs)} program(s) on {devices} processes ({args.backend}), "
           f"sizes {', '.join(map(str, sizes))} B: {label} {script_path}", file=sys.stderr)
-    result = launch(script_path, devices, script_args, timeout=args.timeout)
+    # Absolute: `-o -x` made the script `-x/...`, which torchrun and python read as an option.
+    result = launch(script_path.absolute(), devices, script_args, timeout=args.timeout)
     log_path.write_text(result.log, encoding="utf-8")
     if result.report is None:
         raise LaunchError(f"{label.rstrip(':')} exited with code {result.returncode} before the script reported; "
