@@ -456,3 +456,31 @@ def test_bench_launches_its_script_by_a_path_no_launcher_reads_as_an_option(run_
     code, _, _ = run_cli("bench", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "--program",
                          PROGRAM, "--backend", "gloo", "--bytes", "4KiB", "--output=-x")
     assert code != 0 and seen and not seen[0].startswith("-") and os.path.isabs(seen[0])
+
+
+def _interrupt_on_call(monkeypatch, owner, name: str, at: int) -> None:
+    """Ctrl-C while the `at`-th call of owner.name runs (deterministic: raised there)."""
+    real, calls = getattr(owner, name), []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+@pytest.mark.parametrize("command, rest", [
+    ("explore", ("--reduce", "data", "--bytes", "1MiB")),
+    ("workload", ("--reduction", "data:1MiB")),
+])
+def test_ctrl_c_of_explore_and_workload_shows_the_placements_done(run_cli, monkeypatch, command, rest):
+    from synth.analysis.best import BestPrograms
+
+    _interrupt_on_call(monkeypatch, BestPrograms, "best_row" if command == "explore" else "best", 3)
+    code, out, err = run_cli(command, "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "-L", "3", *rest,
+                             "--json")
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"synth {command}: interrupted after 2 of ")
+    assert len(json.loads(out)) == 2
