@@ -484,3 +484,14 @@ def test_ctrl_c_of_explore_and_workload_shows_the_placements_done(run_cli, monke
     assert code == 130 and "Traceback" not in err
     assert err.splitlines()[-1].startswith(f"synth {command}: interrupted after 2 of ")
     assert len(json.loads(out)) == 2
+
+
+def test_ctrl_c_of_rank_top_shows_the_placements_ranked(run_cli, monkeypatch):
+    from synth.analysis.rank import Ranker
+
+    _interrupt_on_call(monkeypatch, Ranker, "top", 3)
+    code, out, err = run_cli("rank", "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "--reduce", "data",
+                             "--bytes", "1MiB", "--top", "2", "-L", "3", "--json")
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("synth rank: interrupted after 2 of ")
+    assert len({json.dumps(row["matrix"]) for row in json.loads(out)}) == 2

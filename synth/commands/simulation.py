@@ -49,14 +49,29 @@ def run_rank(args) -> int:
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
     check_search(hierarchies, args.max_len)
     check_costable(job.topology)
-    sections = []
-    for hierarchy in hierarchies:
-        ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
-        ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
-        for size, rows in zip(sizes, ranked):
-            if args.pareto:
-                rows = pareto_front(rows)
-            sections.append((size, hierarchy, ranker.lower_bound(size), rows))
+    sections, done = [], 0
+    try:
+        for hierarchy in hierarchies:
+            ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
+            ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
+            for size, rows in zip(sizes, ranked):
+                if args.pareto:
+                    rows = pareto_front(rows)
+                sections.append((size, hierarchy, ranker.lower_bound(size), rows))
+            done += 1
+    except KeyboardInterrupt:  # show the placements ranked before it, then exit 130 saying so
+        if not sections:
+            raise
+        interrupted = f"interrupted after {done} of {len(hierarchies)} placement(s); the output holds those"
+    else:
+        interrupted = None
+    _print_sections(args, job, sections, reduce_axes)
+    if interrupted:
+        raise KeyboardInterrupt(interrupted)
+    return 0
+
+
+def _print_sections(args, job, sections, reduce_axes) -> None:
     if not sections:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group on every "
                               f"placement: there is nothing to rank")
@@ -64,7 +79,7 @@ def run_rank(args) -> int:
     if args.json:
         print_json([dict(row.to_json(), lower_bound_s=bound.time_s, backend=args.backend, estimate=args.estimate)
                     for _, _, bound, rows in sections for row in rows])
-        return 0
+        return
     from synth.commands.terminal import console as text_console
 
     console = text_console(piped_width=PIPED_WIDTH)  # piped or captured: wide enough that no figure is cut
@@ -73,7 +88,6 @@ def run_rank(args) -> int:
     for size, hierarchy, bound, rows in sections:
         sure = model_error_for_group(job.topology, hierarchy.groups[0], "AllReduce", size).describe()
         console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure))
-    return 0
 
 
 def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: str = ""):
