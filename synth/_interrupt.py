@@ -17,4 +17,6 @@ def _interrupted_early(signum, frame):
 
 
 def install() -> None:
-    signal.signal(signal.SIGINT, _interrupted_early)
+    """The handler, unless Ctrl-C is ignored (a background job started with SIGINT ignored keeps it so)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted_early)

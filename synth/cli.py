@@ -132,7 +132,8 @@ class _Interrupts:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGALRM):
-                self.previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job ignoring Ctrl-C keeps ignoring it
+                    self.previous[sig] = signal.signal(sig, self._handle)
         self.previous_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
         return self

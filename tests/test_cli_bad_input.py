@@ -248,9 +248,15 @@ def test_topology_figures_that_make_times_infinite_are_refused_at_load(run_cli, 
 # --- interruptions ----------------------------------------------------------------------------------
 
 
+def _terminal_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it, even when the tests run as a background
+    job (whose children start with SIGINT ignored, which synth, like Python, keeps)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_after(args: list[str], seconds: float, cwd) -> subprocess.CompletedProcess:
     process = subprocess.Popen([sys.executable, "-m", "synth", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=cwd)
+                               text=True, cwd=cwd, preexec_fn=_terminal_sigint)
     time.sleep(seconds)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)

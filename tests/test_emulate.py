@@ -198,7 +198,10 @@ def test_a_failure_or_ctrl_c_during_up_removes_what_was_made(fail_at, error):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_kill_inside_the_context_manager_removes_the_cluster(tmp_path, sig):
     before = machine_snapshot()
-    code = (f"from synth.emulate import emulated_cluster\nimport time\n"
+    # SIGINT as a terminal gives it, even when the tests run as a background job (whose children
+    # start with SIGINT ignored: the Ctrl-C was then lost and the block slept its 60 s).
+    code = (f"import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"from synth.emulate import emulated_cluster\nimport time\n"
             f"with emulated_cluster('emu-2x2', scale=1/100, name={NAME!r}):\n"
             f"    print('up', flush=True)\n    time.sleep(60)\n")
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
