@@ -501,3 +501,38 @@ def test_ctrl_c_of_rank_top_shows_the_placements_ranked(run_cli, monkeypatch):
     assert code == 130 and "Traceback" not in err
     assert err.splitlines()[-1].startswith("synth rank: interrupted after 2 of ")
     assert len({json.dumps(row["matrix"]) for row in json.loads(out)}) == 2
+
+
+def test_ctrl_c_while_synth_loads_is_one_line_and_130():
+    """The handler is in place before the command line is imported (`python -m synth` reads
+    argv[0] as '-m' while the package loads), and a Ctrl-C there leaves at once."""
+    code = ("import os, signal, sys\nsys.argv[:1] = ['-m']\nimport synth\nfrom synth import _interrupt\n"
+            "assert signal.getsignal(signal.SIGINT) is _interrupt._interrupted_early\n"
+            "os.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(30)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=_terminal_sigint)
+    assert done.returncode == 130 and done.stderr == "synth: interrupted\n", done.stderr
+
+
+def test_objects_a_ctrl_c_left_half_built_are_collected_quietly(run_cli, monkeypatch):
+    """A Ctrl-C inside a constructor leaves an object whose `__del__` fails (Z3's Context and
+    Solver did, printing tracebacks after the one-line message): not printed."""
+    import gc
+
+    from synth.commands import synthesis
+
+    class HalfBuilt:
+        def __init__(self):
+            self.cycle = self
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # interrupted here
+            self.handle = 1
+
+        def __del__(self):
+            self.handle  # noqa: B018 (AttributeError: the constructor never got here)
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test
+    monkeypatch.setattr(synthesis, "run_topologies", lambda args: HalfBuilt())
+    code, _, err = run_cli("topologies")
+    gc.collect()
+    assert code == 130 and err == "synth topologies: interrupted\n" and "Exception ignored" not in err
