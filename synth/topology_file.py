@@ -671,7 +671,7 @@ def parse_fraction(value, where: str | None = None) -> float:
     number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and value.isascii():  # float() would also read Arabic-Indic digits
         text = value.strip()
         try:
             number = float(text[:-1]) / 100 if text.endswith("%") else float(text)

@@ -371,6 +371,8 @@ def test_an_escape_code_in_an_error_is_shown_as_text(run_cli, tmp_path):
     (("--resize", ""), "--resize: "),
     (("--export", ""), "--export '': give the file"),
     (("--efficiency", "1e-300"), "--efficiency = 1e-300 is outside"),
+    (("--efficiency", "\u0660.\u0665"), "--efficiency: "),
+    (("--memory-headroom", "\uff110%"), "--memory-headroom: "),
 ])
 def test_plan_options_that_are_not_what_they_say(run_cli, args, fragment):
     refused(run_cli, "plan", "--topology", "selene", "--model", "gpt3-1.3b", *args, fragments=(fragment,))
