@@ -538,3 +538,13 @@ def test_objects_a_ctrl_c_left_half_built_are_collected_quietly(run_cli, monkeyp
     code, _, err = run_cli("topologies")
     gc.collect()
     assert code == 130 and err == "synth topologies: interrupted\n" and "Exception ignored" not in err
+
+
+def test_ctrl_c_of_plan_ranks_the_candidates_found(run_cli, monkeypatch):
+    from synth.plan import search
+
+    _interrupt_on_call(monkeypatch, search, "predict", 40)
+    code, out, err = run_cli("plan", "--topology", "selene", "--model", "gpt3-1.3b", "--top", "3", "--json")
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("synth plan: interrupted after ")
+    assert 1 <= len(json.loads(out)["ranked"]) <= 3

@@ -201,15 +201,23 @@ def run_plan(args) -> int:
     request = build_request(args)
     size = estimate(request)
     check_size(size, request)
-    result = plan(request, progress=_progress(size))
+    progress = _progress(size)
+    try:
+        result = plan(request, progress=progress)
+    finally:
+        if progress is not None:
+            progress.stop()  # the bar goes before the tables (also when Ctrl-C cut the search short)
     if not result.ranked:
         raise _nothing_fits(result)
     if args.export:
         _export(args.export, request, result)
     if args.json:
         print_json(plan_json(result))
-        return 0
-    _print_tables(result)
+    else:
+        _print_tables(result)
+    if result.interrupted_after is not None:
+        raise KeyboardInterrupt(f"interrupted after {result.interrupted_after} of {result.size.placements} placement(s): "
+                                f"the rows rank the candidates found on those")
     return 0
 
 
@@ -227,6 +235,7 @@ def _progress(size):
         progress.update(task, completed=done)
         if done >= total:
             progress.stop()
+    update.stop = progress.stop
     return update
 
 
