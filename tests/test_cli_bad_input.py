@@ -535,7 +535,11 @@ def test_objects_a_ctrl_c_left_half_built_are_collected_quietly(run_cli, monkeyp
 
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test
     monkeypatch.setattr(synthesis, "run_topologies", lambda args: HalfBuilt())
-    code, _, err = run_cli("topologies")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal, even in a background run
+    try:
+        code, _, err = run_cli("topologies")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     gc.collect()
     assert code == 130 and err == "synth topologies: interrupted\n" and "Exception ignored" not in err
 
