@@ -670,7 +670,7 @@ def _calibration_table(record: CalibrationRecord) -> dict:
 # FLOPS, with k M G T P prefixes).
 
 _DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
-_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z")
+_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z", re.ASCII)
 _FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 FLOP_RATE_EXAMPLE = "312 TFLOP/s"
 
@@ -693,7 +693,7 @@ def parse_fraction(value, where: str | None = None) -> float:
     number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and value.isascii():  # float() would also read Arabic-Indic digits
         text = value.strip()
         try:
             number = float(text[:-1]) / 100 if text.endswith("%") else float(text)

@@ -39,8 +39,8 @@ def register(subparsers) -> None:
 
 
 def run_calibrate(args) -> int:
-
     from synth.calibrate import calibrate, infer_base, read_measurements
+    from synth.commands.terminal import console as text_console
     from synth.model.algorithms import resolve_backend
     from synth.topology_file import load_topology, render_topology
 
@@ -75,7 +75,7 @@ def run_calibrate(args) -> int:
         return 0
     if not args.output:
         sys.stdout.write(text)
-    console = _console(args)
+    console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     console.print(_table(result, errors))
     for note in result.notes:
         console.print(f"note: {_plain(note)}")
@@ -138,17 +138,6 @@ def _named_topology(formats: dict[str, str]) -> str | None:
         raise UsageError(f"the files were made for different topologies ({', '.join(sorted(names))}); "
                          f"give the base with --topology")
     return names.pop()
-
-
-def _console(args):
-    """Where the report goes (stderr when the topology goes to stdout); no markup, so a file
-    name holding `[/x]` prints as written."""
-    from rich.console import Console
-
-    console = Console(stderr=not args.output, markup=False, highlight=False)
-    if not console.is_terminal:
-        console = Console(width=PIPED_WIDTH, stderr=not args.output, markup=False, highlight=False)
-    return console
 
 
 def _plain(text: str) -> str:
@@ -254,6 +243,7 @@ def _run_nccl(args, measurements, formats) -> int:
     from synth.calibrate.infer import infer_nccl_base
     from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
     from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
+    from synth.commands.terminal import console as text_console
     from synth.topology_file import load_topology, render_topology, topology_from_text
 
     assumptions: tuple[str, ...] = ()
@@ -278,7 +268,7 @@ def _run_nccl(args, measurements, formats) -> int:
         return 0
     if not args.output:
         sys.stdout.write(text)
-    console = _console(args)
+    console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     for line in assumptions + tuple(a for a in result.assumptions if a not in assumptions):
         console.print(f"assumed: {_plain(line)}")
     rms = float((errors ** 2).mean() ** 0.5)

@@ -187,6 +187,7 @@ def run_export(args) -> int:
             metadata.update(hierarchy_metadata(hierarchy))
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
+        _check_json_size(hierarchy, programs)
         metadata.update(hierarchy_metadata(hierarchy))
         plan = build_plan(PlanEntry(hierarchy, program) for program in programs)
         files = [json_plan.render(plan, provenance, metadata, nbytes)]
@@ -199,6 +200,22 @@ def run_export(args) -> int:
     for path in _write(args.output, files, EXTENSIONS[args.format]):
         print(f"wrote {path}")
     return 0
+
+
+MAX_JSON_PLAN_BYTES = 256 << 20  # about 15 s and 1.5 GB to build; 54 MB took 2.7 s and 330 MB
+
+
+def _check_json_size(hierarchy, programs) -> None:
+    """Refuse a JSON plan too large to write, before any per-rank work (2^20 ranks ran for
+    more than ten minutes without a word)."""
+    from synth.export.json_plan import estimated_bytes
+    from synth.units import format_bytes
+
+    size = estimated_bytes(hierarchy, programs)
+    if size > MAX_JSON_PLAN_BYTES:
+        raise UsageError(f"the JSON plan would be about {format_bytes(size)} ({hierarchy.placement.device_count:,} ranks, "
+                         f"each listing its group's members at every step; at most {format_bytes(MAX_JSON_PLAN_BYTES)}): "
+                         f"use --format torch or nccl, which build the groups at run time, or fewer devices")
 
 
 def _write(option: str, files: list[str], extension: str) -> list[Path]:
@@ -321,7 +338,8 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     started = datetime.now().astimezone()
     print(f"running {len(plan.programs)} program(s) on {devices} processes ({args.backend}), "
           f"sizes {', '.join(map(str, sizes))} B: {label} {script_path}", file=sys.stderr)
-    result = launch(script_path, devices, script_args, timeout=args.timeout)
+    # Absolute: `-o -x` made the script `-x/...`, which torchrun and python read as an option.
+    result = launch(script_path.absolute(), devices, script_args, timeout=args.timeout)
     write_text(log_path, result.log)
     if result.report is None:
         raise LaunchError(f"{label.rstrip(':')} exited with code {result.returncode} before the script reported; "
@@ -464,8 +482,9 @@ def _print_nccl_tests(rows: list[benchmod.BenchRow]) -> None:
 
 
 def _print_rows(rows: list[benchmod.BenchRow]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from synth.commands.terminal import console
 
     predicted = any(row.prediction is not None for row in rows)
     columns = ["placement", "role", "program", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check", "rank"]
@@ -478,4 +497,4 @@ def _print_rows(rows: list[benchmod.BenchRow]) -> None:
             p = row.prediction
             cells += ["", "", ""] if p is None else [f"{p.seconds * 1e6:.1f}", f"{p.busbw / 1e9:.3f}", str(p.rank)]
         table.add_row(*cells)
-    Console(width=200).print(table)
+    console(width=200).print(table)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
 import sys
 
-from synth.commands.common import add_constraint_options, add_json_option, add_model_options, positive_int, print_json
+from synth.commands.common import (add_constraint_options, add_json_option, add_model_options, flagged, positive_int,
+                                   print_json)
 from synth.errors import UsageError
 from synth.names import echo
 
@@ -78,15 +80,41 @@ def _choices(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
 
 
 def _integers(text: str | None, flag: str) -> tuple[int, ...]:
+    """Positive whole numbers in ASCII digits, comma-separated (`²` or 5000 digits are refused)."""
     if text is None:
         return ()
     values = []
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 1,2,4")
-        values.append(int(part))
+        try:
+            values.append(positive_int(part))
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"{flag}: {error}; give positive integers separated by commas, e.g. 1,2,4") from None
     return tuple(values)
+
+
+# The device figures a plan accepts: outside these a figure is a typo (a peak of 1e-300 FLOP/s
+# gave steps of 1e294 s), refused with the field's name rather than planned with.
+DEVICE_RANGES = {
+    "peak": (1e9, 1e18, "FLOP/s", "1 GFLOP/s to 1 EFLOP/s, e.g. \"312 TFLOP/s\""),
+    "matmul_efficiency": (0.01, 1.0, "", "1% to 100%, e.g. \"46%\""),
+    "memory": (float(1 << 26), float(1 << 50), "bytes", "64 MiB to 1 PiB, e.g. \"80 GiB\""),
+    "memory_bandwidth": (1e9, 1e15, "bytes/s", "1 GB/s to 1 PB/s, e.g. \"2039 GB/s\""),
+}
+
+
+def check_device_figures(compute, topology_name: str, efficiency_flag: bool, precision: str) -> None:
+    """Refuse device figures no accelerator has, naming the field (or --efficiency) and the range."""
+    figures = {f"peak.{precision}": compute.peak_flops, "matmul_efficiency": compute.efficiency, "memory": compute.memory_bytes,
+               "memory_bandwidth": compute.memory_bandwidth}
+    for field, value in figures.items():
+        if value is None:
+            continue
+        low, high, unit, wanted = DEVICE_RANGES[field.split(".")[0]]
+        if not low <= value <= high:
+            where = "--efficiency" if field == "matmul_efficiency" and efficiency_flag else \
+                f"topology {topology_name}: [device] {field}"
+            shown = f"{value:.3g}{' ' + unit if unit else ''}"
+            raise UsageError(f"{where} = {shown} is outside what a device has: give {wanted}")
 
 
 def _switch(value: str) -> tuple[bool, ...]:
@@ -152,9 +180,12 @@ def build_request(args):
         raise UsageError(f"--max-len {args.max_len}: give a positive number of steps")
     if args.top < 1:
         raise UsageError(f"--top {args.top}: give a positive number of rows")
+    if args.export is not None and not args.export.strip():
+        raise UsageError("--export '': give the file to write the launch settings to, e.g. --export launch.json")
     topology = load_topology(args.topology)
-    if args.resize:
-        topology = resize(topology, args.resize)
+    if args.resize is not None:
+        with flagged("--resize"):
+            topology = resize(topology, args.resize)
     source = read_model(args.model)
     if source.defaulted:
         _warn_defaults(args.model, source)
@@ -171,6 +202,7 @@ def build_request(args):
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
     reserve = _memory_reserve(args.memory_reserve)
     compute = compute_of(topology.device, model.precision, efficiency, topology.name)
+    check_device_figures(compute, topology.name, efficiency is not None, model.precision)
     if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes * (1 - headroom):
         from synth.units import format_bytes
 
@@ -257,7 +289,12 @@ def run_plan(args) -> int:
         check_size(size, request)
     except UsageError as error:
         raise _flags_for(error) from None
-    result = plan(request, progress=_progress(size), size=size)
+    progress = _progress(size)
+    try:
+        result = plan(request, progress=progress, size=size)
+    finally:
+        if progress is not None:
+            progress.stop()  # the bar goes before the tables (also when Ctrl-C cut the search short)
     if not result.ranked:
         raise _nothing_fits(result)
     launchable = best_launchable(result)
@@ -265,8 +302,11 @@ def run_plan(args) -> int:
         _export(args.export, request, result, launchable)
     if args.json:
         print_json(plan_json(result, launchable))
-        return 0
-    _print_tables(result, launchable)
+    else:
+        _print_tables(result, launchable)
+    if result.interrupted_after is not None:
+        raise KeyboardInterrupt(f"interrupted after {result.interrupted_after} of {result.size.placements} placement(s): "
+                                f"the rows rank the candidates found on those")
     return 0
 
 
@@ -299,6 +339,7 @@ def _progress(size):
         progress.update(task, completed=done)
         if done >= total:
             progress.stop()
+    update.stop = progress.stop
     return update
 
 
@@ -361,10 +402,9 @@ def _export(path: str, request, result, launchable) -> None:
 
 
 def _console(stderr: bool = False):
-    from rich.console import Console
+    from synth.commands.terminal import console
 
-    console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(width=200, stderr=stderr)
+    return console(stderr=stderr, piped_width=200)
 
 
 def _share(part: float, total: float) -> str:

@@ -49,14 +49,29 @@ def run_rank(args) -> int:
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
     check_search(hierarchies, args.max_len)
     check_costable(job.topology)
-    sections = []
-    for hierarchy in hierarchies:
-        ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
-        ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
-        for size, rows in zip(sizes, ranked):
-            if args.pareto:
-                rows = pareto_front(rows)
-            sections.append((size, hierarchy, (ranker.lower_bound(size), ranker.achievable_bound(size)), rows))
+    sections, done = [], 0
+    try:
+        for hierarchy in hierarchies:
+            ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
+            ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
+            for size, rows in zip(sizes, ranked):
+                if args.pareto:
+                    rows = pareto_front(rows)
+                sections.append((size, hierarchy, (ranker.lower_bound(size), ranker.achievable_bound(size)), rows))
+            done += 1
+    except KeyboardInterrupt:  # show the placements ranked before it, then exit 130 saying so
+        if not sections:
+            raise
+        interrupted = f"interrupted after {done} of {len(hierarchies)} placement(s); the output holds those"
+    else:
+        interrupted = None
+    _print_sections(args, job, sections, reduce_axes, sizes)
+    if interrupted:
+        raise KeyboardInterrupt(interrupted)
+    return 0
+
+
+def _print_sections(args, job, sections, reduce_axes, sizes) -> None:
     if not sections:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group on every "
                               f"placement: there is nothing to rank")
@@ -71,12 +86,10 @@ def run_rank(args) -> int:
                          backend=args.backend, estimate=args.estimate,
                          **_held_out_json(held.get(id(hierarchy), {}).get(size), row))
                     for size, hierarchy, bounds, rows in sections for row in rows])
-        return 0
-    from rich.console import Console
+        return
+    from synth.commands.terminal import console as text_console
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: wide enough that no figure is cut
-        console = Console(width=PIPED_WIDTH)
+    console = text_console(piped_width=PIPED_WIDTH)  # piped or captured: wide enough that no figure is cut
     from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
 
     for size, hierarchy, bound, rows in sections:
@@ -85,7 +98,6 @@ def run_rank(args) -> int:
         if error is not None:
             sure += "\n" + error.describe()
         console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure, error))
-    return 0
 
 
 def within_error(row, error) -> bool:

@@ -209,7 +209,7 @@ class Tuning:
 
     def __post_init__(self):
         object.__setattr__(self, "table", {(a, p): (latency, bandwidth, cap)
-                                           for a, p, latency, bandwidth, cap in self.entries})
+                                           for a, p, latency, bandwidth, cap in reversed(self.entries)})  # the first entry wins, as a scan
 
     def get(self, algorithm: str, protocol: str) -> tuple[float, float]:
         """(latency us, algorithm bandwidth GB/s) as NCCL prints them (NCCL_DEBUG_SUBSYS=TUNING)."""

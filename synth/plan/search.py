@@ -189,6 +189,7 @@ class PlanResult:
     elapsed_s: float = 0.0
     cpu_s: float = 0.0  # the search's CPU time (what the estimate predicts: a loaded machine adds wall time)
     costs: CommunicationCosts | None = None  # the search's memoized costs, for explaining rows
+    interrupted_after: int | None = None  # Ctrl-C: the placements searched before it (the rows rank those)
 
 
 def _key(prediction: Prediction) -> tuple:
@@ -290,43 +291,48 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
     done = 0
-    for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
-        settings = request.space.settings(request.model, degrees)
-        constraints = _constraints_for(degrees, request.constraints)
-        if constraints is None or not settings:
-            result.no_placement += constraints is None
-            continue
-        try:
-            placements = enumerate_placements(request.topology, degrees.axes(), constraints)
-        except NoSolutionError:
-            result.no_placement += 1
-            continue
-        memory_limit = request.memory_limit_for(degrees)
-        for placement in placements:
-            if request.placement_filter is not None and not request.placement_filter(placement):
-                result.filtered += 1
+    try:
+        for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
+            settings = request.space.settings(request.model, degrees)
+            constraints = _constraints_for(degrees, request.constraints)
+            if constraints is None or not settings:
+                result.no_placement += constraints is None
+                continue
+            try:
+                placements = enumerate_placements(request.topology, degrees.axes(), constraints)
+            except NoSolutionError:
+                result.no_placement += 1
+                continue
+            memory_limit = request.memory_limit_for(degrees)
+            for placement in placements:
+                if request.placement_filter is not None and not request.placement_filter(placement):
+                    result.filtered += 1
+                    done += 1
+                    if progress is not None:
+                        progress(done, size.placements)
+                    continue
+                for setting in settings:
+                    result.evaluated += 1
+                    prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
+                                         data_parallel=False)
+                    if prediction.memory.peak > memory_limit:
+                        result.dropped_memory += 1
+                        if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
+                            result.smallest_dropped = prediction
+                        continue
+                    if degrees.dp > 1:
+                        if _cannot_rank(prediction, kept, fitting, request.top):
+                            result.bounded += 1
+                            continue
+                        prediction = predict(request.model, request.compute, costs, degrees, placement, setting)
+                    _keep(result, kept, fitting, prediction, request.top)
                 done += 1
                 if progress is not None:
                     progress(done, size.placements)
-                continue
-            for setting in settings:
-                result.evaluated += 1
-                prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
-                                     data_parallel=False)
-                if prediction.memory.peak > memory_limit:
-                    result.dropped_memory += 1
-                    if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
-                        result.smallest_dropped = prediction
-                    continue
-                if degrees.dp > 1:
-                    if _cannot_rank(prediction, kept, fitting, request.top):
-                        result.bounded += 1
-                        continue
-                    prediction = predict(request.model, request.compute, costs, degrees, placement, setting)
-                _keep(result, kept, fitting, prediction, request.top)
-            done += 1
-            if progress is not None:
-                progress(done, size.placements)
+    except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
+        if not kept:
+            raise
+        result.interrupted_after = done
     result.ranked = [prediction for _, prediction in sorted(kept, key=lambda entry: entry[0])[:request.top]]
     result.pareto = _pareto(fitting)
     result.elapsed_s = time.perf_counter() - started
