@@ -447,7 +447,6 @@ def programs_text(prediction, costs=None) -> str:
 
 
 def _print_tables(result, launchable=None) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from synth.units import format_bytes, format_time
@@ -463,10 +462,10 @@ def _print_tables(result, launchable=None) -> None:
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
     if result.filtered:
         caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
-    console.print(f"Model {escape(model_line(request.model))}", highlight=False, soft_wrap=True)
+    console.print(f"Model {(model_line(request.model))}", highlight=False, soft_wrap=True)
     console.print(f"Memory: {memory_text(request, result.ranked[0].degrees)} (the winner)", highlight=False,
                   soft_wrap=True)
-    table = Table(title=escape(title), caption=escape(caption))
+    table = Table(title=(title), caption=(caption))
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
         table.add_column(name, justify="right", no_wrap=True)
     for name in ("degrees", "placement", "settings"):
@@ -497,27 +496,25 @@ def _print_tables(result, launchable=None) -> None:
 def _print_megatron(console, result, launchable) -> None:
     """The Megatron-LM launch line of the winner, or, when Megatron cannot number its layout,
     why not and the best layout it can launch."""
-    from rich.markup import escape
-
     from synth.plan.launch import megatron_command, megatron_order
     from synth.units import format_time
 
     model, winner = result.request.model, result.ranked[0]
     order = megatron_order(winner.placement)
     if launchable is winner:
-        console.print(f"Megatron-LM: {escape(megatron_command(model, winner))}\n  rank order: {escape(order.reason)}",
+        console.print(f"Megatron-LM: {(megatron_command(model, winner))}\n  rank order: {(order.reason)}",
                       highlight=False, soft_wrap=True)
         return
-    console.print(f"Megatron-LM cannot launch the winner: {escape(order.reason)}", highlight=False, soft_wrap=True)
+    console.print(f"Megatron-LM cannot launch the winner: {(order.reason)}", highlight=False, soft_wrap=True)
     if launchable is None:
         console.print("  no layout Megatron-LM can launch fits", highlight=False)
         return
     where = next((f"row {index}" for index, row in enumerate(result.ranked, 1) if row is launchable), "not in the table")
     console.print(
         f"Best launchable ({where}): {format_time(launchable.step_s)}, {100 * (launchable.step_s / winner.step_s - 1):.1f}% "
-        f"slower, {launchable.degrees.text} {escape(launchable.placement.to_text())} {launchable.settings.text}\n"
-        f"Megatron-LM: {escape(megatron_command(model, launchable))}\n"
-        f"  rank order: {escape(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
+        f"slower, {launchable.degrees.text} {(launchable.placement.to_text())} {launchable.settings.text}\n"
+        f"Megatron-LM: {(megatron_command(model, launchable))}\n"
+        f"  rank order: {(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
 
 
 def prediction_json(prediction, request, costs=None) -> dict:

@@ -292,7 +292,7 @@ def read_model(spec: str) -> ModelSource:
     try:
         is_file = path.is_file()
     except (OSError, ValueError) as error:  # a name too long for the file system, or holding a NUL
-        raise UsageError(f"--model {_shown(spec)}: not a file name this system takes "
+        raise UsageError(f"model {_shown(spec)}: not a file name this system takes "
                          f"({getattr(error, 'strerror', None) or error})") from None
     if not is_file:
         if spec.endswith((".toml", ".json")) or "/" in spec:
