@@ -186,7 +186,7 @@ def build_request(args):
     if args.resize is not None:
         with flagged("--resize"):
             topology = resize(topology, args.resize)
-    source = read_model(args.model)
+    source = read_model(args.model, "--model")
     if source.defaulted:
         _warn_defaults(args.model, source)
     model = source.model

@@ -284,15 +284,16 @@ def load_model(spec: str) -> Transformer:
     return read_model(spec).model
 
 
-def read_model(spec: str) -> ModelSource:
-    """`load_model`, also naming the architecture keys a file leaves to their defaults."""
+def read_model(spec: str, where: str = "model") -> ModelSource:
+    """`load_model`, also naming the architecture keys a file leaves to their defaults; `where`
+    names the value in errors (the command passes its option)."""
     if spec in PRESETS:
         return ModelSource(PRESETS[spec])
     path = Path(spec)
     try:
         is_file = path.is_file()
     except (OSError, ValueError) as error:  # a name too long for the file system, or holding a NUL
-        raise UsageError(f"model {_shown(spec)}: not a file name this system takes "
+        raise UsageError(f"{where} {_shown(spec)}: not a file name this system takes "
                          f"({getattr(error, 'strerror', None) or error})") from None
     if not is_file:
         if spec.endswith((".toml", ".json")) or "/" in spec:
