@@ -38,9 +38,10 @@ from pathlib import Path
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees
 from synth.plan.launch import megatron_order, published_placement
-from synth.plan.model import PRESETS
+from synth.plan import formulas
+from synth.plan.model import PRESETS, Transformer
 from synth.plan.search import PlanRequest, SearchSpace, plan
-from synth.plan.step import Settings, compute_of, predict
+from synth.plan.step import Settings, compute_of, predict, settings_problem
 from synth.topology_file import load_topology
 
 STUDY = Path(__file__).resolve().parent.parent / "results" / "plan"  # README.md (the report) and plan.json
@@ -59,6 +60,23 @@ TABLE_1 = (
     ("megatron-1t", 8, 64, 3072, 1, 1, False, 163),
 )
 SEARCH_MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+# Megatron-Core r0.8 weak scaling on DGX H100 (NVIDIA/Megatron-LM README, images/model_table.png):
+# params (B), layers, hidden, heads, t, p, d, GPUs, global batch, TFLOP/s per GPU (model FLOPs)
+H100_TABLE = (
+    (1.7, 24, 2048, 16, 1, 1, 48, 48, 192, 408.8),
+    (7.1, 30, 4096, 32, 2, 1, 48, 96, 192, 465.9),
+    (16, 32, 6144, 48, 4, 1, 48, 192, 192, 489.1),
+    (32, 48, 7168, 56, 8, 1, 48, 384, 192, 459.6),
+    (70, 84, 8192, 64, 8, 2, 48, 768, 384, 419.7),
+    (119, 92, 10240, 80, 8, 4, 48, 1536, 768, 420.5),
+    (177, 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8),
+    (314, 96, 16384, 128, 8, 8, 48, 3072, 1536, 474.4),
+    (462, 112, 18432, 144, 8, 16, 48, 6144, 3072, 459.9),
+)
+_H100_SOURCE = ("NVIDIA/Megatron-LM README, images/model_table.png (Megatron-Core r0.8.0, 2024-07): vocabulary 131072, "
+                "sequence 4096, FFN 4h, no GQA, untied embeddings; unstated and assumed here: bf16, micro-batch 1, "
+                "FlashAttention-2 (the kernel of mid-2024), rotary positions, no dropout, gradients reduced in bf16 (Megatron-Core's default)")
 
 
 def selene(gpus: int):
@@ -244,3 +262,130 @@ def render(document: dict) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- the step model fitted on one published table, predicting the other ------------------------------
+
+def h100_cluster(gpus: int):
+    """DGX H100 nodes (8 GPUs on NVSwitch, eight 400 Gb/s NDR NICs each) on a non-blocking fabric:
+    the built-in dgx-h100-2x8x8 without its oversubscribed rack level, resized to the run."""
+    topology = load_topology("dgx-h100-2x8x8")
+    node = dataclasses.replace(topology.levels[1], size=gpus // topology.sizes[-1])
+    return dataclasses.replace(topology, levels=(node, topology.levels[2]))
+
+
+def h100_model(row) -> Transformer:
+    params, layers, hidden, heads, t, p, d, gpus, batch, _ = row
+    return Transformer(f"mcore-h100-{params}b", layers, hidden, heads, 4 * hidden, 4096, 131072, 1, batch,
+                       precision="bf16", grad_precision="bf16", dropout=False, learned_positions=False,
+                       tied_embeddings=False, flash_attention=True, source=_H100_SOURCE)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRun:
+    """One published row at its published degrees and settings, and how its TFLOP/s are counted."""
+
+    family: str  # "a100" (Narayanan et al. Table 1) or "h100" (Megatron-Core r0.8)
+    attention_kernel: str | None  # the period's FlashAttention (None: the device's default)
+    name: str
+    model: Transformer
+    topology: object
+    degrees: Degrees
+    settings: tuple  # the published settings (or, where unstated, every runnable choice: the best counts)
+    published_tflops: float
+    model_flops_only: bool  # True: model FLOPs (MCore); False: eq. 3 with recomputation (Narayanan et al.)
+
+
+def published_runs() -> list[PublishedRun]:
+    runs = []
+    for name, t, p, gpus, micro, virtual, overlap, reported in TABLE_1:
+        runs.append(PublishedRun("a100", None, name, PRESETS[name], selene(gpus), Degrees(gpus // (t * p), t, p),
+                                 (Settings(micro, virtual, False, "full", False, overlap),), reported, False))
+    for row in H100_TABLE:
+        model, t, p, d = h100_model(row), row[4], row[5], row[6]
+        per_stage = model.layers // p
+        virtual = [v for v in range(1, per_stage + 1) if per_stage % v == 0] if p > 1 else [1]
+        choices = tuple(Settings(1, v, t > 1, "none", True, True, t > 1, True) for v in virtual)
+        runs.append(PublishedRun("h100", "fa2", model.name, model, h100_cluster(row[7]), Degrees(d, t, p), choices,
+                                 row[-1], True))
+    return runs
+
+
+class RunPredictor:
+    """Predicted TFLOP/s per GPU of published runs for given fitted figures (communication memoized)."""
+
+    def __init__(self, runs):
+        self.runs = runs
+        self._costs = {}
+        self._placements = {}
+
+    def predict(self, run: PublishedRun, sustained: float, host_s: float):
+        topology = run.topology
+        key = (run.family, topology.device_count)
+        if key not in self._costs:
+            self._costs[key] = CommunicationCosts(topology)
+        placement = self._placements.setdefault((key, run.degrees), published_placement(run.degrees, topology))
+        compute = compute_of(topology.device, run.model.precision, sustained=sustained, host_s=host_s,
+                             attention_kernel=run.attention_kernel)
+        best = None
+        for settings in run.settings:
+            if settings_problem(run.model, run.degrees, settings):
+                continue
+            prediction = predict(run.model, compute, self._costs[key], run.degrees, placement, settings)
+            if prediction.memory.peak > compute.memory_bytes:
+                continue
+            if best is None or prediction.step_s < best.step_s:
+                best = prediction
+        if best is None:
+            raise RuntimeError(f"{run.name}: no published setting fits in memory")
+        flops = (formulas.model_flops_per_step(run.model) if run.model_flops_only else best.hardware_flops)
+        return flops / (best.step_s * run.degrees.devices) / 1e12, best
+
+    def errors(self, runs, sustained: float, host_s: float) -> list[float]:
+        return [self.predict(run, sustained, host_s)[0] / run.published_tflops - 1 for run in runs]
+
+
+FITTED = ("sustained", "host_s")
+
+
+def fit(predictor: RunPredictor, runs) -> dict:
+    """The fitted figures minimizing the mean squared relative error over `runs` (Nelder-Mead from
+    a grid's best point): `sustained`, the fraction of the benchmark matmul and attention rates
+    the kernels keep inside a step, and `host_s`, the host time to issue one layer's kernels
+    for one micro-batch's forward and backward (a floor on the layer's time)."""
+    from scipy.optimize import minimize
+
+    def loss(x):
+        sustained, host_ms = x
+        if not 0.2 <= sustained <= 1.2 or not 0.0 <= host_ms <= 20.0:
+            return 1e9
+        return sum(e * e for e in predictor.errors(runs, sustained, host_ms / 1e3)) / len(runs)
+
+    start = min(((s, h) for s in (0.6, 0.7, 0.8, 0.9, 1.0) for h in (0.0, 1.0, 2.0, 4.0)), key=loss)
+    best = minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 200})
+    sustained, host_ms = best.x
+    return {"sustained": float(sustained), "host_s": float(host_ms) / 1e3, "fit_rms": float(best.fun) ** 0.5}
+
+
+def cross_fit() -> dict:
+    """Fit on each family and predict the other: every row of both tables, held out or fitted."""
+    runs = published_runs()
+    predictor = RunPredictor(runs)
+    families = {"a100": [r for r in runs if r.family == "a100"], "h100": [r for r in runs if r.family == "h100"]}
+    directions = []
+    for fitted_on, held_out in (("a100", "h100"), ("h100", "a100")):
+        figures = fit(predictor, families[fitted_on])
+        rows = []
+        for run in runs:
+            tflops, prediction = predictor.predict(run, figures["sustained"], figures["host_s"])
+            b = prediction.breakdown
+            rows.append({"family": run.family, "model": run.name, "gpus": run.degrees.devices,
+                         "degrees": run.degrees.to_json(), "settings": prediction.settings.text,
+                         "held_out": run.family == held_out, "published_tflops": run.published_tflops,
+                         "predicted_tflops": tflops, "error": tflops / run.published_tflops - 1,
+                         "step_s": prediction.step_s, "memory_gib": prediction.memory.peak / 2**30,
+                         "breakdown": b.to_json()})
+        held = [abs(r["error"]) for r in rows if r["held_out"]]
+        directions.append({"fitted_on": fitted_on, "held_out": held_out, "figures": figures, "rows": rows,
+                           "held_out_mean_abs": sum(held) / len(held), "held_out_max_abs": max(held)})
+    return {"directions": directions}

@@ -287,7 +287,7 @@ def _print_tables(result) -> None:
              f"{request.topology.device.name}): {result.evaluated} candidates, {len(result.ranked)} shown")
     caption = (f"{result.size.degrees} degree choices, {result.size.placements} placements; {result.dropped_memory} "
                f"candidates dropped (do not fit in {format_bytes(int(request.memory_limit))}); "
-               f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
+               f"{result.bounded} stopped by the step-time bound; {request.compute.text}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
     table = Table(title=title, caption=caption)
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
@@ -345,7 +345,8 @@ def plan_json(result) -> dict:
     return {
         "model": request.model.to_json(), "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
-        "efficiency": request.compute.efficiency, "memory_limit_bytes": request.memory_limit,
+        "efficiency": request.compute.efficiency, "compute_model": request.compute.text,
+        "memory_limit_bytes": request.memory_limit,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
         "elapsed_s": result.elapsed_s,

@@ -38,6 +38,7 @@ last stage's devices both fit.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from synth.errors import UsageError
@@ -45,6 +46,8 @@ from synth.placement import Placement
 from synth.plan import formulas
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
+from synth.plan.devices import device_keys, device_named
+from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_gemms, layer_times, rates_for
 from synth.plan.model import Transformer
 from synth.topology import Device
 
@@ -59,6 +62,8 @@ class Settings:
     recompute: str = "none"  # none | selective | full
     sharded_optimizer: bool = False  # ZeRO-1 / Megatron's distributed optimizer
     overlap_gradients: bool = True  # gradient reduction in buckets behind backward
+    tp_overlap: bool = False  # tensor-parallel communication inside the GEMMs (Transformer Engine userbuffers)
+    overlap_param_gather: bool = False  # sharded optimizer: weights all-gathered behind the next step's forward
 
     @property
     def text(self) -> str:
@@ -73,40 +78,79 @@ class Settings:
             parts.append("zero1")
         if not self.overlap_gradients:
             parts.append("no-overlap")
+        if self.tp_overlap:
+            parts.append("tp-overlap")
+        if self.overlap_param_gather:
+            parts.append("param-overlap")
         return " ".join(parts)
 
     def to_json(self) -> dict:
         return {"micro_batch": self.micro_batch, "virtual_stages": self.virtual,
                 "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
-                "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients}
+                "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
+                "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather}
 
 
 @dataclass(frozen=True)
 class Compute:
-    """The device's peak for the model's precision and the fraction of it matmuls reach."""
+    """The device's peak for the model's precision and how its kernels are timed: by shape on a
+    built-in device description (`kernels`, synth/plan/kernels.py), or, for a device without
+    one, every matmul at `peak x efficiency` (the topology's stated matmul_efficiency)."""
 
     peak_flops: float
-    efficiency: float
+    efficiency: float | None
     memory_bytes: float
     memory_bandwidth: float | None
+    kernels: KernelRates | None = None
 
     @property
     def rate(self) -> float:
         return self.peak_flops * self.efficiency
 
+    @property
+    def text(self) -> str:
+        if self.kernels is not None:
+            return (f"kernels timed by shape on {self.kernels.device.key} "
+                    f"(sustained {self.kernels.sustained:.3g} of the benchmark rate)")
+        return f"matmul efficiency {self.efficiency:.3g}"
 
-def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "") -> Compute:
-    """The figures the step model needs from a topology's [device] table (or a refusal naming what is missing)."""
+
+def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "",
+               sustained: float | None = None, matmul_precision: str | None = None,
+               host_s: float | None = None, attention_kernel: str | None = None) -> Compute:
+    """The figures the step model needs from a topology's [device] table (or a refusal naming what
+    is missing). A device with a built-in description (synth/plan/devices.py) gets the kernel model
+    unless `efficiency` is given; another device needs its matmul_efficiency (or `efficiency`)."""
     where = f"topology {topology_name}" if topology_name else "the topology"
     if device is None:
         raise UsageError(f"{where} has no [device] table: planning needs each device's peak FLOP/s and memory; "
                          f"use a built-in with one (selene, dgx-a100-x4, dgx-h100-2x8x8, ...) or add [device] to the file")
+    bandwidth = device.memory_bandwidth.value if device.memory_bandwidth is not None else None
+    peak = device.peak_for(precision).value
+    described = device_named(device.name)
+    if efficiency is None and described is not None:
+        rates = rates_for(described, precision, SUSTAINED.value if sustained is None else sustained, matmul_precision,
+                          HOST_LAYER_S.value if host_s is None else host_s, attention_kernel)
+        if rates is None and attention_kernel is not None and described.attention_for(attention_kernel) is None:
+            raise UsageError(f"{where}: device {described.key} has no {attention_kernel} attention figure; it has "
+                             f"{', '.join(name for name, _ in described.attention)}")
+        if rates is not None:
+            if bandwidth is None:
+                rates = None
+            else:
+                rates = dataclasses.replace(rates, device=dataclasses.replace(
+                    described, memory_bandwidth=device.memory_bandwidth))
+        if rates is not None:
+            return Compute(peak, None, device.memory.value, bandwidth, rates)
+    if matmul_precision not in (None, precision):
+        raise UsageError(f"{where}: matmuls in {matmul_precision} need a built-in device description "
+                         f"({', '.join(device_keys())}); device {device.name!r} is not one")
     if efficiency is None:
         if device.matmul_efficiency is None:
-            raise UsageError(f"{where}: device {device.name!r} has no matmul_efficiency; add one to [device] or give --efficiency")
+            raise UsageError(f"{where}: device {device.name!r} has no built-in description ({', '.join(device_keys())}) "
+                             f"and no matmul_efficiency; add one to [device] or give --efficiency")
         efficiency = device.matmul_efficiency.value
-    bandwidth = device.memory_bandwidth.value if device.memory_bandwidth is not None else None
-    return Compute(device.peak_for(precision).value, efficiency, device.memory.value, bandwidth)
+    return Compute(peak, efficiency, device.memory.value, bandwidth)
 
 
 @dataclass(frozen=True)
@@ -218,6 +262,10 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "sequence parallelism without tensor parallelism"
     if settings.sharded_optimizer and degrees.dp == 1:
         return "sharded optimizer without data parallelism"
+    if settings.tp_overlap and not settings.sequence_parallel:
+        return "tensor-parallel overlap without sequence parallelism"
+    if settings.overlap_param_gather and not settings.sharded_optimizer:
+        return "parameter all-gather overlap without the sharded optimizer"
     return None
 
 
@@ -235,15 +283,26 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     routes: list[Route] = []
 
     # --- compute per micro-batch on the slowest (last) stage --------------------------------------
-    layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
-    traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
-    bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
-    forward = layers * (layer_flops / tp / compute.rate + traffic.total / bandwidth)
-    scores_s = layers * (score_flops / tp / compute.rate + traffic.scores / bandwidth)
+    if compute.kernels is not None:
+        times = layer_times(model, compute.kernels, settings.micro_batch, tp, cp, settings.sequence_parallel)
+        forward, backward = layers * times.forward, layers * times.backward
+        scores_s = layers * times.attention_forward
+        head_forward, head_backward = head_times(model, compute.kernels, settings.micro_batch, tp, cp)
+    else:
+        layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
+        traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
+        bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
+        forward = layers * (layer_flops / tp / compute.rate + traffic.total / bandwidth)
+        backward = 2 * forward
+        scores_s = layers * (score_flops / tp / compute.rate + traffic.scores / bandwidth)
+        head_forward = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
+                        + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
+        head_backward = 2 * head_forward
     recompute = forward if full else (scores_s if selective else 0.0)
-    head = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
-            + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
-    compute_mb = 3 * forward + recompute + 3 * head
+    compute_mb = forward + backward + recompute + head_forward + head_backward
+    if compute.kernels is not None and compute.kernels.host_s > 0:
+        # Kernels are issued asynchronously: a layer takes at least the host's time to issue them.
+        compute_mb = max(forward + backward + recompute, layers * compute.kernels.host_s) + head_forward + head_backward
 
     # --- tensor parallelism -----------------------------------------------------------------------
     tp_mb, tp_backward = 0.0, 0.0
@@ -261,6 +320,11 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             per_call, program, levels = reduce.time_s, reduce.program, reduce.levels
         tp_mb = (calls + 1) * per_call  # + the output layer's all-reduce
         tp_backward = backward_calls * per_call
+        if settings.tp_overlap:
+            forward_s, backward_s = tp_overlap_exposed(model, compute, settings.micro_batch * model.seq_len // cp, tp,
+                                                       gather.time_s, scatter.time_s)
+            tp_backward = layers * backward_s
+            tp_mb = layers * (forward_s * (2 if full else 1) + backward_s) + per_call
         routes.append(Route("tensor", program, levels, per_call, m * (calls + 1), activation))
 
     # --- context parallelism ----------------------------------------------------------------------
@@ -299,7 +363,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes)
         embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * layers, 1) * grad_bytes)
         tensors = fuse_tensors(tuple([layer_grad] * layers + [embedding_grad]))
-        backward_s = (2 * forward + recompute + 2 * head + tp_backward) if settings.overlap_gradients else 0.0
+        backward_s = (backward + recompute + head_backward + tp_backward) if settings.overlap_gradients else 0.0
         gradients = costs.gradient_schedule(placement, ("dp",), tensors, backward_s, settings.sharded_optimizer)
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
@@ -308,7 +372,13 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         if settings.sharded_optimizer:
             weights = int(params.first * model.bytes_per_value)
             gather = costs.all_gather(placement, ("dp",), weights)
-            dp_exposed += gather.time_s
+            if settings.overlap_param_gather:
+                # Megatron gathers bucket by bucket, each behind the previous bucket's forward: the first
+                # layer's share is exposed, and whatever the first micro-batch's forward cannot hide.
+                first_forward = forward + head_forward
+                dp_exposed += gather.time_s / (layers + 1) + max(0.0, gather.time_s * layers / (layers + 1) - first_forward)
+            else:
+                dp_exposed += gather.time_s
             routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights))
 
     # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
@@ -343,3 +413,44 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                     params.last * per_parameter, per_layer * layers + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
+
+
+# Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub):
+# all-gathers by "ring_exchange" on 1 SM in tp steps, reduce-scatters by "pipeline" on 16 SMs in 4 splits.
+RING_EXCHANGE_SMS, PIPELINE_SMS, PIPELINE_SPLITS = 1, 16, 4
+
+
+def _overlapped(comm: float, gemm: float, sms: int, total_sms: int, tail: float) -> float:
+    """Exposed seconds of one collective run inside one GEMM: the GEMM loses `sms` of its SMs while
+    they overlap (the contention), the collective shows where it outlasts the slowed GEMM, and
+    `tail` of it (the last split of a pipelined reduce-scatter) runs after the GEMM."""
+    slowdown = total_sms / (total_sms - sms)
+    hidden = comm * (1 - tail)
+    inside = hidden - gemm if hidden >= gemm * slowdown else hidden * (1 - 1 / slowdown)
+    return comm * tail + inside
+
+
+def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: int, gather_s: float,
+                       scatter_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds per layer of the sequence-parallel all-gathers and
+    reduce-scatters overlapped with their GEMMs (Megatron's --tp-comm-overlap): forward, the
+    gathers inside the QKV and FC1 GEMMs and the scatters inside the projection and FC2 GEMMs;
+    backward, the gathers inside the projection's and FC2's input-gradient GEMMs and the
+    scatters inside QKV's and FC1's weight-gradient GEMMs (TE's "bulk" overlap, no tail)."""
+    gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
+    if compute.kernels is not None:
+        sms = int(compute.kernels.device.sms.value)
+        seconds = lambda g: compute.kernels.gemm_seconds(g, model.bytes_per_value)  # noqa: E731
+    else:
+        sms = 132  # no device description: an H100's SM count for the contention share
+        seconds = lambda g: g.flops / compute.rate  # noqa: E731
+    qkv, proj, fc1, fc2 = gemms
+    forward = (_overlapped(gather_s, seconds(qkv), RING_EXCHANGE_SMS, sms, 0.0)
+               + _overlapped(scatter_s, seconds(proj), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS)
+               + _overlapped(gather_s, seconds(fc1), RING_EXCHANGE_SMS, sms, 0.0)
+               + _overlapped(scatter_s, seconds(fc2), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS))
+    backward = (_overlapped(gather_s, seconds(proj.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
+                + _overlapped(gather_s, seconds(fc2.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
+                + _overlapped(scatter_s, seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
+                + _overlapped(scatter_s, seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
+    return forward, backward
