@@ -7,6 +7,7 @@ accelerator (a synth.plan.devices.KernelDevice).
   `2 Tm Tn k` FLOPs at the per-SM share of the achievable rate; tiles overhanging m or n
   compute padding (tile quantization). The library's choice among its tiles is modelled as the
   fastest (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, chapter 3).
+  When the tiles fill less than one wave the reduction is split over the idle SMs (split-K).
   Below the ridge point the operands' bytes (`(mk + kn + mn)` values, each moved once) at the
   memory bandwidth take longer, and that is the time (the roofline).
 * Attention with FlashAttention runs as one kernel over blocks of 128 queries per sequence and
@@ -36,6 +37,7 @@ _FITTED = ("fitted by benchmarks/plan.py (results/plan/README.md, 'Fitted on one
            "held-out check")
 SUSTAINED = Figure(0.709, f"sustained fraction of the benchmark matmul and attention rates, {_FITTED}")
 HOST_LAYER_S = Figure(4.0e-3, f"host time to issue one layer's forward and backward kernels per micro-batch, {_FITTED}")
+MIN_SPLIT_K = 256  # the shallowest reduction one split-K block is given (one pipeline of 4 64-deep k-tiles)
 FLASH_BLOCK = 128  # queries per thread block (FlashAttention-2/3 forward kernels)
 FLASH_BACKWARD_FLOPS = 2.5  # backward over forward FLOPs (flash-attention, benchmarks/benchmark_flash_attention.py)
 
@@ -72,14 +74,23 @@ class KernelRates:
     def bandwidth(self) -> float:
         return self.device.memory_bandwidth.value
 
+    def tiles(self, gemm: Gemm, tile: tuple[int, int]) -> int:
+        return math.ceil(gemm.m / tile[0]) * math.ceil(gemm.n / tile[1]) * gemm.batch
+
+    def split_k(self, gemm: Gemm, tile: tuple[int, int]) -> int:
+        """Reduction splits when the tiles fill less than one wave (cuBLAS's split-K): each split a
+        separate thread block over k/splits, at least MIN_SPLIT_K deep."""
+        return max(1, min(int(self.device.sms.value) // self.tiles(gemm, tile), gemm.k // MIN_SPLIT_K))
+
     def waves(self, gemm: Gemm, tile: tuple[int, int]) -> int:
-        tiles = math.ceil(gemm.m / tile[0]) * math.ceil(gemm.n / tile[1]) * gemm.batch
-        return math.ceil(tiles / int(self.device.sms.value))
+        blocks = self.tiles(gemm, tile) * self.split_k(gemm, tile)
+        return math.ceil(blocks / int(self.device.sms.value))
 
     def gemm_seconds(self, gemm: Gemm, value_bytes: float) -> float:
         """Wave-quantized compute time or the operands' traffic, whichever is longer."""
         per_sm = self.matmul_flops * self.sustained / self.device.sms.value
-        compute = min(self.waves(gemm, tile) * 2.0 * tile[0] * tile[1] * gemm.k / per_sm for tile in self.device.tiles)
+        compute = min(self.waves(gemm, tile) * 2.0 * tile[0] * tile[1] * math.ceil(gemm.k / self.split_k(gemm, tile))
+                      / per_sm for tile in self.device.tiles)
         traffic = (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.batch * value_bytes / self.bandwidth
         return max(compute, traffic)
 
