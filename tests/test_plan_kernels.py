@@ -22,25 +22,28 @@ A100 = device_named("a100-sxm4-80gb")
 def test_full_wave_runs_at_the_benchmark_rate_and_one_row_more_doubles_it():
     """2304 x 1536 outputs in 256x128 tiles are 9 x 12 = 108 tiles: one full wave on the A100's 108
     SMs, so the product runs at exactly the sustained benchmark rate. One more row needs a tenth
-    tile row (120 tiles; 128x256 tiles give 19 x 6 = 114): two waves, twice the time."""
+    tile row (120 tiles; 128x256 tiles give 19 x 6 = 114): two waves, twice the time. Each wave
+    ends writing its output tiles (the epilogue)."""
     rates = rates_for(A100, "bf16", sustained=0.5)
     full = Gemm(2304, 1536, 8192)
     assert rates.waves(full, (256, 128)) == 1
     rate = A100.matmul_for("bf16").value * 0.5
-    assert rates.gemm_seconds(full, 2) == pytest.approx(full.flops / rate)
+    epilogue = 256 * 128 * 2 / (A100.memory_bandwidth.value / 108)  # the 256x128 bf16 outputs at one SM's share
+    assert rates.gemm_seconds(full, 2) == pytest.approx(full.flops / rate + epilogue)
     assert rates.waves(Gemm(2305, 1536, 8192), (256, 128)) == 2
     assert rates.waves(Gemm(2305, 1536, 8192), (128, 256)) == 2
     assert rates.gemm_seconds(Gemm(2305, 1536, 8192), 2) == pytest.approx(2 * rates.gemm_seconds(full, 2))
 
 
 def test_small_products_are_memory_bound():
-    """A matrix-vector product (m = 1) moves its 8192 x 8192 weight once: within 10% of the time at
-    the memory bandwidth, the 32 128x256 tiles split three ways over k to fill the 108 SMs."""
+    """A matrix-vector product (m = 1) moves its 8192 x 8192 weight once: within 20% of the time at
+    the memory bandwidth (the epilogues are the rest), the 32 128x256 tiles split three ways over k
+    to fill the 108 SMs."""
     rates = rates_for(A100, "bf16")
     gemm = Gemm(1, 8192, 8192)
     assert rates.split_k(gemm, (128, 256)) == 3
     traffic = (8192 + 8192 * 8192 + 8192) * 2 / A100.memory_bandwidth.value
-    assert traffic <= rates.gemm_seconds(gemm, 2) <= 1.1 * traffic
+    assert traffic <= rates.gemm_seconds(gemm, 2) <= 1.2 * traffic
 
 
 def test_backward_is_the_input_and_the_weight_gradient():

@@ -8,6 +8,8 @@ accelerator (a synth.plan.devices.KernelDevice).
   compute padding (tile quantization). The library's choice among its tiles is modelled as the
   fastest (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, chapter 3).
   When the tiles fill less than one wave the reduction is split over the idle SMs (split-K).
+  Each tile ends by writing its `Tm x Tn` outputs at one SM's share of the memory bandwidth (the
+  epilogue), which is what makes a shallow reduction (small k) slow.
   Below the ridge point the operands' bytes (`(mk + kn + mn)` values, each moved once) at the
   memory bandwidth take longer, and that is the time (the roofline).
 * Attention with FlashAttention runs as one kernel over blocks of 128 queries per sequence and
@@ -35,7 +37,7 @@ from synth.topology import Figure
 _FITTED = ("fitted by benchmarks/plan.py (results/plan/README.md, 'Fitted on one table, predicting the other') on the "
            "nine rows of Megatron-Core r0.8's H100 weak-scaling table only; Narayanan et al.'s A100 Table 1 is its "
            "held-out check")
-SUSTAINED = Figure(0.709, f"sustained fraction of the benchmark matmul and attention rates, {_FITTED}")
+SUSTAINED = Figure(0.730, f"sustained fraction of the benchmark matmul and attention rates, {_FITTED}")
 HOST_LAYER_S = Figure(4.0e-3, f"host time to issue one layer's forward and backward kernels per micro-batch, {_FITTED}")
 MIN_SPLIT_K = 256  # the shallowest reduction one split-K block is given (one pipeline of 4 64-deep k-tiles)
 FLASH_BLOCK = 128  # queries per thread block (FlashAttention-2/3 forward kernels)
@@ -89,8 +91,10 @@ class KernelRates:
     def gemm_seconds(self, gemm: Gemm, value_bytes: float) -> float:
         """Wave-quantized compute time or the operands' traffic, whichever is longer."""
         per_sm = self.matmul_flops * self.sustained / self.device.sms.value
-        compute = min(self.waves(gemm, tile) * 2.0 * tile[0] * tile[1] * math.ceil(gemm.k / self.split_k(gemm, tile))
-                      / per_sm for tile in self.device.tiles)
+        share = self.bandwidth / self.device.sms.value  # one SM's share of the memory bandwidth
+        compute = min(self.waves(gemm, tile) * (2.0 * tile[0] * tile[1] * math.ceil(gemm.k / self.split_k(gemm, tile))
+                                                / per_sm + tile[0] * tile[1] * value_bytes / share)
+                      for tile in self.device.tiles)
         traffic = (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.batch * value_bytes / self.bandwidth
         return max(compute, traffic)
 
