@@ -99,16 +99,61 @@ class StageParameters:
         return max(self.first, self.last)
 
 
-def stage_parameters(model: Transformer, tp: int, pp: int) -> StageParameters:
+@dataclass(frozen=True)
+class StageLayers:
+    """Layers per pipeline stage: the first, each middle one, the last (Megatron-LM's
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, the middle stages
+    splitting the rest evenly)."""
+
+    first: int
+    middle: int  # 0 when there are no middle stages (p <= 2)
+    last: int
+
+    @property
+    def uneven(self) -> bool:
+        return not (self.first == self.last and (self.middle in (0, self.first)))
+
+
+def stage_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> StageLayers | None:
+    """The split of `layers` over `pp` stages, or None when there is none. Given first and last
+    counts the middle stages share the rest evenly; otherwise an even split when pp divides the
+    layers, else the middle stages get ceil(L/p) each and the first and the last (which also
+    hold the embedding and the output layer) share the remainder, the last the smaller half."""
+    if pp == 1:
+        return StageLayers(layers, 0, layers) if first in (None, layers) and last in (None, layers) else None
+    if first is None and last is None:
+        if layers % pp == 0:
+            return StageLayers(layers // pp, layers // pp if pp > 2 else 0, layers // pp)
+        middle = -(-layers // pp)
+        rest = layers - middle * (pp - 2)
+        first, last = rest - rest // 2, rest // 2
+        if last < 1:
+            return None
+        return StageLayers(first, middle if pp > 2 else 0, last)
+    first = first if first is not None else (layers - last) // (pp - 1)
+    last = last if last is not None else layers - first - (pp - 2) * ((layers - first) // (pp - 1))
+    rest = layers - first - last
+    if first < 1 or last < 1 or rest < 0:
+        return None
+    if pp == 2:
+        return StageLayers(first, 0, last) if rest == 0 else None
+    if rest % (pp - 2) or rest == 0:
+        return None
+    return StageLayers(first, rest // (pp - 2), last)
+
+
+def stage_parameters(model: Transformer, tp: int, pp: int, stages: StageLayers | None = None) -> StageParameters:
     h = model.hidden
-    layers = layer_shape(model).per_device(tp) * model.layers / pp
+    per_layer = layer_shape(model).per_device(tp)
+    stages = stages or stage_layers(model.layers, pp)
+    layers = per_layer * model.layers / pp
     embedding = model.vocab * h / tp + (model.seq_len * h if model.learned_positions else 0)
     output = model.vocab * h / tp  # tied: the last stage keeps a copy (Megatron); untied: its own
     final_norm = 2 * h if model.biases else h
     if pp == 1:
         whole = layers + embedding + final_norm + (0 if model.tied_embeddings else output)
         return StageParameters(whole, whole)
-    return StageParameters(layers + embedding, layers + output + final_norm)
+    return StageParameters(per_layer * stages.first + embedding, per_layer * stages.last + output + final_norm)
 
 
 # --- FLOPs --------------------------------------------------------------------------------------
@@ -190,11 +235,11 @@ def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: in
     return replicated / (tp if sequence_parallel else 1) + (split + scores) / tp
 
 
-def in_flight_layers(model: Transformer, pp: int, virtual: int, microbatches: int) -> float:
+def in_flight_layers(model: Transformer, pp: int, virtual: int, microbatches: int, first: int | None = None) -> float:
     """Layers' worth of micro-batch activations the first pipeline stage's device holds at peak:
     min(p, m) micro-batches of its L/p layers in 1F1B, x(1 + (p-1)/(p v)) interleaved
     (Korthikanti et al. section 4.2.3; Narayanan et al. section 2.2)."""
-    layers = model.layers / pp * min(pp, microbatches)
+    layers = (model.layers / pp if first is None else first) * min(pp, microbatches)
     if virtual > 1:
         layers *= 1 + (pp - 1) / (pp * virtual)
     return layers

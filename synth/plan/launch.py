@@ -27,6 +27,7 @@ from synth.export.mesh import axis_order, device_mesh_array, jax_permutation
 from synth.names import product
 from synth.placement import Placement
 from synth.plan.degrees import Degrees
+from synth.plan.formulas import stage_layers
 from synth.plan.model import Transformer
 from synth.plan.step import Prediction
 
@@ -66,6 +67,10 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
         args += ["--context-parallel-size", str(degrees.cp)]
     if settings.virtual > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", str(model.layers // (degrees.pp * settings.virtual))]
+    stages = stage_layers(model.layers, degrees.pp)
+    if stages is not None and stages.uneven:
+        args += ["--decoder-first-pipeline-num-layers", str(stages.first),
+                 "--decoder-last-pipeline-num-layers", str(stages.last)]
     args += ["--micro-batch-size", str(settings.micro_batch), "--global-batch-size", str(model.global_batch)]
     if settings.sequence_parallel:
         args.append("--sequence-parallel")
@@ -77,6 +82,10 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
         args.append("--use-distributed-optimizer")
     if degrees.dp > 1 and settings.overlap_gradients:
         args.append("--overlap-grad-reduce")
+    if settings.overlap_param_gather:
+        args.append("--overlap-param-gather")
+    if settings.tp_overlap:
+        args.append("--tp-comm-overlap")
     order = megatron_order(prediction.placement)
     if order.flag:
         args.append(order.flag)

@@ -277,39 +277,39 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
     m = microbatches_of(model, degrees, settings.micro_batch)
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
-    layers = model.layers // pp
+    stages = formulas.stage_layers(model.layers, pp)
     act_bytes = model.bytes_per_value
     full, selective = settings.recompute == "full", settings.recompute == "selective"
     routes: list[Route] = []
 
-    # --- compute per micro-batch on the slowest (last) stage --------------------------------------
+    # --- compute per layer and for the output layer, per micro-batch ------------------------------
     if compute.kernels is not None:
         times = layer_times(model, compute.kernels, settings.micro_batch, tp, cp, settings.sequence_parallel)
-        forward, backward = layers * times.forward, layers * times.backward
-        scores_s = layers * times.attention_forward
+        forward1, backward1, scores1 = times.forward, times.backward, times.attention_forward
         head_forward, head_backward = head_times(model, compute.kernels, settings.micro_batch, tp, cp)
     else:
         layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
         traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
         bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
-        forward = layers * (layer_flops / tp / compute.rate + traffic.total / bandwidth)
-        backward = 2 * forward
-        scores_s = layers * (score_flops / tp / compute.rate + traffic.scores / bandwidth)
+        forward1 = layer_flops / tp / compute.rate + traffic.total / bandwidth
+        backward1 = 2 * forward1
+        scores1 = score_flops / tp / compute.rate + traffic.scores / bandwidth
         head_forward = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
                         + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
         head_backward = 2 * head_forward
-    recompute = forward if full else (scores_s if selective else 0.0)
-    compute_mb = forward + backward + recompute + head_forward + head_backward
+    recompute1 = forward1 if full else (scores1 if selective else 0.0)
+    compute1 = forward1 + backward1 + recompute1
     if compute.kernels is not None and compute.kernels.host_s > 0:
         # Kernels are issued asynchronously: a layer takes at least the host's time to issue them.
-        compute_mb = max(forward + backward + recompute, layers * compute.kernels.host_s) + head_forward + head_backward
+        compute1 = max(compute1, compute.kernels.host_s)
+    compute_head = head_forward + head_backward
 
     # --- tensor parallelism -----------------------------------------------------------------------
-    tp_mb, tp_backward = 0.0, 0.0
+    tp1 = tp_backward1 = tp_head = 0.0
     activation = tokens * model.hidden * act_bytes
+    calls1 = 0
     if tp > 1:
-        calls = layers * (4 + (2 if full else 0))
-        backward_calls = layers * (2 + (2 if full else 0))
+        calls1 = 4 + (2 if full else 0)
         if settings.sequence_parallel:
             scatter = costs.reduce_scatter(placement, ("tp",), activation)
             gather = costs.all_gather(placement, ("tp",), activation)
@@ -318,25 +318,23 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         else:
             reduce = costs.all_reduce(placement, ("tp",), activation)
             per_call, program, levels = reduce.time_s, reduce.program, reduce.levels
-        tp_mb = (calls + 1) * per_call  # + the output layer's all-reduce
-        tp_backward = backward_calls * per_call
+        tp1, tp_head = calls1 * per_call, per_call  # + the output layer's all-reduce
+        tp_backward1 = (2 + (2 if full else 0)) * per_call
         if settings.tp_overlap:
             forward_s, backward_s = tp_overlap_exposed(model, compute, settings.micro_batch * model.seq_len // cp, tp,
                                                        gather.time_s, scatter.time_s)
-            tp_backward = layers * backward_s
-            tp_mb = layers * (forward_s * (2 if full else 1) + backward_s) + per_call
-        routes.append(Route("tensor", program, levels, per_call, m * (calls + 1), activation))
+            tp_backward1 = backward_s
+            tp1 = forward_s * (2 if full else 1) + backward_s
 
     # --- context parallelism ----------------------------------------------------------------------
-    cp_mb = 0.0
+    cp1 = 0.0
     if cp > 1:
         kv = 2 * tokens * cp * model.query_groups * model.head_dim * act_bytes // tp  # gathered keys and values
         gather = costs.all_gather(placement, ("cp",), kv)
         scatter = costs.reduce_scatter(placement, ("cp",), kv)
         exchange = gather.time_s * (2 if full else 1) + scatter.time_s
-        attention = scores_s / layers * (3 + (1 if full or selective else 0))
-        cp_mb = layers * max(0.0, exchange - attention)
-        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+        attention = scores1 * (3 + (1 if full or selective else 0))
+        cp1 = max(0.0, exchange - attention)
 
     # --- pipeline point to point ------------------------------------------------------------------
     p2p_mb = 0.0
@@ -349,21 +347,41 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             gather_s = costs.all_gather(placement, ("tp",), activation).time_s
         per_transfer = seconds + gather_s
         p2p_mb = 2 * v * per_transfer
-        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
 
-    t_mb = compute_mb + tp_mb + cp_mb + p2p_mb
+    # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
+    def stage_mb(count: int, head: bool) -> float:
+        return count * (compute1 + tp1 + cp1) + (compute_head + tp_head if head else 0.0) + p2p_mb
+
+    candidates = [(stage_mb(stages.last, True), stages.last, True)]
+    if pp > 1:
+        candidates += [(stage_mb(stages.first, False), stages.first, False)]
+        if stages.middle:
+            candidates += [(stage_mb(stages.middle, False), stages.middle, False)]
+    t_mb, layers, with_head = max(candidates, key=lambda c: (c[0], c[2]))
+    compute_mb = layers * compute1 + (compute_head if with_head else 0.0)
+    tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
+    cp_mb = layers * cp1
+    if tp > 1:
+        routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
+    if cp > 1:
+        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+    if pp > 1:
+        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
     bubble = (pp - 1) / v * t_mb
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
-    params = formulas.stage_parameters(model, tp, pp)
+    params = formulas.stage_parameters(model, tp, pp, stages)
+    first = stages.first
     grad_bytes = model.grad_bytes_per_value
     dp_exposed = dp_overlapped = 0.0
     if dp > 1 and data_parallel:
         layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes)
-        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * layers, 1) * grad_bytes)
-        tensors = fuse_tensors(tuple([layer_grad] * layers + [embedding_grad]))
-        backward_s = (backward + recompute + head_backward + tp_backward) if settings.overlap_gradients else 0.0
+        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes)
+        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
+        # the first stage's last backward (with the output layer too when it is also the last stage)
+        backward_s = first * (backward1 + recompute1 + tp_backward1) + (head_backward if pp == 1 else 0.0)
+        backward_s = backward_s if settings.overlap_gradients else 0.0
         gradients = costs.gradient_schedule(placement, ("dp",), tensors, backward_s, settings.sharded_optimizer)
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
@@ -375,8 +393,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             if settings.overlap_param_gather:
                 # Megatron gathers bucket by bucket, each behind the previous bucket's forward: the first
                 # layer's share is exposed, and whatever the first micro-batch's forward cannot hide.
-                first_forward = forward + head_forward
-                dp_exposed += gather.time_s / (layers + 1) + max(0.0, gather.time_s * layers / (layers + 1) - first_forward)
+                first_forward = first * forward1
+                dp_exposed += gather.time_s / (first + 1) + max(0.0, gather.time_s * first / (first + 1) - first_forward)
             else:
                 dp_exposed += gather.time_s
             routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights))
@@ -408,9 +426,9 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
-    first_layers = formulas.in_flight_layers(model, pp, v, m)
+    first_layers = formulas.in_flight_layers(model, pp, v, m, stages.first)
     memory = Memory(params.first * per_parameter, per_layer * first_layers + extra.first,
-                    params.last * per_parameter, per_layer * layers + extra.last)
+                    params.last * per_parameter, per_layer * stages.last + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
 
