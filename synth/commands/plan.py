@@ -42,9 +42,24 @@ def register(subparsers) -> None:
                         help="sequence parallelism with tensor parallelism (default both)")
     parser.add_argument("--zero1", choices=("on", "off", "both"), default="both",
                         help="sharded optimizer states (ZeRO-1, Megatron's distributed optimizer; default both)")
+    parser.add_argument("--zero-stage", metavar="S", default="1",
+                        help="ZeRO stages tried with the sharded optimizer: 1, 2 (+ gradients), 3 (+ weights: FSDP), "
+                             "comma-separated (default 1)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
-    parser.add_argument("--efficiency", metavar="F", help="matmul efficiency (achieved/peak), e.g. 45%%; default: the topology's")
+    parser.add_argument("--no-tp-overlap", action="store_true",
+                        help="tensor-parallel collectives on the critical path (default: inside the GEMMs with "
+                             "sequence parallelism, Megatron's --tp-comm-overlap)")
+    parser.add_argument("--no-param-overlap", action="store_true",
+                        help="the sharded optimizer's weight all-gather after the step (default: behind the next "
+                             "forward, Megatron's --overlap-param-gather)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="matmuls in FP8 (Transformer Engine) at the device's FP8 rate; needs a built-in device")
+    parser.add_argument("--attention-kernel", choices=("fa2", "fa3"),
+                        help="attention kernel's rate (FlashAttention-2 or -3); default: the device's newest")
+    parser.add_argument("--efficiency", metavar="F",
+                        help="one matmul efficiency (achieved/peak) for every kernel, e.g. 45%%, instead of the kernel "
+                             "model; default: kernels by shape on a built-in device, else the topology's figure")
     parser.add_argument("--memory-headroom", metavar="F", default="0",
                         help="fraction of device memory to keep free, e.g. 10%% (default 0)")
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
@@ -110,6 +125,13 @@ def _list_models() -> int:
     return 0
 
 
+def _zero_stages(text: str) -> tuple[int, ...]:
+    stages = tuple(sorted({item.strip() for item in text.split(",")}))
+    if not stages or any(stage not in ("1", "2", "3") for stage in stages):
+        raise UsageError(f"--zero-stage {text!r}: give ZeRO stages 1, 2 or 3, comma-separated (e.g. 1,3)")
+    return tuple(int(stage) for stage in stages)
+
+
 def build_request(args):
     from synth.placement import parse_factor, parse_inside
     from synth.plan.degrees import DegreeLimits
@@ -140,7 +162,8 @@ def build_request(args):
         headroom = parse_fraction(args.memory_headroom, where="--memory-headroom")
         if headroom >= 1:
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
-    compute = compute_of(topology.device, model.precision, efficiency, topology.name)
+    compute = compute_of(topology.device, model.precision, efficiency, topology.name,
+                         matmul_precision="fp8" if args.fp8 else None, attention_kernel=args.attention_kernel)
     from synth.model.network import check_costable
 
     check_costable(topology)
@@ -154,7 +177,9 @@ def build_request(args):
     space = SearchSpace(micro_batches=micro, virtual=_integers(args.virtual_stages, "--virtual-stages"),
                         sequence_parallel=_switch(args.sequence_parallel),
                         recompute=_choices(args.recompute, ("none", "selective", "full"), "--recompute"),
-                        sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap)
+                        sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap,
+                        zero_stages=_zero_stages(args.zero_stage), tp_overlap=not args.no_tp_overlap,
+                        overlap_param_gather=not args.no_param_overlap)
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,

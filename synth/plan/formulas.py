@@ -198,14 +198,22 @@ def megatron_flops_per_step(model: Transformer) -> float:
 # --- memory ---------------------------------------------------------------------------------------
 
 
-def state_bytes_per_parameter(model: Transformer, dp: int, sharded_optimizer: bool) -> float:
-    """Weights, gradients, fp32 main copies and optimizer states per parameter (module docstring)."""
+def state_bytes_per_parameter(model: Transformer, dp: int, sharded_optimizer: bool, zero: int = 1) -> float:
+    """Weights, gradients, fp32 main copies and optimizer states per parameter (module docstring);
+    sharded over the d replicas: ZeRO-1 the main copies and states, ZeRO-2 the gradients too,
+    ZeRO-3 (FSDP) the weights too (Rajbhandari et al. 2020, section 5)."""
     weights, grads = model.bytes_per_value, model.grad_bytes_per_value
     main_weights = FP32 if weights < FP32 else 0
     main_grads = FP32 if grads < FP32 else 0
     states = ADAM_STATE_BYTES if model.optimizer == "adam" else SGD_STATE_BYTES
     sharded = main_weights + main_grads + states
-    return weights + grads + sharded / (dp if sharded_optimizer else 1)
+    if not sharded_optimizer or zero < 1:
+        return weights + grads + sharded
+    if zero == 1:
+        return weights + grads + sharded / dp
+    if zero == 2:
+        return weights + (grads + sharded) / dp
+    return (weights + grads + sharded) / dp
 
 
 def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,

@@ -80,6 +80,9 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
         args += ["--recompute-granularity", "selective"]
     if settings.sharded_optimizer:
         args.append("--use-distributed-optimizer")
+        if settings.zero > 1:  # Megatron-Core's FSDP (DistributedDataParallelConfig.data_parallel_sharding_strategy)
+            args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                     "optim_grads" if settings.zero == 2 else "optim_grads_params"]
     if degrees.dp > 1 and settings.overlap_gradients:
         args.append("--overlap-grad-reduce")
     if settings.overlap_param_gather:

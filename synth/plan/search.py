@@ -48,6 +48,9 @@ class SearchSpace:
     recompute: tuple[str, ...] = RECOMPUTE
     sharded_optimizer: tuple[bool, ...] = (False, True)
     overlap_gradients: bool = True
+    zero_stages: tuple[int, ...] = (1,)  # ZeRO stages tried with the sharded optimizer
+    tp_overlap: bool = True  # with sequence parallelism (never slower in the step model: synth/plan/step.py)
+    overlap_param_gather: bool = True  # with the sharded optimizer (never slower either)
 
     def settings(self, model: Transformer, degrees: Degrees) -> list[Settings]:
         micro = self.micro_batches or (model.micro_batch,)
@@ -60,10 +63,13 @@ class SearchSpace:
             for v in virtual:
                 for sp in self.sequence_parallel:
                     for rc in self.recompute:
-                        for zero in self.sharded_optimizer:
-                            settings = Settings(b, v, sp, rc, zero, self.overlap_gradients)
-                            if settings_problem(model, degrees, settings) is None:
-                                result.append(settings)
+                        for sharded in self.sharded_optimizer:
+                            for stage in (self.zero_stages if sharded else (1,)):
+                                settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
+                                                    self.tp_overlap and sp, self.overlap_param_gather and sharded and stage < 3,
+                                                    stage)
+                                if settings_problem(model, degrees, settings) is None:
+                                    result.append(settings)
         return result
 
 

@@ -64,6 +64,7 @@ class Settings:
     overlap_gradients: bool = True  # gradient reduction in buckets behind backward
     tp_overlap: bool = False  # tensor-parallel communication inside the GEMMs (Transformer Engine userbuffers)
     overlap_param_gather: bool = False  # sharded optimizer: weights all-gathered behind the next step's forward
+    zero: int = 1  # with sharded_optimizer: ZeRO stage 1 (optimizer states), 2 (+ gradients), 3 (+ weights: FSDP)
 
     @property
     def text(self) -> str:
@@ -75,7 +76,7 @@ class Settings:
         if self.recompute != "none":
             parts.append(f"rc={self.recompute}")
         if self.sharded_optimizer:
-            parts.append("zero1")
+            parts.append(f"zero{self.zero}")
         if not self.overlap_gradients:
             parts.append("no-overlap")
         if self.tp_overlap:
@@ -88,7 +89,8 @@ class Settings:
         return {"micro_batch": self.micro_batch, "virtual_stages": self.virtual,
                 "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
                 "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
-                "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather}
+                "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
+                "zero_stage": self.zero if self.sharded_optimizer else 0}
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,12 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "tensor-parallel overlap without sequence parallelism"
     if settings.overlap_param_gather and not settings.sharded_optimizer:
         return "parameter all-gather overlap without the sharded optimizer"
+    if settings.zero not in (1, 2, 3):
+        return "ZeRO stage not 1, 2 or 3"
+    if settings.zero > 1 and not settings.sharded_optimizer:
+        return "ZeRO stage 2 or 3 without the sharded optimizer"
+    if settings.zero == 3 and settings.overlap_param_gather:
+        return "ZeRO-3 gathers weights per layer, not after the step"
     return None
 
 
@@ -348,9 +356,26 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         per_transfer = seconds + gather_s
         p2p_mb = 2 * v * per_transfer
 
+    # --- ZeRO-3 / FSDP: each layer's weights all-gathered before its forward and its backward (and
+    # its recomputation), its gradients reduce-scattered after its backward, every micro-batch ----
+    zero3 = settings.sharded_optimizer and settings.zero == 3 and dp > 1
+    fsdp1 = 0.0
+    if zero3:
+        layer_params = formulas.layer_shape(model).per_device(tp)
+        gather_w = costs.all_gather(placement, ("dp",), int(layer_params * act_bytes))
+        scatter_g = costs.reduce_scatter(placement, ("dp",), int(layer_params * model.grad_bytes_per_value))
+        gathers_forward = gather_w.time_s * (2 if full else 1)
+        if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
+            fsdp1 = (max(0.0, gathers_forward - forward1 * (2 if full else 1))
+                     + max(0.0, gather_w.time_s + scatter_g.time_s - backward1))
+        else:
+            fsdp1 = gathers_forward + gather_w.time_s + scatter_g.time_s
+        routes.append(Route("data", f"{gather_w.program}; {scatter_g.program}", gather_w.levels,
+                            gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes)))
+
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_mb(count: int, head: bool) -> float:
-        return count * (compute1 + tp1 + cp1) + (compute_head + tp_head if head else 0.0) + p2p_mb
+        return count * (compute1 + tp1 + cp1 + fsdp1) + (compute_head + tp_head if head else 0.0) + p2p_mb
 
     candidates = [(stage_mb(stages.last, True), stages.last, True)]
     if pp > 1:
@@ -361,6 +386,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     compute_mb = layers * compute1 + (compute_head if with_head else 0.0)
     tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
     cp_mb = layers * cp1
+    fsdp_mb = layers * fsdp1
     if tp > 1:
         routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
     if cp > 1:
@@ -375,7 +401,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     first = stages.first
     grad_bytes = model.grad_bytes_per_value
     dp_exposed = dp_overlapped = 0.0
-    if dp > 1 and data_parallel:
+    if dp > 1 and data_parallel and not zero3:
         layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes)
         embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes)
         tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
@@ -417,18 +443,22 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         local = params.most / (dp if settings.sharded_optimizer else 1)
         optimizer_s = local * touched / compute.memory_bandwidth
 
-    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed, embedding_s,
-                          optimizer_s, dp_overlapped)
+    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
+                          embedding_s, optimizer_s, dp_overlapped)
     step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
 
     # --- memory -----------------------------------------------------------------------------------
-    per_parameter = formulas.state_bytes_per_parameter(model, dp, settings.sharded_optimizer)
+    per_parameter = formulas.state_bytes_per_parameter(model, dp, settings.sharded_optimizer,
+                                                       settings.zero if settings.sharded_optimizer else 0)
+    gathered = 0.0
+    if zero3:  # two layers' weights gathered at once (the running one and the prefetched one) and one's gradients
+        gathered = formulas.layer_shape(model).per_device(tp) * (2 * act_bytes + model.grad_bytes_per_value)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
     first_layers = formulas.in_flight_layers(model, pp, v, m, stages.first)
-    memory = Memory(params.first * per_parameter, per_layer * first_layers + extra.first,
-                    params.last * per_parameter, per_layer * stages.last + extra.last)
+    memory = Memory(params.first * per_parameter + gathered, per_layer * first_layers + extra.first,
+                    params.last * per_parameter + gathered, per_layer * stages.last + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
 
