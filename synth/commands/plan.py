@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     parser.add_argument("--resize", metavar="LEVEL=N", help="change one level's size, e.g. node=48 (a bigger cluster of the same kind)")
     for role, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         parser.add_argument(f"--{role}", type=positive_int, metavar="N",
-                            help=f"fix the {what}-parallel degree" + (" (default 1)" if role == "cp" else ""))
+                            help=f"fix the {what}-parallel degree" + (" (default 1; searched when attention dominates the FLOPs)" if role == "cp" else ""))
     parser.add_argument("--max-tp", type=positive_int, metavar="N", help="largest tensor-parallel degree to try")
     add_constraint_options(parser)
     parser.add_argument("--micro-batch", metavar="B,B,...", help="micro-batch sizes to try (default: the model's)")
@@ -167,7 +167,11 @@ def build_request(args):
     from synth.model.network import check_costable
 
     check_costable(topology)
-    limits = DegreeLimits(args.dp, args.tp, args.pp, args.cp if args.cp is not None else 1, args.max_tp)
+    from synth.plan.formulas import attention_dominant
+
+    # Context parallelism is searched by default once attention dominates the layer's FLOPs.
+    cp = args.cp if args.cp is not None else (None if attention_dominant(model) else 1)
+    limits = DegreeLimits(args.dp, args.tp, args.pp, cp, args.max_tp)
     constraints = tuple(parse_inside(text) for text in args.inside) + tuple(parse_factor(text) for text in args.factor)
     for constraint in constraints:
         if constraint.axis not in ("pp", "dp", "cp", "tp"):

@@ -167,6 +167,14 @@ def layer_forward_flops(model: Transformer, tokens: int, context: int) -> tuple[
     return 2.0 * tokens * shape.matmul + attention, attention
 
 
+def attention_dominant(model: Transformer) -> bool:
+    """Whether the attention scores cost at least as many FLOPs as the layer's weight matmuls
+    (`4 s h` against `2 x weights` per token; s >= 6h for GPT): from there on context parallelism,
+    which splits exactly that work, is worth searching by default."""
+    layer, attention = layer_forward_flops(model, 1, model.seq_len)
+    return attention >= layer - attention
+
+
 def head_forward_flops(model: Transformer, tokens: int) -> float:
     """The output layer's logits: 2 h V per token."""
     return 2.0 * tokens * model.hidden * model.vocab
