@@ -5,7 +5,8 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
 * `all_reduce`: the fastest synthesized all-reduce program for S bytes over some axes, and the
   default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
 * `reduce_scatter` / `all_gather`: one backend call over the axes' groups (what sequence
-  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only);
+  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only),
+  priced as a one-step program by the same estimate (lockstep or pipelined) as the all-reduces;
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
   pipeline's activations), through the network's links with their contention;
 * `gradient_schedule`: the gradient reduction in buckets behind backward (synth.analysis.fusion's
@@ -128,7 +129,12 @@ class CommunicationCosts:
             n = hierarchy.group_size
             step = Step(collective, "InsideGroup", hierarchy.level_names[0])
             one_call = StepCalls(collective, (tuple(range(n)),), (n,))
-            seconds = float(best.ranker.engine.figures([one_call], [size]).time_s[0, 0])
+            # Priced by the same estimate as the all-reduce programs (a one-step program), so a
+            # reduce-scatter and an all-reduce on one system are compared on one footing.
+            ranker = best.ranker
+            figures = ranker.engine.figures([one_call], [size])
+            prefix = ranker.estimate.extend(ranker.engine, ranker.estimate.start(ranker.engine, size), figures, 0)
+            seconds = float(ranker.estimate.value(prefix, size))
             found = Communication(str(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
             self._single[key] = found
         return found
