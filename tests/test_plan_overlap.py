@@ -55,3 +55,21 @@ def test_single_calls_and_all_reduces_are_priced_alike():
     all_reduce = costs.all_reduce(placement, ("dp",), size).time_s
     assert costs.reduce_scatter(placement, ("dp",), size).time_s < all_reduce
     assert costs.all_gather(placement, ("dp",), size).time_s < all_reduce
+
+
+def test_no_tensor_parallel_overlap_across_nodes():
+    """Userbuffers overlap runs inside a node: tensor-parallel groups spanning two nodes pay their
+    collectives in full, and the prediction says the overlap is off."""
+    from synth.placement import Axis, make_placement
+
+    topology = load_topology("dgx-h100-2x8x8")  # rack=2, node=8, gpu=8
+    model = dataclasses.replace(PRESETS["llama2-7b"], global_batch=64)
+    compute = compute_of(topology.device, model.precision)
+    costs = CommunicationCosts(topology)
+    degrees = Degrees(8, 16, 1)
+    across = make_placement(topology, (Axis("dp", 8), Axis("tp", 16)), ((2, 4, 1), (1, 2, 8)))
+    settings = Settings(1, 1, True, "none", True, tp_overlap=True)
+    prediction = predict(model, compute, costs, degrees, across, settings)
+    assert not prediction.settings.tp_overlap
+    plain = predict(model, compute, costs, degrees, across, dataclasses.replace(settings, tp_overlap=False))
+    assert prediction.step_s == plain.step_s

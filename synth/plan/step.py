@@ -283,6 +283,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     With `data_parallel=False` the gradient reduction is left out: a lower bound on the step
     time (every term is >= 0) for the search to skip candidates that cannot rank."""
     dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
+    if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:-1]):
+        # Transformer Engine's userbuffers overlap runs over the GPUs' own interconnect (CUDA IPC
+        # inside a node): tensor-parallel groups that cross it run their collectives unoverlapped.
+        settings = dataclasses.replace(settings, tp_overlap=False)
     m = microbatches_of(model, degrees, settings.micro_batch)
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
     stages = formulas.stage_layers(model.layers, pp)
