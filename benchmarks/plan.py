@@ -101,6 +101,18 @@ def published(row, efficiency=None):
     return predict(model, compute, CommunicationCosts(topology), degrees, placement, settings), topology
 
 
+TERMS = {"compute_s": "compute", "tensor_parallel_s": "TP", "context_parallel_s": "CP", "pipeline_p2p_s": "PP p2p",
+         "pipeline_bubble_s": "bubble", "data_parallel_exposed_s": "DP", "embedding_sync_s": "embedding",
+         "optimizer_s": "optimizer"}
+
+
+def gain_terms(published: dict, chosen: dict) -> str:
+    """Which terms of the step carry the planner's predicted gain over the published layout: the
+    seconds each term saves (or costs), largest first (the terms that add up to the step)."""
+    deltas = sorted(((published[key] - chosen[key], name) for key, name in TERMS.items()), reverse=True)
+    return ", ".join(f"{name} {delta:+.2f} s" for delta, name in deltas if abs(delta) >= 0.005) or "none"
+
+
 def planner_choice(row):
     name, t, p, gpus, micro, virtual, overlap, reported = row
     model, topology = PRESETS[name], selene(gpus)
@@ -178,7 +190,8 @@ def main(argv=None) -> int:
                           "planner_settings": best.settings.to_json(), "planner_tflops": best.flops_per_device() / 1e12,
                           "planner_step_s": best.step_s, "planner_gain": prediction.step_s / best.step_s,
                           "agrees": best.degrees == prediction.degrees, "search_s": seconds,
-                          "search_candidates": result.evaluated})
+                          "search_candidates": result.evaluated,
+                          "gain_carried_by": gain_terms(prediction.breakdown.to_json(), best.breakdown.to_json())})
         rows.append(entry)
         print(json.dumps({k: v for k, v in entry.items() if k != "breakdown"}), file=sys.stderr)
     spreads = [placement_spread(*case) for case in SPREAD_CASES]
@@ -247,12 +260,12 @@ def render(document: dict) -> str:
              f"here is a prediction. "
              f"TFLOP/s per GPU counts Narayanan et al.'s eq. 3 (recomputation included) over the step time.", "",
              "| model | GPUs | published t, p, d | published TFLOP/s | predicted | error | planner's first choice | "
-             "agrees | predicted gain | search |",
-             "|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
+             "agrees | predicted gain | carried by (seconds saved per term) | search |",
+             "|---|---:|---|---:|---:|---:|---|---|---:|---|---:|"]
     for row in document["published"]:
         d = row["published_degrees"]
         error = row["predicted_tflops"] / row["published_tflops"] - 1
-        choice = agree = gain = search = ""
+        choice = agree = gain = search = carried = ""
         if "planner_degrees" in row:
             p = row["planner_degrees"]
             s = row["planner_settings"]
@@ -260,8 +273,9 @@ def render(document: dict) -> str:
             agree = "yes" if row["agrees"] else "no"
             gain = f"{row['planner_gain']:.3f}x"
             search = f"{row['search_s']:.0f} s"
+            carried = row["gain_carried_by"]
         lines.append(f"| {row['model']} | {row['gpus']} | {d['tp']}, {d['pp']}, {d['dp']} | {row['published_tflops']} | "
-                     f"{row['predicted_tflops']:.1f} | {100 * error:+.1f}% | {choice} | {agree} | {gain} | {search} |")
+                     f"{row['predicted_tflops']:.1f} | {100 * error:+.1f}% | {choice} | {agree} | {gain} | {carried} | {search} |")
     lines += ["", "Where the predicted step goes at the published configurations (seconds):", "",
               "| model | step | compute | exposed TP | PP bubble | PP p2p | exposed DP | other | memory GiB |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
