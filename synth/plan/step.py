@@ -1,39 +1,44 @@
 """One training step of one candidate (degrees, placement, settings): its time and its memory.
 
 Time (docs/plan.md derives each term and names its source). Per micro-batch, the slowest
-device (the last pipeline stage, which also runs the output layer) spends
+pipeline stage (each stage's own layers; the last one also runs the output layer) spends
 
     t_mb = compute + exposed tensor-parallel collectives + context-parallel exchange
-           + pipeline point-to-point
+           + exposed ZeRO-3 gathers and scatters + pipeline point-to-point
 
-* compute: the forward FLOPs of its L/p layers (formulas.py) at `peak x matmul efficiency`
-  plus the bytes its memory-bound operations move (norms, bias-dropout-adds, activation,
-  softmax; formulas.layer_traffic_bytes) at the device's memory bandwidth, x3 for forward and
-  backward, + one forward more with full recomputation (the attention scores with selective),
-  + the output layer;
+* compute: on a device with a built-in description (synth/plan/devices.py), each kernel timed
+  from its shape (synth/plan/kernels.py: matmuls by tile and wave on the SMs, attention by its
+  kernel, memory-bound work at the memory bandwidth, the two fitted figures); otherwise the
+  layers' FLOPs (formulas.py) at `peak x matmul efficiency` plus the bytes the memory-bound
+  operations move at the memory bandwidth. Forward, backward, recomputation (a whole forward
+  with full recomputation, the attention scores' with selective), the output layer;
 * tensor parallelism (Megatron-LM, Shoeybi et al. 2019, section 3): two all-reduces of the
   layer's `b s h` activations in forward and two in backward (two more in the recomputed
   forward), on the critical path; with sequence parallelism (Korthikanti et al. 2022, section
   4.2.2) each all-reduce becomes a reduce-scatter and an all-gather of the same size; + one
-  all-reduce for the vocabulary-parallel output layer;
+  all-reduce for the vocabulary-parallel output layer. With `tp_overlap` (inside a node only)
+  each runs inside its GEMM and only the computed remainder counts (`tp_overlap_exposed`);
 * pipeline (Narayanan et al. 2021, section 2.2 and 4.1): each micro-batch sends its `b s h`
   activations forward and their gradient back, v times with the interleaved schedule; with
   tensor parallelism the scatter/gather optimization (section 4.1) sends `1/t` of it over the
   network and all-gathers it inside the stage (sequence parallelism already holds `1/t`);
 * context parallelism: the keys and values all-gathered in forward (and recomputation) and
   their gradients reduce-scattered in backward, exposed where they exceed the attention's
-  own compute (the ring exchange overlaps with it).
+  own compute (the ring exchange overlaps with it);
+* ZeRO-3: each layer's weights all-gathered before forward and backward, its gradients
+  reduce-scattered after backward, every micro-batch, prefetched behind compute.
 
 The step is `(m + (p-1)/v) t_mb` (the 1F1B and interleaved schedules; the bubble is
 `(p-1)/v t_mb`), then the exposed part of the gradient reduction (bucketed behind the last
 micro-batch's backward by synth.analysis.fusion's dynamic program, or one call after it when
 not overlapped), the tied embedding's gradient exchange between first and last stage, the
-sharded optimizer's all-gather of the updated weights, and the optimizer step itself, which
-reads and writes its states once at the device's memory bandwidth.
+sharded optimizer's all-gather of the updated weights (behind the next forward with
+`overlap_param_gather`), and the optimizer step itself, which reads and writes its states
+once at the device's memory bandwidth.
 
-Memory: weights, gradients and optimizer states of the device's stage (formulas.py), plus the
-activations of the micro-batches it holds in flight; a candidate fits when the first and the
-last stage's devices both fit.
+Memory: weights, gradients and optimizer states of the device's stage (formulas.py, per ZeRO
+stage), plus the activations of the micro-batches it holds in flight; a candidate fits when the
+first and the last stage's devices both fit.
 """
 
 from __future__ import annotations
