@@ -27,12 +27,21 @@ def test_full_wave_runs_at_the_benchmark_rate_and_one_row_more_doubles_it():
     rates = rates_for(A100, "bf16", sustained=0.5)
     full = Gemm(2304, 1536, 8192)
     assert rates.waves(full, (256, 128)) == 1
-    rate = A100.matmul_for("bf16").value * 0.5
+    rate = rates.matmul_flops * 0.5  # the tiles' own rate, sustained at one half
     epilogue = 256 * 128 * 2 / (A100.memory_bandwidth.value / 108)  # the 256x128 bf16 outputs at one SM's share
     assert rates.gemm_seconds(full, 2) == pytest.approx(full.flops / rate + epilogue)
     assert rates.waves(Gemm(2305, 1536, 8192), (256, 128)) == 2
     assert rates.waves(Gemm(2305, 1536, 8192), (128, 256)) == 2
     assert rates.gemm_seconds(Gemm(2305, 1536, 8192), 2) == pytest.approx(2 * rates.gemm_seconds(full, 2))
+
+
+def test_tile_rates_lie_between_the_benchmark_and_the_peak():
+    """The benchmark's rate includes its best shape's epilogues; the tiles' own rate is a little
+    higher and still below the datasheet's dense peak."""
+    for device in DEVICES:
+        for precision, figure in device.matmul:
+            rates = rates_for(device, "bf16", matmul_precision=precision)
+            assert figure.value < rates.matmul_flops < device.peak_for(precision)
 
 
 def test_small_products_are_memory_bound():
@@ -94,7 +103,7 @@ def test_fp8_matmuls_run_at_the_fp8_rate():
     device = load_topology("dgx-h100-2x8x8").device
     bf16 = compute_of(device, "bf16")
     fp8 = compute_of(device, "bf16", matmul_precision="fp8")
-    assert fp8.kernels.matmul_flops / bf16.kernels.matmul_flops == pytest.approx(1402.6 / 794.5)
+    assert fp8.kernels.matmul_flops / bf16.kernels.matmul_flops == pytest.approx(1402.6 / 794.5, rel=0.02)
     assert fp8.kernels.attention_flops == bf16.kernels.attention_flops  # attention stays in 16 bits
     with pytest.raises(UsageError, match="no fp9"):
         compute_of(device, "bf16", attention_kernel="fp9")

@@ -10,8 +10,8 @@ What a description holds and why:
 * `sms`: streaming multiprocessors; thread-block tiles are scheduled on them in waves, so a
   matrix multiplication whose tile count leaves the last wave part-empty pays for a whole wave
   (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, section 3.2);
-* `matmul`: the achievable dense matrix-multiplication rate per precision, measured as the best
-  `torch.mm` over a grid of large shapes (S. Bekman, "Machine Learning Engineering",
+* `matmul`: the achievable dense matrix-multiplication rate per precision and the shape it was
+  reached at (`matmul_shapes`), measured as the best `torch.mm` over a grid of large shapes (S. Bekman, "Machine Learning Engineering",
   github.com/stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul
   FLOPS comparison table", mean of 100 iterations after 50 warm-up): the rate a full wave of
   full tiles with a long reduction reaches;
@@ -53,6 +53,7 @@ class KernelDevice:
     sms: Figure
     peak: tuple[tuple[str, Figure], ...]  # precision -> dense FLOP/s
     matmul: tuple[tuple[str, Figure], ...]  # precision -> achievable matmul FLOP/s (MAMF)
+    matmul_shapes: tuple[tuple[str, tuple[int, int, int]], ...]  # precision -> the benchmark's best M x N x K
     attention: tuple[tuple[str, Figure], ...]  # kernel -> fraction of the dense 16-bit peak (first: default)
     memory: Figure  # bytes
     memory_bandwidth: Figure  # bytes/s
@@ -65,6 +66,10 @@ class KernelDevice:
 
     def peak_for(self, precision: str) -> float | None:
         return dict(self.peak)[precision].value if precision in dict(self.peak) else None
+
+    def matmul_shape_for(self, precision: str) -> tuple[int, int, int]:
+        table = dict(self.matmul_shapes)
+        return table.get(precision) or table["bf16"]
 
     def matmul_for(self, precision: str) -> Figure | None:
         """The achievable rate; fp16 runs on the same tensor cores at the same rate as bf16."""
@@ -82,6 +87,7 @@ _A100_PEAK = (("fp32", _tflops(19.5, "NVIDIA A100 datasheet: FP32 19.5 TFLOPS"))
               ("bf16", _tflops(312, "NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS dense")))
 _A100_MAMF = (("bf16", _tflops(271.2, f"{_BEKMAN}: NVIDIA A100 SXM BF16 271.2 TFLOPS (86.9%), best shape "
                                       "1024x10240x5120, torch 2.6.0+cu126")),)
+_A100_SHAPES = (("bf16", (1024, 10240, 5120)),)
 _A100_SMS = Figure(108, "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs in the A100 product")
 _H100_PEAK = (("fp32", _tflops(67, "NVIDIA H100 datasheet: H100 SXM FP32 67 TFLOPS")),
               ("tf32", _tflops(494.5, "NVIDIA H100 datasheet: H100 SXM TF32 989 TFLOPS with sparsity, half dense")),
@@ -93,12 +99,12 @@ _H100_SMS = Figure(132, "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 13
 DEVICES: tuple[KernelDevice, ...] = (
     KernelDevice(
         "a100-sxm4-80gb", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB", "A100-SXM4-80GB"), _A100_SMS, _A100_PEAK,
-        _A100_MAMF, (("fa2", Figure(0.73, _FA2)),),
+        _A100_MAMF, _A100_SHAPES, (("fa2", Figure(0.73, _FA2)),),
         Figure(80 * 2**30, "NVIDIA A100 datasheet: A100 80GB SXM"),
         Figure(2039e9, "NVIDIA A100 datasheet: A100 80GB SXM, 2,039 GB/s")),
     KernelDevice(
         "a100-sxm4-40gb", ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", "A100-SXM4-40GB"), _A100_SMS, _A100_PEAK,
-        _A100_MAMF, (("fa2", Figure(0.73, _FA2)),),
+        _A100_MAMF, _A100_SHAPES, (("fa2", Figure(0.73, _FA2)),),
         Figure(40 * 2**30, "NVIDIA A100 datasheet: A100 40GB SXM"),
         Figure(1555e9, "NVIDIA A100 datasheet: A100 40GB SXM, 1,555 GB/s")),
     KernelDevice(
@@ -106,6 +112,7 @@ DEVICES: tuple[KernelDevice, ...] = (
         _H100_PEAK,
         (("bf16", _tflops(794.5, f"{_BEKMAN}: NVIDIA H100 SXM BF16 794.5 TFLOPS (80.3%), torch 2.7.0+cu126")),
          ("fp8", _tflops(1402.6, f"{_BEKMAN}: NVIDIA H100 SXM FP8 (e4m3) 1402.6 TFLOPS (70.9%), torch 2.7.0+cu126"))),
+        (("bf16", (2048, 2048, 13312)), ("fp8", (1024, 9216, 14336))),
         (("fa3", Figure(0.75, _FA3)), ("fa2", Figure(0.35, _FA2_H100))),
         Figure(80 * 2**30, "NVIDIA H100 datasheet: H100 SXM 80 GB"),
         Figure(3.35e12, "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s")),
@@ -115,6 +122,7 @@ DEVICES: tuple[KernelDevice, ...] = (
               for name, figure in _H100_PEAK),
         (("bf16", _tflops(794.5, f"{_BEKMAN}: NVIDIA H100 SXM BF16 794.5 TFLOPS, noted there as the same on H200")),
          ("fp8", _tflops(1453.4, f"{_BEKMAN}: NVIDIA H200 SXM FP8 (e4m3) 1453.4 TFLOPS (73.4%), torch 2.7.1+cu128"))),
+        (("bf16", (2048, 2048, 13312)), ("fp8", (1280, 4096, 12032))),
         (("fa3", Figure(0.75, _FA3 + " (the H200 is the same GH100 chip)")),
          ("fa2", Figure(0.35, _FA2_H100 + " (the H200 is the same GH100 chip)"))),
         Figure(141e9, "NVIDIA H200 datasheet: 141 GB HBM3e"),
