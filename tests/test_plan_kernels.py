@@ -105,6 +105,8 @@ def test_fp8_matmuls_run_at_the_fp8_rate():
     fp8 = compute_of(device, "bf16", matmul_precision="fp8")
     assert fp8.kernels.matmul_flops / bf16.kernels.matmul_flops == pytest.approx(1402.6 / 794.5, rel=0.02)
     assert fp8.kernels.attention_flops == bf16.kernels.attention_flops  # attention stays in 16 bits
+    with pytest.raises(UsageError, match="no fp8 matmul rate"):
+        compute_of(load_topology("selene").device, "fp16", matmul_precision="fp8")
     with pytest.raises(UsageError, match="no fp9"):
         compute_of(device, "bf16", attention_kernel="fp9")
 

@@ -138,6 +138,9 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
     if efficiency is None and described is not None:
         rates = rates_for(described, precision, SUSTAINED.value if sustained is None else sustained, matmul_precision,
                           HOST_LAYER_S.value if host_s is None else host_s, attention_kernel)
+        if rates is None and matmul_precision is not None and described.matmul_for(matmul_precision) is None:
+            raise UsageError(f"{where}: device {described.key} has no {matmul_precision} matmul rate; it has "
+                             f"{', '.join(name for name, _ in described.matmul)}")
         if rates is None and attention_kernel is not None and described.attention_for(attention_kernel) is None:
             raise UsageError(f"{where}: device {described.key} has no {attention_kernel} attention figure; it has "
                              f"{', '.join(name for name, _ in described.attention)}")
