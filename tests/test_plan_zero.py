@@ -75,3 +75,30 @@ def test_zero_stage_needs_the_sharded_optimizer():
     model = PRESETS["gpt3-1.3b"]
     assert settings_problem(model, Degrees(8, 1, 1), Settings(1, zero=3)) is not None
     assert settings_problem(model, Degrees(8, 1, 1), Settings(1, sharded_optimizer=True, zero=4)) is not None
+
+
+def test_hsdp_shards_inside_the_node_and_replicates_across():
+    """Llama 2 7B on 128 H100 (16 nodes of 8), data parallel only: HSDP shards over the 8 GPUs of
+    a node (its states / 8) and all-reduces the shards across the 16 nodes; its memory lies between
+    ZeRO-1's and ZeRO-3's over all 128."""
+    from synth.plan.step import hsdp_placement
+
+    topology = load_topology("dgx-h100-2x8x8")
+    model = dataclasses.replace(PRESETS["llama2-7b"], global_batch=256)
+    compute = compute_of(topology.device, model.precision)
+    costs = CommunicationCosts(topology)
+    degrees = Degrees(128, 1, 1)
+    placement = published_placement(degrees, topology)
+    split = hsdp_placement(placement)
+    assert split.axis_names == ("dp_replica", "dp") and split.axis_sizes == (16, 8)
+    assert sorted(map(sorted, split.groups_over(("dp",)))) == [list(range(8 * n, 8 * n + 8)) for n in range(16)]
+    memory = {}
+    for name, settings in (("zero1", Settings(2, 1, False, "full", True, True, zero=1)),
+                           ("zero3", Settings(2, 1, False, "full", True, True, zero=3)),
+                           ("hsdp", Settings(2, 1, False, "full", True, True, zero=3, hsdp=True))):
+        assert settings_problem(model, degrees, settings) is None
+        prediction = predict(model, compute, costs, degrees, placement, settings)
+        assert prediction.breakdown.total == pytest.approx(prediction.step_s)
+        memory[name] = prediction.memory.peak
+    assert memory["zero1"] > memory["hsdp"] > memory["zero3"]
+    assert settings_problem(model, degrees, Settings(2, sharded_optimizer=True, zero=2, hsdp=True)) is not None

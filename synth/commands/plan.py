@@ -45,6 +45,8 @@ def register(subparsers) -> None:
     parser.add_argument("--zero-stage", metavar="S", default="1",
                         help="ZeRO stages tried with the sharded optimizer: 1, 2 (+ gradients), 3 (+ weights: FSDP), "
                              "comma-separated (default 1)")
+    parser.add_argument("--hsdp", choices=("on", "off", "both"), default="off",
+                        help="with ZeRO-3: shard inside a node and replicate across nodes (HSDP; default off)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
     parser.add_argument("--no-tp-overlap", action="store_true",
@@ -182,7 +184,8 @@ def build_request(args):
                         sequence_parallel=_switch(args.sequence_parallel),
                         recompute=_choices(args.recompute, ("none", "selective", "full"), "--recompute"),
                         sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap,
-                        zero_stages=_zero_stages(args.zero_stage), tp_overlap=not args.no_tp_overlap,
+                        zero_stages=_zero_stages(args.zero_stage), hsdp=_switch(args.hsdp),
+                        tp_overlap=not args.no_tp_overlap,
                         overlap_param_gather=not args.no_param_overlap)
     if args.budget is not None and args.budget <= 0:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
@@ -300,7 +303,8 @@ def _route_text(route, prediction, costs) -> str:
 
 def programs_text(prediction, costs=None) -> str:
     """The program each reduction of the step runs, hidden or not."""
-    names = {"tensor": "TP", "data": "DP", "context": "CP", "pipeline": "PP", "embedding": "emb"}
+    names = {"tensor": "TP", "data": "DP", "data-shard": "DP shard", "data-replica": "DP replica", "context": "CP",
+             "pipeline": "PP", "embedding": "emb"}
     return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 

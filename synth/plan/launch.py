@@ -80,7 +80,7 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
         args += ["--recompute-granularity", "selective"]
     if settings.sharded_optimizer:
         args.append("--use-distributed-optimizer")
-        if settings.zero > 1:  # Megatron-Core's FSDP (DistributedDataParallelConfig.data_parallel_sharding_strategy)
+        if settings.zero > 1 and not settings.hsdp:  # Megatron-Core's FSDP (data_parallel_sharding_strategy)
             args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                      "optim_grads" if settings.zero == 2 else "optim_grads_params"]
     if degrees.dp > 1 and settings.overlap_gradients:

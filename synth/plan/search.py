@@ -51,6 +51,7 @@ class SearchSpace:
     zero_stages: tuple[int, ...] = (1,)  # ZeRO stages tried with the sharded optimizer
     tp_overlap: bool = True  # with sequence parallelism (never slower in the step model: synth/plan/step.py)
     overlap_param_gather: bool = True  # with the sharded optimizer (never slower either)
+    hsdp: tuple[bool, ...] = (False,)  # with ZeRO-3: also shard inside a node and replicate across (HSDP)
 
     def settings(self, model: Transformer, degrees: Degrees) -> list[Settings]:
         micro = self.micro_batches or (model.micro_batch,)
@@ -65,11 +66,12 @@ class SearchSpace:
                     for rc in self.recompute:
                         for sharded in self.sharded_optimizer:
                             for stage in (self.zero_stages if sharded else (1,)):
-                                settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
-                                                    self.tp_overlap and sp, self.overlap_param_gather and sharded and stage < 3,
-                                                    stage)
-                                if settings_problem(model, degrees, settings) is None:
-                                    result.append(settings)
+                                for hsdp in (self.hsdp if stage == 3 else (False,)):
+                                    settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
+                                                        self.tp_overlap and sp,
+                                                        self.overlap_param_gather and sharded and stage < 3, stage, hsdp)
+                                    if settings_problem(model, degrees, settings) is None:
+                                        result.append(settings)
         return result
 
 

@@ -70,6 +70,7 @@ class Settings:
     tp_overlap: bool = False  # tensor-parallel communication inside the GEMMs (Transformer Engine userbuffers)
     overlap_param_gather: bool = False  # sharded optimizer: weights all-gathered behind the next step's forward
     zero: int = 1  # with sharded_optimizer: ZeRO stage 1 (optimizer states), 2 (+ gradients), 3 (+ weights: FSDP)
+    hsdp: bool = False  # with ZeRO-3: shard inside the innermost level (a node), replicate across it (HSDP)
 
     @property
     def text(self) -> str:
@@ -81,7 +82,7 @@ class Settings:
         if self.recompute != "none":
             parts.append(f"rc={self.recompute}")
         if self.sharded_optimizer:
-            parts.append(f"zero{self.zero}")
+            parts.append(f"zero{self.zero}" + ("-hsdp" if self.hsdp else ""))
         if not self.overlap_gradients:
             parts.append("no-overlap")
         if self.tp_overlap:
@@ -95,7 +96,7 @@ class Settings:
                 "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
                 "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
                 "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
-                "zero_stage": self.zero if self.sharded_optimizer else 0}
+                "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp}
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class Memory:
 class Route:
     """One kind of communication of the step: what runs, on which levels, through which link."""
 
-    name: str  # "tensor", "data", "pipeline", "context", "embedding"
+    name: str  # "tensor", "data", "data-shard", "data-replica" (HSDP), "pipeline", "context", "embedding"
     program: str
     levels: str
     time_s: float  # per call
@@ -282,6 +283,8 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "ZeRO stage 2 or 3 without the sharded optimizer"
     if settings.zero == 3 and settings.overlap_param_gather:
         return "ZeRO-3 gathers weights per layer, not after the step"
+    if settings.hsdp and not (settings.sharded_optimizer and settings.zero == 3):
+        return "HSDP without ZeRO-3"
     return None
 
 
@@ -372,17 +375,23 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     # its recomputation), its gradients reduce-scattered after its backward, every micro-batch ----
     zero3 = settings.sharded_optimizer and settings.zero == 3 and dp > 1
     fsdp1 = 0.0
-    if zero3:
+    sharding, shard, replicas = placement, dp, 1  # the shard groups' placement ("dp": the shard axis)
+    if zero3 and settings.hsdp:
+        sharding = hsdp_placement(placement)
+        shard = sharding.axis_sizes[sharding.axis_index("dp")]
+        replicas = dp // shard
+    if zero3 and shard > 1:
         layer_params = formulas.layer_shape(model).per_device(tp)
-        gather_w = costs.all_gather(placement, ("dp",), int(layer_params * act_bytes))
-        scatter_g = costs.reduce_scatter(placement, ("dp",), int(layer_params * model.grad_bytes_per_value))
+        gather_w = costs.all_gather(sharding, ("dp",), int(layer_params * act_bytes))
+        scatter_g = costs.reduce_scatter(sharding, ("dp",), int(layer_params * model.grad_bytes_per_value))
         gathers_forward = gather_w.time_s * (2 if full else 1)
         if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
             fsdp1 = (max(0.0, gathers_forward - forward1 * (2 if full else 1))
                      + max(0.0, gather_w.time_s + scatter_g.time_s - backward1))
         else:
             fsdp1 = gathers_forward + gather_w.time_s + scatter_g.time_s
-        routes.append(Route("data", f"{gather_w.program}; {scatter_g.program}", gather_w.levels,
+        routes.append(Route("data-shard" if settings.hsdp else "data", f"{gather_w.program}; {scatter_g.program}",
+                            gather_w.levels,
                             gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes)))
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
@@ -437,6 +446,19 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                 dp_exposed += gather.time_s
             routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights))
 
+    if zero3 and replicas > 1 and data_parallel:
+        # HSDP: each shard's gradients all-reduced across the replicas, in buckets behind the last
+        # micro-batch's backward (the shards are 1/shard of the first stage's gradients).
+        layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes / shard)
+        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes / shard)
+        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
+        backward_s = first * (backward1 + recompute1 + tp_backward1) if settings.overlap_gradients else 0.0
+        gradients = costs.gradient_schedule(sharding, ("dp_replica",), tensors, backward_s, False)
+        dp_exposed = gradients.exposed_s
+        dp_overlapped = gradients.busy_s - dp_exposed
+        routes.append(Route("data-replica", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
+                            gradients.buckets, sum(tensors) // gradients.buckets))
+
     # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
     embedding_s = 0.0
     if pp > 1 and model.tied_embeddings:
@@ -460,10 +482,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
 
     # --- memory -----------------------------------------------------------------------------------
-    per_parameter = formulas.state_bytes_per_parameter(model, dp, settings.sharded_optimizer,
+    per_parameter = formulas.state_bytes_per_parameter(model, shard if zero3 else dp, settings.sharded_optimizer,
                                                        settings.zero if settings.sharded_optimizer else 0)
     gathered = 0.0
-    if zero3:  # two layers' weights gathered at once (the running one and the prefetched one) and one's gradients
+    if zero3 and shard > 1:  # two layers' weights gathered at once (the running one and the prefetched one) and one's gradients
         gathered = formulas.layer_shape(model).per_device(tp) * (2 * act_bytes + model.grad_bytes_per_value)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
@@ -514,3 +536,17 @@ def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: in
                 + _overlapped(scatter_s, seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
                 + _overlapped(scatter_s, seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
     return forward, backward
+
+
+def hsdp_placement(placement: Placement) -> Placement:
+    """The placement with the data-parallel axis split in two: `dp` keeps its part in the
+    innermost level (the shard groups of HSDP, inside a node) and `dp_replica` its parts in the
+    outer levels (the replica groups). The groups are the same ranks; only their roles split."""
+    index = placement.axis_index("dp")
+    row = placement.matrix[index]
+    inner = (1,) * (len(row) - 1) + (row[-1],)
+    outer = tuple(row[:-1]) + (1,)
+    names = placement.axis_names[:index] + ("dp_replica", "dp") + placement.axis_names[index + 1:]
+    sizes = placement.axis_sizes[:index] + (placement.axis_sizes[index] // row[-1], row[-1]) + placement.axis_sizes[index + 1:]
+    matrix = placement.matrix[:index] + (outer, inner) + placement.matrix[index + 1:]
+    return Placement(placement.level_names, placement.level_sizes, names, sizes, matrix)
