@@ -80,9 +80,15 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
         args += ["--recompute-granularity", "selective"]
     if settings.sharded_optimizer:
         args.append("--use-distributed-optimizer")
-        if settings.zero > 1 and not settings.hsdp:  # Megatron-Core's FSDP (data_parallel_sharding_strategy)
+        if settings.zero > 1:  # Megatron-FSDP's required flags (its README, "Required Configurations")
             args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-                     "optim_grads" if settings.zero == 2 else "optim_grads_params"]
+                     "optim_grads" if settings.zero == 2 else "optim_grads_params", "--no-gradient-accumulation-fusion"]
+        if settings.hsdp:  # sharded inside the node, replicated across: one optimizer instance per replica
+            from synth.plan.step import hsdp_placement
+
+            split = hsdp_placement(prediction.placement)
+            replicas = split.axis_sizes[split.axis_index("dp_replica")]
+            args += ["--outer-dp-sharding-strategy", "no_shard", "--num-distributed-optimizer-instances", str(replicas)]
     if degrees.dp > 1 and settings.overlap_gradients:
         args.append("--overlap-grad-reduce")
     if settings.overlap_param_gather:
