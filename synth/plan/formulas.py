@@ -317,6 +317,15 @@ def layer_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, 
     return LayerTraffic(total, tokens * scores / tp)
 
 
-def head_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int) -> float:
-    """The cross entropy's softmax over fp32 logits: read and write s b V / t values of 4 bytes."""
-    return 2 * FP32 * model.seq_len / cp * micro_batch * model.vocab / tp
+def head_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int) -> tuple[float, float]:
+    """(forward, backward) bytes the vocabulary-parallel cross entropy moves over its s b V / t
+    logits, pass by pass as Megatron-Core writes it (tensor_parallel/cross_entropy.py, unfused):
+    forward, the cast to fp32 (read the model's precision, write 4 bytes), the max (read 4), the
+    subtraction, the exp and the division in place (read and write 4 each), the sum (read 4);
+    backward, the scaling by the output gradient in place (read and write 4) and the cast back
+    to the model's precision for the output layer's gradient (read 4, write the precision)."""
+    logits = model.seq_len / cp * micro_batch * model.vocab / tp
+    value = model.bytes_per_value
+    forward = (value + FP32) + FP32 + 3 * 2 * FP32 + FP32
+    backward = 2 * FP32 + (FP32 + value)
+    return logits * forward, logits * backward

@@ -317,9 +317,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         forward1 = layer_flops / tp / compute.rate + traffic.total / bandwidth
         backward1 = 2 * forward1
         scores1 = score_flops / tp / compute.rate + traffic.scores / bandwidth
-        head_forward = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
-                        + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
-        head_backward = 2 * head_forward
+        head_flops_s = formulas.head_forward_flops(model, tokens) / tp / compute.rate
+        head_bytes = formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp)
+        head_forward = head_flops_s + head_bytes[0] / bandwidth
+        head_backward = 2 * head_flops_s + head_bytes[1] / bandwidth
     recompute1 = forward1 if full else (scores1 if selective else 0.0)
     compute1 = forward1 + backward1 + recompute1
     if compute.kernels is not None and compute.kernels.host_s > 0:
