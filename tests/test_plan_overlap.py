@@ -73,3 +73,16 @@ def test_no_tensor_parallel_overlap_across_nodes():
     assert not prediction.settings.tp_overlap
     plain = predict(model, compute, costs, degrees, across, dataclasses.replace(settings, tp_overlap=False))
     assert prediction.step_s == plain.step_s
+
+
+def test_pipeline_transfers_hide_behind_the_next_chunk_when_interleaved():
+    """Megatron overlaps the interleaved schedule's sends and receives with compute by default:
+    the exposed point-to-point time can only shrink, and without interleaving there is no overlap."""
+    model, compute, costs, degrees, placement = _setup("llama2-7b", Degrees(16, 2, 4))
+    plain = predict(model, compute, costs, degrees, placement, Settings(1, 2, True, "none", True))
+    hidden = predict(model, compute, costs, degrees, placement, Settings(1, 2, True, "none", True, overlap_p2p=True))
+    assert hidden.breakdown.pipeline_p2p <= plain.breakdown.pipeline_p2p
+    assert hidden.step_s <= plain.step_s
+    assert settings_problem(model, degrees, Settings(1, 1, overlap_p2p=True)) is not None
+    assert "--no-overlap-p2p-communication" in megatron_arguments(model, plain)
+    assert "--no-overlap-p2p-communication" not in megatron_arguments(model, hidden)

@@ -95,6 +95,8 @@ def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
         args.append("--overlap-param-gather")
     if settings.tp_overlap:
         args.append("--tp-comm-overlap")
+    if settings.virtual > 1 and not settings.overlap_p2p:  # Megatron overlaps by default when interleaved
+        args.append("--no-overlap-p2p-communication")
     order = megatron_order(prediction.placement)
     if order.flag:
         args.append(order.flag)

@@ -71,6 +71,7 @@ class Settings:
     overlap_param_gather: bool = False  # sharded optimizer: weights all-gathered behind the next step's forward
     zero: int = 1  # with sharded_optimizer: ZeRO stage 1 (optimizer states), 2 (+ gradients), 3 (+ weights: FSDP)
     hsdp: bool = False  # with ZeRO-3: shard inside the innermost level (a node), replicate across it (HSDP)
+    overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
 
     @property
     def text(self) -> str:
@@ -89,6 +90,8 @@ class Settings:
             parts.append("tp-overlap")
         if self.overlap_param_gather:
             parts.append("param-overlap")
+        if self.overlap_p2p:
+            parts.append("p2p-overlap")
         return " ".join(parts)
 
     def to_json(self) -> dict:
@@ -96,7 +99,8 @@ class Settings:
                 "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
                 "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
                 "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
-                "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp}
+                "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp,
+                "overlap_p2p": self.overlap_p2p}
 
 
 @dataclass(frozen=True)
@@ -285,6 +289,8 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "ZeRO-3 gathers weights per layer, not after the step"
     if settings.hsdp and not (settings.sharded_optimizer and settings.zero == 3):
         return "HSDP without ZeRO-3"
+    if settings.overlap_p2p and settings.virtual == 1:
+        return "pipeline send/receive overlap without the interleaved schedule"
     return None
 
 
@@ -396,8 +402,19 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                             gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes)))
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
+    def stage_work(count: int, head: bool) -> float:
+        return count * (compute1 + tp1 + cp1 + fsdp1) + (compute_head + tp_head if head else 0.0)
+
+    def exposed_p2p(work: float) -> float:
+        """With the overlap (Megatron's default for the interleaved schedule) each transfer runs
+        behind the next chunk's compute (a 2v-th of the stage's work) and shows only beyond it."""
+        if not settings.overlap_p2p:
+            return p2p_mb
+        return 2 * v * max(0.0, per_transfer - work / (2 * v))
+
     def stage_mb(count: int, head: bool) -> float:
-        return count * (compute1 + tp1 + cp1 + fsdp1) + (compute_head + tp_head if head else 0.0) + p2p_mb
+        work = stage_work(count, head)
+        return work + exposed_p2p(work)
 
     candidates = [(stage_mb(stages.last, True), stages.last, True)]
     if pp > 1:
@@ -405,6 +422,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         if stages.middle:
             candidates += [(stage_mb(stages.middle, False), stages.middle, False)]
     t_mb, layers, with_head = max(candidates, key=lambda c: (c[0], c[2]))
+    p2p_mb = exposed_p2p(stage_work(layers, with_head)) if pp > 1 else 0.0
     compute_mb = layers * compute1 + (compute_head if with_head else 0.0)
     tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
     cp_mb = layers * cp1
