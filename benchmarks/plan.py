@@ -359,7 +359,7 @@ def published_runs(h100_attention: str = "fa2", h100_interleaving: bool = True) 
         model, t, p, d = h100_model(row), row[4], row[5], row[6]
         per_stage = model.layers // p
         virtual = [v for v in range(1, per_stage + 1) if per_stage % v == 0] if p > 1 and h100_interleaving else [1]
-        choices = tuple(Settings(1, v, t > 1, "none", True, True, t > 1, True) for v in virtual)
+        choices = tuple(Settings(1, v, t > 1, "none", True, True, t > 1, True, overlap_p2p=v > 1) for v in virtual)
         runs.append(PublishedRun("h100", h100_attention, model.name, model, h100_cluster(row[7]), Degrees(d, t, p), choices,
                                  row[-1], True))
     return runs
