@@ -226,7 +226,8 @@ def render_cross_fit(fitted: dict) -> list[str]:
              "Everything else is a device or library figure with its source. A100 rows: Narayanan et al. Table 1 at "
              "the degrees, micro-batch and interleaving of examples/sc21/run_table_1.sh, fp16, full recomputation, eq. 3 "
              "FLOPs. H100 rows: Megatron-Core r0.8 at the published degrees with what its README states (distributed "
-             "optimizer, --overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap with sequence parallelism), "
+             "optimizer, --overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap with sequence parallelism, "
+             "pipeline transfers overlapped with the interleaved schedule), "
              "model FLOPs; not stated there and assumed: bf16, micro-batch 1, no recomputation, FlashAttention-2 "
              "(35% of peak on H100, FlashAttention-3's paper), gradients reduced in bf16, the interleaving the "
              "planner predicts fastest. `*` marks a held-out row (a prediction).", ""]
