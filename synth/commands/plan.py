@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     parser.add_argument("--resize", metavar="LEVEL=N", help="change one level's size, e.g. node=48 (a bigger cluster of the same kind)")
     for role, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         parser.add_argument(f"--{role}", type=positive_int, metavar="N",
-                            help=f"fix the {what}-parallel degree" + (" (default 1)" if role == "cp" else ""))
+                            help=f"fix the {what}-parallel degree" + (" (default 1; searched when attention dominates the FLOPs)" if role == "cp" else ""))
     parser.add_argument("--max-tp", type=positive_int, metavar="N", help="largest tensor-parallel degree to try")
     add_constraint_options(parser)
     parser.add_argument("--micro-batch", metavar="B,B,...", help="micro-batch sizes to try (default: the model's)")
@@ -46,9 +46,26 @@ def register(subparsers) -> None:
                         help="sequence parallelism with tensor parallelism (default both)")
     parser.add_argument("--zero1", choices=("on", "off", "both"), default="both",
                         help="sharded optimizer states (ZeRO-1, Megatron's distributed optimizer; default both)")
+    parser.add_argument("--zero-stage", metavar="S", default="1",
+                        help="ZeRO stages tried with the sharded optimizer: 1, 2 (+ gradients), 3 (+ weights: FSDP), "
+                             "comma-separated (default 1)")
+    parser.add_argument("--hsdp", choices=("on", "off", "both"), default="off",
+                        help="with ZeRO-3: shard inside a node and replicate across nodes (HSDP; default off)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
-    parser.add_argument("--efficiency", metavar="F", help="matmul efficiency (achieved/peak), e.g. 45%%; default: the topology's")
+    parser.add_argument("--no-tp-overlap", action="store_true",
+                        help="tensor-parallel collectives on the critical path (default: inside the GEMMs with "
+                             "sequence parallelism, Megatron's --tp-comm-overlap)")
+    parser.add_argument("--no-param-overlap", action="store_true",
+                        help="the sharded optimizer's weight all-gather after the step (default: behind the next "
+                             "forward, Megatron's --overlap-param-gather)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="matmuls in FP8 (Transformer Engine) at the device's FP8 rate; needs a built-in device")
+    parser.add_argument("--attention-kernel", choices=("fa2", "fa3"),
+                        help="attention kernel's rate (FlashAttention-2 or -3); default: the device's newest")
+    parser.add_argument("--efficiency", metavar="F",
+                        help="one matmul efficiency (achieved/peak) for every kernel, e.g. 45%%, instead of the kernel "
+                             "model; default: kernels by shape on a built-in device, else the topology's figure")
     parser.add_argument("--memory-headroom", metavar="F", default="10%",
                         help="fraction of device memory kept free for the allocator's fragmentation (default 10%%; 0: none)")
     parser.add_argument("--memory-reserve", metavar="SIZE", default="auto",
@@ -164,6 +181,13 @@ def _warn_defaults(spec: str, source) -> None:
           f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
 
 
+def _zero_stages(text: str) -> tuple[int, ...]:
+    stages = tuple(sorted({item.strip() for item in text.split(",")}))
+    if not stages or any(stage not in ("1", "2", "3") for stage in stages):
+        raise UsageError(f"--zero-stage {text!r}: give ZeRO stages 1, 2 or 3, comma-separated (e.g. 1,3)")
+    return tuple(int(stage) for stage in stages)
+
+
 def build_request(args):
     from synth.placement import parse_factor, parse_inside
     from synth.plan.degrees import DegreeLimits
@@ -201,7 +225,8 @@ def build_request(args):
         if headroom >= 1:
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
     reserve = _memory_reserve(args.memory_reserve)
-    compute = compute_of(topology.device, model.precision, efficiency, topology.name)
+    compute = compute_of(topology.device, model.precision, efficiency, topology.name,
+                         matmul_precision="fp8" if args.fp8 else None, attention_kernel=args.attention_kernel)
     check_device_figures(compute, topology.name, efficiency is not None, model.precision)
     if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes * (1 - headroom):
         from synth.units import format_bytes
@@ -211,7 +236,11 @@ def build_request(args):
     from synth.model.network import check_costable
 
     check_costable(topology)
-    limits = DegreeLimits(args.dp, args.tp, args.pp, args.cp if args.cp is not None else 1, args.max_tp)
+    from synth.plan.formulas import attention_dominant
+
+    # Context parallelism is searched by default once attention dominates the layer's FLOPs.
+    cp = args.cp if args.cp is not None else (None if attention_dominant(model) else 1)
+    limits = DegreeLimits(args.dp, args.tp, args.pp, cp, args.max_tp)
     constraints = tuple(parse_inside(text) for text in args.inside) + tuple(parse_factor(text) for text in args.factor)
     for constraint in constraints:
         if constraint.axis not in ("pp", "dp", "cp", "tp"):
@@ -221,7 +250,10 @@ def build_request(args):
     space = SearchSpace(micro_batches=micro, virtual=_integers(args.virtual_stages, "--virtual-stages"),
                         sequence_parallel=_switch(args.sequence_parallel),
                         recompute=_choices(args.recompute, ("none", "selective", "full"), "--recompute"),
-                        sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap)
+                        sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap,
+                        zero_stages=_zero_stages(args.zero_stage), hsdp=_switch(args.hsdp),
+                        tp_overlap=not args.no_tp_overlap,
+                        overlap_param_gather=not args.no_param_overlap)
     budget = _budget_seconds(args.budget) if args.budget is not None else DEFAULT_BUDGET_S
     memory = None
     if args.search_memory is not None:
@@ -442,7 +474,8 @@ def _route_text(route, prediction, costs) -> str:
 
 def programs_text(prediction, costs=None) -> str:
     """The program each reduction of the step runs, hidden or not."""
-    names = {"tensor": "TP", "data": "DP", "context": "CP", "pipeline": "PP", "embedding": "emb"}
+    names = {"tensor": "TP", "data": "DP", "data-shard": "DP shard", "data-replica": "DP replica", "context": "CP",
+             "pipeline": "PP", "embedding": "emb"}
     return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 
@@ -458,7 +491,7 @@ def _print_tables(result, launchable=None) -> None:
              f"{request.topology.device.name}): {result.evaluated} candidates, {len(result.ranked)} shown")
     caption = (f"{result.size.degrees} degree choices, {result.size.placements} placements; {result.dropped_memory} "
                f"candidates dropped (do not fit in the memory left); "
-               f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
+               f"{result.bounded} stopped by the step-time bound; {request.compute.text}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
     if result.filtered:
         caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
@@ -547,7 +580,8 @@ def plan_json(result, launchable=None) -> dict:
         "architecture": describe_architecture(request.model),
         "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
-        "efficiency": request.compute.efficiency, "memory_limit_bytes": request.memory_limit,
+        "efficiency": request.compute.efficiency, "compute_model": request.compute.text,
+        "memory_limit_bytes": request.memory_limit,
         "memory_bytes": request.compute.memory_bytes, "memory_headroom": request.memory_headroom,
         "memory_reserve": request.memory_reserve.to_json() if request.memory_reserve else None,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,

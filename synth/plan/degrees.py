@@ -75,8 +75,10 @@ def model_problem(model: Transformer, degrees: Degrees) -> str | None:
         return "tp does not divide the attention heads"
     if model.ffn % degrees.tp:
         return "tp does not divide the FFN size"
-    if model.layers % degrees.pp:
-        return "pp does not divide the layers"
+    from synth.plan.formulas import stage_layers
+
+    if stage_layers(model.layers, degrees.pp) is None:
+        return "pp cannot split the layers (more stages than layers)"
     if degrees.cp > 1 and model.seq_len % (2 * degrees.cp):
         return "2 cp does not divide the sequence"
     if model.global_batch % degrees.dp:

@@ -93,6 +93,11 @@ class SearchSpace:
     recompute: tuple[str, ...] = RECOMPUTE
     sharded_optimizer: tuple[bool, ...] = (False, True)
     overlap_gradients: bool = True
+    zero_stages: tuple[int, ...] = (1,)  # ZeRO stages tried with the sharded optimizer
+    tp_overlap: bool = True  # with sequence parallelism (never slower in the step model: synth/plan/step.py)
+    overlap_param_gather: bool = True  # with the sharded optimizer (never slower either)
+    hsdp: tuple[bool, ...] = (False,)  # with ZeRO-3: also shard inside a node and replicate across (HSDP)
+    overlap_p2p: bool = True  # interleaved schedule: pipeline transfers behind compute (Megatron's default)
 
     def settings(self, model: Transformer, degrees: Degrees) -> list[Settings]:
         micro = self.micro_batches or (model.micro_batch,)
@@ -105,10 +110,15 @@ class SearchSpace:
             for v in virtual:
                 for sp in self.sequence_parallel:
                     for rc in self.recompute:
-                        for zero in self.sharded_optimizer:
-                            settings = Settings(b, v, sp, rc, zero, self.overlap_gradients)
-                            if settings_problem(model, degrees, settings) is None:
-                                result.append(settings)
+                        for sharded in self.sharded_optimizer:
+                            for stage in (self.zero_stages if sharded else (1,)):
+                                for hsdp in (self.hsdp if stage == 3 else (False,)):
+                                    settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
+                                                        self.tp_overlap and sp,
+                                                        self.overlap_param_gather and sharded and stage < 3, stage, hsdp,
+                                                        self.overlap_p2p and v > 1)
+                                    if settings_problem(model, degrees, settings) is None:
+                                        result.append(settings)
         return result
 
 
