@@ -352,7 +352,9 @@ def test_names_holding_markup_and_escape_codes_are_shown_not_obeyed(run_cli, tmp
 
     source = (topology_file._builtin_dir() / "selene.toml").read_text()
     topology.write_text(source.replace('name = "NVIDIA A100-SXM4-80GB"', 'name = "A100[/x]\\u001b[2J"'))
-    code, out, err = run_cli("plan", "--topology", str(topology), "--model", str(model), *SMALL_PLAN)
+    # a device no built-in description names: priced with one matmul efficiency
+    code, out, err = run_cli("plan", "--topology", str(topology), "--model", str(model), "--efficiency", "50%",
+                             *SMALL_PLAN)
     assert code == 0, err
     assert "bad[/x]name\\x1b[31m" in out and "A100[/x]\\x1b[2J" in out and "\x1b" not in out
 
@@ -396,7 +398,9 @@ def test_plan_model_name_no_file_system_takes(run_cli):
 
 
 @pytest.mark.parametrize("old, new, fragment", [
-    ('value = "57.7%"', 'value = "1e-300"', "[device] matmul_efficiency = 1e-300 is outside"),
+    ('name = "NVIDIA A100-SXM4-80GB"\n',  # another device, priced by its stated matmul efficiency
+     'name = "Other GPU"\n\n[device.matmul_efficiency]\nvalue = "1e-300"\nsource = "test"\n',
+     "[device] matmul_efficiency = 1e-300 is outside"),
     ('fp16 = { value = "312 TFLOP/s"', 'fp16 = { value = "1e-300 TFLOP/s"', "[device] peak.fp16 = 1e-288 FLOP/s"),
     ('fp16 = { value = "312 TFLOP/s"', 'fp16 = { value = "0 TFLOP/s"', "not a positive compute rate"),
     ('value = "2039 GB/s"', 'value = "1 B/s"', "[device] memory_bandwidth"),
