@@ -1,145 +1,178 @@
-"""How well the NCCL model predicts real nccl-tests runs (issue 9): for every log in a folder,
-predicted against measured busbw at every size,
+"""How well the NCCL model predicts nccl-tests runs it was not built on: leave one source out.
 
-(a) from the built-in topology of the log's hardware alone (no fitting),
-(b) calibrated on the same log (`synth calibrate`'s fit; the sizes it flags as outliers are
-    counted, and marked),
-(c) calibrated on a log of the same hardware with another node count or ranks per node,
-    predicting this one; and, for information, (c') calibrated on another run of the same
-    shape (another cluster of the same hardware, or another day).
+Every log in a folder (default ../shared/nccl-logs) is grouped into its *source* (logs from one
+thread, one poster's cluster, one blog post are one source: they share a machine, a software
+stack, a launcher). Per log and per size band (< 1 MiB, 1-64 MiB, >= 64 MiB), the median
+|error| of predicted busbw against measured, two ways:
 
-Targets: (a) within 10% at >= 64 MiB and within 30% below, (b) within 5%, (c) within 10%.
-Writes results/fidelity/README.md and fidelity.json, and compares with
-results/fidelity/fidelity-baseline.json when it is there (the figures before the per-protocol fit).
-Not a timed test: run it when the model or the logs change.
+* uncalibrated: the best-matching built-in topology alone (no figure fitted on any log);
+* calibrated, leave one source out (LOSO): `synth calibrate`'s fit (synth/calibrate/nccl_fit.py)
+  is run on every log of every *other* source; the figures it fits are moved onto the held-out
+  log's built-in topology as factors (per-call overhead, per-protocol rate and latency factors,
+  store-and-forward stages, link efficiencies over the base's), taking per figure the median
+  over the other sources of the same class (one node / across nodes over verbs / over a net
+  plugin / over sockets), or over all other sources where no other source is of that class.
+  Nothing fitted on the held-out source reaches its prediction.
+
+Targets (issue 16, held out): median |error| <= 10% in every size band, <= 30% at every size
+from 1 MiB on. Writes results/fidelity/README.md and fidelity.json; when
+results/fidelity/fidelity-loso-baseline.json is there (the table before the model changes of
+issue 16) the report shows before -> after.
 
     python -m benchmarks.fidelity [LOG_DIR] [-o results]
 
-LOG_DIR defaults to ../shared/nccl-logs; the repository does not depend on it (tests use the
-copies under docs/examples/ and tests/data/).
+The repository does not depend on LOG_DIR (tests use the copies under docs/examples/ and
+tests/data/). Not a timed test: run it when the model or the logs change.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import re
+import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.record import REPORT, header, study_dir
 from synth.calibrate import read_measurements
 from synth.calibrate.groups import devices as group_devices
-from synth.calibrate.infer import infer_nccl_base
-from synth.calibrate.nccl_fit import calibrate_nccl
+from synth.calibrate.measurements import Measurement, RunInfo, Span
+from synth.calibrate.nccl_fit import calibrate_nccl, launch_of
 from synth.model.nccl import bus_factor
-from synth.model.nccl_hardware import estimate_group, nccl_view
+from synth.model.nccl_hardware import estimate_group, group_layout, nccl_view, with_launch
+from synth.topology import Figure, ProtocolFactors, Topology
 from synth.topology_file import load_topology
 from synth.units import format_bytes
 
-TARGET_A_LARGE, TARGET_A_SMALL, TARGET_B, TARGET_C = 0.10, 0.30, 0.05, 0.10
-LARGE = 64 * 2 ** 20
+MiB = 2 ** 20
+BANDS = (("< 1 MiB", 0, MiB), ("1-64 MiB", MiB, 64 * MiB), (">= 64 MiB", 64 * MiB, float("inf")))
+TARGET_BAND, TARGET_SIZE = 0.10, 0.30
+OVERHEAD_SIZES = 64 * 2 ** 10  # a log's fitted overhead transfers only if it has calls below this
+BASELINE = "fidelity-loso-baseline.json"
+HELD_OUT_MODULE = Path(__file__).resolve().parent.parent / "synth" / "model" / "heldout.py"
 
-# Which built-in topology describes each log's hardware (by a part of its file name), the
-# family of logs measured on the same hardware (for (c)), the cluster it ran on, and why, from
-# the log's first line. The first matching key wins.
-HARDWARE = (
-    ("h100-1x8-nvls", "dgx-h100", "h100-1node", "a single-node how-to", "one node of 8 H100 80GB HBM3 (SXM5, NVSwitch)"),
-    ("dgx0607", "dgx-h100-x2", "dgx-06/07", "dgx-06/07",
-     "two DGX H100 (its PCI bus ids); the log does not state the network, DGX H100's 8x 400 Gb/s NDR is taken"),
-    ("a3mega", "gcp-a3-mega-2x8", "a3-mega", "a3-mega",
-     "2 Google Cloud A3 Mega VMs, GPUDirect-TCPXO, Google's NCCL environment"),
-    ("nt309b", "hgx-h100-ib-4x8", "issue-309", "gj-aion's cluster",
-     "HGX H100 servers with 8x ConnectX-7 400 Gb/s InfiniBand"),
-    ("4x8-vmware-nt309", "hgx-h100-ib-4x8", "issue-309", "qoofyk's VMware VMs",
-     "HGX H100 servers with 8x ConnectX-7 400 Gb/s InfiniBand"),
-    ("nt309", "hgx-h100-ib-4x8", "issue-309", "qoofyk's bare-metal XE9680",
-     "HGX H100 servers with 8x ConnectX-7 400 Gb/s InfiniBand"),
-    ("rtx5090", "rtx5090-loopback", "rtx5090", "rtx5090", "one RTX 5090 shared by 2 ranks over loopback TCP"),
+
+@dataclass(frozen=True)
+class Source:
+    """Which logs are one source (a part of the file name), what it is, and the built-in topology
+    that best matches its hardware (with the node count the log needs, when the file has fewer)."""
+
+    key: str
+    name: str
+    topology: str
+    what: str
+    nodes: int | None = None
+
+
+# The first matching key wins. Issue 309's thread is one source: its logs share a thread, a
+# software stack (NCCL 2.26.2) and, for most, a cluster.
+SOURCES = (
+    Source("a100-1x8-thanos", "thanos blog", "dgx-a100", "one node of 8 A100 SXM4 80GB, NVSwitch, nccl-tests -g 8"),
+    Source("a100-oci", "OCI tutorial", "dgx-a100-x4",
+           "2 OCI BM.GPU4.8 (8 A100 40GB), RoCEv2 16 x 100 Gb/s; built-in: DGX A100 on 8 x 200 Gb/s"),
+    Source("h100-1x8-nvls", "H100 how-to", "dgx-h100", "one node of 8 H100 SXM5, NVSwitch (NVLS), -g 8"),
+    Source("dgx0607", "dgx-06/07", "dgx-h100-x2", "two DGX H100, one process per node driving 2/4/8 GPUs"),
+    Source("clustertoolkit", "cluster-toolkit#3644", "gcp-a3-mega-2x8", "2 GCP A3 High (GPUDirect-TCPX), all-gather"),
+    Source("dstack", "dstack#2587", "gcp-a3-mega-2x8", "2 GCP A3 High (GPUDirect-TCPX), all-gather"),
+    Source("a3mega", "a3-mega repo", "gcp-a3-mega-2x8", "2 GCP A3 Mega (GPUDirect-TCPXO)"),
+    Source("nt309", "nccl-tests#309", "hgx-h100-ib-4x8", "HGX H100, 8 x 400 Gb/s InfiniBand per node", 8),
+    Source("rtx5090", "nccl-eBPF report", "rtx5090-loopback", "one RTX 5090 shared by 2 ranks over loopback TCP"),
+    Source("v100-1x8", "V100 blog", "gcp-n1-v100-4x8", "one machine of 8 V100 SXM2 (hybrid cube mesh), -g 8"),
 )
-
-# Mechanisms behind the misses the tables show, per log family (what the model leaves out).
-WHY = {
-    "dgx-06/07": "All three runs are nccl-tests -g N under `mpirun -n 2`: one process per node drives the node's N "
-                 "GPUs, and Open MPI binds each process to one core when it starts two or fewer (mpirun(1): 'bind to "
-                 "core when the number of processes is <= 2'; NCCL keeps the process's affinity for its threads), so "
-                 "the main thread and the N proxy threads of a node most likely share one core. From 32-64 KiB up to "
-                 "tens of MiB, where a call needs many network steps from the proxies, calls take up to 2 ms (2x8: "
-                 "2069 us at 32 KiB against 50 us at 16 KiB) and jump between neighbouring sizes (2x4: 209 us at 256 "
-                 "KiB, 71 us at 512 KiB): CPU time-sharing, which no figure of the hardware describes. The robust fit "
-                 "flags most of those sizes as outliers and keeps NCCL's figures for the rest (2x2: 23 of 31 sizes "
-                 "within 5%, RMS 4.7% without its 4 outliers); small calls cost NCCL's latency plus the launches on N "
-                 "GPUs from one thread (the fitted overhead: 12 us for -g 8), large ones run at the links' rate. "
-                 "Where the stalls reach sizes the fit keeps (2x4, 2x8), they pull figures no hardware has (2x8: 27 "
-                 "stages per network hop; 2x4: LL128 at 0.14 of its rate), and the fit says it is poor. (a) and (c) "
-                 "miss in the stalled range because the stalls grow with the GPUs one core serves, not by a "
-                 "mechanism of the hardware; the 2x2 run's LL calls also move at 0.41 of NCCL's LL ceiling where "
-                 "issue 309's move at 0.51-0.62.",
-    "a3-mega": "GPUDirect-TCPXO (the FasTrak net plugin) moves every chunk through receive bounce buffers that a GPU "
-               "kernel unpacks; NCCL's source has no figure for that, the plugin reports none, and no published run "
-               "other than this one gives one, so the built-in topology has none and (a) predicts 1-512 MiB calls up "
-               "to 5x too fast. Calibrated, the plugin costs about 30 us per call beyond NCCL's latency (a 22 us "
-               "overhead and Simple tree latency x1.11) and 4.3 store-and-forward stages per network hop before "
-               "large calls stream; (b) "
-               "misses between 128 KiB and 2 MiB (up to 15%), where the fill grows with NCCL's chunk size in steps "
-               "the measured curve does not show.",
-    "rtx5090": "Both ranks share one GPU: their NCCL kernels only run while the GPU time-slices between the two "
-               "processes, so a call costs about 2.2 ms whatever its size up to 4 MiB and then streams at what the "
-               "proxy threads reach while the GPU is shared. That is a floor, max(2.2 ms, transfer), not an added "
-               "latency: the robust fit follows the streaming sizes (8-128 MiB within 7%) and flags the three floor "
-               "sizes as outliers. (a) misses by design: the model has no time-slicing.",
-    "h100-1node": "A single-node NVLS all-reduce: NCCL 2.28's own NVLS efficiency (0.85 of the NVLink bound) gives the "
-                  "asymptotic rate within 4% (1-2 GiB); at 256-512 MiB the measured calls are 11-13% slower, a constant "
-                  "of about 80 us per call that NCCL's NVLS latency (25 us) and the model's NVLS pipeline fill do not "
-                  "have and no source gives; calibrated (b) it is the per-call overhead, within 2.5% at every size.",
-    "issue-309": "From the built-in topology (a) the InfiniBand runs are within target at every size but one: at 512 "
-                 "KiB the 2-node run is already as slow as at 1 MiB (70 us), as if NCCL had left LL128 for the NVLS "
-                 "tree one size earlier. NCCL's own estimates tie there (tree/LL128 54.5 us, NVLS tree 54.6 us): a 3% "
-                 "lower tree LL128 estimate flips it, e.g. NCCL's 0.85 for a tree whose topology search settled for "
-                 "the simple pattern (tuning.cc:266; Hopper retries the search with it, search.cc:1052-1056), which "
-                 "depends on the servers' PCIe layout the logs do not show. Calibrated (b), the LL calls move at 0.51 "
-                 "(2 nodes) and 0.62 (4 nodes) of NCCL's LL ceiling (tuning.cc llMaxBws: 39 and 20.4 GB/s), which the "
-                 "per-protocol rate now fits, and NCCL's LL latency table holds at both node counts (x1.00, x0.99). "
-                 "What (b) still misses is the NVLS-tree pipeline between 1 and 128 MiB (up to 11%), and 4 KiB, the "
-                 "largest LL call on one channel, 6-9% faster than the model's per-channel LL rate says (the next "
-                 "sizes add a channel each time and cost 1-2 us more than the rate alone): the measured "
-                 "marginal rate rises smoothly (2 nodes: 160 GB/s at 8-16 MiB, 200 at 16-32 MiB, 250 above 128 MiB) "
-                 "where the model's fill steps with NCCL's chunk size (32, 64, 128 KiB) and then streams at the full "
-                 "rate; a per-chunk cost would bend it, but fitted per log it differs between the two node counts, so "
-                 "it is not in the model. The same range decides (c): the 4-node run fills in about the time the "
-                 "2-node run does (3.5 against 6.2 fitted stages per hop, while a tree one level deeper has twice the "
-                 "hops), so each predicts the other's 8-64 MiB calls 10-23% off; the 2-node run is bare metal, the "
-                 "4-node one VMware VMs with a custom NCCL topology file, so part of it may be the platform. nt309b "
-                 "(another cluster, from 1 MiB) is predicted by the 2-node fit (c') within 10% at 10 of 14 sizes: "
-                 "it costs 12-17 us more per call at 1-2 MiB than qoofyk's servers.",
-}
 
 
 @dataclass(frozen=True)
 class Log:
     path: Path
-    topology: str
-    family: str
-    cluster: str
-    hardware: str
+    source: Source
+    measurements: tuple[Measurement, ...]
+    base: Topology
+
+    @property
+    def name(self) -> str:
+        return self.path.name
 
 
-def hardware_of(path: Path) -> Log | None:
-    for key, topology, family, cluster, hardware in HARDWARE:
-        if key in path.name:
-            return Log(path, topology, family, cluster, hardware)
-    return None
+def source_of(path: Path) -> Source | None:
+    return next((s for s in SOURCES if s.key in path.name), None)
 
 
-def shape(measurements) -> tuple[int, int]:
-    """(hosts, ranks per host) of a log's group."""
-    span = measurements[0].span
-    return span.hosts, span.size // span.hosts
+_EXCERPT_RANKS = re.compile(r"(\d+) ranks")
 
 
-def predict(topology, measurements) -> list[float]:
+def read_log(path: Path) -> list[Measurement]:
+    """The log's measurements; an excerpt without nccl-tests' header (the first rows of a table
+    a web page kept) is read here from its rows and its first line's rank count."""
+    try:
+        return read_measurements(str(path))[1]
+    except Exception:  # noqa: BLE001 - an excerpt, read below, or a clear error
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        ranks = _EXCERPT_RANKS.search(text[0]) if text else None
+        nodes = re.search(r"(\d+) nodes x (\d+)", text[0]) or re.search(r"-(\d+)x(\d+)-", path.name)
+        if ranks is None or nodes is None:
+            raise
+        hosts, per_host = int(nodes.group(1)), int(nodes.group(2))
+        collective = "AllGather" if "all_gather" in path.name else "AllReduce"
+        result = []
+        for number, line in enumerate(text, 1):
+            cells = line.split()
+            if len(cells) >= 6 and not line.lstrip().startswith("#") and cells[0].isdigit():
+                result.append(Measurement(collective, int(cells[0]), float(cells[5]) * 1e-6,
+                                          Span(None, hosts, per_host, hosts), str(path), number, "nccl",
+                                          RunInfo(gpus_per_process=1)))
+        return result
+
+
+def with_nodes(topology: Topology, nodes: int | None) -> Topology:
+    """The topology with at least `nodes` units on its network level (a cluster of the same servers)."""
+    if nodes is None:
+        return topology
+    view = nccl_view(topology)
+    if view.node_level is None or topology.levels[view.node_level].size >= nodes:
+        return topology
+    levels = list(topology.levels)
+    levels[view.node_level] = replace(levels[view.node_level], size=nodes)
+    return replace(topology, levels=tuple(levels))
+
+
+_ENV = re.compile(r"NCCL_(ALGO|PROTO)=([A-Za-z0-9,]+)")
+
+
+def with_environment(topology: Topology, path: Path) -> Topology:
+    """The topology with the NCCL_ALGO / NCCL_PROTO a log's command line sets (NCCL's choice is
+    then restricted as the run's was)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = dict(_ENV.findall(text))
+    if not found or topology.nccl is None:
+        return topology
+    names = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat",
+             "ll": "LL", "ll128": "LL128", "simple": "Simple"}
+    nccl = topology.nccl
+    if "ALGO" in found:
+        nccl = replace(nccl, algorithms=tuple(names[a.lower()] for a in found["ALGO"].split(",")))
+    if "PROTO" in found:
+        nccl = replace(nccl, protocols=tuple(names[p.lower()] for p in found["PROTO"].split(",")))
+    return replace(topology, nccl=nccl)
+
+
+def load_logs(log_dir: Path) -> tuple[list[Log], list[str]]:
+    logs, unknown = [], []
+    for path in sorted(p for p in log_dir.iterdir() if p.is_file()):
+        source = source_of(path)
+        if source is None:
+            unknown.append(path.name)
+            continue
+        measurements = tuple(read_log(path))
+        base = with_environment(with_nodes(load_topology(source.topology), source.nodes), path)
+        base = with_launch(base, *launch_of(list(measurements)))  # as the run was launched (nccl-tests -g N)
+        logs.append(Log(path, source, measurements, base))
+    return logs, unknown
+
+
+def predict(topology: Topology, measurements) -> list[float]:
     view = nccl_view(topology)
     times = []
     for m in measurements:
@@ -148,231 +181,274 @@ def predict(topology, measurements) -> list[float]:
     return times
 
 
-def busbw(measurement, seconds: float) -> float:
+def busbw(measurement: Measurement, seconds: float) -> float:
     return measurement.bytes / seconds * bus_factor(measurement.collective, measurement.span.size) / 1e9
 
 
-def study(log_dir: Path) -> dict:
-    logs, unknown = [], []
-    for path in sorted(p for p in log_dir.iterdir() if p.is_file()):
-        log = hardware_of(path)
-        if log is None:
-            unknown.append(path)
-        logs.append(log or Log(path, "", "", "inferred from the log"))
-    read = {}
-    for log in logs:
-        _, measurements = read_measurements(str(log.path))
-        read[log.path] = measurements
-    results = []
-    fitted: dict[Path, object] = {}
-
-    def calibration(log: Log, base):
-        if log.path not in fitted:
-            fitted[log.path] = calibrate_nccl(read[log.path], base)
-        return fitted[log.path]
-
-    for log in logs:
-        measurements = read[log.path]
-        base = load_topology(log.topology) if log.topology else infer_nccl_base(measurements).topology
-        built_in = predict(base, measurements)
-        own = calibration(log, base)
-        calibrated = predict(own.topology, measurements)
-        outliers = {(e.nbytes, e.measured_s) for fit in own.fits for g in fit.groups for e in g.errors if e.outlier}
-        cross, same_shape = {}, {}
-        for other in logs:
-            if other is log or not log.family or other.family != log.family:
-                continue
-            times = predict(calibration(other, base).topology, measurements)
-            (cross if shape(read[other.path]) != shape(measurements) else same_shape)[other.path.name] = times
-        rows = []
-        for i, m in enumerate(measurements):
-            row = {"bytes": m.bytes, "measured_s": m.time_s, "measured_busbw": busbw(m, m.time_s),
-                   "a_s": built_in[i], "b_s": calibrated[i], "b_outlier": (m.bytes, m.time_s) in outliers,
-                   "c": {name: times[i] for name, times in cross.items()},
-                   "c_same_shape": {name: times[i] for name, times in same_shape.items()}}
-            rows.append(row)
-        figures = [{"level": fit.level, "efficiencies": dict(fit.efficiencies), "overhead_s": fit.overhead_s,
-                    "stages_per_hop": fit.stages,
-                    "protocols": {p: {"bandwidth": bw, "latency": lat} for p, bw, lat in fit.protocols}}
-                   for fit in own.fits]
-        results.append({"file": log.path.name, "topology": base.name, "family": log.family, "cluster": log.cluster,
-                        "hardware": log.hardware, "group": measurements[0].span.describe(),
-                        "collective": measurements[0].collective, "fitted": figures, "rows": rows})
-    return {"logs": results, "unknown": [p.name for p in unknown]}
+def error(predicted_s: float, measured_s: float) -> float:
+    """predicted busbw / measured busbw - 1 (positive: the model is too fast)."""
+    return measured_s / predicted_s - 1
 
 
-def _err(predicted: float, measured: float) -> float:
-    """Relative error of the predicted busbw, predicted / measured - 1 (busbw is inverse in time)."""
-    return measured / predicted - 1
+# --- moving fitted figures from one log to another ------------------------------------------------
 
 
-def summarize(entry: dict) -> dict:
-    rows = entry["rows"]
-    a = [_err(r["a_s"], r["measured_s"]) for r in rows]
-    large = [abs(e) for r, e in zip(rows, a) if r["bytes"] >= LARGE]
-    small = [abs(e) for r, e in zip(rows, a) if r["bytes"] < LARGE]
-    b = [abs(_err(r["b_s"], r["measured_s"])) for r in rows]
-    b_in = [e for r, e in zip(rows, b) if not r.get("b_outlier")]
-    c, c_same = {}, {}
-    for r in rows:
-        for name, seconds in r["c"].items():
-            c.setdefault(name, []).append(abs(_err(seconds, r["measured_s"])))
-        for name, seconds in r.get("c_same_shape", {}).items():
-            c_same.setdefault(name, []).append(abs(_err(seconds, r["measured_s"])))
-    summary = {
-        "a_large": max(large) if large else None, "a_small": max(small) if small else None,
-        "a_large_ok": (sum(e <= TARGET_A_LARGE for e in large), len(large)),
-        "a_small_ok": (sum(e <= TARGET_A_SMALL for e in small), len(small)),
-        "b_worst": max(b), "b_rms": math.sqrt(sum(e * e for e in b) / len(b)),
-        "b_ok": (sum(e <= TARGET_B for e in b), len(b)),
-        "b_outliers": len(b) - len(b_in),
-        "b_inlier_rms": math.sqrt(sum(e * e for e in b_in) / len(b_in)) if b_in else None,
-        "c": {name: (max(errors), sum(e <= TARGET_C for e in errors), len(errors)) for name, errors in c.items()},
-        "c_same": {name: (max(errors), sum(e <= TARGET_C for e in errors), len(errors))
-                   for name, errors in c_same.items()},
-    }
-    return summary
+def log_class(log: Log) -> str:
+    """What a log's figures transfer to: one node, or across nodes by NCCL transport."""
+    view = nccl_view(log.base)
+    _, ranks = group_devices(log.measurements[0], log.base)
+    nodes, _, _ = group_layout(log.base, view, ranks)
+    if nodes == 1:
+        return "one node"
+    network = view.hardware.network
+    return f"across nodes, {network.transport if network is not None else 'ib'}"
 
 
-def baseline_summary(baseline: dict, entry: dict) -> dict | None:
-    """The baseline's summary of the same log, with (c) restricted to the sources the current
-    run counts as (c) (the baseline counted every other log of the family)."""
-    for old in baseline.get("logs", []):
-        if old["file"] == entry["file"]:
-            sources = {name for row in entry["rows"] for name in row["c"]}
-            rows = [dict(row, c={k: v for k, v in row["c"].items() if k in sources}) for row in old["rows"]]
-            return summarize(dict(old, rows=rows))
+def fitted_figures(log: Log) -> dict[str, float]:
+    """What `synth calibrate` fits on the log, as factors over its base topology: overhead (s),
+    protocol rate and latency factors, stages per network hop, efficiencies over the base's."""
+    fit = calibrate_nccl(list(log.measurements), log.base)
+    view = nccl_view(log.base)
+    figures: dict[str, float] = {}
+    smallest = min(m.bytes for m in log.measurements)
+    for level in fit.fits:
+        # a per-call overhead is only determined by calls whose latency shows (a log that starts
+        # at 256 MiB fits one to its bandwidth's residue): moved only from logs with small calls
+        if level.overhead_s is not None and smallest < OVERHEAD_SIZES:
+            figures["overhead_s"] = level.overhead_s
+        if level.stages is not None:
+            figures["stages"] = level.stages
+        for protocol, bandwidth, latency in level.protocols:
+            if bandwidth is not None:
+                figures[f"{protocol} rate"] = bandwidth
+            if latency is not None:
+                figures[f"{protocol} latency"] = latency
+        for name, value in level.efficiencies:
+            index = log.base.level_index(name)
+            if view.node_level is not None and index == view.node_level:
+                figures["net efficiency"] = value / view.hardware.network.link.efficiency
+            else:
+                figures["intra efficiency"] = value / view.hardware.intra.efficiency
+    return figures
+
+
+def transfer(log: Log, figures: dict[str, float]) -> Topology:
+    """The log's base topology with figures fitted elsewhere in place."""
+    base = log.base
+    view = nccl_view(base)
+    _, ranks = group_devices(log.measurements[0], base)
+    _, _, outer = group_layout(base, view, ranks)
+    outer = max(outer, 0)
+    said = "leave-one-source-out: the median of what synth calibrate fitted on the other sources' logs"
+    levels = list(base.levels)
+    target = levels[outer]
+    if "overhead_s" in figures:
+        overhead = figures["overhead_s"] + (target.overhead.value if target.overhead is not None else 0.0)
+        target = replace(target, overhead=Figure(overhead, said) if overhead >= 1e-9 else None)
+    if "stages" in figures and target.transport is not None and view.node_level == outer:
+        target = replace(target, transport=replace(target.transport, stages=Figure(figures["stages"], said)))
+    factors = dict(target.protocols)
+    for protocol in ("LL", "LL128", "Simple"):
+        old = factors.get(protocol, ProtocolFactors())
+        bandwidth, latency = old.bandwidth, old.latency
+        if f"{protocol} rate" in figures:
+            bandwidth = Figure((bandwidth.value if bandwidth else 1.0) * figures[f"{protocol} rate"], said)
+        if f"{protocol} latency" in figures:
+            latency = Figure((latency.value if latency else 1.0) * figures[f"{protocol} latency"], said)
+        if bandwidth is not None or latency is not None:
+            factors[protocol] = ProtocolFactors(bandwidth, latency)
+    target = replace(target, protocols=tuple(factors.items()))
+    levels[outer] = target
+    for key, index in (("net efficiency", view.node_level),
+                       ("intra efficiency", _intra_level(base, view))):
+        if key in figures and index is not None:
+            current = view.hardware.network.link.efficiency if key == "net efficiency" else view.hardware.intra.efficiency
+            levels[index] = replace(levels[index], efficiency=Figure(min(1.0, current * figures[key]), said))
+    return replace(base, levels=tuple(levels))
+
+
+def _intra_level(topology: Topology, view) -> int | None:
+    inner = range((view.node_level + 1) if view.node_level is not None else 0, len(topology.levels))
+    for i in inner:
+        level = topology.levels[i]
+        if level.bandwidth is not None and level.bandwidth.value == view.hardware.intra.bandwidth:
+            return i
     return None
+
+
+def pooled(held_out: Log, logs: list[Log], fits: dict[str, dict[str, float]]) -> tuple[dict[str, float], str]:
+    """Per figure, the median over the other sources (each source the median of its logs) of the
+    same class as the held-out log, or of every other source when none is of that class."""
+    others = [log for log in logs if log.source != held_out.source]
+    same = [log for log in others if log_class(log) == log_class(held_out)]
+    chosen, scope = (same, f"other sources of its class ({log_class(held_out)})") if same else (others, "all other sources")
+    by_source: dict[str, dict[str, list[float]]] = {}
+    for log in chosen:
+        for key, value in fits[log.name].items():
+            by_source.setdefault(log.source.name, {}).setdefault(key, []).append(value)
+    per_figure: dict[str, list[float]] = {}
+    for figures in by_source.values():
+        for key, values in figures.items():
+            per_figure.setdefault(key, []).append(statistics.median(values))
+    names = sorted(by_source)
+    return {key: statistics.median(values) for key, values in per_figure.items()}, f"{scope}: {', '.join(names)}"
+
+
+# --- the study -----------------------------------------------------------------------------------
+
+
+def study(log_dir: Path) -> dict:
+    logs, unknown = load_logs(log_dir)
+    fits = {log.name: fitted_figures(log) for log in logs}
+    entries = []
+    for log in logs:
+        measurements = list(log.measurements)
+        uncalibrated = predict(log.base, measurements)
+        figures, scope = pooled(log, logs, fits)
+        loso = predict(transfer(log, figures), measurements)
+        rows = [{"bytes": m.bytes, "measured_s": m.time_s, "measured_busbw": busbw(m, m.time_s),
+                 "a_s": a, "loso_s": b} for m, a, b in zip(measurements, uncalibrated, loso)]
+        entries.append({"file": log.name, "source": log.source.name, "topology": log.base.name,
+                        "hardware": log.source.what, "group": measurements[0].span.describe(),
+                        "collective": measurements[0].collective, "class": log_class(log),
+                        "launch": f"{measurements[0].run.gpus_per_process if measurements[0].run else 1} GPU(s) per "
+                                  f"process",
+                        "fitted_here": fits[log.name], "loso_figures": figures, "loso_from": scope, "rows": rows})
+    return {"logs": entries, "unknown": unknown}
+
+
+def band_errors(rows: list[dict], key: str, low: float, high: float) -> list[float]:
+    return [abs(error(r[key], r["measured_s"])) for r in rows if low <= r["bytes"] < high]
+
+
+def summary(result: dict) -> dict:
+    """Per log and overall: median |error| per band, and sizes from 1 MiB within 30%."""
+    out = {"logs": {}, "all": {}}
+    pooled_errors = {key: {band: [] for band, _, _ in BANDS} for key in ("a_s", "loso_s")}
+    for entry in result["logs"]:
+        per = {}
+        for key in ("a_s", "loso_s"):
+            cells = {}
+            for band, low, high in BANDS:
+                errors = band_errors(entry["rows"], key, low, high)
+                pooled_errors[key][band] += errors
+                cells[band] = statistics.median(errors) if errors else None
+            from_mib = band_errors(entry["rows"], key, MiB, float("inf"))
+            cells["from 1 MiB within 30%"] = (sum(e <= TARGET_SIZE for e in from_mib), len(from_mib))
+            cells["worst from 1 MiB"] = max(from_mib) if from_mib else None
+            per[key] = cells
+        out["logs"][entry["file"]] = per
+    for key, bands in pooled_errors.items():
+        out["all"][key] = {band: (statistics.median(errors) if errors else None) for band, errors in bands.items()}
+    return out
+
+
+def held_out_table(result: dict) -> dict:
+    """Per (class, band), the median and worst |error| over every (log, size), uncalibrated and
+    leave-one-source-out, with the logs and sizes counted (synth/model/heldout.py's table)."""
+    cells: dict[str, dict[str, list]] = {}
+    for entry in result["logs"]:
+        for band, low, high in BANDS:
+            for key, kind in (("a_s", "uncalibrated"), ("loso_s", "calibrated")):
+                errors = band_errors(entry["rows"], key, low, high)
+                if errors:
+                    cell = cells.setdefault(f"{entry['class']} | {band}", {}).setdefault(kind, [[], set()])
+                    cell[0].extend(errors)
+                    cell[1].add(entry["file"])
+    return {key: {kind: (round(float(statistics.median(errors)), 4), round(float(max(errors)), 4), len(files), len(errors))
+                  for kind, (errors, files) in kinds.items()} for key, kinds in sorted(cells.items())}
+
+
+def write_held_out(table: dict, path: Path) -> None:
+    """Rewrite the generated table of synth/model/heldout.py."""
+    text = path.read_text(encoding="utf-8")
+    begin = text.index("# BEGIN GENERATED")
+    begin = text.index("\n", begin) + 1
+    end = text.index("# END GENERATED")
+    body = "HELD_OUT: dict = {\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in table.items()) + "}\n"
+    path.write_text(text[:begin] + body + text[end:], encoding="utf-8")
 
 
 def _pct(value) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _count(pair) -> str:
-    ok, total = pair
-    return "-" if not total else f"{ok}/{total}"
+def _mark(value) -> str:
+    return "-" if value is None else (f"{value:.1%}" if value <= TARGET_BAND else f"**{value:.1%}**")
 
 
-def _c_text(pairs: dict) -> str:
-    return "; ".join(f"{name}: {ok}/{total}, worst {worst:.1%}" for name, (worst, ok, total) in pairs.items()) or "-"
-
-
-def _figures_text(fitted: list[dict]) -> str:
-    parts = []
-    for fit in fitted:
-        items = [f"efficiency {name} {value:.3f}" for name, value in fit["efficiencies"].items()]
-        if fit["overhead_s"]:
-            items.append(f"overhead {fit['overhead_s'] * 1e6:.1f} us")
-        if fit["stages_per_hop"] is not None:
-            items.append(f"{fit['stages_per_hop']:.2f} stages per network hop")
-        for protocol, figures in fit["protocols"].items():
-            said = []
-            if figures["bandwidth"] is not None:
-                said.append(f"rate x{figures['bandwidth']:.2f}")
-            if figures["latency"] is not None:
-                said.append(f"latency x{figures['latency']:.2f}")
-            items.append(f"{protocol} {' '.join(said)}")
-        parts.append(f"{fit['level']}: " + ", ".join(items))
-    return "; ".join(parts)
-
-
-def render(result: dict, command: str, baseline: dict | None = None) -> str:
-    lines = ["# The NCCL model against published nccl-tests runs", "", header(command)]
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    if load:
+def render(result: dict, command: str, baseline: dict | None) -> str:
+    s = summary(result)
+    before = summary(baseline) if baseline else None
+    lines = ["# The NCCL model against published nccl-tests runs, held out", "", header(command)]
+    if hasattr(os, "getloadavg"):
+        load = os.getloadavg()
         lines.append(f"Load average while it ran (1/5/15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
                      f"(figures are model outputs; the load changes only how long this took)\n")
     lines += [
-        "Each log's first line names its source and hardware. Predictions are busbw from the NCCL model "
-        "(synth/model/nccl.py: NCCL 2.26.2's choice of algorithm, protocol and channels from its own tables; the time "
-        "on the hardware from line rates and the efficiencies NCCL reaches on them, every figure with its source in "
-        "the topology). Calibration (synth/calibrate/nccl_fit.py) fits, by robust least squares, per resource the "
-        "links' efficiencies, per protocol (LL, LL128, Simple) a rate and a latency factor on the sizes where NCCL "
-        "picks that protocol, a per-call overhead and a network hop's pipeline stages; none of them moves NCCL's "
-        "choice, so the switch points stay NCCL's. Errors are predicted / measured busbw - 1 (positive: the model "
-        "is too fast, as in issue 9's +29%).", "",
-        "* (a) the built-in topology of the hardware alone; targets: within 10% at >= 64 MiB, within 30% below;",
-        "* (b) calibrated on the same log by `synth calibrate`; target: within 5%; sizes the fit flags as outliers "
-        "(more than 25% and 4 robust deviations off after the robust fit, left out of it) are marked with * and "
-        "counted;",
-        "* (c) calibrated on a log of the same hardware with another node count or ranks per node, predicting this "
-        "one; target: within 10%;",
-        "* (c') for information: calibrated on another run of the same shape (another cluster of the same hardware).",
-        "", "## Summary", "", "Sizes within target, and the worst error:", "",
-        "| log | group | topology | (a) >= 64 MiB | (a) < 64 MiB | (b) | (b) RMS (outliers; RMS without them) "
-        "| (c) | (c') |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    summaries = []
+        "Every log of the folder, grouped into sources (one thread, one poster's cluster, one blog post). Error = "
+        "predicted busbw / measured busbw - 1 (positive: the model is too fast); cells are the median |error| over "
+        "the log's sizes in the band. **Uncalibrated**: the best-matching built-in topology alone. **LOSO**: "
+        "calibrated leave one source out: `synth calibrate` fitted on every log of every other source, its figures "
+        "(per-call overhead, per-protocol rate and latency factors, pipeline stages, efficiencies over the base's) "
+        "moved onto this log's built-in topology as the median over the other sources of the same class (else of "
+        "all others). No figure fitted on a source reaches its own prediction. Targets: <= 10% median in every "
+        "band, <= 30% at every size from 1 MiB on. **Bold**: a band median over 10%.", "",
+        "## Summary (all logs pooled: median |error| over every (log, size) of the band)", "",
+        "| | " + " | ".join(band for band, _, _ in BANDS) + " |", "|---|" + "---:|" * len(BANDS)]
+    for key, label in (("a_s", "uncalibrated"), ("loso_s", "calibrated, leave one source out")):
+        cells = [_mark(s["all"][key][band]) for band, _, _ in BANDS]
+        if before:
+            cells = [f"{_pct(before['all'][key][band])} -> {c}" for c, (band, _, _) in zip(cells, BANDS)]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if before:
+        lines += ["", f"Before -> after: the baseline is [{BASELINE}]({BASELINE}), this study (the same harness) "
+                      f"run on the model before issue 16's changes."]
+    lines += ["", "## Per class of transport (what `synth rank` states as how sure)", "",
+              "| class | band | uncalibrated median (worst) | LOSO median (worst) | logs |", "|---|---|---:|---:|---:|"]
+    for key, kinds in held_out_table(result).items():
+        klass, band = key.split(" | ")
+        a, b = kinds.get("uncalibrated"), kinds.get("calibrated")
+        lines.append(f"| {klass} | {band} | {_pct(a[0])} ({_pct(a[1])}) | {_pct(b[0])} ({_pct(b[1])}) | {a[2]} |")
+    lines += ["", "## Per log", "",
+              "| log | source | group | topology | uncal. " + " | uncal. ".join(b for b, _, _ in BANDS) +
+              " | uncal. from 1 MiB within 30% (worst) | LOSO " + " | LOSO ".join(b for b, _, _ in BANDS) +
+              " | LOSO from 1 MiB within 30% (worst) |", "|---|---|---|---|" + "---:|" * 8]
     for entry in result["logs"]:
-        s = summarize(entry)
-        summaries.append(s)
-        inliers = "-" if s["b_inlier_rms"] is None else f"{s['b_inlier_rms']:.1%}"
-        lines.append(f"| {entry['file']} | {entry['group']} | {entry['topology']} | {_count(s['a_large_ok'])}, worst "
-                     f"{_pct(s['a_large'])} | {_count(s['a_small_ok'])}, worst {_pct(s['a_small'])} | "
-                     f"{_count(s['b_ok'])}, worst {_pct(s['b_worst'])} | {_pct(s['b_rms'])} ({s['b_outliers']}; "
-                     f"{inliers}) | {_c_text(s['c']) if s['c'] else 'no other shape'} | {_c_text(s['c_same'])} |")
-    if baseline:
-        lines += ["", "## Against the baseline", "", baseline.get("baseline", "The baseline") + " "
-                  "([fidelity-baseline.json](fidelity-baseline.json)). Sizes within target, before -> after ((c) from "
-                  "the same sources as above):", "",
-                  "| log | (a) >= 64 MiB | (a) < 64 MiB | (b) | (b) RMS | (c) |", "|---|---|---|---|---|---|"]
-        for entry, after in zip(result["logs"], summaries):
-            before = baseline_summary(baseline, entry)
-            if before is None:
-                continue
-            c_before = sum(ok for _, ok, _ in before["c"].values()), sum(n for _, _, n in before["c"].values())
-            c_after = sum(ok for _, ok, _ in after["c"].values()), sum(n for _, _, n in after["c"].values())
-            lines.append(f"| {entry['file']} | {_count(before['a_large_ok'])} -> {_count(after['a_large_ok'])} | "
-                         f"{_count(before['a_small_ok'])} -> {_count(after['a_small_ok'])} | "
-                         f"{_count(before['b_ok'])} -> {_count(after['b_ok'])} | {_pct(before['b_rms'])} -> "
-                         f"{_pct(after['b_rms'])} | {_count(c_before)} -> {_count(c_after)} |")
-    lines += ["", "## What (b) fitted", "", "Per log, the figures `synth calibrate` fitted on it (factors are "
-              "achieved over NCCL's own: x1.00 is NCCL's figure):", ""]
+        per = s["logs"][entry["file"]]
+        cells = []
+        for key in ("a_s", "loso_s"):
+            cells += [_mark(per[key][band]) for band, _, _ in BANDS]
+            ok, total = per[key]["from 1 MiB within 30%"]
+            cells.append("-" if not total else f"{ok}/{total} ({_pct(per[key]['worst from 1 MiB'])})")
+            if before and entry["file"] in before["logs"]:
+                old = before["logs"][entry["file"]][key]
+                for i, (band, _, _) in enumerate(BANDS):
+                    index = len(cells) - 4 + i
+                    cells[index] = f"{_pct(old[band])} -> {cells[index]}"
+        lines.append(f"| {entry['file']} | {entry['source']} | {entry['group']} | {entry['topology']} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "## What LOSO moved onto each log", ""]
     for entry in result["logs"]:
-        lines.append(f"* **{entry['file']}**: {_figures_text(entry['fitted'])}")
-    lines += ["", "## Where it misses and why", ""]
-    families = []
+        figures = ", ".join(f"{k} {v * 1e6:.1f} us" if k == "overhead_s" else f"{k} x{v:.2f}" if k != "stages"
+                            else f"{v:.2f} stages per hop" for k, v in sorted(entry["loso_figures"].items()))
+        lines.append(f"* **{entry['file']}** ({entry['class']}, {entry['launch']}): from {entry['loso_from']}: "
+                     f"{figures or 'nothing'}")
+    lines += ["", "## Per size", ""]
     for entry in result["logs"]:
-        if entry["family"] and entry["family"] not in families:
-            families.append(entry["family"])
-    for family in families:
-        if family in WHY:
-            files = ", ".join(e["file"] for e in result["logs"] if e["family"] == family)
-            lines += [f"* **{files}**: {WHY[family]}", ""]
-    for entry in result["logs"]:
-        lines += ["", f"## {entry['file']}", "", f"{entry['hardware']} ({entry['cluster']}); {entry['collective']} over "
-                  f"{entry['group']}; built-in topology `{entry['topology']}`.", ""]
-        others = sorted({name for row in entry["rows"] for name in row["c"]})
-        same = sorted({name for row in entry["rows"] for name in row.get("c_same_shape", {})})
-        head = "| size | measured busbw | (a) busbw | (a) err | (b) busbw | (b) err |"
-        rule = "|---:|---:|---:|---:|---:|---:|"
-        for name in others:
-            head += f" (c) from {name} | err |"
-            rule += "---:|---:|"
-        for name in same:
-            head += f" (c') from {name} | err |"
-            rule += "---:|---:|"
-        lines += [head, rule]
+        lines += [f"### {entry['file']}", "", f"{entry['hardware']}; {entry['collective']} over {entry['group']}; "
+                  f"built-in topology `{entry['topology']}`.", "",
+                  "| size | measured busbw GB/s | uncalibrated GB/s | error | LOSO GB/s | error |",
+                  "|---:|---:|---:|---:|---:|---:|"]
         for row in entry["rows"]:
-            m = row["measured_s"]
-            factor = row["measured_busbw"] * m  # busbw x time is constant for a size
-            mark = " *" if row.get("b_outlier") else ""
-            cells = [format_bytes(row["bytes"]), f"{row['measured_busbw']:.2f}",
-                     f"{factor / row['a_s']:.2f}", f"{_err(row['a_s'], m):+.1%}",
-                     f"{factor / row['b_s']:.2f}", f"{_err(row['b_s'], m):+.1%}{mark}"]
-            for name in others:
-                seconds = row["c"][name]
-                cells += [f"{factor / seconds:.2f}", f"{_err(seconds, m):+.1%}"]
-            for name in same:
-                seconds = row["c_same_shape"][name]
-                cells += [f"{factor / seconds:.2f}", f"{_err(seconds, m):+.1%}"]
-            lines.append("| " + " | ".join(cells) + " |")
+            factor = row["measured_busbw"] * row["measured_s"]
+            lines.append(f"| {format_bytes(row['bytes'])} | {row['measured_busbw']:.2f} | {factor / row['a_s']:.2f} | "
+                         f"{error(row['a_s'], row['measured_s']):+.1%} | {factor / row['loso_s']:.2f} | "
+                         f"{error(row['loso_s'], row['measured_s']):+.1%} |")
+        lines.append("")
     if result["unknown"]:
-        lines += ["", f"Logs without a known built-in topology (their base was inferred from the log): "
-                      f"{', '.join(result['unknown'])}"]
-    return "\n".join(lines) + "\n"
+        lines += [f"Logs of no known source (not counted): {', '.join(result['unknown'])}", ""]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -380,6 +456,8 @@ def main(argv=None) -> int:
     parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
     parser.add_argument("-o", "--output", default="results",
                         help="the results directory (default results/); writes its fidelity/ folder")
+    parser.add_argument("--write-model", action="store_true",
+                        help="also rewrite the held-out error table the rankings state (synth/model/heldout.py)")
     args = parser.parse_args(argv)
     log_dir = Path(args.logs)
     if not log_dir.is_dir():
@@ -388,10 +466,13 @@ def main(argv=None) -> int:
     result = study(log_dir)
     command = " ".join(["python -m benchmarks.fidelity", *(sys.argv[1:] if argv is None else argv)])
     out = study_dir("fidelity", args.output)
-    baseline_path = out / "fidelity-baseline.json"
+    baseline_path = out / BASELINE
     baseline = json.loads(baseline_path.read_text(encoding="utf-8")) if baseline_path.is_file() else None
     (out / REPORT).write_text(render(result, command, baseline), encoding="utf-8")
     (out / "fidelity.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if args.write_model:
+        write_held_out(held_out_table(result), HELD_OUT_MODULE)
+        print(f"wrote the held-out table of {HELD_OUT_MODULE}")
     print(f"wrote {out / REPORT} and {out / 'fidelity.json'}")
     return 0
 

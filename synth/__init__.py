@@ -16,7 +16,14 @@ nothing until then. For example (docs: README.md, "Python API"):
         print(placement.to_text(), best.program, f"{best.speedup:.2f}x")
 """
 
-from synth._lazy import lazy_exports
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:  # `python -m synth` is loading: a Ctrl-C from here on is one line, exit 130
+    from synth import _interrupt
+
+    _interrupt.install()
+
+from synth._lazy import lazy_exports  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -127,18 +127,30 @@ class _Interrupts:
     def __init__(self):
         self.received = False
         self.previous: dict = {}
+        self.previous_hook = None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGALRM):
-                self.previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # a background job ignoring Ctrl-C keeps ignoring it
+                    self.previous[sig] = signal.signal(sig, self._handle)
+        self.previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         return self
 
     def __exit__(self, *exc):
         signal.setitimer(signal.ITIMER_REAL, 0) if self.previous else None
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        if not self.received:  # after a Ctrl-C, half-built objects may still be collected later
+            sys.unraisablehook = self.previous_hook
         return False
+
+    def _unraisable(self, unraisable) -> None:
+        """After a Ctrl-C, an object interrupted half built (a Z3 Context or Solver) fails in its
+        `__del__` when collected; that is the interrupt's doing, not news: not printed."""
+        if not self.received:
+            (self.previous_hook or sys.__unraisablehook__)(unraisable)
 
     def _handle(self, signum, frame):
         if signum == signal.SIGINT:
@@ -159,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts:
             code = _main(argv)
     except KeyboardInterrupt:  # one that arrived after the command's own handling
+        code = 0
+    except Exception:  # a library that turned the Ctrl-C into its own error (numpy: ImportError)
+        if not interrupts.received:
+            raise
         code = 0
     if interrupts.received and code != 130:  # a Ctrl-C swallowed somewhere: not a success
         _report("synth", "interrupted")
@@ -205,9 +221,10 @@ def _interrupt_in_native_call(error: Exception) -> bool:
 def _report(prefix: str, error: BaseException | str) -> None:
     """One error line, cut when long (a program syntax error adds the program line and a
     caret under it, each cut alike)."""
+    from synth.commands.terminal import printable
     from synth.errors import ProgramSyntaxError
 
-    lines = str(error).splitlines() or [""]
+    lines = printable(str(error)).splitlines() or [""]  # an escape code from a file is shown, not obeyed
     if not isinstance(error, ProgramSyntaxError):
         lines = [" ".join(" ".join(lines).split())]
     message = "\n".join(_cut(line) for line in lines)

@@ -8,6 +8,7 @@ constraints added to the same formula.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -343,21 +344,30 @@ def count_placements(level_sizes, axis_sizes, fixed: dict[tuple[int, int, int], 
 def _count_tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int], limit: int) -> int:
     """Non-negative integer tables with these row and column sums and fixed cells, counted by
     depth-first search up to limit + 1."""
+    count = 0
+    for _ in _tables(rows, columns, fixed):
+        count += 1
+        if count > limit:
+            break
+    return count
+
+
+def _tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int]) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """Every non-negative integer table with these row and column sums and fixed cells, by
+    depth-first search (the last row takes what each column still needs)."""
     n_rows, n_columns = len(rows), len(columns)
     left_in_column = list(columns)
-    count = 0
+    table = [[0] * n_columns for _ in rows]
 
-    def fill(a: int, l: int, left_in_row: int) -> None:
-        nonlocal count
-        if count > limit:
-            return
+    def fill(a: int, l: int, left_in_row: int):
         if l == n_columns:
             if left_in_row:
                 return
             if a + 1 == n_rows:
-                count += not any(left_in_column)
+                if not any(left_in_column):
+                    yield tuple(tuple(row) for row in table)
                 return
-            fill(a + 1, 0, rows[a + 1])
+            yield from fill(a + 1, 0, rows[a + 1])
             return
         if (a, l) in fixed:
             choices = [fixed[a, l]]
@@ -369,12 +379,30 @@ def _count_tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, in
             if value < 0 or value > left_in_row or value > left_in_column[l]:
                 continue
             left_in_column[l] -= value
-            fill(a, l + 1, left_in_row - value)
+            table[a][l] = value
+            yield from fill(a, l + 1, left_in_row - value)
             left_in_column[l] += value
 
     if n_rows:
-        fill(0, 0, rows[0])
-    return count
+        yield from fill(0, 0, rows[0])
+
+
+def matching_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """The matrices of every placement satisfying the constraints, without Z3 (unsorted; for
+    counting what placements share, e.g. the planner's estimate): one exponent table per
+    prime, combined. Check the count first (count_matching): this lists them all."""
+    check_axes_fit(topology, axes)
+    level_sizes, axis_sizes = topology.sizes, tuple(a.size for a in axes)
+    fixed = constraint_cells(topology, axes, constraints)
+    primes = sorted(set().union(*(_prime_factors(n) for n in level_sizes + axis_sizes)))
+    per_prime = []
+    for p in primes:
+        rows = [_prime_factors(size).get(p, 0) for size in axis_sizes]
+        columns = [_prime_factors(size).get(p, 0) for size in level_sizes]
+        per_prime.append(list(_tables(rows, columns, {(a, l): v for (q, a, l), v in fixed.items() if q == p})))
+    for choice in itertools.product(*per_prime):
+        yield tuple(tuple(product(p ** table[a][l] for p, table in zip(primes, choice)) for l in range(len(level_sizes)))
+                    for a in range(len(axis_sizes)))
 
 
 def constraint_cells(topology: Topology, axes: tuple[Axis, ...], constraints) -> dict[tuple[int, int, int], int]:

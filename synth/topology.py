@@ -115,6 +115,11 @@ class NcclSystem:
     algorithms: tuple[str, ...] = ()
     protocols: tuple[str, ...] = ()
     buffsize: int | None = None  # NCCL_BUFFSIZE when the system sets it
+    # How calls are launched (synth/model/nccl_launch.py): GPUs one host thread drives (1: one
+    # process per GPU, as torchrun and Megatron launch; N: nccl-tests -g N, a single-process
+    # multi-GPU program), and whether the calls are captured in CUDA graphs.
+    gpus_per_thread: int = 1
+    cuda_graphs: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,7 @@ class CalibrationRecord:
     rms_error: float
     worst_error: float
     file: str
+    backend: str | None = None  # the collective library measured (nccl, gloo), when the file says
 
 
 @dataclass(frozen=True)

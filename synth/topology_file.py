@@ -69,6 +69,8 @@ them is a separate figure with its own source::
     cpu = "intel"                      # intel or amd (NCCL's LL limits across nodes); default intel
     algorithms = ["ring", "tree"]      # optional: NCCL_ALGO as the system runs it; default all
     protocols = ["Simple", "LL128"]    # optional: NCCL_PROTO; default all
+    gpus_per_thread = 1                # optional: GPUs one host thread launches calls on (nccl-tests -g N); default 1
+    cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
     source = "..."                     # required
 
     [[levels]]
@@ -101,12 +103,12 @@ the NCCL model assumes defaults and says which (synth/model/nccl_hardware.py).
     rms_error = 0.031                  # relative, after the fit
     worst_error = 0.087
     file = "all_reduce_perf-2nodes.txt"
+    backend = "nccl"                   # optional: the library measured (nccl or gloo)
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from importlib import resources
@@ -123,17 +125,17 @@ _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
                "link", "transport", "efficiency", "overhead", "protocols")
-LINK_KINDS = ("nvswitch", "nvlink", "pcie", "infiniband", "roce", "ethernet", "loopback")
-NETWORK_LINK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
-TRANSPORT_KINDS = ("ib", "socket", "plugin")
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
-NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
-NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+from synth.model.nccl_names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  # noqa: E402 - NCCL's names, once
+from synth.model.nccl_names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
+from synth.model.nccl_names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
+from synth.model.nccl_names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
-_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize")
+_NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
+              "cuda_graphs")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
-                     "rms_error", "worst_error", "file")
+                     "rms_error", "worst_error", "file", "backend")
+_OPTIONAL_CALIBRATION_KEYS = ("backend",)
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
@@ -199,6 +201,11 @@ def load_topology(spec: str | os.PathLike) -> Topology:
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"{shown}: cannot read the file ({_one_line(error)}); give a readable UTF-8 TOML file") from None
     return _parse_topology(text, text_spec if len(text_spec) <= 200 else shown, str(path.resolve()))
+
+
+def topology_from_text(text: str, where: str) -> Topology:
+    """A topology from TOML text (what `synth calibrate` checks before it writes a file)."""
+    return _parse_topology(text, where, None)
 
 
 def _one_line(error: BaseException) -> str:
@@ -480,7 +487,9 @@ def _nccl(value, where: str) -> NcclSystem:
     if "buffsize" in table:
         buffsize = parse_bytes(table["buffsize"], where=f"{where}: nccl.buffsize") if isinstance(table["buffsize"], str) \
             else _positive_int(table["buffsize"], where, "nccl.buffsize", 'buffsize = "8MiB"')
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize)
+    gpus_per_thread = _positive_int(table.get("gpus_per_thread", 1), where, "nccl.gpus_per_thread", "gpus_per_thread = 8")
+    cuda_graphs = _bool(table.get("cuda_graphs", False), where, "nccl.cuda_graphs")
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -492,8 +501,12 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
         table = _table(table, where, field, _CALIBRATION_KEYS, "[[calibration]] with collective, level, nodes, ...")
         values = {}
         for key in _CALIBRATION_KEYS:
+            if key in _OPTIONAL_CALIBRATION_KEYS and key not in table:
+                continue
             raw = _require(table, key, where, field, f"{key} = ...")
-            if key in ("collective", "level", "file"):
+            if key == "backend":
+                values[key] = _choice(raw, ("nccl", "gloo"), where, f"{field}.{key}")
+            elif key in ("collective", "level", "file"):
                 values[key] = _string(raw, where, f"{field}.{key}", f'{key} = "..."')
             elif key in ("rms_error", "worst_error"):
                 if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
@@ -535,98 +548,107 @@ def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
 # figures copied from a base, so a copy is exact; every figure keeps its source.
 
 
-def _toml_string(text: str) -> str:
-    """A TOML basic string: JSON's escapes (\\" \\\\ \\n \\uXXXX) are TOML's."""
-    return json.dumps(text, ensure_ascii=False)
+def _comment(line: str) -> str:
+    """One TOML comment line: control characters (a file name may hold any but NUL and /)
+    written as escapes, which a comment may not hold raw."""
+    text = "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in line)
+    return f"# {text}" if text else "#"
 
 
 def _digits(figure: Figure) -> int:
     return 6 if figure.source.startswith(("fitted by synth calibrate", "scaled by synth calibrate")) else 15
 
 
-def _write_figure(table: str, figure: Figure, render) -> list[str]:
-    return ["", f"[{table}]", f"value = {_toml_string(render(figure.value, _digits(figure)))}",
-            f"source = {_toml_string(figure.source)}"]
+def _figure_table(figure: Figure, render) -> dict:
+    return {"value": render(figure.value, _digits(figure)), "source": figure.source}
 
 
 def render_topology(topology: Topology, header: str = "") -> str:
-    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
-    lines += [f"name = {_toml_string(topology.name)}", f"description = {_toml_string(topology.description)}"]
+    """The topology as TOML (written by tomli-w, so every string is escaped as TOML wants),
+    after `header` as comment lines."""
+    import tomli_w
+
+    document: dict = {"name": topology.name, "description": topology.description}
     if topology.nccl is not None:
         nccl = topology.nccl
-        lines += ["", "[nccl]", f"generation = {_toml_string(nccl.generation)}",
-                  f"nvls = {'true' if nccl.nvls else 'false'}", f"cpu = {_toml_string(nccl.cpu)}"]
+        table = {"generation": nccl.generation, "nvls": bool(nccl.nvls), "cpu": nccl.cpu}
         for key, items in (("algorithms", nccl.algorithms), ("protocols", nccl.protocols)):
             if items:
-                lines.append(f"{key} = [{', '.join(_toml_string(item) for item in items)}]")
+                table[key] = list(items)
         if nccl.buffsize is not None:
-            lines.append(f"buffsize = {nccl.buffsize}")
-        lines.append(f"source = {_toml_string(nccl.source)}")
-    for level in topology.levels:
-        lines += ["", "[[levels]]", f"name = {_toml_string(level.name)}", f"size = {level.size}"]
-        if level.bandwidth is not None:
-            lines += _write_figure("levels.bandwidth", level.bandwidth, format_bandwidth)
-            lines += _write_figure("levels.latency", level.latency, format_time)
-        if level.uplinks is not None:
-            uplinks = level.uplinks
-            lines += ["", "[levels.uplinks]", f"count = {uplinks.count}",
-                      f"bandwidth = {_toml_string(format_bandwidth(uplinks.bandwidth.value, _digits(uplinks.bandwidth)))}",
-                      f"source = {_toml_string(uplinks.bandwidth.source)}"]
-        if level.fabric is not None:
-            lines += _write_figure("levels.fabric", level.fabric, format_bandwidth)
-        for name, figures in level.collectives:
-            lines += _write_figure(f"levels.collectives.{name}.bandwidth", figures.bandwidth, format_bandwidth)
-            lines += _write_figure(f"levels.collectives.{name}.latency", figures.latency, format_time)
-        lines += _render_nccl_level(level)
-    for record in topology.calibration:
-        lines += ["", "[[calibration]]"]
-        for key in _CALIBRATION_KEYS:
-            value = getattr(record, key)
-            if isinstance(value, str):
-                text = _toml_string(value)
-            elif isinstance(value, float):
-                text = repr(round(value, 6))
-            else:
-                text = str(value)
-            lines.append(f"{key} = {text}")
-    lines += _render_device(topology.device)
-    return "\n".join(lines) + "\n"
+            table["buffsize"] = nccl.buffsize
+        if nccl.gpus_per_thread != 1:
+            table["gpus_per_thread"] = nccl.gpus_per_thread
+        if nccl.cuda_graphs:
+            table["cuda_graphs"] = True
+        table["source"] = nccl.source
+        document["nccl"] = table
+    document["levels"] = [_level_table(level) for level in topology.levels]
+    if topology.calibration:
+        document["calibration"] = [_calibration_table(record) for record in topology.calibration]
+    if topology.device is not None:
+        document["device"] = _device_table(topology.device)
+    comments = "".join(_comment(line) + "\n" for line in header.split("\n")) if header else ""
+    return comments + tomli_w.dumps(document)
 
 
-def _render_nccl_level(level: Level) -> list[str]:
-    lines = []
+def _level_table(level: Level) -> dict:
+    table: dict = {"name": level.name, "size": level.size}
+    if level.bandwidth is not None:
+        table["bandwidth"] = _figure_table(level.bandwidth, format_bandwidth)
+        table["latency"] = _figure_table(level.latency, format_time)
+    if level.uplinks is not None:
+        uplinks = level.uplinks
+        table["uplinks"] = {"count": uplinks.count,
+                            "bandwidth": format_bandwidth(uplinks.bandwidth.value, _digits(uplinks.bandwidth)),
+                            "source": uplinks.bandwidth.source}
+    if level.fabric is not None:
+        table["fabric"] = _figure_table(level.fabric, format_bandwidth)
+    if level.collectives:
+        table["collectives"] = {name: {"bandwidth": _figure_table(figures.bandwidth, format_bandwidth),
+                                       "latency": _figure_table(figures.latency, format_time)}
+                                for name, figures in level.collectives}
     if level.link is not None:
-        lines += ["", "[levels.link]", f"kind = {_toml_string(level.link.kind)}",
-                  f"source = {_toml_string(level.link.source)}"]
+        table["link"] = {"kind": level.link.kind, "source": level.link.source}
     if level.transport is not None:
         transport = level.transport
-        lines += ["", "[levels.transport]", f"kind = {_toml_string(transport.kind)}",
-                  f"gdr = {'true' if transport.gdr else 'false'}"]
+        entry: dict = {"kind": transport.kind, "gdr": bool(transport.gdr)}
         if transport.sockets is not None:
-            lines.append(f"sockets = {transport.sockets}")
+            entry["sockets"] = transport.sockets
         if transport.vendor != "other":
-            lines.append(f"vendor = {_toml_string(transport.vendor)}")
+            entry["vendor"] = transport.vendor
         if transport.stream is not None:
-            lines.append(f"stream = {_toml_string(format_bandwidth(transport.stream.value, 15))}")
+            entry["stream"] = format_bandwidth(transport.stream.value, 15)
         if transport.latency is not None:
-            lines.append(f"latency = {_toml_string(format_time(transport.latency.value, _digits(transport.latency)))}")
+            entry["latency"] = format_time(transport.latency.value, _digits(transport.latency))
         if transport.unpack:
-            lines.append("unpack = true")
+            entry["unpack"] = True
         if transport.stages is not None:
-            lines.append(f"stages = {round(transport.stages.value, 4)!r}")
-        lines.append(f"source = {_toml_string(transport.source)}")
+            entry["stages"] = round(transport.stages.value, 4)
+        entry["source"] = transport.source
+        table["transport"] = entry
     if level.efficiency is not None:
-        lines += ["", "[levels.efficiency]", f"value = {round(level.efficiency.value, 6)!r}",
-                  f"source = {_toml_string(level.efficiency.source)}"]
+        table["efficiency"] = {"value": round(level.efficiency.value, 6), "source": level.efficiency.source}
     if level.overhead is not None:
-        lines += _write_figure("levels.overhead", level.overhead, format_time)
+        table["overhead"] = _figure_table(level.overhead, format_time)
+    protocols: dict = {}
     for protocol, factors in level.protocols:
         for key in ("bandwidth", "latency"):
             figure = getattr(factors, key)
             if figure is not None:
-                lines += ["", f"[levels.protocols.{protocol}.{key}]", f"value = {round(figure.value, 6)!r}",
-                          f"source = {_toml_string(figure.source)}"]
-    return lines
+                protocols.setdefault(protocol, {})[key] = {"value": round(figure.value, 6), "source": figure.source}
+    if protocols:
+        table["protocols"] = protocols
+    return table
+
+
+def _calibration_table(record: CalibrationRecord) -> dict:
+    table = {}
+    for key in _CALIBRATION_KEYS:
+        value = getattr(record, key)
+        if value is not None:
+            table[key] = round(value, 6) if isinstance(value, float) else value
+    return table
 
 
 # ---------------------------------------------------------------------------------------
@@ -648,7 +670,7 @@ def _render_nccl_level(level: Level) -> list[str]:
 # FLOPS, with k M G T P prefixes).
 
 _DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
-_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z")
+_FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z", re.ASCII)
 _FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 FLOP_RATE_EXAMPLE = "312 TFLOP/s"
 
@@ -671,7 +693,7 @@ def parse_fraction(value, where: str | None = None) -> float:
     number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and value.isascii():  # float() would also read Arabic-Indic digits
         text = value.strip()
         try:
             number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
@@ -731,16 +753,13 @@ def _exact_bandwidth(value: float, digits: int) -> str:
     return f"{value!r} B/s" if value != int(value) else f"{int(value)} B/s"
 
 
-def _render_device(device) -> list[str]:
+def _device_table(device) -> dict:
     """The [device] table, when the topology has one (so a calibrated copy keeps it)."""
-    if device is None:
-        return []
-    lines = ["", "[device]", f"name = {_toml_string(device.name)}"]
-    lines += _write_figure("device.memory", device.memory, _exact_bytes)
+    table: dict = {"name": device.name, "memory": _figure_table(device.memory, _exact_bytes)}
     if device.memory_bandwidth is not None:
-        lines += _write_figure("device.memory_bandwidth", device.memory_bandwidth, _exact_bandwidth)
+        table["memory_bandwidth"] = _figure_table(device.memory_bandwidth, _exact_bandwidth)
     if device.matmul_efficiency is not None:
-        lines += _write_figure("device.matmul_efficiency", device.matmul_efficiency, lambda value, digits: repr(value))
-    for precision, figure in device.peak:
-        lines += _write_figure(f"device.peak.{precision}", figure, format_flop_rate)
-    return lines
+        table["matmul_efficiency"] = _figure_table(device.matmul_efficiency, lambda value, digits: repr(value))
+    if device.peak:
+        table["peak"] = {precision: _figure_table(figure, format_flop_rate) for precision, figure in device.peak}
+    return table

@@ -5,11 +5,17 @@ its spec sheet as written; everything inside the engine is bytes/s, seconds and 
 `b` is a bit and `B` a byte; `k M G T P` are decimal (powers of 1000) and `Ki Mi Gi Ti Pi`
 binary (powers of 1024), as in SI and IEC 80000-13. `K` is read as `k`.
 
-Byte sizes also take nccl-tests' form, a number and one bare letter (`-b 8M -e 1G`): `K M G T`
-in either case are binary there (nccl-tests: "M=Mebibytes and G=Gibibytes"), so `256M` is
-256 MiB everywhere in synth, in the scripts and C files it exports as well (they carry copies
-of `parse_bytes` that tests hold to this one). A unit written out says what it means: `256MiB`
-is binary, `256MB` decimal.
+The size rule (docs/model.md section 8 states it for users; this is the one implementation):
+
+* Sizes synth reads (`--bytes`, files): a unit written out says what it means, `256MiB` binary
+  (2^20), `256MB` decimal (10^6); nccl-tests' form, a number and one bare letter (`8M`, `1G`:
+  `K M G T` in either case), is binary, as nccl-tests reads it.
+* The flags that mirror nccl-tests' own, `-b/--minbytes` and `-e/--maxbytes` (synth's sweeps
+  and the scripts and C programs it exports), read a size as nccl-tests does: the letter
+  after the number decides, whatever follows it, so `-b 1MB` is 2^20 bytes, as
+  `all_reduce_perf -b 1MB` takes it (`parse_bytes(..., nccl_tests=True)`).
+
+The exported scripts and C files carry copies of both that tests hold to these.
 
 Every malformed, non-positive, non-finite, absurdly large or wrongly-dimensioned value is a
 one-line UsageError that names the value and shows a valid one; no input overflows.
@@ -33,7 +39,9 @@ MAX_BYTES = 2**50
 MAX_BANDWIDTH = 1e18  # bytes/s: 8 Eb/s
 MAX_TIME = 86400.0  # seconds: a day
 
-_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
+# ASCII digits only: Python's \d and float() also take other scripts' digits ("١MiB" is 1 MiB to
+# them), which no exported script, nccl-tests or spec sheet reads alike.
+_NUMBER = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(.*?)\s*\Z", re.DOTALL)
 _PREFIXES = {
     "": 1,
     "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -43,6 +51,7 @@ _PREFIX = r"(?P<prefix>[kKMGTP]i?|)"
 _BANDWIDTH_UNIT = re.compile(_PREFIX + r"(?P<base>B|b|bit)(?:/s|ps)\Z")
 _SIZE_UNIT = re.compile(_PREFIX + r"(?P<base>B|b|bit)\Z")
 _NCCL_TESTS_SUFFIX = re.compile(r"[kKmMgGtT]\Z")  # nccl-tests' -b/-e letters, binary
+_NCCL_TESTS_FLAG_UNIT = re.compile(r"([kKmMgGtTpP])i?B?\Z")  # what nccl-tests' -b/-e take: the letter decides
 # Divisors rather than factors: 5 / 1e6 is exactly the float nearest 5e-6, 5 * 1e-6 is not.
 _TIMES = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9}
 
@@ -128,9 +137,10 @@ def parse_time(text: str, where: str | None = None) -> float:
     return value
 
 
-def parse_bytes(text: str | int, where: str | None = None) -> int:
+def parse_bytes(text: str | int, where: str | None = None, nccl_tests: bool = False) -> int:
     """'256MiB' -> 268435456; nccl-tests' '256M' (binary) too. A bare number is bytes; the
-    result must be a whole number of bytes, at most MAX_BYTES (1 PiB).
+    result must be a whole number of bytes, at most MAX_BYTES (1 PiB). `nccl_tests`: the
+    size is an argument of a flag that mirrors nccl-tests' -b/-e, where '1MB' is 2^20 too.
 
     Bits are refused: a buffer size in bits is almost always a typo for bytes.
     """
@@ -142,7 +152,10 @@ def parse_bytes(text: str | int, where: str | None = None) -> int:
             raise _too_large(text, where)
         return text
     number, unit = _split(text, what, BYTES_EXAMPLE, where)
-    if _NCCL_TESTS_SUFFIX.match(unit):
+    flag_unit = _NCCL_TESTS_FLAG_UNIT.match(unit) if nccl_tests else None
+    if flag_unit:
+        scale = 2 ** (10 * ("kmgtp".index(flag_unit.group(1).lower()) + 1))
+    elif _NCCL_TESTS_SUFFIX.match(unit):
         scale = 2 ** (10 * ("kmgt".index(unit.lower()) + 1))
     else:
         match = _SIZE_UNIT.match(unit) if unit else None

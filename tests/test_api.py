@@ -4,8 +4,10 @@ the README's example runs, and the topology generators build what the TOML files
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +17,7 @@ from synth.topology import three_level, two_level, uniform_topology
 from synth.topology_file import load_topology
 
 PACKAGES = ("synth", "synth.analysis", "synth.calibrate", "synth.emulate", "synth.execute", "synth.export",
-            "synth.model", "synth.commands")
+            "synth.model", "synth.commands", "synth.plan")
 
 EXAMPLE = '''
 from synth import build_hierarchy, cost_context, enumerate_placements, parse_axes, rank_programs, two_level
@@ -43,7 +45,7 @@ def test_unknown_names_are_attribute_errors():
 
 
 def test_import_synth_imports_nothing_heavy():
-    code = ("import sys, synth, synth.analysis, synth.export, synth.execute; "
+    code = ("import sys, synth, synth.analysis, synth.export, synth.execute, synth.plan; "
             "print(sorted(m for m in ('numpy', 'z3', 'networkx', 'lark', 'torch', 'rich') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -115,3 +117,18 @@ def test_the_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
         if "synth.torch" in block:
             pytest.importorskip("torch")
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_the_planners_api_example_runs(tmp_path):
+    """synth/plan/__init__.py's example: typed values in and out, no option names."""
+    import synth.plan
+
+    example = synth.plan.__doc__.split("For example:")[1]
+    code = "\n".join(line[4:] for line in example.splitlines() if line.startswith("    "))
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    estimated, best = done.stdout.splitlines()
+    assert float(estimated) > 0 and best.startswith("dp=")

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from synth.cli import main
+
 LEVELS = ("--levels", "node=2,gpu=4")
 PROGRAM = "AllReduce(InsideGroup(gpu)); AllReduce(Parallel(node))"
 LONG = "x" * 300
@@ -41,8 +43,8 @@ def test_a_topology_name_no_file_system_takes(run_cli, name):
             fragments=("synth rank: --topology: ", "characters" if len(name) > 60 else "topology"))
 
 
-def test_an_output_name_no_file_system_takes(run_cli, tmp_path):
-    os.chdir(tmp_path)
+def test_an_output_name_no_file_system_takes(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # restored after: later tests run `python -c` from the checkout
     refused(run_cli, "export", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "--program", PROGRAM,
             "--format", "torch", "-o", LONG, fragments=("-o ", "(300 characters)", "File name too long"))
     refused(run_cli, "sweep", "--topology", "emu-2x4", "--axes", "data=8", "-b", "1K", "-e", "2K", "-o", LONG,
@@ -246,9 +248,15 @@ def test_topology_figures_that_make_times_infinite_are_refused_at_load(run_cli, 
 # --- interruptions ----------------------------------------------------------------------------------
 
 
+def _terminal_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it, even when the tests run as a background
+    job (whose children start with SIGINT ignored, which synth, like Python, keeps)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_after(args: list[str], seconds: float, cwd) -> subprocess.CompletedProcess:
     process = subprocess.Popen([sys.executable, "-m", "synth", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=cwd)
+                               text=True, cwd=cwd, preexec_fn=_terminal_sigint)
     time.sleep(seconds)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
@@ -313,3 +321,238 @@ def test_ctrl_c_during_z3_calls_is_never_lost(tmp_path):
     for delay in (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0):
         done = _interrupt_after(args, delay, tmp_path)
         assert done.returncode == 130, (delay, done.returncode, done.stderr[-300:])
+
+
+# --- issue 15: user strings shown as text; plan's inputs; sizes of work refused before it starts ----------
+
+SMALL_PLAN = ("--max-len", "1", "--top", "1", "--tp", "8", "--pp", "1", "--recompute", "none", "--zero1", "off",
+              "--sequence-parallel", "off")
+MODEL = {"layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "seq_len": 2048, "vocab": 50257, "micro_batch": 1,
+         "global_batch": 512}
+
+
+def test_a_rich_console_shows_markup_and_escape_codes_as_text():
+    import io
+
+    from synth.commands.terminal import console, printable
+
+    out = console(width=80)
+    out.file = io.StringIO()
+    out.print("name [/x] [bold]b[/bold] \x1b[31mred\x07 :smile:")
+    text = out.file.getvalue()
+    assert "[/x] [bold]b[/bold] \\x1b[31mred\\x07 :smile:" in text and "\x1b" not in text
+    assert printable("a\tb\nc\x9b") == "a\tb\nc\\x9b"
+
+
+def test_names_holding_markup_and_escape_codes_are_shown_not_obeyed(run_cli, tmp_path):
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(dict(MODEL, name="bad[/x]name\x1b[31m")))
+    topology = tmp_path / "gpu.toml"
+    import synth.topology_file as topology_file
+
+    source = (topology_file._builtin_dir() / "selene.toml").read_text()
+    topology.write_text(source.replace('name = "NVIDIA A100-SXM4-80GB"', 'name = "A100[/x]\\u001b[2J"'))
+    # a device no built-in description names: priced with one matmul efficiency
+    code, out, err = run_cli("plan", "--topology", str(topology), "--model", str(model), "--efficiency", "50%",
+                             *SMALL_PLAN)
+    assert code == 0, err
+    assert "bad[/x]name\\x1b[31m" in out and "A100[/x]\\x1b[2J" in out and "\x1b" not in out
+
+
+def test_an_escape_code_in_an_error_is_shown_as_text(run_cli, tmp_path):
+    program = tmp_path / "program.txt"
+    program.write_text("AllReduce(InsideGroup(gpu\x1b[31m))")
+    code, _, err = run_cli("check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "@" + str(program))
+    assert code == 2 and "gpu\\x1b[31m))" in err and "\x1b" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--micro-batch", "\u00b2"), "--micro-batch: '\u00b2' is not a whole number"),
+    (("--micro-batch", "9" * 5000), "--micro-batch: "),
+    (("--virtual-stages", "1,\u0663"), "--virtual-stages: "),
+    (("--resize", ""), "--resize: "),
+    (("--export", ""), "--export '': give the file"),
+    (("--efficiency", "1e-300"), "--efficiency = 1e-300 is outside"),
+    (("--efficiency", "\u0660.\u0665"), "--efficiency: "),
+    (("--memory-headroom", "\uff110%"), "--memory-headroom: "),
+])
+def test_plan_options_that_are_not_what_they_say(run_cli, args, fragment):
+    refused(run_cli, "plan", "--topology", "selene", "--model", "gpt3-1.3b", *args, fragments=(fragment,))
+
+
+@pytest.mark.parametrize("write, fragment", [
+    (lambda path: path.write_text(json.dumps(dict(MODEL, name="m", hidden=10**160))), "hidden = a 161-digit number"),
+    (lambda path: path.write_text(json.dumps(dict(MODEL, name="m")).replace('"layers": 24', '"layers": ' + "9" * 5000)),
+     "too many digits"),
+    (lambda path: path.write_text("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+])
+def test_plan_model_files_no_model_has(run_cli, tmp_path, write, fragment):
+    path = tmp_path / "model.json"
+    write(path)
+    refused(run_cli, "plan", "--topology", "selene", "--model", str(path), fragments=(fragment,))
+
+
+def test_plan_model_name_no_file_system_takes(run_cli):
+    refused(run_cli, "plan", "--topology", "selene", "--model", "m" * 300 + ".json",
+            fragments=("--model ", "not a file name this system takes"))
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ('name = "NVIDIA A100-SXM4-80GB"\n',  # another device, priced by its stated matmul efficiency
+     'name = "Other GPU"\n\n[device.matmul_efficiency]\nvalue = "1e-300"\nsource = "test"\n',
+     "[device] matmul_efficiency = 1e-300 is outside"),
+    ('fp16 = { value = "312 TFLOP/s"', 'fp16 = { value = "1e-300 TFLOP/s"', "[device] peak.fp16 = 1e-288 FLOP/s"),
+    ('fp16 = { value = "312 TFLOP/s"', 'fp16 = { value = "0 TFLOP/s"', "not a positive compute rate"),
+    ('value = "2039 GB/s"', 'value = "1 B/s"', "[device] memory_bandwidth"),
+])
+def test_plan_device_figures_no_device_has(run_cli, tmp_path, old, new, fragment):
+    import synth.topology_file as topology_file
+
+    source = (topology_file._builtin_dir() / "selene.toml").read_text()
+    assert old in source
+    path = tmp_path / "device.toml"
+    path.write_text(source.replace(old, new))
+    refused(run_cli, "plan", "--topology", str(path), "--model", "gpt3-1.3b", fragments=(fragment,))
+
+
+def test_sizes_take_ascii_digits_only(run_cli):
+    refused(run_cli, "rank", "--topology", "dgx-a100-x4", "--axes", "data=32", "--reduce", "data", "--bytes",
+            "\u0661MiB", fragments=("--bytes", "is not a byte size"))
+
+
+def test_a_program_of_half_a_million_steps_is_refused_before_parsing(run_cli, tmp_path):
+    path = tmp_path / "program.txt"
+    path.write_text("AllReduce(InsideGroup(gpu));\n" * 578_514)
+    started = time.perf_counter()
+    refused(run_cli, "check", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "@" + str(path),
+            fragments=("578,514 steps", "at most 4,096"))
+    assert time.perf_counter() - started < 30  # it took 126 s and 2 GB
+
+
+def test_a_json_plan_too_large_to_write_is_refused_before_any_per_rank_work(run_cli, tmp_path):
+    started = time.perf_counter()
+    refused(run_cli, "export", "--levels", "node=1024,gpu=1024", "--axes", "data=1048576", "--reduce", "data",
+            "--placement", "[[1024,1024]]", "--program", PROGRAM, "--format", "json", "-o", str(tmp_path / "plan.json"),
+            fragments=("the JSON plan would be about", "--format torch or nccl"))
+    assert time.perf_counter() - started < 120 and not (tmp_path / "plan.json").exists()
+
+
+def test_the_json_plan_estimate_is_near_the_file(tmp_path):
+    from synth.export.json_plan import estimated_bytes
+    from synth.hierarchy import build_hierarchy
+    from synth.language import parse_program
+    from synth.placement import make_placement, parse_axes
+    from synth.topology import topology_from_levels
+
+    path = tmp_path / "plan.json"
+    assert main(["export", "--levels", "node=16,gpu=8", "--axes", "data=128", "--reduce", "data", "--placement",
+                 "[[16,8]]", "--program", PROGRAM, "--format", "json", "-o", str(path)]) == 0
+    placement = make_placement(topology_from_levels("node=16,gpu=8"), parse_axes("data=128"), [[16, 8]])
+    estimate = estimated_bytes(build_hierarchy(placement, ("data",), "merged"), [parse_program(PROGRAM)])
+    assert 0.7 < estimate / path.stat().st_size < 1.5
+
+
+def test_bench_launches_its_script_by_a_path_no_launcher_reads_as_an_option(run_cli, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from synth.execute import launch
+    from synth.execute.launch import LaunchResult
+
+    seen = []
+
+    def fake_torchrun(script, nproc, script_args, timeout=1800.0):
+        seen.append(str(script))
+        return LaunchResult(1, "stubbed", None)
+
+    monkeypatch.setattr(launch, "torchrun", fake_torchrun)
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = run_cli("bench", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "--program",
+                         PROGRAM, "--backend", "gloo", "--bytes", "4KiB", "--output=-x")
+    assert code != 0 and seen and not seen[0].startswith("-") and os.path.isabs(seen[0])
+
+
+def _interrupt_on_call(monkeypatch, owner, name: str, at: int) -> None:
+    """Ctrl-C while the `at`-th call of owner.name runs (deterministic: raised there)."""
+    real, calls = getattr(owner, name), []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+@pytest.mark.parametrize("command, rest", [
+    ("explore", ("--reduce", "data", "--bytes", "1MiB")),
+    ("workload", ("--reduction", "data:1MiB")),
+])
+def test_ctrl_c_of_explore_and_workload_shows_the_placements_done(run_cli, monkeypatch, command, rest):
+    from synth.analysis.best import BestPrograms
+
+    _interrupt_on_call(monkeypatch, BestPrograms, "best_row" if command == "explore" else "best", 3)
+    code, out, err = run_cli(command, "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "-L", "3", *rest,
+                             "--json")
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"synth {command}: interrupted after 2 of ")
+    assert len(json.loads(out)) == 2
+
+
+def test_ctrl_c_of_rank_top_shows_the_placements_ranked(run_cli, monkeypatch):
+    from synth.analysis.rank import Ranker
+
+    _interrupt_on_call(monkeypatch, Ranker, "top", 3)
+    code, out, err = run_cli("rank", "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "--reduce", "data",
+                             "--bytes", "1MiB", "--top", "2", "-L", "3", "--json")
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("synth rank: interrupted after 2 of ")
+    assert len({json.dumps(row["matrix"]) for row in json.loads(out)}) == 2
+
+
+def test_ctrl_c_while_synth_loads_is_one_line_and_130():
+    """The handler is in place before the command line is imported (`python -m synth` reads
+    argv[0] as '-m' while the package loads), and a Ctrl-C there leaves at once."""
+    code = ("import os, signal, sys\nsys.argv[:1] = ['-m']\nimport synth\nfrom synth import _interrupt\n"
+            "assert signal.getsignal(signal.SIGINT) is _interrupt._interrupted_early\n"
+            "os.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(30)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=_terminal_sigint)
+    assert done.returncode == 130 and done.stderr == "synth: interrupted\n", done.stderr
+
+
+def test_objects_a_ctrl_c_left_half_built_are_collected_quietly(run_cli, monkeypatch):
+    """A Ctrl-C inside a constructor leaves an object whose `__del__` fails (Z3's Context and
+    Solver did, printing tracebacks after the one-line message): not printed."""
+    import gc
+
+    from synth.commands import synthesis
+
+    class HalfBuilt:
+        def __init__(self):
+            self.cycle = self
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # interrupted here
+            self.handle = 1
+
+        def __del__(self):
+            self.handle  # noqa: B018 (AttributeError: the constructor never got here)
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test
+    monkeypatch.setattr(synthesis, "run_topologies", lambda args: HalfBuilt())
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal, even in a background run
+    try:
+        code, _, err = run_cli("topologies")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    gc.collect()
+    assert code == 130 and err == "synth topologies: interrupted\n" and "Exception ignored" not in err
+
+
+def test_ctrl_c_of_plan_ranks_the_candidates_found(run_cli, monkeypatch):
+    from synth.plan import search
+
+    _interrupt_on_call(monkeypatch, search, "predict", 40)
+    code, out, err = run_cli("plan", "--topology", "selene", "--model", "gpt3-1.3b", "--top", "3", "--json")
+    assert code == 130 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("synth plan: interrupted after ")
+    assert 1 <= len(json.loads(out)["ranked"]) <= 3

@@ -17,6 +17,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import io
+import json
 import os
 import sys
 import tempfile
@@ -41,7 +42,7 @@ HOSTILE = ["", " ", "-", "--", "0", "-1", "-5", "1", "2", "3", "99", "4294967297
            "x.y=2", "data:1GiB", "data:1GiBx" + "9" * 30, "model:64MiBx96", "AllReduce(InsideGroup(gpu))",
            "AllReduce(Inside(gpu))", "AllReduce(InsideGroup(gpu)); AllReduce(Parallel(node))", "#", "; ;"]
 VALID = {
-    "--topology": ["emu-2x4", "paper-fig3", "dgx-a100-x4", "no-such-topology"],
+    "--topology": ["emu-2x4", "paper-fig3", "dgx-a100-x4", "selene", "no-such-topology"],
     "--levels": ["node=2,gpu=4", "2,2", "rack=2,node=2,gpu=2"],
     "--axes": ["data=8", "data=4,model=2", "8", "4,2", "data=2,model=2,pipe=2"],
     "--reduce": ["data", "data,model", "a0", "model"],
@@ -52,8 +53,22 @@ VALID = {
     "--max-len": ["1", "2", "3"], "--top": ["1", "2"], "--format": ["torch", "nccl", "json", "mesh"],
     "--hierarchy": ["merged", "split", "system"], "--backend": ["nccl", "gloo"], "--program": ["AllReduce(InsideGroup(gpu))"],
     "--reduction": ["data:1MiB", "data+model:8MiBx2"], "--tensors": ["4MiB,16MiB", "1KiB"],
-    "--compute-rate": ["30GB/s", "inf"], "--output": ["out", "out/file.py", "out.toml"],
+    "--compute-rate": ["30GB/s", "inf"], "--output": ["out", "out/file.py", "out.toml", "-x"],
+    "--model": ["gpt3-1.3b", "llama2-7b", "no-such-model"], "--micro-batch": ["1,2", "\u00b2"],
+    "--resize": ["node=4", ""], "--export": ["launch.json", ""], "--efficiency": ["45%", "1e-300"],
 }
+MODEL = {"name": "m", "layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "seq_len": 2048, "vocab": 50257,
+         "micro_batch": 1, "global_batch": 512}
+
+
+def _device_table(name: str, efficiency: str, peak: str) -> bytes:
+    """A two-level topology with a [device] table whose name, efficiency and peak are given."""
+    return (b'name = "dev"\n[[levels]]\nname = "node"\nsize = 2\nbandwidth = { value = "25 GB/s", source = "x" }\n'
+            b'latency = { value = "5 us", source = "x" }\n[[levels]]\nname = "gpu"\nsize = 8\n'
+            b'bandwidth = { value = "300 GB/s", source = "x" }\nlatency = { value = "1 us", source = "x" }\n'
+            + f'[device]\n{name}\nmemory = {{ value = "80 GiB", source = "x" }}\n'
+              f'matmul_efficiency = {{ value = {efficiency}, source = "x" }}\n'
+              f'[device.peak]\nbf16 = {{ value = {peak}, source = "x" }}\n'.encode())
 SHORT = {"-t": "--topology", "-a": "--axes", "-r": "--reduce", "-p": "--placement", "-B": "--bytes", "-L": "--max-len",
          "-k": "--top", "-F": "--format", "-o": "--output", "-R": "--reduction", "-f": "-f"}
 SLOW_OPTIONS = {"--exact"}  # legitimately slow, not bad input: left out
@@ -84,6 +99,21 @@ def _file_pool(directory: Path) -> list[str]:
         "sizes.txt": b"4MiB\n# comment\n16MiB\n",
         "bench.csv": b"collective,level,group_size,bytes,time_s\nAllReduce,gpu,4,65536,0.001\nAllReduce,gpu,4,131072,0.002\n",
         "empty": b"",
+        # the newer commands' inputs: model files, device tables, nccl-tests logs
+        "model.json": json.dumps(MODEL).encode(),
+        "model.toml": "".join(f"{key} = {json.dumps(value)}\n" for key, value in MODEL.items()).encode(),
+        "model-huge.json": json.dumps(dict(MODEL, hidden=10**160)).encode(),
+        "model-digits.json": json.dumps(MODEL).replace('"layers": 24', '"layers": ' + "9" * 5000).encode(),
+        "model-deep.json": ("[" * 50_000 + "]" * 50_000).encode(),
+        "model-markup.json": json.dumps(dict(MODEL, name="m[/x][bold]\x1b[2J")).encode(),
+        "device.toml": _device_table('name = "GPU [/x]\\u001b[31m"', '"1e-300"', '"312 TFLOP/s"'),
+        "device-peak.toml": _device_table('name = "GPU"', '"46%"', '"1e-300 TFLOP/s"'),
+        "nccl.log": ("# nThread 1 nGpus 8 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20\n"
+                     "#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
+                     "   algbw   busbw #wrong\n"
+                     + "".join(f"{1 << k:12d} {1 << (k - 2):12d}     float     sum      -1    40.12    0.00    0.00"
+                               f"      0    38.85    0.00    0.00      0\n" for k in range(3, 11))
+                     + "# Avg bus bandwidth    : 0.0 \n").encode(),
     }
     for name, data in files.items():
         (directory / name).write_bytes(data)

@@ -52,7 +52,8 @@ def test_help_and_topologies_load_nothing_heavy():
         allowed = {"lark"} if argv and argv[0] == "topologies" else set()
         assert code in (0, 2) and set(heavy(modules)) <= allowed, (argv, heavy(modules))
         assert not any(name.startswith("synth.commands.") and name not in (
-            "synth.commands.synthesis", "synth.commands.common", "synth.commands.examples") for name in modules)
+            "synth.commands.synthesis", "synth.commands.common", "synth.commands.examples",
+            "synth.commands.terminal") for name in modules)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -145,7 +145,8 @@ def test_ctrl_c_stops_a_long_search_without_a_traceback():
 
     process = subprocess.Popen([sys.executable, "-m", "synth", "programs", "--levels", "2,2,2,2,2", "--axes", "32",
                                 "--reduce", "a0", "--max-len", "6"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even in a background run
     time.sleep(4)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)

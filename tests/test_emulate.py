@@ -30,6 +30,9 @@ from synth.topology_file import load_topology
 pytestmark = pytest.mark.emulate
 
 NAME = f"t{os.getpid()}"
+# How long a process may take to tear its cluster down (dozens of ip/tc calls) or to exit: generous,
+# since on a loaded 2-core machine a teardown that takes 3 s alone has taken over 30 s.
+TEARDOWN_S = 300
 PROGRAMS = ("ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(node)); AllGather(InsideGroup(gpu))",
             "AllReduce(InsideGroup(gpu)); AllReduce(Parallel(node))")
 
@@ -195,7 +198,10 @@ def test_a_failure_or_ctrl_c_during_up_removes_what_was_made(fail_at, error):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_kill_inside_the_context_manager_removes_the_cluster(tmp_path, sig):
     before = machine_snapshot()
-    code = (f"from synth.emulate import emulated_cluster\nimport time\n"
+    # SIGINT as a terminal gives it, even when the tests run as a background job (whose children
+    # start with SIGINT ignored: the Ctrl-C was then lost and the block slept its 60 s).
+    code = (f"import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"from synth.emulate import emulated_cluster\nimport time\n"
             f"with emulated_cluster('emu-2x2', scale=1/100, name={NAME!r}):\n"
             f"    print('up', flush=True)\n    time.sleep(60)\n")
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -203,7 +209,7 @@ def test_ctrl_c_or_kill_inside_the_context_manager_removes_the_cluster(tmp_path,
         assert process.stdout.readline().strip() == "up"
         assert find_cluster(NAME) is not None
         process.send_signal(sig)
-        process.wait(timeout=30)
+        process.wait(timeout=TEARDOWN_S)
     finally:
         if process.poll() is None:
             process.kill()
@@ -373,7 +379,7 @@ def _kill_9_during_up(name: str, after: int) -> None:
         assert process.stdout.readline().strip() == "cut"
     finally:
         process.kill()  # SIGKILL: no cleanup runs
-        process.wait(timeout=30)
+        process.wait(timeout=TEARDOWN_S)
 
 
 @needs_netns
@@ -442,7 +448,7 @@ def test_after_kill_9_of_an_emulated_bench_down_stops_its_ranks_and_removes_its_
             time.sleep(0.2)
         assert list(runs.glob("run-*/rank3.log")), "the ranks never started"
         process.kill()
-        process.wait(timeout=30)
+        process.wait(timeout=TEARDOWN_S)
         pids = subprocess.run(["ip", "netns", "pids", f"{name}-n1"], capture_output=True, text=True).stdout.split()
         assert pids  # the ranks outlive their launcher
         code = subprocess.run([sys.executable, "-m", "synth", "emulate", "down", "--name", name], capture_output=True,

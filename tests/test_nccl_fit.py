@@ -208,6 +208,7 @@ def test_the_stalls_of_a_one_process_per_node_run_are_flagged_not_fitted():
     (fit,) = calibrate_nccl(measurements, load_topology("dgx-h100-x2")).fits
     (group,) = fit.groups
     flagged = {e.nbytes for e in group.errors if e.outlier}
-    assert {2 ** e for e in range(15, 27)} - {256 * 2 ** 10} <= flagged
+    # 32 KiB to 32 MiB (64 MiB, 2.5 ms against 0.9 ms, sits with the large sizes the stages fit)
+    assert {2 ** e for e in range(15, 26)} - {256 * 2 ** 10} <= flagged
     assert not {size for size in flagged if size <= 16 * 2 ** 10 or size >= 512 * 2 ** 20}
     assert group.poor

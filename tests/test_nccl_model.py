@@ -180,8 +180,9 @@ def test_large_calls_reach_the_line_rate_times_the_efficiency_of_their_bottlenec
 
 def test_sockets_hold_one_call_to_its_own_streams_while_many_calls_share_the_nic():
     """The socket transport: each crossing channel is one connection of `sockets` streams
-    (net_socket.cc:279-330). One call over 2 VMs of 8 GPUs has 2 channels, so 2 streams; 8
-    calls of one GPU per VM (a hierarchical program's middle step) open 16 and fill the NIC."""
+    (net_socket.cc:279-330). One call over 2 VMs of 8 GPUs has 2 channels, so 2 streams, each at
+    1/8 of its one-GPU rate (the host's 8 GPUs share it: host_stream_share); 8 calls of one GPU
+    per VM (a hierarchical program's middle step) open 16 and fill the NIC."""
     vm = Hardware("volta", 8, Link("nvlink", 150 * GB, 0.8, "x"),
                   Network(Link("ethernet", 4 * GB, 1.0, "x"), 1, transport="socket", gdr=False, sockets=1,
                           stream_bandwidth=1 * GB))
@@ -189,7 +190,7 @@ def test_sockets_hold_one_call_to_its_own_streams_while_many_calls_share_the_nic
     flat = estimate(vm, Call("AllReduce", 2, 8, size))
     assert flat.bottleneck == "streams"
     streams = {load.resource: load for load in flat.loads}["streams"]
-    assert streams.capacity == pytest.approx(flat.choice.channels * 1 * GB)
+    assert streams.capacity == pytest.approx(flat.choice.channels * 1 * GB / 8)
     one = estimate(vm, Call("AllReduce", 2, 1, size / 8))
     loads = {load.resource: load for load in one.loads}
     # Eight such calls at once: the shared NIC drains their bytes together, each call's streams its own.

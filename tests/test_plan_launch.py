@@ -151,12 +151,18 @@ def _megatron_parser():
     for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups",
                  "--seq-length", "--max-position-embeddings", "--tensor-model-parallel-size",
                  "--pipeline-model-parallel-size", "--context-parallel-size", "--num-layers-per-virtual-pipeline-stage",
-                 "--micro-batch-size", "--global-batch-size", "--recompute-num-layers"):
+                 "--micro-batch-size", "--global-batch-size", "--recompute-num-layers",
+                 "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                 "--num-distributed-optimizer-instances"):
         parser.add_argument(flag, type=int)
     for flag in ("--group-query-attention", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
                  "--bf16", "--fp16", "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
-                 "--use-tp-pp-dp-mapping"):
+                 "--use-tp-pp-dp-mapping", "--overlap-param-gather", "--tp-comm-overlap", "--use-megatron-fsdp"):
         parser.add_argument(flag, action="store_true")
+    parser.add_argument("--no-overlap-p2p-communication", action="store_false", dest="overlap_p2p_comm")
+    parser.add_argument("--no-gradient-accumulation-fusion", action="store_false", dest="gradient_accumulation_fusion")
+    parser.add_argument("--data-parallel-sharding-strategy", choices=("no_shard", "optim", "optim_grads", "optim_grads_params"))
+    parser.add_argument("--outer-dp-sharding-strategy", choices=("no_shard", "optim"))
     parser.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"), default="LayerNorm")
     parser.add_argument("--position-embedding-type", choices=("learned_absolute", "rope"), default="learned_absolute")
     parser.add_argument("--attention-dropout", type=float, default=0.1)
@@ -194,7 +200,10 @@ def _build(config, args, pp, virtual, dtype):
         recompute_method=args.recompute_method, recompute_num_layers=args.recompute_num_layers,
         gated_linear_unit=args.swiglu, add_bias_linear=not args.disable_bias_linear, normalization=args.normalization,
         attention_dropout=args.attention_dropout, hidden_dropout=args.hidden_dropout, bf16=args.bf16, fp16=args.fp16,
-        params_dtype=dtype, pipeline_dtype=dtype)
+        params_dtype=dtype, pipeline_dtype=dtype,
+        num_layers_in_first_pipeline_stage=args.decoder_first_pipeline_num_layers,
+        num_layers_in_last_pipeline_stage=args.decoder_last_pipeline_num_layers,
+        tp_comm_overlap=args.tp_comm_overlap, overlap_p2p_comm=args.overlap_p2p_comm)
 
 
 def _candidate(model, degrees, settings, topology):
@@ -267,15 +276,15 @@ def test_launchable_placements_get_megatrons_groups_from_the_exported_flag(topol
 
 
 def test_plan_names_the_best_launchable_layout_when_the_winner_is_not(capsys):
-    assert main(["plan", "-t", "dgx-a100-x4", "-m", "llama2-7b", "--tp", "1", "--pp", "2", "--top", "3"]) == 0
+    assert main(["plan", "-t", "dgx-a100-x4", "-m", "gpt3-2.7b", "--tp", "1", "--pp", "2", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "Megatron-LM cannot launch the winner" in out and "Best launchable" in out
-    assert main(["plan", "-t", "dgx-a100-x4", "-m", "llama2-7b", "--tp", "1", "--pp", "2", "--top", "3", "--json"]) == 0
+    assert main(["plan", "-t", "dgx-a100-x4", "-m", "gpt3-2.7b", "--tp", "1", "--pp", "2", "--top", "3", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert not document["ranked"][0]["megatron_launchable"]
     best = document["best_launchable"]
     assert best["megatron_launchable"] and best["step_s"] >= document["ranked"][0]["step_s"]
-    assert main(["plan", "-t", "dgx-a100-x4", "-m", "llama2-7b", "--tp", "1", "--pp", "2", "--top", "3", "--json",
+    assert main(["plan", "-t", "dgx-a100-x4", "-m", "gpt3-2.7b", "--tp", "1", "--pp", "2", "--top", "3", "--json",
                  "--launchable"]) == 0
     launchable = json.loads(capsys.readouterr().out)
     assert all(row["megatron_launchable"] for row in launchable["ranked"])
@@ -285,7 +294,7 @@ def test_plan_names_the_best_launchable_layout_when_the_winner_is_not(capsys):
 
 def test_plan_export_carries_the_best_launchable_layout(tmp_path, capsys):
     out = tmp_path / "launch.json"
-    assert main(["plan", "-t", "dgx-a100-x4", "-m", "llama2-7b", "--tp", "1", "--pp", "2", "--top", "1",
+    assert main(["plan", "-t", "dgx-a100-x4", "-m", "gpt3-2.7b", "--tp", "1", "--pp", "2", "--top", "1",
                  "--export", str(out)]) == 0
     document = json.loads(out.read_text())
     assert document["megatron"]["launchable"] is False and document["megatron"]["order"] is None

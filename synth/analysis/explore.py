@@ -63,6 +63,7 @@ class ExploreResult:
     bytes: int
     backend: str
     rows: tuple[PlacementRow, ...]  # fastest best time first, ties by matrix text
+    interrupted: bool = False  # Ctrl-C: the rows are the placements done before it
 
     @property
     def best_spread(self) -> float:
@@ -93,16 +94,21 @@ def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: 
         placements = enumerate_placements(topology, axes, constraints)
     if not placements:
         raise ValueError("no placement to explore")
-    measured = []
-    for placement in placements:
-        hierarchy = build_hierarchy(placement, reduce_axes, hierarchy_kind)
-        if hierarchy.group_size == 1:
-            raise ValueError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to reduce")
-        context = cost_context(hierarchy, topology, backend)
-        chooser = BestPrograms(context, max_len, estimate)
-        best, baseline = chooser.best_row(bytes)
-        measured.append((placement, hierarchy, best, baseline, chooser.ranker.bound_times([bytes])[0]))
-        backend_name = context.backend.name
+    measured, interrupted = [], False
+    try:
+        for placement in placements:
+            hierarchy = build_hierarchy(placement, reduce_axes, hierarchy_kind)
+            if hierarchy.group_size == 1:
+                raise ValueError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to reduce")
+            context = cost_context(hierarchy, topology, backend)
+            chooser = BestPrograms(context, max_len, estimate)
+            best, baseline = chooser.best_row(bytes)
+            measured.append((placement, hierarchy, best, baseline, chooser.ranker.bound_times([bytes])[0]))
+            backend_name = context.backend.name
+    except KeyboardInterrupt:  # keep the placements done (the caller says the result is partial)
+        if not measured:
+            raise
+        interrupted = True
     fastest = min(best.time_s for _, _, best, _, _ in measured)
     fastest_baseline = min(baseline.time_s for _, _, _, baseline, _ in measured)
     rows = [
@@ -117,4 +123,4 @@ def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: 
         for placement, hierarchy, best, baseline, bound in measured
     ]
     rows.sort(key=lambda row: (row.best_time_s, row.placement))
-    return ExploreResult(topology.name, tuple(reduce_axes), bytes, backend_name, tuple(rows))
+    return ExploreResult(topology.name, tuple(reduce_axes), bytes, backend_name, tuple(rows), interrupted)

@@ -42,7 +42,7 @@ import numpy as np
 from synth.analysis.completion import INFINITY, CompletionBound
 from synth.analysis.programs import ProgramSet, ProgramSets, StateWalker, program_set
 from synth.language import Program
-from synth.model.bound import LowerBound, bound_line
+from synth.model.bound import LowerBound, achievable_line, bound_line
 from synth.model.context import CostContext
 from synth.model.cost import baseline_program, bus_factor
 from synth.model.engine import CostEngine, ProgramTable, StepCalls, engine_for
@@ -149,6 +149,13 @@ class Ranker:
         line = bound_line(self.context)
         return LowerBound(size, float(self.bound_times([size])[0]), size * line.seconds_per_byte, line.latency_s,
                           line.bottleneck)
+
+    def achievable_bound(self, size: int) -> LowerBound:
+        """The achievable bound at one size (each link at the rate NCCL reaches on it), under
+        this estimate."""
+        line = achievable_line(self.context)
+        return LowerBound(size, float(self.estimate.bound_times(line, [size])[0]), size * line.seconds_per_byte,
+                          line.latency_s, line.bottleneck)
 
     # --- full rankings ----------------------------------------------------------------------------
 

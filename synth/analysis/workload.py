@@ -156,6 +156,7 @@ class WorkloadResult:
     reductions: tuple[Reduction, ...]
     backend: str
     rows: tuple[WorkloadRow, ...]  # smallest total first, ties by matrix text
+    interrupted: bool = False  # Ctrl-C: the rows are the placements done before it
 
     @property
     def spread(self) -> float:
@@ -188,26 +189,31 @@ def evaluate_workload(topology: Topology, axes: tuple[Axis, ...], reductions: li
         raise ValueError("a workload needs at least one reduction")
     if placements is None:
         placements = enumerate_placements(topology, axes, constraints)
-    measured = []
-    for placement in placements:
-        choosers: dict[tuple[str, ...], BestPrograms] = {}
-        terms = []
-        for reduction in reductions:
-            if reduction.axes not in choosers:
-                hierarchy = build_hierarchy(placement, reduction.axes, hierarchy_kind)
-                if hierarchy.group_size == 1:
-                    raise ValueError(f"reduction {reduction.text} involves one device per group: nothing to reduce")
-                choosers[reduction.axes] = BestPrograms(cost_context(hierarchy, topology, backend), max_len, estimate)
-            chooser = choosers[reduction.axes]
-            choice = chooser.best(reduction.bytes)
-            terms.append(ReductionTerm(reduction, hierarchy_text(chooser.hierarchy), choice.program, choice.time_s,
-                                       choice.baseline_time_s))
-        measured.append((placement, tuple(terms), _sum(term.total_s for term in terms),
-                         _sum(term.baseline_total_s for term in terms)))
+    measured, interrupted = [], False
+    try:
+        for placement in placements:
+            choosers: dict[tuple[str, ...], BestPrograms] = {}
+            terms = []
+            for reduction in reductions:
+                if reduction.axes not in choosers:
+                    hierarchy = build_hierarchy(placement, reduction.axes, hierarchy_kind)
+                    if hierarchy.group_size == 1:
+                        raise ValueError(f"reduction {reduction.text} involves one device per group: nothing to reduce")
+                    choosers[reduction.axes] = BestPrograms(cost_context(hierarchy, topology, backend), max_len, estimate)
+                chooser = choosers[reduction.axes]
+                choice = chooser.best(reduction.bytes)
+                terms.append(ReductionTerm(reduction, hierarchy_text(chooser.hierarchy), choice.program, choice.time_s,
+                                           choice.baseline_time_s))
+            measured.append((placement, tuple(terms), _sum(term.total_s for term in terms),
+                             _sum(term.baseline_total_s for term in terms)))
+    except KeyboardInterrupt:  # keep the placements done (the caller says the result is partial)
+        if not measured:
+            raise
+        interrupted = True
     fastest = min(total for _, _, total, _ in measured)
     fastest_baseline = min(baseline for _, _, _, baseline in measured)
     rows = [WorkloadRow(placement.matrix, placement.to_text(), terms, total, baseline, total / fastest,
                         baseline / fastest_baseline)
             for placement, terms, total, baseline in measured]
     rows.sort(key=lambda row: (row.exposed_s, row.overlapped_s, row.placement))
-    return WorkloadResult(topology.name, tuple(reductions), backend.name, tuple(rows))
+    return WorkloadResult(topology.name, tuple(reductions), backend.name, tuple(rows), interrupted)

@@ -26,7 +26,7 @@ from synth.calibrate.model import CallModel
 from synth.errors import UsageError
 from synth.language import collective_names
 from synth.model.algorithms import Backend
-from synth.topology import CollectiveFigures, Figure, Level, Topology, Uplinks, check_levels
+from synth.topology import CalibrationRecord, CollectiveFigures, Figure, Level, Topology, Uplinks, check_levels
 from synth.units import format_bandwidth, format_bytes
 
 PLACEHOLDER_BANDWIDTH = Figure(1e9, "placeholder: no figure; never on a fitted group's path")
@@ -106,7 +106,34 @@ def calibrate(measurements: list[Measurement], base: Topology, backend: Backend)
     description = " ".join(filter(None, [base.description, f"Figures fitted by synth calibrate (backend "
                                                           f"{backend.name}) from {', '.join(files)}."]))
     topology = Topology(name, description, tuple(output))
+    topology = replace(topology, calibration=_records(base, topology, backend, measurements))
     return Calibration(topology, backend.name, tuple(fits), tuple(notes))
+
+
+def _records(base: Topology, topology: Topology, backend: Backend, measurements: list[Measurement]
+             ) -> tuple[CalibrationRecord, ...]:
+    """What the fit was made on, one record per file, collective and group shape, with the
+    written figures' error there (as the NCCL fit writes them): `synth rank` and `synth bench`
+    read them to say how sure a prediction is and what setup it was calibrated for."""
+    from synth.model.nccl_hardware import group_layout, nccl_view
+
+    view = nccl_view(base)
+    errors = replay(topology, backend, measurements)
+    groups: dict[tuple, list[tuple[int, float]]] = {}
+    for measurement, error in zip(measurements, errors):
+        index, ranks = devices(measurement, base)
+        nodes, per_node, _ = group_layout(base, view, tuple(ranks))
+        key = (measurement.collective, base.levels[index].name, nodes, per_node,
+               measurement.file.replace("\\", "/").rsplit("/", 1)[-1])
+        groups.setdefault(key, []).append((measurement.bytes, float(error)))
+    records = tuple(CalibrationRecord(collective, level, nodes, per_node, min(b for b, _ in entries),
+                                      max(b for b, _ in entries), len(entries),
+                                      float(np.sqrt(np.mean([e * e for _, e in entries]))),
+                                      max(abs(e) for _, e in entries), file, backend.name)
+                    for (collective, level, nodes, per_node, file), entries in groups.items())
+    new = {(r.file, r.collective, r.nodes, r.ranks_per_node) for r in records}
+    kept = tuple(r for r in base.calibration if (r.file, r.collective, r.nodes, r.ranks_per_node) not in new)
+    return kept + records
 
 
 def _fit(base: Topology, context: list[Level], known: set[int], index: int, collective: str,

@@ -103,6 +103,8 @@ def check_time(value: float, text: str, where: str) -> float:
 
 def parse_float(text: str, what: str, where: str) -> float:
     try:
+        if not text.isascii():  # float() reads other scripts' digits too
+            raise ValueError(text)
         return float(text)
     except ValueError:
         raise UsageError(f"{where}: {what} {text.strip()!r} is not a number") from None
@@ -111,7 +113,7 @@ def parse_float(text: str, what: str, where: str) -> float:
 def parse_count(text: str, what: str, where: str, minimum: int = 0) -> int:
     """A whole number written as digits (nccl-tests sizes and counts)."""
     stripped = text.strip()
-    if not re.fullmatch(r"\+?\d+", stripped) or int(stripped) < minimum:
+    if not re.fullmatch(r"\+?[0-9]+", stripped) or int(stripped) < minimum:
         kind = "a whole number" if minimum == 0 else f"a whole number of at least {minimum}"
         raise UsageError(f"{where}: {what} {stripped!r} is not {kind}")
     return int(stripped)

@@ -39,11 +39,11 @@ from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
 from synth.errors import UsageError
 from synth.model import nccl
-from synth.model.nccl_hardware import NcclView, estimate_group, group_layout, nccl_view
+from synth.model.nccl_hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
 from synth.topology import CalibrationRecord, Figure, ProtocolFactors, Topology
 from synth.units import format_bytes
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+PROTOCOLS = nccl.T.PROTOCOLS
 ROBUST_SCALE = 0.05  # residuals (log predicted / measured) beyond 5% count linearly, not squared
 # The priors only settle what the data leave open (an overhead against the latency factors, a
 # protocol picked at one size). Rates (efficiencies, protocol rate factors) are what varies from
@@ -157,6 +157,11 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     """Fit the NCCL figures of `base` to the measurements (see the module docstring)."""
     if not measurements:
         raise UsageError("no measurements to calibrate from")
+    # fitted as the run was launched (nccl-tests -g N: one thread drives N GPUs, a host floor per
+    # call), written back with the base's launch mode: the figures are the hardware's
+    launched = launch_of(measurements)
+    restore, original = base.nccl, base
+    base = with_launch(base, *launched) if launched != _launch_mode(base) else base
     view = nccl_view(base)
     by_level: dict[int, list[_Point]] = {}
     for measurement in measurements:
@@ -171,7 +176,7 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
         fits.append(fit)
     records = tuple(CalibrationRecord(g.collective, fit.level, g.nodes, g.ranks_per_node,
                                       min(e.nbytes for e in g.errors), max(e.nbytes for e in g.errors),
-                                      len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1])
+                                      len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1], "nccl")
                     for fit in fits for g in fit.groups)
     files = sorted({_name(m.file) for m in measurements})
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
@@ -179,9 +184,21 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
                                                            f"{', '.join(files)}."]))
     kept = tuple(r for r in base.calibration if (r.file, r.collective, r.nodes, r.ranks_per_node) not in
                  {(n.file, n.collective, n.nodes, n.ranks_per_node) for n in records})
-    topology = replace(topology, name=name, description=description, calibration=kept + records, source_path=None)
-    assumed = tuple(assumptions) + nccl_view(base).assumptions
+    topology = replace(topology, name=name, description=description, calibration=kept + records, source_path=None,
+                       nccl=restore)
+    assumed = tuple(assumptions) + nccl_view(original).assumptions
     return NcclCalibration(topology, tuple(fits), assumed, ())
+
+
+def launch_of(measurements: list[Measurement]) -> tuple[int, bool]:
+    """(GPUs per host thread, CUDA graphs) of the measured run: nccl-tests' -g (one thread drives
+    that many GPUs); one process per GPU when the file does not say."""
+    per_thread = max((m.run.gpus_per_process for m in measurements if m.run is not None), default=1)
+    return max(1, per_thread), False
+
+
+def _launch_mode(topology: Topology) -> tuple[int, bool]:
+    return (topology.nccl.gpus_per_thread, topology.nccl.cuda_graphs) if topology.nccl is not None else (1, False)
 
 
 def _name(path: str) -> str:

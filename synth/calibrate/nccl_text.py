@@ -46,6 +46,7 @@ VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 # Launcher prefixes: mpirun --tag-output "[1,0]<stdout>:", srun --label "0: ", markdown "> ".
 TAG = re.compile(r"^\[\d+,\d+\]<(stdout|stderr|stddiag)>:")
 LABEL = re.compile(r"^\s*\d+:\s")
+TORCHRUN = re.compile(r"^\[(?:default|rank)\d+\]:")  # torchrun --tee / --local-ranks-filter prefixes
 TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
                        r"scatter|gather|hypercube)_perf(?![A-Za-z])")
 # nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
@@ -71,17 +72,22 @@ class _Run:
 def strip_prefixes(text: str) -> str:
     """The output without launcher prefixes, line for line (so line numbers stay the file's):
     mpirun --tag-output's `[1,0]<stdout>:` (stderr lines become blank), srun --label's `0: ` when
-    most lines carry it, markdown's `> `."""
+    most lines carry it, torchrun's `[default0]:` (the exported scripts' output), markdown's `> `."""
     lines = text.splitlines()
-    tagged = sum(1 for line in lines if TAG.match(line))
+    tagged = any(TAG.match(line) for line in lines)
     labelled = sum(1 for line in lines if LABEL.match(line))
+    strip_labels = not tagged and labelled > sum(1 for line in lines if line.strip()) / 2  # counted once: linear
     out = []
     for line in lines:
         found = TAG.match(line)
+        label = None if found or not strip_labels else LABEL.match(line)
         if found:
             line = "" if found.group(1) != "stdout" else line[found.end():]
-        elif labelled > len([x for x in lines if x.strip()]) / 2 and not tagged and LABEL.match(line):
-            line = line[LABEL.match(line).end():]
+        elif label:
+            line = line[label.end():]
+        else:
+            prefixed = TORCHRUN.match(line)
+            line = line[prefixed.end():] if prefixed else line
         if line.startswith("> "):
             line = line[2:]
         out.append(line)
@@ -111,13 +117,13 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
     version = None
     for number, raw in enumerate(strip_prefixes(text).splitlines(), 1):
         line = raw.strip()
-        found_version = VERSION.search(line)
+        found_version = VERSION.search(line) if "version" in line else None  # cheap tests first: 10^5 rows
         if found_version:
             version = found_version.group(1)
             if current is not None:
                 current.version = version
         if current is not None and current.open and line and not line.startswith("#"):
-            if not LOG_LINE.search(line):
+            if "CCL" not in line or not LOG_LINE.search(line):
                 current.rows.append((number, line.split()))
             continue
         found = TEST_NAME.search(line)

@@ -30,12 +30,17 @@ def looks_like_synth_bench(header: list[str]) -> bool:
     return "program" in names and "time_us" in names and "placement" in names
 
 
-def _command(text: str, path: str) -> dict[str, str]:
+def command_options(text: str, path: str) -> dict[str, str]:
+    """The --options of the `# command:` line (shell words, or `argv [JSON list]` as
+    synth/export/provenance.py writes a command that is not plain ASCII)."""
     for line in text.splitlines():
         if line.startswith("# command:"):
+            command = line[len("# command:"):].strip()
             try:
-                words = shlex.split(line[len("# command:"):])
+                words = json.loads(command[5:]) if command.startswith("argv [") else shlex.split(command)
             except ValueError:
+                break
+            if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
                 break
             options, key = {}, None
             for word in words:
@@ -63,7 +68,7 @@ def parse_synth_bench_csv(text: str, path: str, level: str | None) -> tuple[list
     from synth.placement import make_placement, parse_axes
     from synth.topology_file import load_topology
 
-    options = _command(text, path)
+    options = command_options(text, path)
     topology_name = options.get("topology") or options.get("emulate")
     if not topology_name or "axes" not in options:
         raise UsageError(f"{path}: the '# command:' line names no --topology/--emulate or --axes; give the file as "

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from synth.commands.common import BACKEND_NAMES, echo, flagged, print_json
@@ -41,9 +39,8 @@ def register(subparsers) -> None:
 
 
 def run_calibrate(args) -> int:
-    from rich.console import Console
-
     from synth.calibrate import calibrate, infer_base, read_measurements
+    from synth.commands.terminal import console as text_console
     from synth.model.algorithms import resolve_backend
     from synth.topology_file import load_topology, render_topology
 
@@ -53,9 +50,11 @@ def run_calibrate(args) -> int:
     for path in args.files:
         _check_readable(path)
     for path in args.files:
-        kind, found = read_measurements(path, args.level)
+        kind, found = read_measurements(path, args.level, args.topology)
         formats[path] = kind
         measurements += found
+    if args.topology is None:  # files made by synth (bench, exported programs) name their topology
+        args.topology = _named_topology(formats)
     backend = resolve_backend(_backend(args.backend, measurements))
     if backend.name == "nccl":  # the NCCL model (synth/model/nccl.py), fitted by synth/calibrate/nccl_fit.py
         return _run_nccl(args, measurements, formats)
@@ -70,21 +69,81 @@ def run_calibrate(args) -> int:
     text = render_topology(result.topology, header)
     errors = _check_written(text, backend, measurements)
     if args.output:
-        _write(Path(args.output), text)
+        _write(args.output, text)
     if args.json:
         print_json(_json(result, formats, errors, args.output, text))
         return 0
     if not args.output:
         sys.stdout.write(text)
-    console = Console(stderr=not args.output)
-    if not console.is_terminal:
-        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     console.print(_table(result, errors))
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {_plain(note)}")
     if args.output:
-        console.print(f"wrote {args.output}")
+        console.print(f"wrote {_plain(args.output)}")
     return 0
+
+
+CONTRADICTION_GAIN = 0.7  # the other setting's error at most this share of the base's: the base is wrong
+CONTRADICTION_FLOOR = 0.08  # below this relative RMS the base fits well enough to leave alone
+
+
+def _base_contradiction(base, spec: str | None, measurements, result, errors, assumptions) -> str | None:
+    """When the fit is poor, whether the base's NVLS setting is what the measurements contradict:
+    the fit again with `nvls` flipped, and a warning naming the field when that fits far better
+    (a base without `nvls = true` costs an NVLS system's large sizes 25% slow and drops them as
+    outliers; the poor-fit warning alone does not say the base is wrong)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
+
+    rms = float(np.sqrt(np.mean(np.square(errors))))
+    outliers = sum(group.outliers for fit in result.fits for group in fit.groups)
+    if base.nccl is None or (rms < CONTRADICTION_FLOOR and not outliers):
+        return None
+    flipped = replace(base, nccl=replace(base.nccl, nvls=not base.nccl.nvls))
+    try:
+        other = calibrate_nccl(measurements, flipped, assumptions)
+        other_errors = replay_nccl(other.topology, measurements)
+    except UsageError:
+        return None
+    other_rms = float(np.sqrt(np.mean(np.square(other_errors))))
+    if not other_rms <= CONTRADICTION_GAIN * rms:
+        return None
+    other_outliers = sum(group.outliers for fit in other.fits for group in fit.groups)
+    where = f"the [nccl] table of {spec}" if spec else "the inferred base (give --topology BASE with it)"
+    wanted = "true" if flipped.nccl.nvls else "false"
+    return (f"the measurements contradict the base's nvls = {str(base.nccl.nvls).lower()}: with nvls = {wanted} the "
+            f"fit reproduces them with relative RMS {other_rms:.1%} ({_count(other_outliers, 'outlier')}) instead of "
+            f"{rms:.1%} ({_count(outliers, 'outlier')}); set nvls = {wanted} in {where} if the system "
+            f"{'has' if wanted == 'true' else 'lacks'} NVLink SHARP (NVSwitch, NCCL 2.17+), and calibrate again")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _named_topology(formats: dict[str, str]) -> str | None:
+    """The one topology the files name when every file names one, else None (infer a base)."""
+    from synth.calibrate.readers import NAMING_FORMATS, named_topology
+
+    if not formats or any(kind not in NAMING_FORMATS for kind in formats.values()):
+        return None
+    names = {named_topology(path) for path in formats}
+    if None in names:
+        return None
+    if len(names) > 1:
+        raise UsageError(f"the files were made for different topologies ({', '.join(sorted(names))}); "
+                         f"give the base with --topology")
+    return names.pop()
+
+
+def _plain(text: str) -> str:
+    """User text (file names reach notes and titles) with control characters as escapes, so
+    no escape sequence in a file name reaches the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _check_readable(path: str) -> None:
@@ -119,26 +178,15 @@ def _backend(option: str | None, measurements) -> str:
 def _check_written(text: str, backend, measurements):
     """Load the rendered file as any topology file is loaded, and replay the measurements on it."""
     from synth.calibrate import replay
-    from synth.topology_file import load_topology
+    from synth.topology_file import topology_from_text
 
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "calibrated.toml"
-        path.write_text(text, encoding="utf-8")
-        written = load_topology(path)
-    return replay(written, backend, measurements)
+    return replay(topology_from_text(text, "the written topology"), backend, measurements)
 
 
-def _write(path: Path, text: str) -> None:
-    temporary = None
-    try:
-        fd, temporary = tempfile.mkstemp(prefix=".calibrate-", suffix=".toml", dir=path.parent or Path("."))
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as error:
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
-        raise UsageError(f"-o {echo(str(path))}: cannot write it ({error.strerror or error})") from None
+def _write(path: str, text: str) -> None:
+    from synth.output_files import write_text
+
+    write_text(path, text, f"-o {path}")
 
 
 def _table(result: Calibration, errors) -> Table:
@@ -190,13 +238,13 @@ def _json(result: Calibration, formats: dict[str, str], errors, output: str | No
 def _run_nccl(args, measurements, formats) -> int:
     """Fit the NCCL model's figures (efficiencies, overheads, pipeline stages), write the
     topology with what it was fitted on, and print every group's per-size error."""
-    from rich.console import Console
     from rich.table import Table
 
     from synth.calibrate.infer import infer_nccl_base
     from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
     from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
-    from synth.topology_file import load_topology, render_topology
+    from synth.commands.terminal import console as text_console
+    from synth.topology_file import load_topology, render_topology, topology_from_text
 
     assumptions: tuple[str, ...] = ()
     if args.topology:
@@ -209,22 +257,20 @@ def _run_nccl(args, measurements, formats) -> int:
     header = (f"Written by synth calibrate (NCCL model) from {', '.join(args.files)}\n"
               f"on the base topology {base.name}; every fitted figure's source gives its fit.")
     text = render_topology(result.topology, header)
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "calibrated.toml"
-        path.write_text(text, encoding="utf-8")
-        errors = replay_nccl(load_topology(path), measurements)
+    errors = replay_nccl(topology_from_text(text, "the written topology"), measurements)
+    contradiction = _base_contradiction(base, args.topology, measurements, result, errors, assumptions)
     if args.output:
-        _write(Path(args.output), text)
+        _write(args.output, text)
     if args.json:
-        print_json(nccl_fit_json(result, formats, errors, args.output, text))
+        document = nccl_fit_json(result, formats, errors, args.output, text)
+        document["base_contradictions"] = [contradiction] if contradiction else []
+        print_json(document)
         return 0
     if not args.output:
         sys.stdout.write(text)
-    console = Console(stderr=not args.output)
-    if not console.is_terminal:
-        console = Console(width=PIPED_WIDTH, stderr=not args.output)
+    console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     for line in assumptions + tuple(a for a in result.assumptions if a not in assumptions):
-        console.print(f"assumed: {line}")
+        console.print(f"assumed: {_plain(line)}")
     rms = float((errors ** 2).mean() ** 0.5)
     table = Table(title=f"{result.topology.name}: fitted under the NCCL model",
                   caption=f"the written file reproduces the {len(errors)} measurements with relative RMS error "
@@ -237,7 +283,7 @@ def _run_nccl(args, measurements, formats) -> int:
     console.print(table)
     for fit in result.fits:
         for group in fit.groups:
-            sizes = Table(title=f"{group.file.rsplit('/', 1)[-1]} ({group.group}, {group.collective}): per-size error",
+            sizes = Table(title=_plain(f"{group.file.rsplit('/', 1)[-1]} ({group.group}, {group.collective}): per-size error"),
                           title_justify="left")
             size_headers, size_rows = nccl_size_rows(group)
             for name in size_headers:
@@ -246,7 +292,9 @@ def _run_nccl(args, measurements, formats) -> int:
                 sizes.add_row(*row)
             console.print(sizes)
         for note in fit.notes:
-            console.print(f"{'warning' if note.startswith('poor fit') else 'note'}: {note}")
+            console.print(f"{'warning' if note.startswith('poor fit') else 'note'}: {_plain(note)}")
+    if contradiction:
+        console.print(f"warning: {_plain(contradiction)}")
     if args.output:
-        console.print(f"wrote {args.output}")
+        console.print(f"wrote {_plain(args.output)}")
     return 0

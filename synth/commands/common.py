@@ -342,12 +342,13 @@ MAX_SIZES = 64
 
 
 def parse_size(text: str, option: str) -> int:
-    """A byte size as `--bytes` and `-b/-e` take it (synth.units: `256MiB`, nccl-tests' `8M`)."""
+    """A byte size as `--bytes` takes it (synth.units: `256MiB`, `1MB` = 10^6, nccl-tests' `8M`),
+    or `-b/-e` as nccl-tests' flags take it (`1MB` = 2^20): the size rule of synth/units.py."""
     from synth.units import parse_bytes
 
     if len(text) > 64:
         raise UsageError(f"{option} {echo(text)}: not a size; write e.g. 256MiB")
-    return parse_bytes(text, where=option)
+    return parse_bytes(text, where=option, nccl_tests=option in ("-b", "-e"))
 
 
 def resolve_sizes(args, default: int | None = None) -> list[int]:
@@ -428,8 +429,23 @@ def read_text(path: str, what: str) -> str:
         raise UsageError(f"{what} {echo(path)} is not UTF-8 text; give a text file") from None
 
 
+MAX_PROGRAM_STEPS = 4096  # far past any search (synth.search.MAX_PROGRAM_LENGTH); parsing is ~0.2 ms a step
+_COMMENT = re.compile(r"#[^\n]*")
+
+
 def read_program_text(text: str) -> str:
-    """A program given inline, as '-' for standard input, or as @FILE."""
+    """A program given inline, as '-' for standard input, or as @FILE; one of more than
+    MAX_PROGRAM_STEPS steps is refused before it is parsed (578,514 steps took 126 s and 2 GB
+    to parse and refuse)."""
+    program = _program_source(text)
+    steps = _COMMENT.sub("", program).count("(") // 2  # every step is Collective(Form(level))
+    if steps > MAX_PROGRAM_STEPS:
+        raise UsageError(f"the program has about {steps:,} steps, more than any collective program "
+                         f"(at most {MAX_PROGRAM_STEPS:,}); give a shorter one")
+    return program
+
+
+def _program_source(text: str) -> str:
     if text == "-":
         data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1) if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
         if len(data) > MAX_INPUT_BYTES:

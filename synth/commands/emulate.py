@@ -125,12 +125,12 @@ def run_status(args) -> int:
 
 
 def _print(cluster, counters: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from synth.commands.terminal import console as text_console
     from synth.emulate.layout import format_rate, format_scale
 
-    console = Console(width=200)
+    console = text_console(width=200)
     console.print(f"cluster {cluster.name!r}: {cluster.topology} ("
                   + ", ".join(f"{name}={size}" for name, size in zip(cluster.level_names, cluster.sizes))
                   + f") at scale {format_scale(cluster.scale)}"

@@ -75,10 +75,9 @@ def register(subparsers) -> None:
 
 
 def _console():
-    from rich.console import Console
+    from synth.commands.terminal import console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=PIPED_WIDTH)  # piped: never cut a figure
+    return console(piped_width=PIPED_WIDTH)  # piped: never cut a figure
 
 
 def _multiline(program) -> str:
@@ -109,9 +108,17 @@ def run_explore(args) -> int:
         print_json([dict(row.to_json(), bytes=size, reduce=list(reduce_axes), backend=result.backend,
                          ignores=_explore_ignores(reduce_axes, args.axes))
                     for row in result.rows])
-        return 0
-    _console().print(_explore_table(result, args.axes))
+    else:
+        _console().print(_explore_table(result, args.axes))
+    _partial(result, placements)
     return 0
+
+
+def _partial(result, placements) -> None:
+    """After the output of an interrupted run (rows for the placements done), exit 130 saying so."""
+    if result.interrupted:
+        raise KeyboardInterrupt(f"interrupted after {len(result.rows)} of {len(placements)} placement(s); "
+                                f"the output holds those")
 
 
 def _explore_table(result: ExploreResult, axes_text: str) -> Table:
@@ -178,8 +185,9 @@ def run_workload(args) -> int:
         raise NoSolutionError(str(error)) from None
     if args.json:
         print_json([dict(row.to_json(), backend=result.backend) for row in result.rows])
-        return 0
-    _console().print(_workload_table(result, args.axes))
+    else:
+        _console().print(_workload_table(result, args.axes))
+    _partial(result, placements)
     return 0
 
 

@@ -14,6 +14,7 @@ from synth.commands.common import (DEFAULT_BACKEND, Job, check_search, add_backe
                                    iter_placements, natural_int, one_placement, output_directory, positive_int,
                                    read_program_text, resolve_axes, resolve_job, resolve_reduce, resolve_sizes, seconds)
 from synth.errors import InvalidProgramError, NoSolutionError, UsageError
+from synth.output_files import write_text
 
 if TYPE_CHECKING:
     from synth.execute import report as benchmod
@@ -186,6 +187,7 @@ def run_export(args) -> int:
             metadata.update(hierarchy_metadata(hierarchy))
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
+        _check_json_size(hierarchy, programs)
         metadata.update(hierarchy_metadata(hierarchy))
         plan = build_plan(PlanEntry(hierarchy, program) for program in programs)
         files = [json_plan.render(plan, provenance, metadata, nbytes)]
@@ -198,6 +200,22 @@ def run_export(args) -> int:
     for path in _write(args.output, files, EXTENSIONS[args.format]):
         print(f"wrote {path}")
     return 0
+
+
+MAX_JSON_PLAN_BYTES = 256 << 20  # about 15 s and 1.5 GB to build; 54 MB took 2.7 s and 330 MB
+
+
+def _check_json_size(hierarchy, programs) -> None:
+    """Refuse a JSON plan too large to write, before any per-rank work (2^20 ranks ran for
+    more than ten minutes without a word)."""
+    from synth.export.json_plan import estimated_bytes
+    from synth.units import format_bytes
+
+    size = estimated_bytes(hierarchy, programs)
+    if size > MAX_JSON_PLAN_BYTES:
+        raise UsageError(f"the JSON plan would be about {format_bytes(size)} ({hierarchy.placement.device_count:,} ranks, "
+                         f"each listing its group's members at every step; at most {format_bytes(MAX_JSON_PLAN_BYTES)}): "
+                         f"use --format torch or nccl, which build the groups at run time, or fewer devices")
 
 
 def _write(option: str, files: list[str], extension: str) -> list[Path]:
@@ -217,7 +235,7 @@ def _write(option: str, files: list[str], extension: str) -> list[Path]:
             paths = [output / f"program_{index}{extension}" for index in range(1, len(files) + 1)]
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         for path, text in zip(paths, files):
-            path.write_text(text, encoding="utf-8")
+            write_text(path, text, f"-o {path}")
     except OSError as error:
         raise UsageError(f"-o {echo(option)}: cannot write it ({error.strerror or error})") from None
     return paths
@@ -314,14 +332,15 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
         csv_path = benchmod.results_path(directory)
         log_path = csv_path.with_suffix(".log")
         script_path = csv_path.with_suffix(".py")
-        script_path.write_text(torch_script.render(plan, provenance), encoding="utf-8")
+        write_text(script_path, torch_script.render(plan, provenance))
     except OSError as error:
         raise UsageError(f"-o {echo(str(directory))}: cannot write there ({error.strerror or error})") from None
     started = datetime.now().astimezone()
     print(f"running {len(plan.programs)} program(s) on {devices} processes ({args.backend}), "
           f"sizes {', '.join(map(str, sizes))} B: {label} {script_path}", file=sys.stderr)
-    result = launch(script_path, devices, script_args, timeout=args.timeout)
-    log_path.write_text(result.log, encoding="utf-8")
+    # Absolute: `-o -x` made the script `-x/...`, which torchrun and python read as an option.
+    result = launch(script_path.absolute(), devices, script_args, timeout=args.timeout)
+    write_text(log_path, result.log)
     if result.report is None:
         raise LaunchError(f"{label.rstrip(':')} exited with code {result.returncode} before the script reported; "
                           f"its output is in {log_path}")
@@ -337,11 +356,20 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     else:
         prediction_note = f"predicted: none ({job.topology.name} has no link figures to simulate)"
     rows = benchmod.rows_from_report(result.report, infos, predicted)
+    apply_notes = []  # predictions that do not apply to this run, said beside them
+    if predicted is not None:
+        apply_notes = benchmod.setup_notes(job.topology, args.backend, getattr(args, "emulate", None) is not None,
+                                           getattr(args, "scale", None))
+        if result.report.get("shared_gpus"):
+            apply_notes.append(benchmod.SHARED_GPUS_NOTE.format(topology=job.topology.name))
+        far = benchmod.far_off_note(rows, job.topology)
+        apply_notes += [far] if far else []
     header = [f"command: {provenance.command}", f"version: {provenance.version}; torch {result.report.get('torch', '?')}",
               f"date: {started.isoformat(timespec='seconds')}", *benchmod.machine_lines(),
               f"backend: {args.backend}; {devices} processes; {args.iters} iteration(s) after {args.warmup} warm-up run(s); "
               f"float32 sum; times are the slowest rank's mean per run",
-              prediction_note, *notes, f"script: {script_path.name}; log: {log_path.name}"]
+              prediction_note, *(f"note: {note}" for note in apply_notes), *notes,
+              f"script: {script_path.name}; log: {log_path.name}"]
     benchmod.write_csv(csv_path, rows, header)
     _print_rows(rows)
     if predicted is not None and placeholders:
@@ -349,6 +377,8 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
               f"predicted columns rank the programs but are not this machine's speed; calibrate it "
               f"(`synth calibrate`, docs/calibrate.md) and pass the calibrated file with -t"
               f"{calibrated_hint(job.topology.name)}")
+    for note in apply_notes:
+        print(f"note: {note}")
     _print_nccl_tests(rows)
     print(f"wrote {csv_path}")
     failed = sorted({row.program for row in rows if row.check == "FAILED"})
@@ -452,8 +482,9 @@ def _print_nccl_tests(rows: list[benchmod.BenchRow]) -> None:
 
 
 def _print_rows(rows: list[benchmod.BenchRow]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from synth.commands.terminal import console
 
     predicted = any(row.prediction is not None for row in rows)
     columns = ["placement", "role", "program", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check", "rank"]
@@ -466,4 +497,4 @@ def _print_rows(rows: list[benchmod.BenchRow]) -> None:
             p = row.prediction
             cells += ["", "", ""] if p is None else [f"{p.seconds * 1e6:.1f}", f"{p.busbw / 1e9:.3f}", str(p.rank)]
         table.add_row(*cells)
-    Console(width=200).print(table)
+    console(width=200).print(table)

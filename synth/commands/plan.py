@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import math
 import sys
 
-from synth.commands.common import add_constraint_options, add_json_option, add_model_options, positive_int, print_json
+from synth.commands.common import (add_constraint_options, add_json_option, add_model_options, flagged, positive_int,
+                                   print_json)
 from synth.errors import UsageError
+from synth.names import echo
 
 DEFAULT_TOP = 10
 
@@ -29,7 +33,7 @@ def register(subparsers) -> None:
     parser.add_argument("--resize", metavar="LEVEL=N", help="change one level's size, e.g. node=48 (a bigger cluster of the same kind)")
     for role, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         parser.add_argument(f"--{role}", type=positive_int, metavar="N",
-                            help=f"fix the {what}-parallel degree" + (" (default 1)" if role == "cp" else ""))
+                            help=f"fix the {what}-parallel degree" + (" (default 1; searched when attention dominates the FLOPs)" if role == "cp" else ""))
     parser.add_argument("--ep", type=positive_int, metavar="N",
                         help="fix the expert-parallel degree (MoE models; a divisor of dp; default: searched)")
     parser.add_argument("--max-tp", type=positive_int, metavar="N", help="largest tensor-parallel degree to try")
@@ -45,9 +49,26 @@ def register(subparsers) -> None:
                         help="sequence parallelism with tensor parallelism (default both)")
     parser.add_argument("--zero1", choices=("on", "off", "both"), default="both",
                         help="sharded optimizer states (ZeRO-1, Megatron's distributed optimizer; default both)")
+    parser.add_argument("--zero-stage", metavar="S", default="1",
+                        help="ZeRO stages tried with the sharded optimizer: 1, 2 (+ gradients), 3 (+ weights: FSDP), "
+                             "comma-separated (default 1)")
+    parser.add_argument("--hsdp", choices=("on", "off", "both"), default="off",
+                        help="with ZeRO-3: shard inside a node and replicate across nodes (HSDP; default off)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
-    parser.add_argument("--efficiency", metavar="F", help="matmul efficiency (achieved/peak), e.g. 45%%; default: the topology's")
+    parser.add_argument("--no-tp-overlap", action="store_true",
+                        help="tensor-parallel collectives on the critical path (default: inside the GEMMs with "
+                             "sequence parallelism, Megatron's --tp-comm-overlap)")
+    parser.add_argument("--no-param-overlap", action="store_true",
+                        help="the sharded optimizer's weight all-gather after the step (default: behind the next "
+                             "forward, Megatron's --overlap-param-gather)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="matmuls in FP8 (Transformer Engine) at the device's FP8 rate; needs a built-in device")
+    parser.add_argument("--attention-kernel", choices=("fa2", "fa3"),
+                        help="attention kernel's rate (FlashAttention-2 or -3); default: the device's newest")
+    parser.add_argument("--efficiency", metavar="F",
+                        help="one matmul efficiency (achieved/peak) for every kernel, e.g. 45%%, instead of the kernel "
+                             "model; default: kernels by shape on a built-in device, else the topology's figure")
     parser.add_argument("--memory-headroom", metavar="F", default="10%",
                         help="fraction of device memory kept free for the allocator's fragmentation (default 10%%; 0: none)")
     parser.add_argument("--memory-reserve", metavar="SIZE", default="auto",
@@ -55,10 +76,13 @@ def register(subparsers) -> None:
                              "per communicator, docs/plan.md), a size such as 2GiB, or 0")
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
                         help=f"rows to show (default {DEFAULT_TOP})")
-    parser.add_argument("--budget", type=float, default=None, metavar="S",
-                        help="refuse searches estimated to take longer (seconds, default 300)")
+    parser.add_argument("--budget", metavar="S",
+                        help="refuse searches estimated to take more CPU time (seconds, default 300)")
     parser.add_argument("--launchable", action="store_true",
                         help="keep only layouts Megatron-LM can launch (its rank orders tp-cp-ep-dp-pp, tp-cp-ep-pp-dp)")
+    parser.add_argument("--search-memory", metavar="SIZE",
+                        help="refuse searches estimated to need more memory, e.g. 4GiB "
+                             "(default: 80%% of what this machine has available)")
     parser.add_argument("--export", metavar="FILE", help="write the winner's launch settings (Megatron, DeviceMesh, JAX) as JSON")
     add_model_options(parser)
     add_json_option(parser)
@@ -76,15 +100,41 @@ def _choices(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
 
 
 def _integers(text: str | None, flag: str) -> tuple[int, ...]:
+    """Positive whole numbers in ASCII digits, comma-separated (`²` or 5000 digits are refused)."""
     if text is None:
         return ()
     values = []
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 1,2,4")
-        values.append(int(part))
+        try:
+            values.append(positive_int(part))
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"{flag}: {error}; give positive integers separated by commas, e.g. 1,2,4") from None
     return tuple(values)
+
+
+# The device figures a plan accepts: outside these a figure is a typo (a peak of 1e-300 FLOP/s
+# gave steps of 1e294 s), refused with the field's name rather than planned with.
+DEVICE_RANGES = {
+    "peak": (1e9, 1e18, "FLOP/s", "1 GFLOP/s to 1 EFLOP/s, e.g. \"312 TFLOP/s\""),
+    "matmul_efficiency": (0.01, 1.0, "", "1% to 100%, e.g. \"46%\""),
+    "memory": (float(1 << 26), float(1 << 50), "bytes", "64 MiB to 1 PiB, e.g. \"80 GiB\""),
+    "memory_bandwidth": (1e9, 1e15, "bytes/s", "1 GB/s to 1 PB/s, e.g. \"2039 GB/s\""),
+}
+
+
+def check_device_figures(compute, topology_name: str, efficiency_flag: bool, precision: str) -> None:
+    """Refuse device figures no accelerator has, naming the field (or --efficiency) and the range."""
+    figures = {f"peak.{precision}": compute.peak_flops, "matmul_efficiency": compute.efficiency, "memory": compute.memory_bytes,
+               "memory_bandwidth": compute.memory_bandwidth}
+    for field, value in figures.items():
+        if value is None:
+            continue
+        low, high, unit, wanted = DEVICE_RANGES[field.split(".")[0]]
+        if not low <= value <= high:
+            where = "--efficiency" if field == "matmul_efficiency" and efficiency_flag else \
+                f"topology {topology_name}: [device] {field}"
+            shown = f"{value:.3g}{' ' + unit if unit else ''}"
+            raise UsageError(f"{where} = {shown} is outside what a device has: give {wanted}")
 
 
 def _switch(value: str) -> tuple[bool, ...]:
@@ -137,6 +187,13 @@ def _warn_defaults(spec: str, source) -> None:
           f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
 
 
+def _zero_stages(text: str) -> tuple[int, ...]:
+    stages = tuple(sorted({item.strip() for item in text.split(",")}))
+    if not stages or any(stage not in ("1", "2", "3") for stage in stages):
+        raise UsageError(f"--zero-stage {text!r}: give ZeRO stages 1, 2 or 3, comma-separated (e.g. 1,3)")
+    return tuple(int(stage) for stage in stages)
+
+
 def build_request(args):
     from synth.placement import parse_factor, parse_inside
     from synth.plan.degrees import DegreeLimits
@@ -153,10 +210,13 @@ def build_request(args):
         raise UsageError(f"--max-len {args.max_len}: give a positive number of steps")
     if args.top < 1:
         raise UsageError(f"--top {args.top}: give a positive number of rows")
+    if args.export is not None and not args.export.strip():
+        raise UsageError("--export '': give the file to write the launch settings to, e.g. --export launch.json")
     topology = load_topology(args.topology)
-    if args.resize:
-        topology = resize(topology, args.resize)
-    source = read_model(args.model)
+    if args.resize is not None:
+        with flagged("--resize"):
+            topology = resize(topology, args.resize)
+    source = read_model(args.model, "--model")
     if source.defaulted:
         _warn_defaults(args.model, source)
     model = source.model
@@ -171,7 +231,9 @@ def build_request(args):
         if headroom >= 1:
             raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
     reserve = _memory_reserve(args.memory_reserve)
-    compute = compute_of(topology.device, model.precision, efficiency, topology.name)
+    compute = compute_of(topology.device, model.precision, efficiency, topology.name,
+                         matmul_precision="fp8" if args.fp8 else None, attention_kernel=args.attention_kernel)
+    check_device_figures(compute, topology.name, efficiency is not None, model.precision)
     if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes * (1 - headroom):
         from synth.units import format_bytes
 
@@ -180,7 +242,11 @@ def build_request(args):
     from synth.model.network import check_costable
 
     check_costable(topology)
-    limits = DegreeLimits(args.dp, args.tp, args.pp, args.cp if args.cp is not None else 1, args.max_tp, args.ep)
+    from synth.plan.formulas import attention_dominant
+
+    # Context parallelism is searched by default once attention dominates the layer's FLOPs.
+    cp = args.cp if args.cp is not None else (None if attention_dominant(model) else 1)
+    limits = DegreeLimits(args.dp, args.tp, args.pp, cp, args.max_tp, args.ep)
     constraints = tuple(parse_inside(text) for text in args.inside) + tuple(parse_factor(text) for text in args.factor)
     for constraint in constraints:
         if constraint.axis not in ("pp", "dp", "ep", "cp", "tp"):
@@ -190,13 +256,22 @@ def build_request(args):
     space = SearchSpace(micro_batches=micro, virtual=_integers(args.virtual_stages, "--virtual-stages"),
                         sequence_parallel=_switch(args.sequence_parallel),
                         recompute=_choices(args.recompute, ("none", "selective", "full"), "--recompute"),
-                        sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap)
-    if args.budget is not None and args.budget <= 0:
-        raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+                        sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap,
+                        zero_stages=_zero_stages(args.zero_stage), hsdp=_switch(args.hsdp),
+                        tp_overlap=not args.no_tp_overlap,
+                        overlap_param_gather=not args.no_param_overlap)
+    budget = _budget_seconds(args.budget) if args.budget is not None else DEFAULT_BUDGET_S
+    memory = None
+    if args.search_memory is not None:
+        from synth.units import parse_bytes
+
+        memory = parse_bytes(args.search_memory, where="--search-memory")
+        if memory <= 0:
+            raise UsageError(f"--search-memory {args.search_memory}: give a positive size, e.g. 4GiB")
     from synth.plan.launch import megatron_launchable
 
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,
-                       args.top, args.budget or DEFAULT_BUDGET_S,
+                       args.top, budget, memory,
                        placement_filter=megatron_launchable if args.launchable else None, memory_reserve=reserve)
 
 
@@ -209,7 +284,36 @@ def _memory_reserve(text: str):
         return DEFAULT_RESERVE
     if text.strip() == "0":
         return None
-    return fixed_reserve(parse_bytes(text, where="--memory-reserve"))
+    return fixed_reserve(parse_bytes(text, where="--memory-reserve"), "given with --memory-reserve")
+
+
+def _budget_seconds(text: str) -> float:
+    """--budget: a positive, finite number of seconds (`nan` and `inf` would switch the refusal off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"--budget {echo(text)}: give a positive, finite number of seconds, e.g. 600")
+    return value
+
+
+def _flags_for(error):
+    """The planner's errors (typed, values only) with the options that change them."""
+    from synth.plan.errors import LimitValueError, MissingFigureError, SearchBudgetError
+
+    if isinstance(error, LimitValueError):
+        return UsageError(f"--{error.limit.replace('_', '-')} {echo(error.value)}: give a positive integer")
+    if isinstance(error, MissingFigureError):
+        return UsageError(f"{error} (--efficiency)" if error.figure == "matmul_efficiency" else str(error))
+    if not isinstance(error, SearchBudgetError):
+        return error
+    fixes = {"placements": "fix a degree (--tp, --pp, --dp) or keep axes inside levels (--inside tp=gpu, --factor)",
+             "time": "fix a degree (--tp, --pp, --dp), keep axes inside levels (--inside tp=gpu), try fewer settings "
+                     "(--micro-batch, --recompute, --virtual-stages), or raise --budget (seconds)",
+             "memory": "fix a degree (--tp, --pp, --dp), keep axes inside levels (--inside tp=gpu), or raise "
+                       "--search-memory where the machine has more"}[error.over]
+    return UsageError(f"{error.facts}: {fixes}")
 
 
 def run_plan(args) -> int:
@@ -217,10 +321,18 @@ def run_plan(args) -> int:
         return _list_models()
     from synth.plan.search import check_size, estimate, plan
 
-    request = build_request(args)
-    size = estimate(request)
-    check_size(size, request)
-    result = plan(request, progress=_progress(size))
+    try:
+        request = build_request(args)
+        size = estimate(request)
+        check_size(size, request)
+    except UsageError as error:
+        raise _flags_for(error) from None
+    progress = _progress(size)
+    try:
+        result = plan(request, progress=progress, size=size)
+    finally:
+        if progress is not None:
+            progress.stop()  # the bar goes before the tables (also when Ctrl-C cut the search short)
     if not result.ranked:
         raise _nothing_fits(result)
     launchable = best_launchable(result)
@@ -228,8 +340,11 @@ def run_plan(args) -> int:
         _export(args.export, request, result, launchable)
     if args.json:
         print_json(plan_json(result, launchable))
-        return 0
-    _print_tables(result, launchable)
+    else:
+        _print_tables(result, launchable)
+    if result.interrupted_after is not None:
+        raise KeyboardInterrupt(f"interrupted after {result.interrupted_after} of {result.size.placements} placement(s): "
+                                f"the rows rank the candidates found on those")
     return 0
 
 
@@ -262,6 +377,7 @@ def _progress(size):
         progress.update(task, completed=done)
         if done >= total:
             progress.stop()
+    update.stop = progress.stop
     return update
 
 
@@ -315,22 +431,18 @@ def _export(path: str, request, result, launchable) -> None:
         document["best_launchable"] = None if launchable is None else {
             "step_s": launchable.step_s, "slower_than_winner": launchable.step_s / winner.step_s - 1,
             **launch_document(request.model, launchable)}
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1)
-            handle.write("\n")
-    except OSError as error:
-        raise UsageError(f"--export {path!r}: cannot write ({error.strerror})") from None
+    from synth.output_files import write_text
+
+    write_text(path, json.dumps(document, indent=1) + "\n", f"--export {path}")
 
 
 # --- output ----------------------------------------------------------------------------------------
 
 
 def _console(stderr: bool = False):
-    from rich.console import Console
+    from synth.commands.terminal import console
 
-    console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(width=200, stderr=stderr)
+    return console(stderr=stderr, piped_width=200)
 
 
 def _share(part: float, total: float) -> str:
@@ -370,13 +482,12 @@ def _route_text(route, prediction, costs) -> str:
 
 def programs_text(prediction, costs=None) -> str:
     """The program each reduction of the step runs, hidden or not."""
-    names = {"tensor": "TP", "data": "DP", "context": "CP", "pipeline": "PP", "embedding": "emb", "expert": "EP",
-             "expert-data": "expert DP"}
+    names = {"tensor": "TP", "data": "DP", "data-shard": "DP shard", "data-replica": "DP replica", "context": "CP",
+             "pipeline": "PP", "embedding": "emb", "expert": "EP", "expert-data": "expert DP"}
     return "\n".join(f"{names[route.name]}: {_route_text(route, prediction, costs)}" for route in prediction.routes)
 
 
 def _print_tables(result, launchable=None) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from synth.units import format_bytes, format_time
@@ -388,14 +499,14 @@ def _print_tables(result, launchable=None) -> None:
              f"{request.topology.device.name}): {result.evaluated} candidates, {len(result.ranked)} shown")
     caption = (f"{result.size.degrees} degree choices, {result.size.placements} placements; {result.dropped_memory} "
                f"candidates dropped (do not fit in the memory left); "
-               f"{result.bounded} stopped by the step-time bound; matmul efficiency {request.compute.efficiency:.3g}; "
+               f"{result.bounded} stopped by the step-time bound; {request.compute.text}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
     if result.filtered:
         caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
-    console.print(f"Model {escape(model_line(request.model))}", highlight=False, soft_wrap=True)
+    console.print(f"Model {(model_line(request.model))}", highlight=False, soft_wrap=True)
     console.print(f"Memory: {memory_text(request, result.ranked[0].degrees)} (the winner)", highlight=False,
                   soft_wrap=True)
-    table = Table(title=escape(title), caption=escape(caption))
+    table = Table(title=(title), caption=(caption))
     for name in ("#", "step", "tokens/s", "MFU", "memory"):
         table.add_column(name, justify="right", no_wrap=True)
     for name in ("degrees", "placement", "settings"):
@@ -426,27 +537,25 @@ def _print_tables(result, launchable=None) -> None:
 def _print_megatron(console, result, launchable) -> None:
     """The Megatron-LM launch line of the winner, or, when Megatron cannot number its layout,
     why not and the best layout it can launch."""
-    from rich.markup import escape
-
     from synth.plan.launch import megatron_command, megatron_order
     from synth.units import format_time
 
     model, winner = result.request.model, result.ranked[0]
     order = megatron_order(winner.placement)
     if launchable is winner:
-        console.print(f"Megatron-LM: {escape(megatron_command(model, winner))}\n  rank order: {escape(order.reason)}",
+        console.print(f"Megatron-LM: {(megatron_command(model, winner))}\n  rank order: {(order.reason)}",
                       highlight=False, soft_wrap=True)
         return
-    console.print(f"Megatron-LM cannot launch the winner: {escape(order.reason)}", highlight=False, soft_wrap=True)
+    console.print(f"Megatron-LM cannot launch the winner: {(order.reason)}", highlight=False, soft_wrap=True)
     if launchable is None:
         console.print("  no layout Megatron-LM can launch fits", highlight=False)
         return
     where = next((f"row {index}" for index, row in enumerate(result.ranked, 1) if row is launchable), "not in the table")
     console.print(
         f"Best launchable ({where}): {format_time(launchable.step_s)}, {100 * (launchable.step_s / winner.step_s - 1):.1f}% "
-        f"slower, {launchable.degrees.text} {escape(launchable.placement.to_text())} {launchable.settings.text}\n"
-        f"Megatron-LM: {escape(megatron_command(model, launchable))}\n"
-        f"  rank order: {escape(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
+        f"slower, {launchable.degrees.text} {(launchable.placement.to_text())} {launchable.settings.text}\n"
+        f"Megatron-LM: {(megatron_command(model, launchable))}\n"
+        f"  rank order: {(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
 
 
 def prediction_json(prediction, request, costs=None) -> dict:
@@ -480,12 +589,13 @@ def plan_json(result, launchable=None) -> dict:
         "architecture": describe_architecture(request.model),
         "topology": request.topology.name, "devices": request.topology.device_count,
         "device": request.topology.device.name, "peak_flops": request.compute.peak_flops,
-        "efficiency": request.compute.efficiency, "memory_limit_bytes": request.memory_limit,
+        "efficiency": request.compute.efficiency, "compute_model": request.compute.text,
+        "memory_limit_bytes": request.memory_limit,
         "memory_bytes": request.compute.memory_bytes, "memory_headroom": request.memory_headroom,
         "memory_reserve": request.memory_reserve.to_json() if request.memory_reserve else None,
         "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
-        "elapsed_s": result.elapsed_s,
+        "elapsed_s": result.elapsed_s, "cpu_s": result.cpu_s,
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
         "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
         "best_launchable": None if launchable is None else prediction_json(launchable, request, result.costs),

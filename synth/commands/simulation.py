@@ -49,36 +49,69 @@ def run_rank(args) -> int:
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
     check_search(hierarchies, args.max_len)
     check_costable(job.topology)
-    sections = []
-    for hierarchy in hierarchies:
-        ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
-        ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
-        for size, rows in zip(sizes, ranked):
-            if args.pareto:
-                rows = pareto_front(rows)
-            sections.append((size, hierarchy, ranker.lower_bound(size), rows))
+    sections, done = [], 0
+    try:
+        for hierarchy in hierarchies:
+            ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
+            ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
+            for size, rows in zip(sizes, ranked):
+                if args.pareto:
+                    rows = pareto_front(rows)
+                sections.append((size, hierarchy, (ranker.lower_bound(size), ranker.achievable_bound(size)), rows))
+            done += 1
+    except KeyboardInterrupt:  # show the placements ranked before it, then exit 130 saying so
+        if not sections:
+            raise
+        interrupted = f"interrupted after {done} of {len(hierarchies)} placement(s); the output holds those"
+    else:
+        interrupted = None
+    _print_sections(args, job, sections, reduce_axes, sizes)
+    if interrupted:
+        raise KeyboardInterrupt(interrupted)
+    return 0
+
+
+def _print_sections(args, job, sections, reduce_axes, sizes) -> None:
     if not sections:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group on every "
                               f"placement: there is nothing to rank")
     sections.sort(key=lambda section: section[0])  # per size, placements in their listed order
-    if args.json:
-        print_json([dict(row.to_json(), lower_bound_s=bound.time_s, backend=args.backend, estimate=args.estimate)
-                    for _, _, bound, rows in sections for row in rows])
-        return 0
-    from rich.console import Console
+    from synth.model.heldout import held_out_for_group  # the model's error on runs it was not built on (issue 16)
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: wide enough that no figure is cut
-        console = Console(width=PIPED_WIDTH)
+    held = {id(hierarchy): {size: held_out_for_group(job.topology, hierarchy.groups[0], size)
+                            for size in sizes} for _, hierarchy, _, _ in sections} if args.backend == "nccl" else {}
+    if args.json:
+        print_json([dict(row.to_json(), lower_bound_s=bounds[0].time_s, achievable_bound_s=bounds[1].time_s,
+                         achievable_ratio=row.time_s / bounds[1].time_s if bounds[1].time_s > 0 else 1.0,
+                         backend=args.backend, estimate=args.estimate,
+                         **_held_out_json(held.get(id(hierarchy), {}).get(size), row))
+                    for size, hierarchy, bounds, rows in sections for row in rows])
+        return
+    from synth.commands.terminal import console as text_console
+
+    console = text_console(piped_width=PIPED_WIDTH)  # piped or captured: wide enough that no figure is cut
     from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
 
     for size, hierarchy, bound, rows in sections:
         sure = model_error_for_group(job.topology, hierarchy.groups[0], "AllReduce", size).describe()
-        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure))
-    return 0
+        error = held.get(id(hierarchy), {}).get(size)
+        if error is not None:
+            sure += "\n" + error.describe()
+        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure, error))
 
 
-def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: str = ""):
+def within_error(row, error) -> bool:
+    """A predicted win no larger than the model's held-out median error: not told apart from none."""
+    return error is not None and not row.baseline and 1.0 < row.speedup <= 1.0 + error.median
+
+
+def _held_out_json(error, row) -> dict:
+    if error is None:
+        return {}
+    return {"held_out_error": error.median, "within_model_error": within_error(row, error)}
+
+
+def _table(topology_name: str, size: int, hierarchy, bounds, rows, args, sure: str = "", error=None):
     from rich.table import Table
 
     from synth.units import format_bandwidth, format_bytes, format_time
@@ -86,13 +119,16 @@ def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: st
     levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
-    caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); * default all-reduce; "
-               f"backend {args.backend}; {args.estimate} estimate" + (f"\n{sure}" if sure else ""))
+    bound, achievable = bounds
+    caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); achievable bound "
+               f"{format_time(achievable.time_s)} (each link at the rate NCCL reaches on it); * default all-reduce; "
+               + ("~ a win within the model's held-out error; " if error is not None else "")
+               + f"backend {args.backend}; {args.estimate} estimate" + (f"\n{sure}" if sure else ""))
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     widest_step = max((len(str(step)) for row in rows for step in row.program.steps), default=0)
     table.add_column("program", overflow="fold", min_width=widest_step + 1)
-    for name in ("time", "algbw", "busbw", "speedup", "vs bound"):
+    for name in ("time", "algbw", "busbw", "speedup", "vs bound", "vs achievable"):
         table.add_column(name, justify="right", no_wrap=True)
     if args.pareto:
         for name in ("extra mem", "comms", "calls"):
@@ -100,7 +136,8 @@ def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: st
     for index, row in enumerate(rows, 1):
         cells = [f"{index}{' *' if row.baseline else ''}", ";\n".join(map(str, row.program.steps)), format_time(row.time_s),
                  format_bandwidth(row.algbw_GBps * 1e9), format_bandwidth(row.busbw_GBps * 1e9),
-                 f"{row.speedup:.3f}x", f"{row.bound_ratio:.2f}x"]
+                 f"{row.speedup:.3f}x" + (" ~" if within_error(row, error) else ""), f"{row.bound_ratio:.2f}x",
+                 f"{row.time_s / achievable.time_s:.2f}x" if achievable.time_s > 0 else "-"]
         if args.pareto:
             cells += [format_bytes(row.extra_memory_bytes) if row.extra_memory_bytes else "0",
                       str(row.communicators), str(row.calls_per_device)]

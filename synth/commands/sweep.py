@@ -59,7 +59,9 @@ def write_csv(sweep: Sweep, path: Path) -> None:
     the JSON hold the same numbers."""
     from synth.analysis.sweep import FIELDS
 
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    from synth.output_files import writing
+
+    with writing(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(FIELDS)
         for row in sweep.rows:
@@ -69,16 +71,18 @@ def write_csv(sweep: Sweep, path: Path) -> None:
 
 def write_json(sweep: Sweep, path: Path, command: str, interrupted: bool = False) -> None:
     extra = {"interrupted": True} if interrupted else {}
-    path.write_text(json.dumps({"command": command, **extra, **sweep.to_json()}, indent=1) + "\n", encoding="utf-8")
+    from synth.output_files import write_text
+
+    write_text(path, json.dumps({"command": command, **extra, **sweep.to_json()}, indent=1) + "\n")
 
 
 def run_sweep_command(args) -> int:
-    from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
     from synth.analysis.programs import ProgramSets
     from synth.analysis.sweep import configurations, has_members, reduction_requests, run_sweep
+    from synth.commands.terminal import console as text_console
     from synth.model.network import check_costable
     from synth.placement import enumerate_placements
     from synth.search import MAX_PROGRAM_LENGTH
@@ -95,9 +99,9 @@ def run_sweep_command(args) -> int:
     total = configurations(len(placements), job.axes, len(sizes))
     started = time.perf_counter()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+                        TimeRemainingColumn(), console=text_console(stderr=True, piped_width=None), transient=False)
     # One placement at a time, so Ctrl-C keeps every placement finished so far.
-    program_sets, parts, interrupted = ProgramSets(), [], False
+    program_sets, times_cache, parts, interrupted = ProgramSets(), {}, [], False
     try:
         with progress:
             task = progress.add_task("sweep", total=total)
@@ -108,7 +112,7 @@ def run_sweep_command(args) -> int:
             for placement in placements:
                 parts.append(run_sweep(job.topology, [placement], job.axes, sizes, backend=args.backend,
                                        max_len=args.max_len, hierarchy_kind=args.hierarchy, program_sets=program_sets,
-                                       on_pair=advance))
+                                       on_pair=advance, times_cache=times_cache))
             progress.update(task, description="sweep")
     except KeyboardInterrupt:
         interrupted = True

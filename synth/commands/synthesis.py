@@ -42,9 +42,9 @@ def register(subparsers) -> None:
 
 
 def run_topologies(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from synth.commands.terminal import console as text_console
     from synth.topology_file import builtin_topology_names, load_topology
 
     rows = []
@@ -58,7 +58,7 @@ def run_topologies(args) -> int:
     table = Table("name", "levels", "devices", "description")
     for row in rows:
         table.add_row(row["name"], ",".join(f"{k}={v}" for k, v in row["levels"].items()), str(row["devices"]), row["description"])
-    Console().print(table)
+    text_console(piped_width=None).print(table)
     return 0
 
 
@@ -76,15 +76,16 @@ def run_placements(args) -> int:
                  "groups": {name: p.axis_groups(name) for name in job.axis_names}}))
         sys.stdout.write("\n]\n")
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from synth.commands.terminal import console as text_console
 
     table = Table("#", "matrix", *(f"{name} groups" for name in job.axis_names))
     for index, p in enumerate(placements, 1):
         table.add_row(str(index), p.to_text(), *(_short_groups(p, name) for name in job.axis_names))
     table.title = (f"{table.row_count} placement(s) of {args.axes} on {job.topology.name} "
                    f"(columns: {','.join(job.topology.level_names)})")
-    Console().print(table)
+    text_console(piped_width=None).print(table)
     return 0
 
 
@@ -124,9 +125,9 @@ def search_progress(label: str):
     if not sys.stderr.isatty():
         yield None
         return
-    from rich.console import Console
+    from synth.commands.terminal import console as text_console
 
-    console = Console(stderr=True)
+    console = text_console(stderr=True, piped_width=None)
     with console.status(label) as status:
         def update(stats):
             status.update(f"{label}: {stats.expanded} states expanded, {stats.programs} programs (Ctrl-C stops)")

@@ -318,9 +318,9 @@ def _claim(path: Path, text: str) -> None:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    from synth.output_files import write_text
+
+    write_text(path, text)
 
 
 # --- signals -----------------------------------------------------------------------------------

@@ -137,7 +137,9 @@ def write_csv(path: Path, rows: list[BenchRow], header: list[str]) -> None:
                "check", "measured_rank"]
     if predicted:
         columns += ["predicted_time_us", "predicted_algbw_gbs", "predicted_busbw_gbs", "simulator_rank"]
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    from synth.output_files import writing
+
+    with writing(path, newline="") as handle:
         for line in header:
             handle.write(f"# {line}\n")
         writer = csv.writer(handle)
@@ -151,3 +153,76 @@ def write_csv(path: Path, rows: list[BenchRow], header: list[str]) -> None:
                 values += ["", "", "", ""] if p is None else [f"{p.seconds * 1e6:.3f}", f"{p.algbw / 1e9:.6g}",
                                                              f"{p.busbw / 1e9:.6g}", p.rank]
             writer.writerow(values)
+
+
+# --- notes: predictions that do not apply ----------------------------------------------------
+
+FAR_OFF = 2.0  # predicted / measured beyond this factor (either way): the figures are not this run's
+SHARED_GPUS_NOTE = ("several ranks shared one GPU, so NCCL connected them over its socket transport: the predicted "
+                    "columns are {topology}'s links, not this run's transport")
+
+
+def calibrated_setup(topology: Topology) -> tuple[frozenset[str], str | None]:
+    """(the backends the topology's figures were fitted for, the emulated cluster's scale when
+    they were fitted there): from its [[calibration]] records and its figures' sources, and its
+    description ("... on the emulated cluster ... at scale 1/256", as the shipped ones say)."""
+    import re
+
+    backends = {record.backend for record in topology.calibration if record.backend}
+    for level in topology.levels:
+        for figure in (level.bandwidth, level.latency):
+            source = figure.source if figure is not None else ""
+            found = re.match(r"fitted by synth calibrate \((?:backend (\w+)|(NCCL) model)", source)
+            if found:
+                backends.add((found.group(1) or found.group(2)).lower())
+    scale = None
+    if "emulated cluster" in topology.description:
+        found = re.search(r"at scale ([0-9./]+[0-9])", topology.description)
+        scale = found.group(1) if found else "?"
+    return frozenset(backends), scale
+
+
+def setup_notes(topology: Topology, backend: str, emulated: bool, scale: str | None) -> list[str]:
+    """What makes the predicted columns not this run's: a calibration for another backend, or
+    made on the emulated cluster when this run is not emulated (or the other way round)."""
+    backends, calibrated_scale = calibrated_setup(topology)
+    notes = []
+    if backends and backend not in backends:
+        notes.append(f"{topology.name} was calibrated with {'/'.join(sorted(backends))} measurements and this run uses "
+                     f"{backend}: the predicted columns are another library's times; calibrate from this run's CSV "
+                     f"(synth calibrate CSV -t {topology.name} -o mine.toml) and pass it with -t")
+    if calibrated_scale is not None and not emulated:
+        notes.append(f"{topology.name} was calibrated on the emulated cluster (synth emulate) at scale "
+                     f"{calibrated_scale} and this run is not emulated: the predicted columns are the emulated links' "
+                     f"times, not this machine's; run it with --emulate, or calibrate from this run's CSV")
+    elif calibrated_scale is not None and scale is not None and _fraction(scale) != _fraction(calibrated_scale):
+        notes.append(f"{topology.name} was calibrated on the emulated cluster at scale {calibrated_scale}, this run "
+                     f"emulates scale {scale}: give --scale {calibrated_scale}")
+    elif backends and calibrated_scale is None and emulated:
+        notes.append(f"{topology.name} was not calibrated on the emulated cluster: the predicted columns are another "
+                     f"system's times")
+    return notes
+
+
+def _fraction(text: str):
+    from fractions import Fraction
+
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return text
+
+
+def far_off_note(rows: list[BenchRow], topology: Topology) -> str | None:
+    """A note when the predictions are far from what was measured (median ratio over rows)."""
+    ratios = sorted(row.prediction.seconds / row.seconds for row in rows
+                    if row.prediction is not None and row.seconds > 0 and row.prediction.seconds > 0)
+    if not ratios:
+        return None
+    median = ratios[len(ratios) // 2]
+    if 1 / FAR_OFF <= median <= FAR_OFF:
+        return None
+    how = f"{median:.3g}x the measured times" if median > 1 else f"1/{1 / median:.3g} of the measured times"
+    return (f"the predictions are {how} (median over {len(ratios)} rows, {ratios[0]:.3g}x to {ratios[-1]:.3g}x): "
+            f"{topology.name}'s figures do not describe this run; the predicted columns rank the programs, they do "
+            f"not time them here; calibrate from this CSV (synth calibrate CSV -t {topology.name} -o mine.toml)")

@@ -85,6 +85,9 @@ def render(plan: Plan, provenance: Provenance) -> str:
         f"#define NUM_STEPS {len(program.steps)}",
         f"#define REDUCTION_COMM {program.reduction}",
         f"static const char PROGRAM_TEXT[] = {c_string(program.text)};",
+        f"static const char COMMAND[] = {c_string(provenance.command)};",
+        "static const char REDUCTION_GROUPS[] = " + c_string(json.dumps(
+            [list(group) for group in plan.communicators[program.reduction].groups], separators=(",", ":"))) + ";",
         "// Communicators: color (group index, -1 = NCCL_SPLIT_NOCOLOR) and key (rank inside) per global rank.",
         _table("COMM_COLOR", colors, "NUM_COMMS][WORLD_SIZE"),
         _table("COMM_KEY", keys, "NUM_COMMS][WORLD_SIZE"),

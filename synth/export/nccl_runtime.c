@@ -134,7 +134,9 @@ static long double power(long double base, int exponent) {
   return result;
 }
 
-static long long parse_size(const char *text) {
+// A size as synth's --bytes reads it (synth/units.py); `flag` (-b/-e, nccl-tests' flags): as
+// nccl-tests reads them, the letter after the number decides, so 1MB is 2^20 there.
+static long long parse_size(const char *text, int flag) {
   char *end;
   while (*text == ' ') text++;
   if (!*text || *text == '-') return -1;
@@ -157,6 +159,13 @@ static long long parse_size(const char *text) {
     if (!strcmp(unit, iec[i])) scale = power(1024.0L, i + 1);
   for (int i = 0; si[i]; i++)
     if (!strcmp(unit, si[i]) || (i == 0 && !strcmp(unit, "KB"))) scale = power(1000.0L, i + 1);
+  if (flag && length >= 1) {
+    const char *rest = unit + 1, *letters = "KMGTP";
+    for (int i = 0; letters[i]; i++)
+      if ((unit[0] == letters[i] || unit[0] == letters[i] + ('a' - 'A')) &&
+          (!strcmp(rest, "") || !strcmp(rest, "B") || !strcmp(rest, "iB")))
+        scale = power(1024.0L, i + 1);
+  }
   if (scale < 0 || !(value > 0) || !(value * scale <= (long double)MAX_BYTES)) return -1;
   long double bytes = value * scale;
   if (bytes != (long double)(long long)bytes) return -1;
@@ -353,9 +362,9 @@ int main(int argc, char **argv) {
   long long factor = 2;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--bytes") && value) { low = high = parse_size(value); sized = 1; i++; }
-    else if ((!strcmp(a, "-b") || !strcmp(a, "--minbytes")) && value) { low = parse_size(value); sweep |= 1; i++; }
-    else if ((!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) && value) { high = parse_size(value); sweep |= 2; i++; }
+    if (!strcmp(a, "--bytes") && value) { low = high = parse_size(value, 0); sized = 1; i++; }
+    else if ((!strcmp(a, "-b") || !strcmp(a, "--minbytes")) && value) { low = parse_size(value, 1); sweep |= 1; i++; }
+    else if ((!strcmp(a, "-e") || !strcmp(a, "--maxbytes")) && value) { high = parse_size(value, 1); sweep |= 2; i++; }
     else if ((!strcmp(a, "-f") || !strcmp(a, "--stepfactor")) && value) { factor = atoll(value); i++; }
     else if ((!strcmp(a, "-n") || !strcmp(a, "--iters")) && value) { iters = atoi(value); i++; }
     else if ((!strcmp(a, "-w") || !strcmp(a, "--warmup")) && value) { warmup = atoi(value); i++; }
@@ -455,8 +464,10 @@ int main(int argc, char **argv) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   if (g_rank == 0) {
+    printf("# command: %s\n", COMMAND);  // what exported it: `synth calibrate` reads the topology from it
     printf("# program: %s\n# %d ranks, reduction groups of n = %d, type %s, %d iteration(s) after %d warm-up run(s) "
            "(-n %d -w %d)\n", PROGRAM_TEXT, WORLD_SIZE, CHUNKS, TYPE_NAMES[type], iters, warmup, iters, warmup);
+    printf("# reduction groups: %s\n", REDUCTION_GROUPS);
     if (shared) printf("# several ranks share a GPU: each has its own NCCL_HOSTID, so NCCL connects them over sockets\n");
   }
 

@@ -179,13 +179,14 @@ def build_plan(entries) -> Plan:
                         calls[rank] = (ranks, key, call.lo, call.hi, root)
             index = intern(groups)
             comm = communicators[index]
+            color = {group: position for position, group in enumerate(comm.groups)}  # not .index: W^2/g
             rank_calls = []
             for value in calls:
                 if value is None:
                     rank_calls.append(None)
                     continue
                 ranks, key, lo, hi, root = value
-                rank_calls.append(RankCall(comm.groups.index(ranks), key, len(ranks), lo, hi, root))
+                rank_calls.append(RankCall(color[ranks], key, len(ranks), lo, hi, root))
             steps.append(PlanStep(str(lowered_step.step), lowered_step.collective, index, tuple(rank_calls)))
         programs.append(ProgramPlan(entry.label, str(entry.program), hierarchy.group_size, reduction, tuple(steps)))
     return Plan(world_size, tuple(communicators), tuple(programs))

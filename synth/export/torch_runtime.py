@@ -34,17 +34,26 @@ import torch
 import torch.distributed as dist
 
 MAX_BYTES = 2**50
-_NUMBER = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*\Z", re.DOTALL)
+_NUMBER = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(.*?)\s*\Z", re.DOTALL)
 _UNIT = re.compile(r"(?:([kKMGTP])(i?))?B\Z")
+_FLAG_UNIT = re.compile(r"[kKmMgGtTpP]i?B?\Z")
 
 
-def parse_size(text):
+def parse_flag_size(text):
+    """-b/-e: a size as nccl-tests' own -b/-e read it ('1MB' is 2^20)."""
+    return parse_size(text, nccl_tests=True)
+
+
+def parse_size(text, nccl_tests=False):
     """Bytes, as synth's own --bytes reads them (synth/units.py, held equal by the tests):
     nccl-tests' '8M', '1G' (a bare K, M, G or T in either case: binary), '64KiB', '32MiB'
-    (binary), '1MB' (decimal), '1048576'; a whole number of bytes from 1 to 1 PiB."""
+    (binary), '1MB' (decimal), '1048576'; a whole number of bytes from 1 to 1 PiB.
+    `nccl_tests` (-b/-e, nccl-tests' flags): the letter decides, '1MB' is 2^20 as there."""
     match = _NUMBER.match(text)
     unit = match.group(2) if match else None
-    if match and unit in tuple("kKmMgGtT"):
+    if match and nccl_tests and _FLAG_UNIT.match(unit):
+        scale = 2 ** (10 * ("kmgtp".index(unit[0].lower()) + 1))
+    elif match and unit in tuple("kKmMgGtT"):
         scale = 2 ** (10 * ("kmgt".index(unit.lower()) + 1))
     elif match and unit == "":
         scale = 1
@@ -73,8 +82,9 @@ def parse_args(argv):
     parser.add_argument("--bytes", type=parse_size, action="append", default=[], metavar="S",
                         help="buffer size per device, e.g. 32M (binary, as nccl-tests), 32MiB or 33554432; "
                              "repeatable (default 32M)")
-    parser.add_argument("-b", "--minbytes", type=parse_size, help="smallest size of a sweep (nccl-tests -b)")
-    parser.add_argument("-e", "--maxbytes", type=parse_size, help="largest size of a sweep (nccl-tests -e)")
+    parser.add_argument("-b", "--minbytes", type=parse_flag_size,
+                        help="smallest size of a sweep (nccl-tests -b: 1M, 1MB and 1MiB are all 2^20)")
+    parser.add_argument("-e", "--maxbytes", type=parse_flag_size, help="largest size of a sweep (nccl-tests -e)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep factor (nccl-tests -f, default 2)")
     parser.add_argument("-n", "--iters", type=int, default=20, help="timed runs per size (nccl-tests -n, default 20)")
     parser.add_argument("-w", "--warmup", type=int, default=5,
@@ -327,6 +337,8 @@ def main(plan, argv=None):
     comms = Communicators(plan, backend, rank)
     sizes = sizes_of(args)
     say = print if rank == 0 else (lambda *a, **k: None)
+    if plan.get("command"):  # what exported it: `synth calibrate` reads the topology from it
+        say(f"# command: {plan['command']}")
     say(f"# {len(plan['programs'])} program(s) on {world} ranks, backend {backend}, type {args.dtype}, "
         f"{args.iters} iteration(s) after {args.warmup} warm-up run(s) (-n {args.iters} -w {args.warmup})")
     if shared:
@@ -337,6 +349,7 @@ def main(plan, argv=None):
         groups = plan["communicators"][program["reduction"]]
         say(f"#\n# program {index}{' (' + program['label'] + ')' if program['label'] else ''}: {program['text']}")
         say(f"# {len(groups)} reduction group(s) of n = {n} ranks; the buffer is cut into {n} chunks")
+        say(f"# reduction groups: {json.dumps(groups, separators=(',', ':'))}")
         say(HEADER)
         rows = []
         for nbytes in sizes:
@@ -371,7 +384,10 @@ def main(plan, argv=None):
         say("# check passed: every program equals the all_reduce over its reduction groups")
     if rank == 0 and args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
-            json.dump({"backend": backend, "torch": torch.__version__, "world_size": world, "iters": args.iters,
+            programs = [{"label": program["label"], "text": program["text"],
+                         "reduction_groups": plan["communicators"][program["reduction"]]} for program in plan["programs"]]
+            json.dump({"format": "synth-export-results", "command": plan.get("command"), "programs": programs,
+                       "backend": backend, "torch": torch.__version__, "world_size": world, "iters": args.iters,
                        "warmup": args.warmup, "dtype": args.dtype, "shared_gpus": shared, "checked": args.check,
                        "results": results, "baselines": baseline_rows}, handle, indent=1)
     dist.barrier()

@@ -68,7 +68,7 @@ def render(plan: Plan, provenance: Provenance) -> str:
     for index, program in enumerate(plan.programs):
         label = f" [{program.label}]" if program.label else ""
         lines.append(comment(f"  {index}{label}: {program.text}"))
-    data = json.dumps(plan_data(plan), sort_keys=True, separators=(",", ":"))
+    data = json.dumps(dict(plan_data(plan), command=provenance.command), sort_keys=True, separators=(",", ":"))
     return "\n".join(lines) + "\n\n" + runtime_source().rstrip() + "\n\n\n" + (
         f"PLAN = json.loads({data!r})\n\n"
         "if __name__ == \"__main__\":\n"

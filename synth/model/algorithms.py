@@ -54,72 +54,13 @@ are its traffic, and its estimate of a call alone is the flow model's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from synth.errors import UsageError
 
-if TYPE_CHECKING:
-    from synth.model.backend import CallSite
-
-Flow = tuple[int, int, float]  # (from member index, to member index, fraction of B)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What an algorithm needs to know about the members of one call."""
-
-    size: int
-    nodes: tuple[tuple[int, ...], ...]  # member indices of each node, in member order
-    hop_latency: tuple[tuple[float, ...], ...]  # s, [a][b]: latency of a message from a to b
-    outer_latency: float  # s, latency of the outermost level the group spans
-    inner_latency: float  # s, latency of the innermost level (hops inside a node)
-
-    @cached_property
-    def _node_index(self) -> dict[int, int]:
-        return {member: index for index, node in enumerate(self.nodes) for member in node}
-
-    def node_of(self, member: int) -> int:
-        return self._node_index[member]
-
-
-@dataclass(frozen=True)
-class Phase:
-    latency_s: float
-    flows: tuple[Flow, ...]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One algorithm for one call: phases in order, scratch memory per member, and the
-    fraction of the links' rate its transfers reach (its flows occupy links 1/efficiency as
-    long as their bytes alone would: protocol overheads, achieved bandwidth)."""
-
-    algorithm: str
-    phases: tuple[Phase, ...]
-    extra_memory: float = 0.0  # scratch bytes per member, as a fraction of B
-    efficiency: float = 1.0
-
-
-def call_layout(coords: np.ndarray, level_latencies) -> Layout:
-    """The shape of one call whose members sit at `coords` ([member, level]), with the given
-    latency per level: nodes, hop latencies, and the outermost and innermost latencies."""
-    coords = np.asarray(coords)
-    nodes: dict[tuple, list[int]] = {}
-    for index, row in enumerate(coords.tolist()):
-        nodes.setdefault(tuple(row[:-1]), []).append(index)
-    latency_of_level = np.asarray(level_latencies, dtype=float)
-    differs = coords[:, None, :] != coords[None, :, :]
-    hop = np.where(differs.any(axis=-1), latency_of_level[differs.argmax(axis=-1)], 0.0)
-    spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l].tolist())) > 1]
-    outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
-    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), tuple(map(tuple, hop.tolist())),
-                  outer, float(latency_of_level[-1]))
-
+from synth.model.backend import CallSite, Flow, Layout, Phase, Plan, call_layout  # noqa: F401 - the seam's vocabulary
 
 Algorithm = Callable[[Layout], Plan]
 
@@ -407,35 +348,11 @@ GLOO = Backend(
 )
 
 
-class _Backends(Mapping):
-    """The backends by name: `nccl` (NCCL as measured, synth/model/nccl_backend.py, loaded on
-    first use: it builds on this module) and `gloo`."""
+def __getattr__(name: str):
+    """`BACKENDS` and `resolve_backend` live in synth/model/backends.py (the registry builds on
+    this module and on the NCCL backend; importing it here would close a circle)."""
+    if name in ("BACKENDS", "resolve_backend"):
+        from synth.model import backends
 
-    NAMES = ("nccl", "gloo")
-
-    def __getitem__(self, name: str):
-        if name == "nccl":
-            from synth.model.nccl_backend import NCCL_MEASURED
-
-            return NCCL_MEASURED
-        if name == "gloo":
-            return GLOO
-        raise KeyError(name)
-
-    def __iter__(self):
-        return iter(self.NAMES)
-
-    def __len__(self) -> int:
-        return len(self.NAMES)
-
-
-BACKENDS = _Backends()
-
-
-def resolve_backend(backend):
-    """A backend by name, or the backend object given (any synth.model.backend.CallModel)."""
-    if not isinstance(backend, str):
-        return backend
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    return BACKENDS[backend]
+        return getattr(backends, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

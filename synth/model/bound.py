@@ -44,6 +44,14 @@ S into it and receive the sum, so at the cut around each device only the second 
 
 The bound is affine in S (every byte count above is a multiple of S), so it is computed once
 per context as a line: `time(S) = latency + S * seconds per byte`.
+
+The achievable bound (`achievable_line`) is the same cut with each level's links (and uplinks)
+at the rate NCCL reaches on them instead of their line rate: the efficiency the NCCL model
+charges on that level (synth/model/nccl_hardware.py level_efficiencies: NCCL's own per-link
+figure, e.g. 20 of 25 GB/s per NVLink3 link, or a calibrated one), and NVLS's efficiency where
+the switch reduces. The cost model charges those efficiencies, so a program can reach the
+achievable bound but not the physical one: the achievable ratio says whether synthesis left
+speed behind, the physical ratio what the hardware would allow.
 """
 
 from __future__ import annotations
@@ -82,17 +90,19 @@ class BoundLine:
         return self.latency_s + np.asarray(sizes, dtype=np.int64) * self.seconds_per_byte
 
 
-def exit_capacity(topology: Topology, level: int, spanned: int = 0) -> float:
+def exit_capacity(topology: Topology, level: int, spanned: int = 0, rates: tuple[float, ...] | None = None) -> float:
     """Bytes/s that can leave one unit of `level` towards members of groups whose outermost
-    spanned level is `spanned` (the min-cut described in the module docstring)."""
+    spanned level is `spanned` (the min-cut described in the module docstring); `rates`, per
+    level, the share of its line rate counted (1: the line rate)."""
     levels = topology.levels
-    capacity = sum(levels[j].bandwidth.value for j in range(spanned, level + 1))
+    rates = rates or (1.0,) * len(levels)
+    capacity = sum(levels[j].bandwidth.value * rates[j] for j in range(spanned, level + 1))
     for inner in range(len(levels) - 1, level - 1, -1):
         if inner < len(levels) - 1:
             capacity *= levels[inner + 1].size
         uplinks = levels[inner].uplinks
         if uplinks is not None:
-            capacity = min(capacity, uplinks.count * uplinks.bandwidth.value)
+            capacity = min(capacity, uplinks.count * uplinks.bandwidth.value * rates[inner])
     return capacity
 
 
@@ -122,6 +132,20 @@ def required_bytes(context: CostContext, level: int) -> float:
 @lru_cache(maxsize=1024)
 def bound_line(context: CostContext) -> BoundLine:
     """The busiest cut's time for the bytes any correct all-reduce moves across it, per byte."""
+    return _line(context, None)
+
+
+@lru_cache(maxsize=1024)
+def achievable_line(context: CostContext) -> BoundLine:
+    """The bound with every link at the rate NCCL reaches on it (module docstring); the
+    physical bound where the topology has no NCCL figures."""
+    from synth.model.nccl_hardware import level_efficiencies
+
+    rates = level_efficiencies(context.topology)
+    return _line(context, rates)
+
+
+def _line(context: CostContext, rates: tuple[float, ...] | None) -> BoundLine:
     topology = context.topology
     if context.group_size == 1:
         return BoundLine(0.0, 0.0, "")
@@ -130,13 +154,18 @@ def bound_line(context: CostContext) -> BoundLine:
     best, best_level, best_bytes = 0.0, spanned, 0.0
     for level in range(spanned, len(topology.levels)):  # outer units hold whole groups
         needed = required_bytes(context, level)
-        seconds = needed / exit_capacity(topology, level, spanned)
+        seconds = needed / exit_capacity(topology, level, spanned, rates)
         if seconds > best:
             best, best_level, best_bytes = seconds, level, needed
     name = topology.levels[best_level].name
     described = (f"{name} units: {best_bytes:.3g} S out through "
-                 f"{exit_capacity(topology, best_level, spanned) / 1e9:.4g} GB/s")
+                 f"{exit_capacity(topology, best_level, spanned, rates) / 1e9:.4g} GB/s")
     return BoundLine(topology.levels[spanned].latency.value, best, described)
+
+
+def achievable_bound(context: CostContext, bytes_per_device: int) -> LowerBound:
+    """The achievable bound at one size (each link at the rate NCCL reaches on it)."""
+    return achievable_line(context).at(bytes_per_device)
 
 
 def lower_bound(context: CostContext, bytes_per_device: int) -> LowerBound:

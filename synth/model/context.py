@@ -16,7 +16,8 @@ import numpy as np
 
 from synth.errors import UsageError
 from synth.hierarchy import SynthesisHierarchy
-from synth.model.algorithms import Backend, resolve_backend
+from synth.model.algorithms import Backend
+from synth.model.backends import resolve_backend
 from synth.model.backend import CallModel
 from synth.model.network import Network, check_costable, network_for
 from synth.topology import Level, Topology

@@ -72,8 +72,11 @@ class ProgramCost:
 
 def bus_factor(n: int) -> float:
     """nccl-tests' all-reduce bus bandwidth factor 2(n-1)/n (doc/PERFORMANCE.md): the share of
-    the data each rank must send and receive, so busbw compares with the link speed."""
-    return 2 * (n - 1) / n
+    the data each rank must send and receive, so busbw compares with the link speed; the
+    all-reduce record's (synth/collectives.py), the one definition."""
+    from synth.collectives import RECORDS
+
+    return RECORDS["AllReduce"].bus_factor(n)
 
 
 def baseline_program(hierarchy: SynthesisHierarchy) -> Program:

@@ -49,9 +49,10 @@ from functools import lru_cache
 from synth.model import nccl_tables as T
 
 COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce")
-INTRA_KINDS = ("nvswitch", "nvlink", "pcie", "none")
-NET_KINDS = ("infiniband", "roce", "ethernet", "loopback")
-TRANSPORTS = ("ib", "socket", "plugin")
+from synth.model.nccl_names import INTRA_LINK_KINDS, NETWORK_LINK_KINDS, TRANSPORTS  # noqa: E402,F401
+
+INTRA_KINDS = INTRA_LINK_KINDS + ("none",)  # "none": one GPU per node
+NET_KINDS = NETWORK_LINK_KINDS
 PAYLOAD = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}  # src/include/device.h: LL line 8 B = 4 B data + flag
 
 # Pipeline fill of NVLS trees (Simple): before every channel streams, the first chunk
@@ -138,6 +139,8 @@ class Hardware:
     protocols: tuple[str, ...] = ()  # NCCL_PROTO
     buffsize: int = T.BUFFER["Simple"]  # NCCL_BUFFSIZE: the Simple protocol's buffer per connection
     protocol_figures: tuple[ProtocolFigures, ...] = ()  # fitted per-protocol factors (none: NCCL's own)
+    gpus_per_thread: int = 1  # GPUs one host thread launches each call on (nccl-tests -g N); 1: a process per GPU
+    cuda_graphs: bool = False  # calls replayed from CUDA graphs: no per-call host launch
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""
@@ -200,21 +203,24 @@ class Tuning:
     channels: int
     nvls_channels: int
     graphs: tuple[Graph, ...]
+    # (algorithm, protocol) -> (latency_us, bandwidth, cap): a dict look-up, since a planner asks
+    # for entries millions of times (a linear scan took 9-14% of a plan's CPU)
+    table: dict = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "table", {(a, p): (latency, bandwidth, cap)
+                                           for a, p, latency, bandwidth, cap in reversed(self.entries)})  # the first entry wins, as a scan
 
     def get(self, algorithm: str, protocol: str) -> tuple[float, float]:
         """(latency us, algorithm bandwidth GB/s) as NCCL prints them (NCCL_DEBUG_SUBSYS=TUNING)."""
-        for a, p, latency, bandwidth, _ in self.entries:
-            if (a, p) == (algorithm, protocol):
-                return latency, bandwidth
-        return 0.0, 0.0
+        entry = self.table.get((algorithm, protocol))
+        return (entry[0], entry[1]) if entry is not None else (0.0, 0.0)
 
     def cap(self, algorithm: str, protocol: str) -> float:
         """The part of NCCL's bandwidth that is a measured ceiling (LL's llMaxBw, the LL128 and
         tree per-channel maxima, tuning.cc:256-260), as algorithm GB/s; inf where none applies."""
-        for a, p, _, _, cap in self.entries:
-            if (a, p) == (algorithm, protocol):
-                return cap
-        return math.inf
+        entry = self.table.get((algorithm, protocol))
+        return entry[2] if entry is not None else math.inf
 
 
 @dataclass(frozen=True)
@@ -267,12 +273,11 @@ class Estimate:
 
 
 def bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw (doc/PERFORMANCE.md)."""
-    if collective == "AllReduce":
-        return 2 * (ranks - 1) / ranks
-    if collective in ("ReduceScatter", "AllGather"):
-        return (ranks - 1) / ranks
-    return 1.0
+    """nccl-tests' busbw / algbw (doc/PERFORMANCE.md): the one definition, the collective's
+    record (synth/collectives.py)."""
+    from synth.collectives import RECORDS
+
+    return RECORDS[collective].bus_factor(ranks)
 
 
 # --- what NCCL's topology sees ------------------------------------------------------------------
@@ -490,7 +495,16 @@ def as_nccl_sees(hardware: Hardware) -> Hardware:
     network = hardware.network
     if network is not None:
         network = replace(network, link=replace(network.link, efficiency=1.0, efficiency_source=""), stages=None)
-    return replace(hardware, intra=intra, network=network, overhead_s=0.0, protocol_figures=())
+    return replace(hardware, intra=intra, network=network, overhead_s=0.0, protocol_figures=(), gpus_per_thread=1,
+                   cuda_graphs=False)
+
+
+def launch_floor_s(hardware: Hardware) -> float:
+    """The least time a call takes when calls follow each other: what the host spends launching
+    it on every GPU its thread drives (nccl_tables.LAUNCH_US_PER_GPU); none under CUDA graphs."""
+    if hardware.cuda_graphs:
+        return 0.0
+    return max(1, hardware.gpus_per_thread) * T.LAUNCH_US_PER_GPU * 1e-6
 
 
 @lru_cache(maxsize=4096)
@@ -851,6 +865,9 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         chunk = min(chunk_bytes(table, hardware, call, algorithm, protocol, channels), call.nbytes / channels)
         fill = stages * chunk / per_channel
     latency = latency_us * 1e-6 + hardware.overhead_s
+    floor = launch_floor_s(hardware)
+    if latency + fill + transfer < floor:  # the GPUs wait for the host (a launch floor, not an added latency)
+        latency = floor - fill - transfer
     loads = []
     if intra_load > 0:
         loads.append(Load("intra", intra_load * call.nbytes, intra_cap))
@@ -870,10 +887,24 @@ def _protocol_cap(table: Tuning, call: Call, algorithm: str, protocol: str) -> f
 
 def _socket_capacity(hardware: Hardware, call: Call, channels: int) -> float:
     """Bytes/s a node's traffic can leave it over TCP: every channel crossing the node boundary
-    is one connection of `sockets` streams, each at most `stream_bandwidth`
-    (net_socket.cc:279-330, 557)."""
+    is one connection of `sockets` streams (net_socket.cc:279-330, 557), each at most
+    `stream_bandwidth` when one GPU of the host is in the call, and that shared by the host's
+    GPUs in the call otherwise (`host_stream_share`)."""
     network = hardware.network
-    return channels * max(1, network.sockets) * network.stream_bandwidth
+    return channels * max(1, network.sockets) * network.stream_bandwidth * host_stream_share(call)
+
+
+def host_stream_share(call: Call) -> float:
+    """The share of a TCP stream's rate one connection gets when `ranks_per_node` GPUs of a host
+    are in the call. Sockets move host memory (no GPUDirect): every GPU of the call has a proxy
+    thread on the host that polls its connections and, on the channels that cross, copies each
+    step between the GPU's FIFO and the socket through the host's one TCP stack (and, in a
+    VM, its one virtual NIC's queues). The host's per-flow work is shared by all of them, so a
+    stream moves 1/ranks_per_node of what it moves with one GPU per host. NVIDIA/nccl#209
+    (GCP N1, 8 V100 per VM, 32 Gb/s): one GPU per VM reaches the line (2 x 1, 8 streams per
+    connection: 31 Gb/s busbw; 4 x 1, 16 streams: 30.8), 8 GPUs per VM do not (2 x 8, 4
+    streams: 14.7 Gb/s; 4 x 8, 12 streams: 22.5), which no per-stream rate alone gives."""
+    return 1.0 / max(1, call.ranks_per_node)
 
 
 def socket_streams(vendor: str, threads: int | None = None, sockets_per_thread: int | None = None) -> int:

@@ -24,9 +24,9 @@ import numpy as np
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model import nccl_tables as T
-from synth.topology import Figure, Level, Topology
+from synth.topology import Figure, Level, NcclSystem, Topology
 
-NETWORK_KINDS = ("infiniband", "roce", "ethernet", "loopback")
+NETWORK_KINDS = nccl.NET_KINDS
 DEFAULT_STREAM = Figure(25e9 / 8, "NCCL user guide, NCCL_SOCKET_NTHREADS: 'for generic 100G networks, this value can be "
                                   "manually set to 4', i.e. about 25 Gb/s per helper thread and its socket")
 
@@ -82,12 +82,60 @@ def nccl_view(topology: Topology) -> NcclView:
     if node_level is not None:
         network = _network(levels[node_level], gpus_per_node, generation, assumptions)
     buffsize = topology.nccl.buffsize if topology.nccl is not None and topology.nccl.buffsize else T.BUFFER["Simple"]
-    hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize)
+    launch = topology.nccl
+    hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize,
+                             gpus_per_thread=launch.gpus_per_thread if launch is not None else 1,
+                             cuda_graphs=launch.cuda_graphs if launch is not None else False)
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
     protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
                                                  factors.latency.value if factors.latency else 1.0)
                             for name, factors in level.protocols) for level in levels)
     return NcclView(hardware, node_level, overheads, tuple(assumptions), protocols)
+
+
+def level_efficiencies(topology: Topology) -> tuple[float, ...]:
+    """Per level, the share of its line rate NCCL moves data at, as the NCCL model charges it
+    (the one reading of a topology's NCCL figures: `nccl_view`'s): the network level its
+    network link's efficiency, the levels inside a node their link's (the level's `efficiency`
+    or NCCL's own per-link figure, `default_efficiency`), times NVLS's efficiency where the
+    innermost switch reduces (nccl_tables.NVLS_EFFICIENCY); 1 where the topology has no link
+    figures (nothing NCCL-specific to charge)."""
+    levels = topology.levels
+    if not topology.has_link_figures or (topology.nccl is None and all(level.link is None for level in levels)):
+        return (1.0,) * len(levels)  # no NCCL system described (an emulated or generic one): line rates
+    try:
+        view = nccl_view(topology)
+    except UsageError:
+        return (1.0,) * len(levels)
+    generation = view.hardware.generation
+    rates = []
+    for index, level in enumerate(levels):
+        if level.bandwidth is None:
+            rates.append(1.0)
+        elif view.node_level is not None and index == view.node_level:
+            rates.append(view.hardware.network.link.efficiency)
+        elif view.node_level is not None and index < view.node_level:
+            # a level above the nodes (racks): its uplinks are network links too
+            kind = level.link.kind if level.link is not None else "infiniband"
+            rates.append((level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)).value)
+        else:
+            kind = level.link.kind if level.link is not None else "nvlink"
+            rates.append((level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)).value)
+    innermost = levels[-1]
+    if view.hardware.nvls and innermost.link is not None and innermost.link.kind == "nvswitch":
+        rates[-1] *= T.NVLS_EFFICIENCY.get(generation, 1.0)
+    return tuple(rates)
+
+
+def with_launch(topology: Topology, gpus_per_thread: int, cuda_graphs: bool = False) -> Topology:
+    """The topology as a run launched it: `gpus_per_thread` GPUs driven by each host thread (a
+    measured nccl-tests -g N run), CUDA graphs or not (nccl.launch_floor_s)."""
+    system = topology.nccl
+    if system is None:
+        system = NcclSystem("ampere", "assumed: Ampere, no NVLS (no [nccl] table)")
+    if (system.gpus_per_thread, system.cuda_graphs) == (gpus_per_thread, cuda_graphs):
+        return topology
+    return replace(topology, nccl=replace(system, gpus_per_thread=gpus_per_thread, cuda_graphs=cuda_graphs))
 
 
 def _node_level(topology: Topology, assumptions: list[str]) -> int | None:
@@ -130,6 +178,16 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
         assumptions.append(f"level {level.name} is InfiniBand (no link kind given)")
     if level.uplinks is not None:
         nics, line = level.uplinks.count, level.uplinks.bandwidth.value
+        per_device = level.bandwidth.value
+        # one reading: the flow model and the bounds take what one GPU moves across nodes from the
+        # level's per-device bandwidth, NCCL from the NIC it reaches (one uplink: a GPU alone
+        # uses its rail's NIC). Where the two differ, the paths give different rates: say so.
+        if abs(per_device - line) > 0.01 * line:
+            assumptions.append(
+                f"level {level.name}: per-device bandwidth {per_device * 8 / 1e9:g} Gb/s differs from one uplink's "
+                f"{line * 8 / 1e9:g} Gb/s: NCCL's model reads the uplinks (its NICs), the flow model and the bounds "
+                f"the per-device figure too; a GPU alone reaches one NIC, so give the per-device bandwidth as one "
+                f"uplink's rate")
     else:
         nics, line = gpus_per_node, level.bandwidth.value
         assumptions.append(f"level {level.name}: one NIC per GPU at {line * 8 / 1e9:g} Gb/s (no uplinks given)")

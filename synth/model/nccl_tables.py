@@ -9,9 +9,7 @@ from __future__ import annotations
 
 NCCL_VERSION = "2.26.2"
 
-ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")  # src/include/device.h
-PROTOCOLS = ("LL", "LL128", "Simple")
-GENERATIONS = ("volta", "ampere", "hopper", "blackwell")  # tuning.cc compCapIndex: <80, <90, <100, >=100
+from synth.model.nccl_names import ALGORITHMS, GENERATIONS, PROTOCOLS  # noqa: F401 - NCCL's names, defined once
 
 # src/graph/tuning.cc:120-123, baseLat[algorithm][protocol], us.
 BASE_LATENCY = {
@@ -117,6 +115,20 @@ NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 PER_CHANNEL_NVLS_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
                          "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
 NVLS_SOURCE_VERSION = "2.28.3"
+
+# The host's share of a call (launch mode). NCCL enqueues every call on the host: ncclGroupEnd
+# (src/group.cc groupLaunch) prepares each communicator's plan and launches its kernel
+# (src/enqueue.cc ncclLaunchPrepare, ncclLaunchKernel -> cuLaunchKernelEx) one communicator
+# after another, on the thread that made the calls. nccl-tests times back-to-back calls, so a
+# call takes at least what the host spends on it: the launches of every GPU that thread drives.
+# One process per GPU (torchrun, Megatron, mpirun -np <GPUs>) launches one kernel per call,
+# which hides under NCCL's own latency; nccl-tests -g N (one thread, N GPUs) launches N. CUDA
+# graphs replay captured launches (one cuGraphLaunch for many calls): no per-call host floor.
+# Host time per GPU launched, us: the flat floor of small calls over GPUs per thread, median
+# over three sources that ran -g N (8 B to 4 KiB): an A100 SXM4 node (-g 8, 39 us: 4.9 us per GPU),
+# a V100 SXM2 node (-g 8, 48-49 us: 6.0), two DGX H100 (-g 4, 24.8 us: 6.2; -g 8, 40 us: 5.0;
+# the source's median 5.6). A measured figure, not NCCL's: NCCL's tuning has no host term.
+LAUNCH_US_PER_GPU = 5.6
 
 
 def generation_index(generation: str) -> int:

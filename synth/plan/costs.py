@@ -5,9 +5,11 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
 * `all_reduce`: the fastest synthesized all-reduce program for S bytes over some axes, and the
   default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
 * `reduce_scatter` / `all_gather`: one backend call over the axes' groups (what sequence
-  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only);
+  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only),
+  timed by the same estimate as the all-reduce programs (synth/model/estimate.py);
 * `all_to_all`: the mixture-of-experts token dispatch and combine over the expert-parallel
-  groups, as NCCL's flat grouped send/recv (synth.model.alltoall.flat_all_to_all);
+  groups, one AllToAll call through the same estimate (NCCL's grouped send/recv to every peer,
+  synth/model/algorithms.py's pairwise plan, each device's blocks through its own NIC);
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
   pipeline's activations), through the network's links with their contention;
 * `gradient_schedule`: the gradient reduction in buckets behind backward (synth.analysis.fusion's
@@ -20,7 +22,9 @@ Memoization. A reduction's cost on a placement depends only on how many units of
 level its groups span (the reduced axes' factors per level): levels are uniform and units of a
 level are interchangeable, so two placements with the same factors are the same groups up to a
 renumbering of each unit's children, which changes no link load. One search per factor vector
-is kept (tests/test_plan_costs.py checks the identity against fresh searches).
+is kept (tests/test_plan_launch.py checks the identity against fresh searches), and it is run
+on the smallest system with the same costs (synth/plan/equivalent.py), so a plan for 131,072
+GPUs never builds the network or the groups of 131,072 devices.
 """
 
 from __future__ import annotations
@@ -38,12 +42,11 @@ from synth.language import Program, Step, parse_program
 from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import program_cost, step_costs
-from synth.model.engine import CostEngine, StepCalls
+from synth.model.engine import CostEngine, ProgramTable, StepCalls
 from synth.model.algorithms import resolve_backend
-from synth.model.alltoall import flat_all_to_all
 from synth.model.network import check_costable, network_for
-from synth.names import product
 from synth.placement import Placement
+from synth.plan.equivalent import equivalent, span
 from synth.topology import Topology
 
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
@@ -79,16 +82,15 @@ class CommunicationCosts:
         self.topology = topology
         self.backend = resolve_backend(backend)
         self.max_len = max_len
-        self.network = network_for(topology)
         self._best: dict[tuple, BestPrograms] = {}
         self._candidates: dict[tuple, CandidateTimes] = {}
         self._all_reduce: dict[tuple, Communication] = {}
         self._single: dict[tuple, Communication] = {}
         self._p2p: dict[tuple, tuple[float, float, str]] = {}
-        self._all_to_all: dict[tuple, Communication] = {}
         self._schedules: dict[tuple, GradientSchedule] = {}
         self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
+        self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
 
     # --- reductions ------------------------------------------------------------------------------
 
@@ -97,17 +99,16 @@ class CommunicationCosts:
         key = (placement.matrix, placement.axis_names, axes)
         found = self._factors.get(key)
         if found is None:
-            rows = [placement.matrix[placement.axis_index(name)] for name in axes]
-            found = tuple(product(row[level] for row in rows) for level in range(len(placement.level_sizes)))
-            self._factors[key] = found
+            found = self._factors[key] = span(placement, axes)
         return found
 
     def _best_programs(self, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            hierarchy = build_hierarchy(placement, axes, "merged")
-            best = BestPrograms(cost_context(hierarchy, self.topology, self.backend), self.max_len)
+            small = equivalent(self.topology, key)  # the same costs on fewer devices
+            hierarchy = build_hierarchy(small.placement, small.axes, "merged")
+            best = BestPrograms(cost_context(hierarchy, small.topology, self.backend), self.max_len)
             self._best[key] = best
         return best
 
@@ -118,7 +119,7 @@ class CommunicationCosts:
         if found is None:
             best = self._best_programs(placement, axes)
             choice = best.best(size)
-            found = Communication(str(choice.program), choice.time_s, choice.baseline_time_s,
+            found = Communication(self._text(choice.program), choice.time_s, choice.baseline_time_s,
                                   hierarchy_text(best.hierarchy))
             self._all_reduce[key] = found
         return found
@@ -132,8 +133,10 @@ class CommunicationCosts:
             n = hierarchy.group_size
             step = Step(collective, "InsideGroup", hierarchy.level_names[0])
             one_call = StepCalls(collective, (tuple(range(n)),), (n,))
-            seconds = float(best.ranker.engine.figures([one_call], [size]).time_s[0, 0])
-            found = Communication(str(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
+            # through the same estimate as every all-reduce program (not the lockstep step time)
+            ranker = best.ranker
+            seconds = float(ranker.estimate.program_times(ranker.engine, ProgramTable.of([(one_call,)]), [size])[0, 0])
+            found = Communication(self._text(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
             self._single[key] = found
         return found
 
@@ -146,34 +149,36 @@ class CommunicationCosts:
         return self._single_call("AllGather", placement, axes, size)
 
     def all_to_all(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
-        """One all-to-all of `size` bytes per device over the axes' groups, all groups at once:
-        NCCL's flat call (grouped send/recv to every peer, synth.model.alltoall), memoized by the
-        groups' span per level like the reductions."""
-        key = (self.factors(placement, axes), size)
-        found = self._all_to_all.get(key)
-        if found is None:
-            groups = placement.groups_over(axes)
-            seconds, _ = flat_all_to_all(self.network, self.topology, self.backend.launch_s, groups, size)
-            spans = zip(self.topology.levels, self.factors(placement, axes))
-            levels = ",".join(f"{level.name}={factor}" for level, factor in spans if factor > 1)
-            found = Communication("AllToAll (flat: grouped send/recv to every peer)", seconds, seconds, levels)
-            self._all_to_all[key] = found
-        return found
+        """One AllToAll call of `size` bytes per device (size/n to each member, as
+        `all_to_all_single` with equal splits) over the axes' groups, all groups at once."""
+        return self._single_call("AllToAll", placement, axes, size)
 
-    def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str, size: int) -> str:
+    def _text(self, program: Program) -> str:
+        """A program's text for the rows, the object kept to explain them without parsing."""
+        text = str(program)
+        self._programs.setdefault(text, program)
+        return text
+
+    def program(self, text: str) -> Program:
+        """The object of a program this search handed out (parsed only if it came from elsewhere)."""
+        found = self._programs.get(text)
+        return found if found is not None else parse_program(text)
+
+    def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str | Program, size: int) -> str:
         """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
         best = self._best_programs(placement, axes)
         hierarchy = best.hierarchy
         engine = CostEngine(best.context)  # the context's own devices, so links are named as they are
+        program = self.program(program) if isinstance(program, str) else program
         steps = []
-        for step in parse_program(program).steps:
+        for step in program.steps:
             n = hierarchy.group_size
             if step.collective in ("ReduceScatter", "AllGather") and step.form == "InsideGroup" \
                     and step.level == hierarchy.level_names[0]:
                 one_call = StepCalls(step.collective, (tuple(range(n)),), (n,))
                 steps.append(step_costs(engine, [one_call], size, [step])[0])  # one whole-group call
             else:
-                cost = program_cost(best.context, lower(parse_program(program), hierarchy), size, engine=engine)
+                cost = program_cost(best.context, lower(program, hierarchy), size, engine=engine)
                 return max(cost.steps, key=lambda c: c.time_s).bottleneck
         return max(steps, key=lambda c: c.time_s).bottleneck if steps else ""
 
@@ -185,15 +190,17 @@ class CommunicationCosts:
         further along `axis` (all at once, sharing links), or, with `first` and `last`, the
         devices at those two positions exchanging `size` bytes both ways. Seconds include the
         launch and the latency of the outermost level crossed."""
-        key = (placement.matrix, placement.axis_names, axis, first, last)
+        key = (self.factors(placement, (axis,)), first, last)
         found = self._p2p.get(key)
         if found is None:
-            found = self._p2p_figures(placement, axis, first, last)
+            small = equivalent(self.topology, key[0])  # the same flows' loads on fewer devices
+            found = self._p2p_figures(small.topology, small.placement, small.axes[0], first, last)
             self._p2p[key] = found
         latency, per_byte, link = found
         return latency + size * per_byte, link
 
-    def _p2p_figures(self, placement: Placement, axis: str, first, last) -> tuple[float, float, str]:
+    def _p2p_figures(self, topology: Topology, placement: Placement, axis: str, first, last
+                     ) -> tuple[float, float, str]:
         a = placement.axis_index(axis)
         size = placement.axis_sizes[a]
         if size == 1:
@@ -207,10 +214,11 @@ class CommunicationCosts:
         else:
             src = np.concatenate([moved[first].reshape(-1), moved[last].reshape(-1)])
             dst = np.concatenate([moved[last].reshape(-1), moved[first].reshape(-1)])
-        seconds, link = self.network.makespan(src, dst, np.ones(len(src)))
-        level = int(self.network.first_difference(src, dst).min())
-        latency = self.backend.launch_s + self.topology.levels[level].latency.value
-        return latency, seconds, self.network.link_name(link)
+        network = network_for(topology)
+        seconds, link = network.makespan(src, dst, np.ones(len(src)))
+        level = int(network.first_difference(src, dst).min())
+        latency = self.backend.launch_s + topology.levels[level].latency.value
+        return latency, seconds, network.link_name(link)
 
     # --- gradients behind backward ---------------------------------------------------------------
 
@@ -234,7 +242,7 @@ class CommunicationCosts:
         if sharded:
             def cost(size):
                 call = self.reduce_scatter(placement, axes, size)
-                return call.program, call.time_s
+                return self._programs[call.program], call.time_s
             floor = None
         else:
             grid_key = (self.factors(placement, axes), min(tensors), sum(tensors))
@@ -245,7 +253,7 @@ class CommunicationCosts:
 
             def cost(size):
                 choice = chooser(size)
-                return str(choice.program), choice.time_s
+                return choice.program, choice.time_s  # an object: text once, for the largest bucket
             floor = self._floors.get(grid_key[0])
             if floor is None:
                 floor = self._floors[grid_key[0]] = bound_floor(best.context)
@@ -257,7 +265,7 @@ class CommunicationCosts:
         planned = schedule(tensors, ready, ranges, cost)
         largest = max(planned.buckets, key=lambda bucket: bucket.bytes)
         return GradientSchedule(planned.finish_s, max(0.0, planned.exposed_s), planned.busy_s, len(planned.buckets),
-                                largest.program, hierarchy_text(best.hierarchy))
+                                self._text(largest.program), hierarchy_text(best.hierarchy))
 
 
 def fuse_tensors(tensors: tuple[int, ...], limit: int = MAX_BUCKET_TENSORS) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from synth.errors import UsageError
+from synth.plan.errors import LimitValueError
 from synth.names import Sized
 from synth.plan.model import Transformer
 
@@ -89,7 +89,7 @@ class DegreeLimits:
         for name in ("dp", "tp", "pp", "cp", "max_tp", "ep"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise UsageError(f"--{name.replace('_', '-')} {value!r}: give a positive integer")
+                raise LimitValueError(f"{name} {value!r}: give a positive integer", limit=name, value=value)
 
 
 def divisors(n: int) -> list[int]:
@@ -109,8 +109,10 @@ def model_problem(model: Transformer, degrees: Degrees) -> str | None:
         reason = expert_problem(model, degrees)
         if reason:
             return reason
-    if model.layers % degrees.pp:
-        return "pp does not divide the layers"
+    from synth.plan.formulas import stage_layers
+
+    if stage_layers(model.layers, degrees.pp) is None:
+        return "pp cannot split the layers (more stages than layers)"
     if degrees.cp > 1 and model.seq_len % (2 * degrees.cp):
         return "2 cp does not divide the sequence"
     if model.global_batch % degrees.dp:
@@ -155,5 +157,5 @@ def limit_problem(degrees: Degrees, limits: DegreeLimits) -> str | None:
         if fixed is not None and degrees.of(role) != fixed:
             return f"{role} fixed to {fixed}"
     if limits.max_tp is not None and degrees.tp > limits.max_tp:
-        return f"tp above --max-tp {limits.max_tp}"
+        return f"tp above the largest allowed, {limits.max_tp}"
     return None

@@ -109,11 +109,57 @@ class StageParameters:
         return max(self.first, self.last)
 
 
-def stage_parameters(model: Transformer, tp: int, pp: int, ep: int = 1) -> StageParameters:
+@dataclass(frozen=True)
+class StageLayers:
+    """Layers per pipeline stage: the first, each middle one, the last (Megatron-LM's
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, the middle stages
+    splitting the rest evenly)."""
+
+    first: int
+    middle: int  # 0 when there are no middle stages (p <= 2)
+    last: int
+
+    @property
+    def uneven(self) -> bool:
+        return not (self.first == self.last and (self.middle in (0, self.first)))
+
+
+def stage_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> StageLayers | None:
+    """The split of `layers` over `pp` stages, or None when there is none. Given first and last
+    counts the middle stages share the rest evenly; otherwise an even split when pp divides the
+    layers, else the middle stages get ceil(L/p) each and the first and the last (which also
+    hold the embedding and the output layer) share the remainder, the last the smaller half."""
+    if pp == 1:
+        return StageLayers(layers, 0, layers) if first in (None, layers) and last in (None, layers) else None
+    if first is None and last is None:
+        if layers % pp == 0:
+            return StageLayers(layers // pp, layers // pp if pp > 2 else 0, layers // pp)
+        middle = -(-layers // pp)
+        rest = layers - middle * (pp - 2)
+        first, last = rest - rest // 2, rest // 2
+        if last < 1:
+            return None
+        return StageLayers(first, middle if pp > 2 else 0, last)
+    first = first if first is not None else (layers - last) // (pp - 1)
+    last = last if last is not None else layers - first - (pp - 2) * ((layers - first) // (pp - 1))
+    rest = layers - first - last
+    if first < 1 or last < 1 or rest < 0:
+        return None
+    if pp == 2:
+        return StageLayers(first, 0, last) if rest == 0 else None
+    if rest % (pp - 2) or rest == 0:
+        return None
+    return StageLayers(first, rest // (pp - 2), last)
+
+
+def stage_parameters(model: Transformer, tp: int, pp: int, stages: StageLayers | None = None,
+                     ep: int = 1) -> StageParameters:
     """With MoE layers, each stage's own MoE layers hold E/ep experts per device (moe.py)."""
     h = model.hidden
-    layers = layer_shape(model).per_device(tp) * model.layers / pp
-    (first_start, first_stop), (last_start, last_stop) = moe.stage_layers(model, pp)
+    per_layer = layer_shape(model).per_device(tp)
+    stages = stages or stage_layers(model.layers, pp)
+    layers = per_layer * model.layers / pp
+    (first_start, first_stop), (last_start, last_stop) = moe.stage_layers(model, stages)
     first_moe = moe.stage_parameter_delta(model, tp, ep, first_start, first_stop)
     last_moe = moe.stage_parameter_delta(model, tp, ep, last_start, last_stop)
     embedding = model.vocab * h / tp + (model.seq_len * h if model.learned_positions else 0)
@@ -122,7 +168,8 @@ def stage_parameters(model: Transformer, tp: int, pp: int, ep: int = 1) -> Stage
     if pp == 1:
         whole = layers + first_moe + embedding + final_norm + (0 if model.tied_embeddings else output)
         return StageParameters(whole, whole)
-    return StageParameters(layers + first_moe + embedding, layers + last_moe + output + final_norm)
+    return StageParameters(per_layer * stages.first + first_moe + embedding,
+                           per_layer * stages.last + last_moe + output + final_norm)
 
 
 # --- FLOPs --------------------------------------------------------------------------------------
@@ -135,6 +182,14 @@ def layer_forward_flops(model: Transformer, tokens: int, context: int, padded: b
     shape = layer_shape(model)
     attention = 4.0 * tokens * context * model.hidden
     return 2.0 * tokens * shape.matmul + moe.mean_flops_delta(model, tokens, padded) + attention, attention
+
+
+def attention_dominant(model: Transformer) -> bool:
+    """Whether the attention scores cost at least as many FLOPs as the layer's weight matmuls
+    (`4 s h` against `2 x weights` per token; s >= 6h for GPT): from there on context parallelism,
+    which splits exactly that work, is worth searching by default."""
+    layer, attention = layer_forward_flops(model, 1, model.seq_len)
+    return attention >= layer - attention
 
 
 def head_forward_flops(model: Transformer, tokens: int) -> float:
@@ -168,14 +223,22 @@ def megatron_flops_per_step(model: Transformer) -> float:
 # --- memory ---------------------------------------------------------------------------------------
 
 
-def state_bytes_per_parameter(model: Transformer, dp: int, sharded_optimizer: bool) -> float:
-    """Weights, gradients, fp32 main copies and optimizer states per parameter (module docstring)."""
+def state_bytes_per_parameter(model: Transformer, dp: int, sharded_optimizer: bool, zero: int = 1) -> float:
+    """Weights, gradients, fp32 main copies and optimizer states per parameter (module docstring);
+    sharded over the d replicas: ZeRO-1 the main copies and states, ZeRO-2 the gradients too,
+    ZeRO-3 (FSDP) the weights too (Rajbhandari et al. 2020, section 5)."""
     weights, grads = model.bytes_per_value, model.grad_bytes_per_value
     main_weights = FP32 if weights < FP32 else 0
     main_grads = FP32 if grads < FP32 else 0
     states = ADAM_STATE_BYTES if model.optimizer == "adam" else SGD_STATE_BYTES
     sharded = main_weights + main_grads + states
-    return weights + grads + sharded / (dp if sharded_optimizer else 1)
+    if not sharded_optimizer or zero < 1:
+        return weights + grads + sharded
+    if zero == 1:
+        return weights + grads + sharded / dp
+    if zero == 2:
+        return weights + (grads + sharded) / dp
+    return (weights + grads + sharded) / dp
 
 
 def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
@@ -206,11 +269,11 @@ def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: in
     return replicated / (tp if sequence_parallel else 1) + (split + scores) / tp + experts
 
 
-def in_flight_layers(model: Transformer, pp: int, virtual: int, microbatches: int) -> float:
+def in_flight_layers(model: Transformer, pp: int, virtual: int, microbatches: int, first: int | None = None) -> float:
     """Layers' worth of micro-batch activations the first pipeline stage's device holds at peak:
     min(p, m) micro-batches of its L/p layers in 1F1B, x(1 + (p-1)/(p v)) interleaved
     (Korthikanti et al. section 4.2.3; Narayanan et al. section 2.2)."""
-    layers = model.layers / pp * min(pp, microbatches)
+    layers = (model.layers / pp if first is None else first) * min(pp, microbatches)
     if virtual > 1:
         layers *= 1 + (pp - 1) / (pp * virtual)
     return layers
@@ -273,6 +336,15 @@ def layer_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, 
     return LayerTraffic(total, tokens * scores / tp)
 
 
-def head_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int) -> float:
-    """The cross entropy's softmax over fp32 logits: read and write s b V / t values of 4 bytes."""
-    return 2 * FP32 * model.seq_len / cp * micro_batch * model.vocab / tp
+def head_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int) -> tuple[float, float]:
+    """(forward, backward) bytes the vocabulary-parallel cross entropy moves over its s b V / t
+    logits, pass by pass as Megatron-Core writes it (tensor_parallel/cross_entropy.py, unfused):
+    forward, the cast to fp32 (read the model's precision, write 4 bytes), the max (read 4), the
+    subtraction, the exp and the division in place (read and write 4 each), the sum (read 4);
+    backward, the scaling by the output gradient in place (read and write 4) and the cast back
+    to the model's precision for the output layer's gradient (read 4, write the precision)."""
+    logits = model.seq_len / cp * micro_batch * model.vocab / tp
+    value = model.bytes_per_value
+    forward = (value + FP32) + FP32 + 3 * 2 * FP32 + FP32
+    backward = 2 * FP32 + (FP32 + value)
+    return logits * forward, logits * backward

@@ -36,6 +36,7 @@ from synth.export.mesh import device_mesh_array, jax_permutation, megatron_order
 from synth.names import product
 from synth.placement import Placement
 from synth.plan.degrees import Degrees
+from synth.plan.formulas import stage_layers
 from synth.plan.model import Transformer
 from synth.plan.step import Prediction
 
@@ -135,6 +136,10 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
         args += ["--expert-model-parallel-size", str(degrees.ep), "--expert-tensor-parallel-size", str(degrees.tp)]
     if settings.virtual > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", str(model.layers // (degrees.pp * settings.virtual))]
+    stages = stage_layers(model.layers, degrees.pp)
+    if stages is not None and stages.uneven:
+        args += ["--decoder-first-pipeline-num-layers", str(stages.first),
+                 "--decoder-last-pipeline-num-layers", str(stages.last)]
     args += ["--micro-batch-size", str(settings.micro_batch), "--global-batch-size", str(model.global_batch)]
     if settings.sequence_parallel:
         args.append("--sequence-parallel")
@@ -146,8 +151,23 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
         args += ["--recompute-granularity", "selective"]
     if settings.sharded_optimizer:
         args.append("--use-distributed-optimizer")
+        if settings.zero > 1:  # Megatron-FSDP's required flags (its README, "Required Configurations")
+            args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                     "optim_grads" if settings.zero == 2 else "optim_grads_params", "--no-gradient-accumulation-fusion"]
+        if settings.hsdp:  # sharded inside the node, replicated across: one optimizer instance per replica
+            from synth.plan.step import hsdp_placement
+
+            split = hsdp_placement(prediction.placement)
+            replicas = split.axis_sizes[split.axis_index("dp_replica")]
+            args += ["--outer-dp-sharding-strategy", "no_shard", "--num-distributed-optimizer-instances", str(replicas)]
     if degrees.dp > 1 and settings.overlap_gradients:
         args.append("--overlap-grad-reduce")
+    if settings.overlap_param_gather:
+        args.append("--overlap-param-gather")
+    if settings.tp_overlap:
+        args.append("--tp-comm-overlap")
+    if settings.virtual > 1 and not settings.overlap_p2p:  # Megatron overlaps by default when interleaved
+        args.append("--no-overlap-p2p-communication")
     order = megatron_order(prediction.placement)
     if order.flag:
         args.append(order.flag)

@@ -36,6 +36,18 @@ from pathlib import Path
 from synth.errors import UsageError
 
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# The largest shape and batch figures taken: a hundred times the largest published models'
+# (a hidden size of 10^160 overflowed the FLOP count); beyond them a figure is a typo.
+LARGEST = {"layers": 100_000, "hidden": 10_000_000, "heads": 100_000, "ffn": 100_000_000, "seq_len": 100_000_000,
+           "vocab": 100_000_000, "micro_batch": 1_000_000, "global_batch": 100_000_000}
+
+
+def _shown(value) -> str:
+    """A field's value for a message: a huge integer by its size (its digits cannot even be printed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {int(value.bit_length() * 0.30103) + 1}-digit number"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 OPTIMIZERS = ("adam", "sgd")
 
 
@@ -75,7 +87,10 @@ class Transformer:
         for name in ("layers", "hidden", "heads", "ffn", "seq_len", "vocab", "micro_batch", "global_batch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"model {self.name!r}: {name} = {value!r} is not a positive integer")
+                raise UsageError(f"model {self.name!r}: {name} = {_shown(value)} is not a positive integer")
+            if value > LARGEST[name]:
+                raise UsageError(f"model {self.name!r}: {name} = {_shown(value)} is larger than any model's "
+                                 f"(at most {LARGEST[name]:,})")
         if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) or self.kv_heads < 0:
             raise UsageError(f"model {self.name!r}: kv_heads = {self.kv_heads!r} is not a positive integer (0: as many as heads)")
         if self.hidden % self.heads:
@@ -260,7 +275,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "ffn": ("FFN inner size `f` (`4h` in GPT; per matrix when gated)", "elements"),
     "seq_len": ("sequence length `s` (also the learned position table's rows)", "tokens"),
     "vocab": ("vocabulary size `V`", "tokens"),
-    "micro_batch": ("sequences per micro-batch `b` (`--micro-batch` searches others)", "sequences"),
+    "micro_batch": ("sequences per micro-batch `b` (the plan searches others)", "sequences"),
     "global_batch": ("sequences per optimizer step `B`", "sequences"),
     "kv_heads": ("key/value heads `g` (grouped-query attention); 0: as many as `heads`", "heads"),
     "precision": ("weights and activations: bf16, fp16 or fp32", "type"),
@@ -280,10 +295,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "shared_ffn": ("FFN inner size of the always-active shared experts together `f_s`; 0: none", "elements"),
     "capacity_factor": ("tokens an expert takes over its even share `c` (computed and sent padded); 0: dropless, "
                         "as if balanced (`c = 1`)", "ratio"),
-    "moe_every": ("every k-th layer is MoE, the others dense (`--moe-layer-freq k`); 1: every layer", "layers"),
+    "moe_every": ("every k-th layer is MoE, the others dense (Megatron's `moe_layer_freq` k); 1: every layer", "layers"),
     "first_dense": ("the first k layers keep the dense FFN of size `ffn` (DeepSeek's `first_k_dense_replace`)",
                     "layers"),
-    "source": ("where the figures come from (shown by --list-models)", "text"),
+    "source": ("where the figures come from (shown in the list of models)", "text"),
 }
 ARCHITECTURE = ("kv_heads", "gated_mlp", "biases", "dropout", "learned_positions", "tied_embeddings", "flash_attention")
 
@@ -336,12 +351,18 @@ def load_model(spec: str) -> Transformer:
     return read_model(spec).model
 
 
-def read_model(spec: str) -> ModelSource:
-    """`load_model`, also naming the architecture keys a file leaves to their defaults."""
+def read_model(spec: str, where: str = "model") -> ModelSource:
+    """`load_model`, also naming the architecture keys a file leaves to their defaults; `where`
+    names the value in errors (the command passes its option)."""
     if spec in PRESETS:
         return ModelSource(PRESETS[spec])
     path = Path(spec)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as error:  # a name too long for the file system, or holding a NUL
+        raise UsageError(f"{where} {_shown(spec)}: not a file name this system takes "
+                         f"({getattr(error, 'strerror', None) or error})") from None
+    if not is_file:
         if spec.endswith((".toml", ".json")) or "/" in spec:
             raise UsageError(f"no model file {spec!r}: give a path to a .toml or .json file or a preset: {', '.join(PRESETS)}")
         raise UsageError(f"unknown model {spec!r}: use a preset ({', '.join(PRESETS)}) or a .toml/.json file")
@@ -354,6 +375,10 @@ def read_model(spec: str) -> ModelSource:
             document = json.loads(text)
         except json.JSONDecodeError as error:
             raise UsageError(f"{spec}: not valid JSON: {error}") from None
+        except ValueError:  # an integer of thousands of digits
+            raise UsageError(f"{spec}: a number in the file has too many digits for a model figure") from None
+        except RecursionError:
+            raise UsageError(f"{spec}: JSON nested too deeply to be a model (a model is one flat object)") from None
     else:
         from synth.topology_file import _toml_loads  # the one TOML reader (tomllib, or tomli on 3.10)
 

@@ -69,6 +69,6 @@ DEFAULT_RESERVE = MemoryReserve(
     "(32 channels x (4 MiB Simple + 4,915,200 B LL128 + 524,288 B LL), src/init.cc) per TP, CP and DP communicator")
 
 
-def fixed_reserve(size_bytes: int) -> MemoryReserve:
+def fixed_reserve(size_bytes: int, source: str = "the user's own figure") -> MemoryReserve:
     """The user's own reserve (`--memory-reserve SIZE`), the same for every candidate."""
-    return MemoryReserve(float(size_bytes), 0.0, "given with --memory-reserve")
+    return MemoryReserve(float(size_bytes), 0.0, source)

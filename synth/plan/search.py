@@ -1,42 +1,86 @@
 """The planner: every degree choice x every placement x every setting, predicted and ranked.
 
 For each `Degrees` the model and the limits allow (degrees.py), every placement of its axes
-on the system (synth.placement.enumerate_placements, with the user's --inside/--factor
+on the system (synth.placement.enumerate_placements, with the user's Inside/Factor
 constraints), and every runnable setting (micro-batch size, interleaving, sequence
 parallelism, recomputation, sharded optimizer), the step is predicted (step.py). Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
 
-The size of the search is counted before it starts (placements per degree choice are counted
-exactly by a product over primes, without enumerating them) and a search estimated to take
-longer than the budget is refused with what to fix.
+The size of the search is counted before it starts (placements per degree choice exactly,
+under the constraints: synth.placement.count_matching; the group shapes of its collectives as
+those placements have them, listed without Z3, each on its equivalent system), its CPU time
+and peak memory estimated from those counts, and a search estimated over the time budget or
+the memory budget, or with a choice of more placements than can be listed, is refused with
+what to fix (`SearchBudgetError`, its fields for the command to name options).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import Factor, Inside, Placement, enumerate_placements
+from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, enumerate_placements, matching_matrices
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
+from synth.plan.equivalent import equivalent_sizes
+from synth.plan.errors import BudgetValueError, SearchBudgetError
 from synth.plan.formulas import RECOMPUTE
 from synth.plan.model import Transformer
 from synth.plan.reserve import MemoryReserve
 from synth.plan.step import Compute, Prediction, Settings, predict, settings_problem
 from synth.topology import Topology
 
-# Cost of the search on this project's 2-core machine (benchmarks/plan.py measures them):
-# CPU seconds per predicted candidate and per placement enumerated (measured on 1024 and 4096 GPUs).
-SECONDS_PER_CANDIDATE = 100e-6
-SECONDS_PER_PLACEMENT = 5e-3
+# What the search costs on this project's 2-core machine, in CPU seconds (a loaded machine adds
+# wall time) and bytes: per candidate predicted, per placement enumerated, per distinct group
+# shape of a reduction (one program search each, synth/plan/costs.py), per device of the
+# equivalent systems those searches and the pipeline's transfers run on
+# (synth/plan/equivalent.py: networks, groups, per-link tables) and per member pair of a
+# reduction's shape (the cost model lays out every whole-group call as a member x member table);
+# the process's bytes before the search. Rates fitted (the largest log ratio made smallest) on
+# ten plans from 64 to 131,072 GPUs: the six of benchmarks/plan_speed.py and llama2-70b on
+# selene at 4,096 and 131,072, gpt3-6.7b and megatron-18.4b on dgx-h100-2x8x8 at 1,024 and
+# 4,096 GPUs; the estimate is within 1.8x of every one (results/plan-speed/), which is what a
+# refusal needs. A fit, not a model of the machine.
+SECONDS_PER_CANDIDATE = 75e-6
+SECONDS_PER_PLACEMENT = 0.16e-3
+SECONDS_PER_SHAPE = 1.3e-3
+SECONDS_PER_DEVICE = 71e-6
+SECONDS_PER_PAIR = 0.27e-6
+BASE_BYTES = 163 * 2**20
+BYTES_PER_DEVICE = 2000
+BYTES_PER_PAIR = 90
 DEFAULT_BUDGET_S = 300.0
+MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
+
+
+def check_budget(value: float, which: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        unit = "seconds" if which == "time" else "bytes"
+        raise BudgetValueError(f"{which} budget {value!r}: give a positive, finite number of {unit}",
+                               which=which, value=value)
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can give a process now (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -49,6 +93,11 @@ class SearchSpace:
     recompute: tuple[str, ...] = RECOMPUTE
     sharded_optimizer: tuple[bool, ...] = (False, True)
     overlap_gradients: bool = True
+    zero_stages: tuple[int, ...] = (1,)  # ZeRO stages tried with the sharded optimizer
+    tp_overlap: bool = True  # with sequence parallelism (never slower in the step model: synth/plan/step.py)
+    overlap_param_gather: bool = True  # with the sharded optimizer (never slower either)
+    hsdp: tuple[bool, ...] = (False,)  # with ZeRO-3: also shard inside a node and replicate across (HSDP)
+    overlap_p2p: bool = True  # interleaved schedule: pipeline transfers behind compute (Megatron's default)
 
     def settings(self, model: Transformer, degrees: Degrees) -> list[Settings]:
         micro = self.micro_batches or (model.micro_batch,)
@@ -61,10 +110,15 @@ class SearchSpace:
             for v in virtual:
                 for sp in self.sequence_parallel:
                     for rc in self.recompute:
-                        for zero in self.sharded_optimizer:
-                            settings = Settings(b, v, sp, rc, zero, self.overlap_gradients)
-                            if settings_problem(model, degrees, settings) is None:
-                                result.append(settings)
+                        for sharded in self.sharded_optimizer:
+                            for stage in (self.zero_stages if sharded else (1,)):
+                                for hsdp in (self.hsdp if stage == 3 else (False,)):
+                                    settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
+                                                        self.tp_overlap and sp,
+                                                        self.overlap_param_gather and sharded and stage < 3, stage, hsdp,
+                                                        self.overlap_p2p and v > 1)
+                                    if settings_problem(model, degrees, settings) is None:
+                                        result.append(settings)
         return result
 
 
@@ -81,8 +135,21 @@ class PlanRequest:
     memory_headroom: float = 0.0  # fraction of the device memory kept free
     top: int = 10
     budget_s: float = DEFAULT_BUDGET_S
+    memory_budget_bytes: float | None = None  # None: MEMORY_SHARE of what the machine has available
     placement_filter: Callable[[Placement], bool] | None = None  # keep only these (e.g. Megatron-launchable)
     memory_reserve: MemoryReserve | None = None  # bytes kept free besides the headroom (reserve.py)
+
+    def __post_init__(self):
+        check_budget(self.budget_s, "time")
+        if self.memory_budget_bytes is not None:
+            check_budget(self.memory_budget_bytes, "memory")
+
+    def memory_budget(self) -> float | None:
+        """Bytes the search may use (None: unknown, not checked)."""
+        if self.memory_budget_bytes is not None:
+            return self.memory_budget_bytes
+        available = available_memory()
+        return None if available is None else MEMORY_SHARE * available
 
     @property
     def memory_limit(self) -> float:
@@ -100,14 +167,21 @@ class PlanRequest:
 @dataclass(frozen=True)
 class SearchSize:
     degrees: int
-    placements: int  # at most: constraints can only remove some
+    placements: int  # under the constraints (a choice over MAX_PLACEMENTS counts MAX_PLACEMENTS + 1)
     candidates: int  # placements x runnable settings
     estimated_s: float
     refused: tuple[tuple[str, int], ...]  # degree choices the model or the limits refuse, by reason
+    shapes: int = 0  # distinct group shapes the collectives may need (at most)
+    devices: int = 0  # devices of their equivalent systems, summed
+    estimated_bytes: float = 0.0  # the process's peak memory
+    too_many_placements: tuple[Degrees, ...] = ()  # choices whose placements cannot be listed
+    pairs: int = 0  # member pairs of the reduction groups' shapes, summed (a call's layout is one row per pair)
 
     def to_json(self) -> dict:
         return {"degrees": self.degrees, "placements": self.placements, "candidates": self.candidates,
-                "estimated_s": self.estimated_s, "refused_degrees": dict(self.refused)}
+                "group_shapes": self.shapes, "equivalent_devices": self.devices, "member_pairs": self.pairs,
+                "estimated_s": self.estimated_s, "estimated_bytes": self.estimated_bytes,
+                "refused_degrees": dict(self.refused)}
 
 
 @dataclass
@@ -123,60 +197,14 @@ class PlanResult:
     filtered: int = 0  # placements the request's placement_filter left out
     smallest_dropped: Prediction | None = None  # the least memory among the dropped (to say by how much)
     elapsed_s: float = 0.0
+    cpu_s: float = 0.0  # the search's CPU time (what the estimate predicts: a loaded machine adds wall time)
     costs: CommunicationCosts | None = None  # the search's memoized costs, for explaining rows
+    interrupted_after: int | None = None  # Ctrl-C: the placements searched before it (the rows rank those)
 
 
 def _key(prediction: Prediction) -> tuple:
     return (prediction.step_s, prediction.memory.peak, prediction.degrees.text, prediction.placement.to_text(),
             prediction.settings.text)
-
-
-@lru_cache(maxsize=None)
-def _tables(rows: tuple[int, ...], columns: tuple[int, ...]) -> int:
-    """Non-negative integer matrices with these row and column sums (one prime's exponents)."""
-    if not rows:
-        return 1 if all(c == 0 for c in columns) else 0
-    first, rest = rows[0], rows[1:]
-    total = 0
-
-    def spread(level: int, remaining: int, used: tuple[int, ...]):
-        nonlocal total
-        if level == len(columns):
-            if remaining == 0:
-                total += _tables(rest, tuple(c - u for c, u in zip(columns, used)))
-            return
-        for take in range(min(remaining, columns[level]) + 1):
-            spread(level + 1, remaining - take, used + (take,))
-
-    spread(0, first, ())
-    return total
-
-
-def _exponents(n: int) -> dict[int, int]:
-    result, p = {}, 2
-    while p * p <= n:
-        while n % p == 0:
-            result[p] = result.get(p, 0) + 1
-            n //= p
-        p += 1
-    if n > 1:
-        result[n] = result.get(n, 0) + 1
-    return result
-
-
-def count_placements(level_sizes: tuple[int, ...], axis_sizes: tuple[int, ...]) -> int:
-    """How many placements exist, without listing them: the prime exponents of each axis are
-    spread over the levels independently for each prime, so the count is a product over primes
-    of the number of exponent matrices with the axes' and levels' exponents as margins."""
-    primes = set()
-    for n in level_sizes + axis_sizes:
-        primes |= set(_exponents(n))
-    total = 1
-    for p in sorted(primes):
-        rows = tuple(_exponents(n).get(p, 0) for n in axis_sizes)
-        columns = tuple(_exponents(n).get(p, 0) for n in level_sizes)
-        total *= _tables(rows, columns)
-    return total
 
 
 def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
@@ -194,80 +222,131 @@ def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
 
 
 def estimate(request: PlanRequest) -> SearchSize:
+    """The search's size, time and memory, counted before it starts (module docstring): exact
+    placement and candidate counts, and the group shapes whose programs it searches (the span
+    per level of each collective's axis over every placement, listed without Z3), each on its
+    equivalent system."""
     refused: Counter = Counter()
-    degrees = list(enumerate_degrees(request.topology.device_count, request.model, request.limits, refused))
+    topology = request.topology
+    degrees = list(enumerate_degrees(topology.device_count, request.model, request.limits, refused))
     placements = candidates = 0
+    collectives: set[tuple[int, ...]] = set()  # group shapes of the reductions: a program search each
+    transfers: set[tuple[int, ...]] = set()  # of the pipeline's point-to-point: a network each
+    too_many = []
     for choice in degrees:
-        count = count_placements(request.topology.sizes, tuple(axis.size for axis in choice.axes()))
+        constraints = _constraints_for(choice, request.constraints)
+        settings = request.space.settings(request.model, choice)
+        if constraints is None or not settings:
+            continue
+        axes = choice.axes()
+        try:
+            count = count_matching(topology, axes, constraints, MAX_PLACEMENTS)
+        except NoSolutionError:
+            continue
         placements += count
-        candidates += count * len(request.space.settings(request.model, choice))
-    seconds = candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
-    return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())))
+        candidates += count * len(settings)
+        if count > MAX_PLACEMENTS:
+            too_many.append(choice)
+            continue
+        rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
+        for matrix in matching_matrices(topology, axes, constraints):
+            for index, name in rows:
+                (transfers if name == "pp" else collectives).add(matrix[index])
+    equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in collectives | transfers}
+    devices = sum(equivalent.values())
+    pairs = sum(math.prod(shape) ** 2 for shape in collectives)
+    seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
+               + len(collectives) * SECONDS_PER_SHAPE + devices * SECONDS_PER_DEVICE + pairs * SECONDS_PER_PAIR)
+    memory = BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
+    return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())),
+                      len(collectives), devices, memory, tuple(too_many), pairs)
 
 
 def check_size(size: SearchSize, request: PlanRequest) -> None:
+    """Refuse what cannot finish: no degree choice, a choice whose placements cannot be listed, a
+    search estimated over the time budget or over the memory budget."""
     if size.degrees == 0:
         reasons = "; ".join(f"{reason}: {count}" for reason, count in size.refused) or "none"
         raise NoSolutionError(f"no degree choice for {request.model.name} on {request.topology.device_count} devices "
                               f"passes the model's and the limits' rules (refused: {reasons}); relax a fixed degree")
+    work = (f"the search has {size.degrees} degree choices, {size.placements} placements, {size.candidates} candidates "
+            f"and up to {size.shapes} group shapes (on {size.devices} devices of their equivalent systems), "
+            f"estimated {size.estimated_s:.0f} s and {size.estimated_bytes / 2**20:,.0f} MiB here")
+    if size.too_many_placements:
+        shown = ", ".join(choice.text for choice in size.too_many_placements[:3])
+        raise SearchBudgetError(f"{len(size.too_many_placements)} degree choice(s) ({shown}) have more than "
+                                f"{MAX_PLACEMENTS} placements each, too many to list",
+                                "fix a degree or keep axes inside levels",
+                                size=size, over="placements", budget=MAX_PLACEMENTS)
     if size.estimated_s > request.budget_s:
-        raise UsageError(
-            f"the search has {size.degrees} degree choices, {size.placements} placements and {size.candidates} "
-            f"candidates, about {size.estimated_s:.0f} s here, over the {request.budget_s:.0f} s budget: fix a degree "
-            f"(--tp, --pp, --dp), keep axes inside levels (--inside tp=gpu), try fewer settings (--micro-batch, "
-            f"--recompute, --virtual-stages), or raise --budget")
+        raise SearchBudgetError(f"{work}, over the {request.budget_s:g} s time budget",
+                                "fix a degree, keep axes inside levels, try fewer settings, or raise the time budget",
+                                size=size, over="time", budget=request.budget_s)
+    memory = request.memory_budget()
+    if memory is not None and size.estimated_bytes > memory:
+        raise SearchBudgetError(f"{work}, over the {memory / 2**20:,.0f} MiB memory budget",
+                                "fix a degree, keep axes inside levels, or use a machine with more memory",
+                                size=size, over="memory", budget=memory)
 
 
-def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = None) -> PlanResult:
-    """Search, predict and rank (module docstring); `progress(done, total)` after each placement."""
-    size = estimate(request)
+def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = None,
+         size: SearchSize | None = None) -> PlanResult:
+    """Search, predict and rank (module docstring); `progress(done, total)` after each placement.
+    `size`: the request's estimate when the caller made it already (it is checked again)."""
+    size = size or estimate(request)
     check_size(size, request)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     costs = CommunicationCosts(request.topology, request.backend, request.max_len)
     result = PlanResult(request, size, [], [], costs=costs)
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
     done = 0
-    for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
-        settings = request.space.settings(request.model, degrees)
-        constraints = _constraints_for(degrees, request.constraints)
-        if constraints is None or not settings:
-            result.no_placement += constraints is None
-            continue
-        try:
-            placements = enumerate_placements(request.topology, degrees.axes(), constraints)
-        except NoSolutionError:
-            result.no_placement += 1
-            continue
-        memory_limit = request.memory_limit_for(degrees)
-        for placement in placements:
-            if request.placement_filter is not None and not request.placement_filter(placement):
-                result.filtered += 1
+    try:
+        for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
+            settings = request.space.settings(request.model, degrees)
+            constraints = _constraints_for(degrees, request.constraints)
+            if constraints is None or not settings:
+                result.no_placement += constraints is None
+                continue
+            try:
+                placements = enumerate_placements(request.topology, degrees.axes(), constraints)
+            except NoSolutionError:
+                result.no_placement += 1
+                continue
+            memory_limit = request.memory_limit_for(degrees)
+            for placement in placements:
+                if request.placement_filter is not None and not request.placement_filter(placement):
+                    result.filtered += 1
+                    done += 1
+                    if progress is not None:
+                        progress(done, size.placements)
+                    continue
+                for setting in settings:
+                    result.evaluated += 1
+                    prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
+                                         data_parallel=False)
+                    if prediction.memory.peak > memory_limit:
+                        result.dropped_memory += 1
+                        if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
+                            result.smallest_dropped = prediction
+                        continue
+                    if degrees.dp > 1:
+                        if _cannot_rank(prediction, kept, fitting, request.top):
+                            result.bounded += 1
+                            continue
+                        prediction = predict(request.model, request.compute, costs, degrees, placement, setting)
+                    _keep(result, kept, fitting, prediction, request.top)
                 done += 1
                 if progress is not None:
                     progress(done, size.placements)
-                continue
-            for setting in settings:
-                result.evaluated += 1
-                prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
-                                     data_parallel=False)
-                if prediction.memory.peak > memory_limit:
-                    result.dropped_memory += 1
-                    if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
-                        result.smallest_dropped = prediction
-                    continue
-                if degrees.dp > 1:
-                    if _cannot_rank(prediction, kept, fitting, request.top):
-                        result.bounded += 1
-                        continue
-                    prediction = predict(request.model, request.compute, costs, degrees, placement, setting)
-                _keep(result, kept, fitting, prediction, request.top)
-            done += 1
-            if progress is not None:
-                progress(done, size.placements)
+    except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
+        if not kept:
+            raise
+        result.interrupted_after = done
     result.ranked = [prediction for _, prediction in sorted(kept, key=lambda entry: entry[0])[:request.top]]
     result.pareto = _pareto(fitting)
     result.elapsed_s = time.perf_counter() - started
+    result.cpu_s = time.process_time() - cpu
     return result
 
 

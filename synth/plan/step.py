@@ -1,55 +1,66 @@
 """One training step of one candidate (degrees, placement, settings): its time and its memory.
 
 Time (docs/plan.md derives each term and names its source). Per micro-batch, the slowest
-device (the last pipeline stage, which also runs the output layer) spends
+pipeline stage (each stage's own layers; the last one also runs the output layer) spends
 
     t_mb = compute + exposed tensor-parallel collectives + context-parallel exchange
-           + pipeline point-to-point
+           + exposed ZeRO-3 gathers and scatters + pipeline point-to-point
+           + expert-parallel all-to-alls (MoE layers)
 
-* compute: the forward FLOPs of its L/p layers (formulas.py) at `peak x matmul efficiency`
-  plus the bytes its memory-bound operations move (norms, bias-dropout-adds, activation,
-  softmax; formulas.layer_traffic_bytes) at the device's memory bandwidth, x3 for forward and
-  backward, + one forward more with full recomputation (the attention scores with selective),
-  + the output layer;
+* compute: on a device with a built-in description (synth/plan/devices.py), each kernel timed
+  from its shape (synth/plan/kernels.py: matmuls by tile and wave on the SMs, attention by its
+  kernel, memory-bound work at the memory bandwidth, the two fitted figures); otherwise the
+  layers' FLOPs (formulas.py) at `peak x matmul efficiency` plus the bytes the memory-bound
+  operations move at the memory bandwidth. Forward, backward, recomputation (a whole forward
+  with full recomputation, the attention scores' with selective), the output layer;
 * tensor parallelism (Megatron-LM, Shoeybi et al. 2019, section 3): two all-reduces of the
   layer's `b s h` activations in forward and two in backward (two more in the recomputed
   forward), on the critical path; with sequence parallelism (Korthikanti et al. 2022, section
   4.2.2) each all-reduce becomes a reduce-scatter and an all-gather of the same size; + one
-  all-reduce for the vocabulary-parallel output layer;
+  all-reduce for the vocabulary-parallel output layer. With `tp_overlap` (inside a node only)
+  each runs inside its GEMM and only the computed remainder counts (`tp_overlap_exposed`);
 * pipeline (Narayanan et al. 2021, section 2.2 and 4.1): each micro-batch sends its `b s h`
   activations forward and their gradient back, v times with the interleaved schedule; with
   tensor parallelism the scatter/gather optimization (section 4.1) sends `1/t` of it over the
   network and all-gathers it inside the stage (sequence parallelism already holds `1/t`);
 * context parallelism: the keys and values all-gathered in forward (and recomputation) and
   their gradients reduce-scattered in backward, exposed where they exceed the attention's
-  own compute (the ring exchange overlaps with it).
+  own compute (the ring exchange overlaps with it);
+* ZeRO-3: each layer's weights all-gathered before forward and backward, its gradients
+  reduce-scattered after backward, every micro-batch, prefetched behind compute;
 * expert parallelism (MoE models, synth/plan/moe.py): the token dispatch and combine
   all-to-alls over the `ep` groups, 4 per MoE layer of the stage (6 with full recomputation),
   each of `tokens x h x k x c` values per device, on the critical path, and with tensor
   parallelism the routed tokens' all-gather and reduce-scatter over `tp` beyond the dense
-  FFN's; the MoE layers' FLOPs (active experts, x the capacity factor) are in the compute term.
+  FFN's; the MoE layers' matmuls (router, the local experts' grouped GEMMs of the routed
+  tokens, shared experts) are timed by their shapes in the compute term.
 
 The step is `(m + (p-1)/v) t_mb` (the 1F1B and interleaved schedules; the bubble is
 `(p-1)/v t_mb`), then the exposed part of the gradient reduction (bucketed behind the last
 micro-batch's backward by synth.analysis.fusion's dynamic program, or one call after it when
 not overlapped), the tied embedding's gradient exchange between first and last stage, the
-sharded optimizer's all-gather of the updated weights, and the optimizer step itself, which
-reads and writes its states once at the device's memory bandwidth.
+sharded optimizer's all-gather of the updated weights (behind the next forward with
+`overlap_param_gather`), and the optimizer step itself, which reads and writes its states
+once at the device's memory bandwidth.
 
-Memory: weights, gradients and optimizer states of the device's stage (formulas.py), plus the
-activations of the micro-batches it holds in flight; a candidate fits when the first and the
-last stage's devices both fit.
+Memory: weights, gradients and optimizer states of the device's stage (formulas.py, per ZeRO
+stage), plus the activations of the micro-batches it holds in flight; a candidate fits when the
+first and the last stage's devices both fit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from synth.errors import UsageError
+from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
 from synth.plan import formulas, moe
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
+from synth.plan.devices import device_keys, device_named
+from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_gemms, layer_times, rates_for
 from synth.plan.model import Transformer
 from synth.topology import Device
 
@@ -64,6 +75,11 @@ class Settings:
     recompute: str = "none"  # none | selective | full
     sharded_optimizer: bool = False  # ZeRO-1 / Megatron's distributed optimizer
     overlap_gradients: bool = True  # gradient reduction in buckets behind backward
+    tp_overlap: bool = False  # tensor-parallel communication inside the GEMMs (Transformer Engine userbuffers)
+    overlap_param_gather: bool = False  # sharded optimizer: weights all-gathered behind the next step's forward
+    zero: int = 1  # with sharded_optimizer: ZeRO stage 1 (optimizer states), 2 (+ gradients), 3 (+ weights: FSDP)
+    hsdp: bool = False  # with ZeRO-3: shard inside the innermost level (a node), replicate across it (HSDP)
+    overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
 
     @property
     def text(self) -> str:
@@ -75,43 +91,90 @@ class Settings:
         if self.recompute != "none":
             parts.append(f"rc={self.recompute}")
         if self.sharded_optimizer:
-            parts.append("zero1")
+            parts.append(f"zero{self.zero}" + ("-hsdp" if self.hsdp else ""))
         if not self.overlap_gradients:
             parts.append("no-overlap")
+        if self.tp_overlap:
+            parts.append("tp-overlap")
+        if self.overlap_param_gather:
+            parts.append("param-overlap")
+        if self.overlap_p2p:
+            parts.append("p2p-overlap")
         return " ".join(parts)
 
     def to_json(self) -> dict:
         return {"micro_batch": self.micro_batch, "virtual_stages": self.virtual,
                 "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
-                "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients}
+                "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
+                "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
+                "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp,
+                "overlap_p2p": self.overlap_p2p}
 
 
 @dataclass(frozen=True)
 class Compute:
-    """The device's peak for the model's precision and the fraction of it matmuls reach."""
+    """The device's peak for the model's precision and how its kernels are timed: by shape on a
+    built-in device description (`kernels`, synth/plan/kernels.py), or, for a device without
+    one, every matmul at `peak x efficiency` (the topology's stated matmul_efficiency)."""
 
     peak_flops: float
-    efficiency: float
+    efficiency: float | None
     memory_bytes: float
     memory_bandwidth: float | None
+    kernels: KernelRates | None = None
 
     @property
     def rate(self) -> float:
         return self.peak_flops * self.efficiency
 
+    @property
+    def text(self) -> str:
+        if self.kernels is not None:
+            return (f"kernels timed by shape on {self.kernels.device.key} "
+                    f"(sustained {self.kernels.sustained:.3g} of the benchmark rate)")
+        return f"matmul efficiency {self.efficiency:.3g}"
 
-def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "") -> Compute:
-    """The figures the step model needs from a topology's [device] table (or a refusal naming what is missing)."""
+
+def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "",
+               sustained: float | None = None, matmul_precision: str | None = None,
+               host_s: float | None = None, attention_kernel: str | None = None) -> Compute:
+    """The figures the step model needs from a topology's [device] table (or a refusal naming what
+    is missing). A device with a built-in description (synth/plan/devices.py) gets the kernel model
+    unless `efficiency` is given; another device needs its matmul_efficiency (or `efficiency`)."""
     where = f"topology {topology_name}" if topology_name else "the topology"
     if device is None:
         raise UsageError(f"{where} has no [device] table: planning needs each device's peak FLOP/s and memory; "
                          f"use a built-in with one (selene, dgx-a100-x4, dgx-h100-2x8x8, ...) or add [device] to the file")
+    bandwidth = device.memory_bandwidth.value if device.memory_bandwidth is not None else None
+    peak = device.peak_for(precision).value
+    described = device_named(device.name)
+    if efficiency is None and described is not None:
+        rates = rates_for(described, precision, SUSTAINED.value if sustained is None else sustained, matmul_precision,
+                          HOST_LAYER_S.value if host_s is None else host_s, attention_kernel)
+        if rates is None and matmul_precision is not None and described.matmul_for(matmul_precision) is None:
+            raise UsageError(f"{where}: device {described.key} has no {matmul_precision} matmul rate; it has "
+                             f"{', '.join(name for name, _ in described.matmul)}")
+        if rates is None and attention_kernel is not None and described.attention_for(attention_kernel) is None:
+            raise UsageError(f"{where}: device {described.key} has no {attention_kernel} attention figure; it has "
+                             f"{', '.join(name for name, _ in described.attention)}")
+        if rates is not None:
+            if bandwidth is None:
+                rates = None
+            else:
+                rates = dataclasses.replace(rates, device=dataclasses.replace(
+                    described, memory_bandwidth=device.memory_bandwidth))
+        if rates is not None:
+            return Compute(peak, None, device.memory.value, bandwidth, rates)
+    if matmul_precision not in (None, precision):
+        raise UsageError(f"{where}: matmuls in {matmul_precision} need a built-in device description "
+                         f"({', '.join(device_keys())}); device {device.name!r} is not one")
     if efficiency is None:
         if device.matmul_efficiency is None:
-            raise UsageError(f"{where}: device {device.name!r} has no matmul_efficiency; add one to [device] or give --efficiency")
+            raise MissingFigureError(f"{where}: device {device.name!r} has no built-in description ({', '.join(device_keys())}) "
+                                     f"and no matmul_efficiency; add one to [device] or give a matmul efficiency",
+                                     figure="matmul_efficiency")
         efficiency = device.matmul_efficiency.value
-    bandwidth = device.memory_bandwidth.value if device.memory_bandwidth is not None else None
-    return Compute(device.peak_for(precision).value, efficiency, device.memory.value, bandwidth)
+    return Compute(peak, efficiency, device.memory.value, bandwidth)
 
 
 @dataclass(frozen=True)
@@ -174,7 +237,8 @@ class Memory:
 class Route:
     """One kind of communication of the step: what runs, on which levels, through which link."""
 
-    name: str  # "tensor", "data", "pipeline", "context", "embedding"
+    name: str  # "tensor", "data", "data-shard", "data-replica" (HSDP), "pipeline", "context", "embedding",
+    # "expert", "expert-data"
     program: str
     levels: str
     time_s: float  # per call
@@ -226,8 +290,24 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "sequence parallelism without tensor parallelism"
     if settings.sharded_optimizer and degrees.dp == 1:
         return "sharded optimizer without data parallelism"
+    if settings.tp_overlap and not settings.sequence_parallel:
+        return "tensor-parallel overlap without sequence parallelism"
+    if settings.overlap_param_gather and not settings.sharded_optimizer:
+        return "parameter all-gather overlap without the sharded optimizer"
+    if settings.zero not in (1, 2, 3):
+        return "ZeRO stage not 1, 2 or 3"
+    if settings.zero > 1 and not settings.sharded_optimizer:
+        return "ZeRO stage 2 or 3 without the sharded optimizer"
+    if settings.zero == 3 and settings.overlap_param_gather:
+        return "ZeRO-3 gathers weights per layer, not after the step"
+    if settings.hsdp and not (settings.sharded_optimizer and settings.zero == 3):
+        return "HSDP without ZeRO-3"
+    if settings.overlap_p2p and settings.virtual == 1:
+        return "pipeline send/receive overlap without the interleaved schedule"
     if model.is_moe and degrees.tp > 1 and not settings.sequence_parallel:
         return "MoE with tensor parallelism needs sequence parallelism"  # Megatron-LM's validate_args
+    if model.is_moe and settings.sharded_optimizer and settings.zero == 3:
+        return "ZeRO-3 with experts (not modelled)"
     return None
 
 
@@ -237,30 +317,47 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     With `data_parallel=False` the gradient reduction is left out: a lower bound on the step
     time (every term is >= 0) for the search to skip candidates that cannot rank."""
     dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
+    if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:-1]):
+        # Transformer Engine's userbuffers overlap runs over the GPUs' own interconnect (CUDA IPC
+        # inside a node): tensor-parallel groups that cross it run their collectives unoverlapped.
+        settings = dataclasses.replace(settings, tp_overlap=False)
     m = microbatches_of(model, degrees, settings.micro_batch)
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
-    layers = model.layers // pp
+    stages = formulas.stage_layers(model.layers, pp)
     act_bytes = model.bytes_per_value
     full, selective = settings.recompute == "full", settings.recompute == "selective"
     routes: list[Route] = []
 
-    # --- compute per micro-batch on the slowest (last) stage --------------------------------------
-    layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
-    traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
-    bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
-    forward = layers * (layer_flops / tp / compute.rate + traffic.total / bandwidth)
-    scores_s = layers * (score_flops / tp / compute.rate + traffic.scores / bandwidth)
-    recompute = forward if full else (scores_s if selective else 0.0)
-    head = (formulas.head_forward_flops(model, tokens) / tp / compute.rate
-            + formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp) / bandwidth)
-    compute_mb = 3 * forward + recompute + 3 * head
+    # --- compute per layer and for the output layer, per micro-batch ------------------------------
+    if compute.kernels is not None:
+        times = layer_times(model, compute.kernels, settings.micro_batch, tp, cp, settings.sequence_parallel,
+                            degrees.ep)
+        forward1, backward1, scores1 = times.forward, times.backward, times.attention_forward
+        head_forward, head_backward = head_times(model, compute.kernels, settings.micro_batch, tp, cp)
+    else:
+        layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
+        traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
+        bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
+        forward1 = layer_flops / tp / compute.rate + traffic.total / bandwidth
+        backward1 = 2 * forward1
+        scores1 = score_flops / tp / compute.rate + traffic.scores / bandwidth
+        head_flops_s = formulas.head_forward_flops(model, tokens) / tp / compute.rate
+        head_bytes = formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp)
+        head_forward = head_flops_s + head_bytes[0] / bandwidth
+        head_backward = 2 * head_flops_s + head_bytes[1] / bandwidth
+    recompute1 = forward1 if full else (scores1 if selective else 0.0)
+    compute1 = forward1 + backward1 + recompute1
+    if compute.kernels is not None and compute.kernels.host_s > 0:
+        # Kernels are issued asynchronously: a layer takes at least the host's time to issue them.
+        compute1 = max(compute1, compute.kernels.host_s)
+    compute_head = head_forward + head_backward
 
     # --- tensor parallelism -----------------------------------------------------------------------
-    tp_mb, tp_backward = 0.0, 0.0
+    tp1 = tp_backward1 = tp_head = 0.0
     activation = tokens * model.hidden * act_bytes
+    calls1 = 0
     if tp > 1:
-        calls = layers * (4 + (2 if full else 0))
-        backward_calls = layers * (2 + (2 if full else 0))
+        calls1 = 4 + (2 if full else 0)
         if settings.sequence_parallel:
             scatter = costs.reduce_scatter(placement, ("tp",), activation)
             gather = costs.all_gather(placement, ("tp",), activation)
@@ -269,41 +366,44 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         else:
             reduce = costs.all_reduce(placement, ("tp",), activation)
             per_call, program, levels = reduce.time_s, reduce.program, reduce.levels
-        tp_mb = (calls + 1) * per_call  # + the output layer's all-reduce
-        tp_backward = backward_calls * per_call
-        routes.append(Route("tensor", program, levels, per_call, m * (calls + 1), activation))
+        tp1, tp_head = calls1 * per_call, per_call  # + the output layer's all-reduce
+        tp_backward1 = (2 + (2 if full else 0)) * per_call
+        if settings.tp_overlap:
+            forward_s, backward_s = tp_overlap_exposed(model, compute, settings.micro_batch * model.seq_len // cp, tp,
+                                                       gather.time_s, scatter.time_s)
+            tp_backward1 = backward_s
+            tp1 = forward_s * (2 if full else 1) + backward_s
 
     # --- context parallelism ----------------------------------------------------------------------
-    cp_mb = 0.0
+    cp1 = 0.0
     if cp > 1:
         kv = 2 * tokens * cp * model.query_groups * model.head_dim * act_bytes // tp  # gathered keys and values
         gather = costs.all_gather(placement, ("cp",), kv)
         scatter = costs.reduce_scatter(placement, ("cp",), kv)
         exchange = gather.time_s * (2 if full else 1) + scatter.time_s
-        attention = scores_s / layers * (3 + (1 if full or selective else 0))
-        cp_mb = layers * max(0.0, exchange - attention)
-        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+        attention = scores1 * (3 + (1 if full or selective else 0))
+        cp1 = max(0.0, exchange - attention)
 
-    # --- expert parallelism: the MoE layers' token all-to-alls (synth/plan/moe.py) ----------------
-    ep_mb = 0.0
-    start, stop = moe.stage_layers(model, pp)[1]
-    moe_layers = moe.moe_layers_in(model, start, stop)  # the last stage's MoE layers
+    # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (synth/plan/moe.py) --
+    ep1 = 0.0
     if degrees.ep > 1:
         local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
-        size = moe.dispatch_bytes(model, local)
-        exchange = costs.all_to_all(placement, ("ep",), size)
-        calls = moe_layers * (moe.DISPATCHES_PER_LAYER + (2 if full else 0))
-        ep_mb = calls * exchange.time_s
-        routes.append(Route("expert", exchange.program, exchange.levels, exchange.time_s, m * calls, size))
-    if moe_layers and tp > 1 and settings.sequence_parallel:
+        dispatched = moe.dispatch_bytes(model, local)
+        exchange_ep = costs.all_to_all(placement, ("ep",), dispatched)
+        calls_ep = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
+        ep1 = calls_ep * exchange_ep.time_s
+    if model.is_moe and tp > 1 and settings.sequence_parallel:
         # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
         # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
         # size the tensor-parallel term already counts; the difference is charged here.
         routed = moe.dispatch_bytes(model, tokens)
         pair = lambda size: (costs.reduce_scatter(placement, ("tp",), size).time_s  # noqa: E731
                              + costs.all_gather(placement, ("tp",), size).time_s)
-        extra = max(0.0, pair(routed) - pair(activation))
-        ep_mb += moe_layers * (2 + (1 if full else 0)) * extra
+        ep1 += (2 + (1 if full else 0)) * max(0.0, pair(routed) - pair(activation))
+    ranges = moe.stage_ranges(model, stages)
+    moe_first = moe.moe_layers_in(model, *ranges[0])
+    moe_last = moe.moe_layers_in(model, *ranges[-1])
+    moe_middle = max((moe.moe_layers_in(model, *r) for r in ranges[1:-1]), default=0)
 
     # --- pipeline point to point ------------------------------------------------------------------
     p2p_mb = 0.0
@@ -316,39 +416,106 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             gather_s = costs.all_gather(placement, ("tp",), activation).time_s
         per_transfer = seconds + gather_s
         p2p_mb = 2 * v * per_transfer
-        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
 
-    t_mb = compute_mb + tp_mb + cp_mb + p2p_mb + ep_mb
+    # --- ZeRO-3 / FSDP: each layer's weights all-gathered before its forward and its backward (and
+    # its recomputation), its gradients reduce-scattered after its backward, every micro-batch ----
+    zero3 = settings.sharded_optimizer and settings.zero == 3 and dp > 1
+    fsdp1 = 0.0
+    sharding, shard, replicas = placement, dp, 1  # the shard groups' placement ("dp": the shard axis)
+    if zero3 and settings.hsdp:
+        sharding = hsdp_placement(placement)
+        shard = sharding.axis_sizes[sharding.axis_index("dp")]
+        replicas = dp // shard
+    if zero3 and shard > 1:
+        layer_params = formulas.layer_shape(model).per_device(tp)
+        gather_w = costs.all_gather(sharding, ("dp",), int(layer_params * act_bytes))
+        scatter_g = costs.reduce_scatter(sharding, ("dp",), int(layer_params * model.grad_bytes_per_value))
+        gathers_forward = gather_w.time_s * (2 if full else 1)
+        if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
+            fsdp1 = (max(0.0, gathers_forward - forward1 * (2 if full else 1))
+                     + max(0.0, gather_w.time_s + scatter_g.time_s - backward1))
+        else:
+            fsdp1 = gathers_forward + gather_w.time_s + scatter_g.time_s
+        routes.append(Route("data-shard" if settings.hsdp else "data", f"{gather_w.program}; {scatter_g.program}",
+                            gather_w.levels,
+                            gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes)))
+
+    # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
+    def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
+        return count * (compute1 + tp1 + cp1 + fsdp1) + moe_count * ep1 + (compute_head + tp_head if head else 0.0)
+
+    def exposed_p2p(work: float) -> float:
+        """With the overlap (Megatron's default for the interleaved schedule) each transfer runs
+        behind the next chunk's compute (a 2v-th of the stage's work) and shows only beyond it."""
+        if not settings.overlap_p2p:
+            return p2p_mb
+        return 2 * v * max(0.0, per_transfer - work / (2 * v))
+
+    def stage_mb(count: int, head: bool, moe_count: int) -> float:
+        work = stage_work(count, head, moe_count)
+        return work + exposed_p2p(work)
+
+    candidates = [(stage_mb(stages.last, True, moe_last), stages.last, True, moe_last)]
+    if pp > 1:
+        candidates += [(stage_mb(stages.first, False, moe_first), stages.first, False, moe_first)]
+        if stages.middle:
+            candidates += [(stage_mb(stages.middle, False, moe_middle), stages.middle, False, moe_middle)]
+    t_mb, layers, with_head, moe_layers = max(candidates, key=lambda c: (c[0], c[2]))
+    p2p_mb = exposed_p2p(stage_work(layers, with_head, moe_layers)) if pp > 1 else 0.0
+    ep_mb = moe_layers * ep1
+    compute_mb = layers * compute1 + (compute_head if with_head else 0.0)
+    tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
+    cp_mb = layers * cp1
+    fsdp_mb = layers * fsdp1
+    if tp > 1:
+        routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
+    if cp > 1:
+        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+    if degrees.ep > 1 and moe_layers:
+        routes.append(Route("expert", exchange_ep.program, exchange_ep.levels, exchange_ep.time_s,
+                            m * moe_layers * calls_ep, dispatched))
+    if pp > 1:
+        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
     bubble = (pp - 1) / v * t_mb
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
-    params = formulas.stage_parameters(model, tp, pp, degrees.ep)
+    params = formulas.stage_parameters(model, tp, pp, stages, degrees.ep)
+    first = stages.first
+    grad_bytes = model.grad_bytes_per_value
     # Routed experts of each stage's device: their gradients and optimizer states belong to the
     # expert data-parallel group (dp / ep replicas), the rest to the whole data-parallel group.
-    (first_start, first_stop), (last_start, last_stop) = moe.stage_layers(model, pp)
-    experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, first_start, first_stop)
-    experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, last_start, last_stop)
-    grad_bytes = model.grad_bytes_per_value
+    experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[0])
+    experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
+    data_axes, expert_axes = degrees.data_axes(), degrees.expert_data_axes()
     dp_exposed = dp_overlapped = 0.0
-    if dp > 1 and data_parallel:
-        stage_layers = (formulas.layer_shape(model).per_device(tp) * layers
-                        + moe.stage_parameter_delta(model, tp, degrees.ep, first_start, first_stop))
-        dense_layers = stage_layers - experts_first
-        layer_grad = int(dense_layers / layers * grad_bytes)
-        embedding_grad = int(max(params.first - stage_layers, 1) * grad_bytes)
-        tensors = fuse_tensors(tuple([layer_grad] * layers + [embedding_grad]))
-        backward_s = (2 * forward + recompute + 2 * head + tp_backward) if settings.overlap_gradients else 0.0
-        gradients = costs.gradient_schedule(placement, degrees.data_axes(), tensors, backward_s, settings.sharded_optimizer)
+
+    def weights_gather_exposed(seconds: float) -> float:
+        if settings.overlap_param_gather:
+            # Megatron gathers bucket by bucket, each behind the previous bucket's forward: the first
+            # layer's share is exposed, and whatever the first micro-batch's forward cannot hide.
+            first_forward = first * forward1
+            return seconds / (first + 1) + max(0.0, seconds * first / (first + 1) - first_forward)
+        return seconds
+
+    if dp > 1 and data_parallel and not zero3:
+        stage_layer_params = (formulas.layer_shape(model).per_device(tp) * first
+                              + moe.stage_parameter_delta(model, tp, degrees.ep, *ranges[0]))
+        layer_grad = int((stage_layer_params - experts_first) / first * grad_bytes)
+        embedding_grad = int(max(params.first - stage_layer_params, 1) * grad_bytes)
+        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
+        # the first stage's last backward (with the output layer too when it is also the last stage)
+        backward_s = first * (backward1 + recompute1 + tp_backward1) + (head_backward if pp == 1 else 0.0)
+        backward_s = backward_s if settings.overlap_gradients else 0.0
+        gradients = costs.gradient_schedule(placement, data_axes, tensors, backward_s, settings.sharded_optimizer)
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
         routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets, degrees.data_axes()))
-        expert_axes = degrees.expert_data_axes()
+                            gradients.buckets, sum(tensors) // gradients.buckets, data_axes))
         if experts_first and expert_axes:
             # The experts' gradients on the same stream after the dense ones (both exposures counted).
-            expert_grad = int(experts_first / layers * grad_bytes)
-            expert_tensors = fuse_tensors(tuple([expert_grad] * layers))
+            expert_grad = int(experts_first / first * grad_bytes)
+            expert_tensors = fuse_tensors(tuple([expert_grad] * first))
             experts = costs.gradient_schedule(placement, expert_axes, expert_tensors, backward_s,
                                               settings.sharded_optimizer)
             dp_exposed += experts.exposed_s
@@ -357,14 +524,28 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                                 experts.buckets, sum(expert_tensors) // experts.buckets, expert_axes))
         if settings.sharded_optimizer:
             weights = int((params.first - experts_first) * model.bytes_per_value)
-            gather = costs.all_gather(placement, degrees.data_axes(), weights)
-            dp_exposed += gather.time_s
-            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, degrees.data_axes()))
+            gather = costs.all_gather(placement, data_axes, weights)
+            dp_exposed += weights_gather_exposed(gather.time_s)
+            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, data_axes))
             if experts_first and expert_axes:
                 weights = int(experts_first * model.bytes_per_value)
                 gather = costs.all_gather(placement, expert_axes, weights)
-                dp_exposed += gather.time_s
-                routes.append(Route("expert-data", gather.program, gather.levels, gather.time_s, 1, weights, expert_axes))
+                dp_exposed += weights_gather_exposed(gather.time_s)
+                routes.append(Route("expert-data", gather.program, gather.levels, gather.time_s, 1, weights,
+                                    expert_axes))
+
+    if zero3 and replicas > 1 and data_parallel:
+        # HSDP: each shard's gradients all-reduced across the replicas, in buckets behind the last
+        # micro-batch's backward (the shards are 1/shard of the first stage's gradients).
+        layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes / shard)
+        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes / shard)
+        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
+        backward_s = first * (backward1 + recompute1 + tp_backward1) if settings.overlap_gradients else 0.0
+        gradients = costs.gradient_schedule(sharding, ("dp_replica",), tensors, backward_s, False)
+        dp_exposed = gradients.exposed_s
+        dp_overlapped = gradients.busy_s - dp_exposed
+        routes.append(Route("data-replica", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
+                            gradients.buckets, sum(tensors) // gradients.buckets))
 
     # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
     embedding_s = 0.0
@@ -388,20 +569,81 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             local = params.most
         optimizer_s = local * touched / compute.memory_bandwidth
 
-    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed, embedding_s,
-                          optimizer_s, dp_overlapped, m * ep_mb)
+    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
+                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb)
     step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
 
     # --- memory -----------------------------------------------------------------------------------
-    per_parameter = formulas.state_bytes_per_parameter(model, dp, settings.sharded_optimizer)
-    # Routed experts shard their optimizer states over the expert data-parallel replicas only.
-    per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer)
+    per_parameter = formulas.state_bytes_per_parameter(model, shard if zero3 else dp, settings.sharded_optimizer,
+                                                       settings.zero if settings.sharded_optimizer else 0)
+    gathered = 0.0
+    if zero3 and shard > 1:  # two layers' weights gathered at once (the running one and the prefetched one) and one's gradients
+        gathered = formulas.layer_shape(model).per_device(tp) * (2 * act_bytes + model.grad_bytes_per_value)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
-    first_layers = formulas.in_flight_layers(model, pp, v, m)
-    memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter),
+    first_layers = formulas.in_flight_layers(model, pp, v, m, stages.first)
+    # Routed experts shard their gradients and optimizer states over the expert data-parallel replicas only.
+    per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer,
+                                                    settings.zero if settings.sharded_optimizer else 0)
+    memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter) + gathered,
                     per_layer * first_layers + extra.first,
-                    params.last * per_parameter + experts_last * (per_expert - per_parameter), per_layer * layers + extra.last)
+                    params.last * per_parameter + experts_last * (per_expert - per_parameter) + gathered,
+                    per_layer * stages.last + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
+
+
+# Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub):
+# all-gathers by "ring_exchange" on 1 SM in tp steps, reduce-scatters by "pipeline" on 16 SMs in 4 splits.
+RING_EXCHANGE_SMS, PIPELINE_SMS, PIPELINE_SPLITS = 1, 16, 4
+
+
+def _overlapped(comm: float, gemm: float, sms: int, total_sms: int, tail: float) -> float:
+    """Exposed seconds of one collective run inside one GEMM: the GEMM loses `sms` of its SMs while
+    they overlap (the contention), the collective shows where it outlasts the slowed GEMM, and
+    `tail` of it (the last split of a pipelined reduce-scatter) runs after the GEMM."""
+    slowdown = total_sms / (total_sms - sms)
+    hidden = comm * (1 - tail)
+    inside = hidden - gemm if hidden >= gemm * slowdown else hidden * (1 - 1 / slowdown)
+    return comm * tail + inside
+
+
+def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: int, gather_s: float,
+                       scatter_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds per layer of the sequence-parallel all-gathers and
+    reduce-scatters overlapped with their GEMMs (Megatron's --tp-comm-overlap): forward, the
+    gathers inside the QKV and FC1 GEMMs and the scatters inside the projection and FC2 GEMMs;
+    backward, the gathers inside the projection's and FC2's input-gradient GEMMs and the
+    scatters inside QKV's and FC1's weight-gradient GEMMs (TE's "bulk" overlap, no tail)."""
+    gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
+    if compute.kernels is not None:
+        sms = int(compute.kernels.device.sms.value)
+        seconds = lambda g: compute.kernels.gemm_seconds(g, model.bytes_per_value)  # noqa: E731
+    else:
+        sms = 132  # no device description: an H100's SM count for the contention share
+        seconds = lambda g: g.flops / compute.rate  # noqa: E731
+    qkv, proj, fc1, fc2 = gemms
+    forward = (_overlapped(gather_s, seconds(qkv), RING_EXCHANGE_SMS, sms, 0.0)
+               + _overlapped(scatter_s, seconds(proj), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS)
+               + _overlapped(gather_s, seconds(fc1), RING_EXCHANGE_SMS, sms, 0.0)
+               + _overlapped(scatter_s, seconds(fc2), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS))
+    backward = (_overlapped(gather_s, seconds(proj.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
+                + _overlapped(gather_s, seconds(fc2.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
+                + _overlapped(scatter_s, seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
+                + _overlapped(scatter_s, seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
+    return forward, backward
+
+
+def hsdp_placement(placement: Placement) -> Placement:
+    """The placement with the data-parallel axis split in two: `dp` keeps its part in the
+    innermost level (the shard groups of HSDP, inside a node) and `dp_replica` its parts in the
+    outer levels (the replica groups). The groups are the same ranks; only their roles split."""
+    index = placement.axis_index("dp")
+    row = placement.matrix[index]
+    inner = (1,) * (len(row) - 1) + (row[-1],)
+    outer = tuple(row[:-1]) + (1,)
+    names = placement.axis_names[:index] + ("dp_replica", "dp") + placement.axis_names[index + 1:]
+    sizes = placement.axis_sizes[:index] + (placement.axis_sizes[index] // row[-1], row[-1]) + placement.axis_sizes[index + 1:]
+    matrix = placement.matrix[:index] + (outer, inner) + placement.matrix[index + 1:]
+    return Placement(placement.level_names, placement.level_sizes, names, sizes, matrix)

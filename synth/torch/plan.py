@@ -102,7 +102,9 @@ class ReductionPlan:
 
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
-        path.write_text(json.dumps(self.to_document(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        from synth.output_files import write_text
+
+        write_text(path, json.dumps(self.to_document(), indent=1, sort_keys=True) + "\n")
         return path
 
     @staticmethod

@@ -1,0 +1,204 @@
+"""Planning at scale: how `synth plan` grows with the cluster, and whether its own estimate knows.
+
+    python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--before DIR]
+
+For each size, the whole user command (start-up, imports, search, JSON output)
+
+    synth plan --topology selene --resize node=N --model gpt3-175b --json --budget 3600
+
+runs in a fresh process; recorded are its wall time, its peak resident memory (the process's
+own `ru_maxrss`, read by the process itself at exit), the search's own time (`elapsed_s`)
+and what the search estimated before it started (time and, where the planner gives one,
+memory). Then issue 15's case, `dgx-h100-2x8x8 --resize rack=256` (16,384 GPUs on three
+levels), and four plans of other models and systems, through the same command. `--before DIR` runs the same commands in another
+checkout (the code before a change) and puts both curves in the report.
+
+Writes results/plan-speed/README.md (the growth table, command, machine, load, date) and
+plan-speed.json beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.record import REPORT, header, study_dir
+
+STUDY = "plan-speed"
+MODEL = "gpt3-175b"
+DEFAULT_NODES = (8, 64, 512, 2048, 16384)  # 8 GPUs per Selene node: 64 to 131,072 GPUs
+# issue 15's accepted-then-killed case, then other models and systems the estimate must hold on
+EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "node=512"),
+         ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
+         ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
+TIMEOUT_S = 600
+
+# The measured process: the command through synth's own entry point, its output kept, then its
+# own peak RSS (bytes on Linux: ru_maxrss is in KiB). Runs in the checkout under test.
+WORKER = r"""
+import contextlib, io, json, resource, sys, time
+started = time.perf_counter()
+from synth.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(sys.argv[1:])
+wall = time.perf_counter() - started
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"code": code, "stdout": out.getvalue(), "wall_in_process_s": wall,
+                  "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}))
+"""
+
+
+def command_for(topology: str, resize: str, model: str = MODEL) -> list[str]:
+    return ["plan", "--topology", topology, "--resize", resize, "--model", model, "--json", "--budget", "3600"]
+
+
+def measure(topology: str, resize: str, source: Path, model: str = MODEL) -> dict:
+    """One command in a fresh process run from `source` (a checkout), timed from outside."""
+    argv = command_for(topology, resize, model)
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-c", WORKER, *argv], cwd=source, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"command": "synth " + " ".join(argv), "error": f"over {TIMEOUT_S} s"}
+    wall = time.perf_counter() - started
+    row = {"command": "synth " + " ".join(argv), "wall_s": wall, "load_before": load_before,
+           "load_after": os.getloadavg()}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        row["error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return row
+    worker = json.loads(lines[-1])
+    row.update(code=worker["code"], peak_rss_bytes=worker["peak_rss_bytes"], cpu_s=worker.get("cpu_s"))
+    if worker["code"] != 0:
+        row["error"] = done.stderr.strip()[-300:]
+        return row
+    result = json.loads(worker["stdout"])
+    search = result["search"]
+    row.update(devices=result["devices"], search_s=result["elapsed_s"], search_cpu_s=result.get("cpu_s"),
+               evaluated=result["evaluated"],
+               degree_choices=search["degrees"], placements=search["placements"], candidates=search["candidates"],
+               estimated_s=search["estimated_s"], estimated_bytes=search.get("estimated_bytes"),
+               winner=_degrees(result['ranked'][0]['degrees']) + " " + result['ranked'][0]['placement'],
+               step_s=result["ranked"][0]["step_s"])
+    return row
+
+
+def _degrees(degrees: dict) -> str:
+    return ",".join(f"{role}={degrees[role]}" for role in ("dp", "tp", "pp", "cp"))
+
+
+def series(nodes: tuple[int, ...], source: Path) -> list[dict]:
+    rows = []
+    for count in nodes:
+        rows.append(measure("selene", f"node={count}", source))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    for model, topology, resize in EXTRA:
+        rows.append(measure(topology, resize, source, model))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def _size(value) -> str:
+    return "" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def _ratio(estimate, real) -> str:
+    return "" if not estimate or not real else f"{estimate / real:.3g}"
+
+
+def _seconds(value) -> str:
+    return "" if value is None else f"{value:.1f} s"
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| command | GPUs | wall | CPU | search wall | search CPU | peak RSS | estimated search | "
+             "estimated memory | est./search CPU | est./peak RSS | load before |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in rows:
+        load = "/".join(f"{x:.1f}" for x in row.get("load_before", ()))
+        if "search_s" not in row:
+            lines.append(f"| `{row['command']}` | | {_seconds(row.get('wall_s'))} | {_seconds(row.get('cpu_s'))} | | | "
+                         f"{_size(row.get('peak_rss_bytes'))} | | | | | {load} (failed: {row.get('error', '')}) |")
+            continue
+        lines.append(
+            f"| `{row['command']}` | {row['devices']:,} | {_seconds(row['wall_s'])} | {_seconds(row.get('cpu_s'))} | "
+            f"{_seconds(row['search_s'])} | {_seconds(row.get('search_cpu_s'))} | {_size(row['peak_rss_bytes'])} | "
+            f"{row['estimated_s']:.2f} s | {_size(row.get('estimated_bytes'))} | "
+            f"{_ratio(row['estimated_s'], row.get('search_cpu_s') or row['search_s'])}"
+            f"{'' if row.get('search_cpu_s') else ' (wall)'} | "
+            f"{_ratio(row.get('estimated_bytes'), row['peak_rss_bytes'])} | {load} |")
+    return lines
+
+
+def summary(document: dict) -> list[str]:
+    """The growth curve in one paragraph: the largest system, before and after, and how close the estimate is."""
+    rows = [row for row in document["rows"] if "search_s" in row]
+    if not rows:
+        return []
+    largest = max(rows, key=lambda row: row["devices"])
+    time_ratios = [row["estimated_s"] / row["search_cpu_s"] for row in rows if row.get("search_cpu_s")]
+    memory_ratios = [row["estimated_bytes"] / row["peak_rss_bytes"] for row in rows if row.get("estimated_bytes")]
+    text = (f"Largest: {largest['devices']:,} GPUs in {largest['wall_s']:.1f} s wall ({largest['cpu_s']:.1f} s CPU) "
+            f"and {_size(largest['peak_rss_bytes'])} peak.")
+    before = {row["command"]: row for row in document.get("before", ()) if "search_s" in row}
+    if largest["command"] in before:
+        old = before[largest["command"]]
+        text += (f" Before: {old['wall_s']:.1f} s wall ({old['cpu_s']:.1f} s CPU) and {_size(old['peak_rss_bytes'])}, "
+                 f"while its estimate said {old['estimated_s']:.2f} s.")
+    if time_ratios and memory_ratios:
+        text += (f" The estimate over the real figures, every row: CPU time {min(time_ratios):.2f}x to "
+                 f"{max(time_ratios):.2f}x, memory {min(memory_ratios):.2f}x to {max(memory_ratios):.2f}x.")
+    return [text]
+
+
+def render(document: dict) -> str:
+    lines = ["# Planning at scale: time and memory of `synth plan` from 64 to 131,072 GPUs", "",
+             header(document["command"]), "",
+             f"Each row is the user's whole command in a fresh process (start-up, imports, search, JSON output) on "
+             f"this 2-core machine, shared with other work while it ran (the load average before each run is in "
+             f"the last column). wall: the process, timed from outside; search: the planner's own time; peak RSS: "
+             f"the process's `ru_maxrss` at exit; CPU: user + system time. The estimates are what the planner predicted "
+             f"before starting (the figures it refuses a search on): the search's CPU time (wall time grows with the "
+             f"machine's load, CPU time much less) and the process's peak memory; est./search CPU and est./peak RSS "
+             f"compare them with what happened.", ""]
+    lines += summary(document) + [""]
+    if document.get("before"):
+        lines += [f"## Before ({document['before_label']})", ""] + table(document["before"]) + [""]
+        lines += ["## After", ""]
+    lines += table(document["rows"])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", default="results", help="results directory (default results)")
+    parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
+                        help="Selene node counts (8 GPUs each), comma-separated")
+    parser.add_argument("--before", metavar="DIR", help="a checkout of the code before the change, run alike")
+    parser.add_argument("--before-label", default="the code before this change", help="what --before is")
+    args = parser.parse_args(argv)
+    nodes = tuple(int(part) for part in args.nodes.split(","))
+    command = ("python -m benchmarks.plan_speed" + (f" --nodes {args.nodes}" if args.nodes != parser.get_default("nodes") else "")
+               + (" --before OLD" if args.before else ""))
+    here = Path(__file__).resolve().parent.parent
+    document = {"command": command, "model": MODEL, "rows": series(nodes, here)}
+    if args.before:
+        document["before"] = series(nodes, Path(args.before))
+        document["before_label"] = args.before_label
+    folder = study_dir(STUDY, args.output)
+    (folder / f"{STUDY}.json").write_text(json.dumps(document, indent=1) + "\n")
+    (folder / REPORT).write_text(render(document))
+    print(f"wrote {folder / REPORT}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Kernel times from shapes: matrix multiplications, attention and memory-bound work on one
+accelerator (a synth.plan.devices.KernelDevice).
+
+* A matrix multiplication `C[m,n] = A[m,k] B[k,n]` (`batch` of them at once) is cut into
+  thread-block tiles of `Tm x Tn` outputs; the tiles run in waves of one per SM. Its compute
+  time is `ceil(tiles / SMs)` waves (wave quantization), each wave as long as one tile's
+  `2 Tm Tn k` FLOPs at the per-SM share of the achievable rate; tiles overhanging m or n
+  compute padding (tile quantization). The library's choice among its tiles is modelled as the
+  fastest (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, chapter 3).
+  When the tiles fill less than one wave the reduction is split over the idle SMs (split-K).
+  Each tile ends by writing its `Tm x Tn` outputs at one SM's share of the memory bandwidth (the
+  epilogue), which is what makes a shallow reduction (small k) slow.
+  Below the ridge point the operands' bytes (`(mk + kn + mn)` values, each moved once) at the
+  memory bandwidth take longer, and that is the time (the roofline).
+* Attention with FlashAttention runs as one kernel over blocks of 128 queries per sequence and
+  head (the kernels' block size), quantized in waves the same way, at the device's attention
+  rate; causal masking skips half the score blocks. Its backward runs 2.5x the forward's
+  FLOPs (the scores recomputed: five matrix products against two, as flash-attention's
+  benchmarks/benchmark_flash_attention.py counts them). Without FlashAttention the scores are two batched matrix
+  multiplications and a memory-bound softmax (synth/plan/formulas.py's traffic).
+* Element-wise and normalization work moves its bytes at the memory bandwidth.
+
+`sustained` scales every compute rate: the fraction of the isolated benchmark's rate the
+kernels keep inside a whole training step (clocks under the step's power draw, caches shared
+with communication kernels). It is the one figure fitted to published training runs
+(benchmarks/plan.py, results/plan/), never to the run it is reported on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from synth.plan.devices import KernelDevice
+from synth.topology import Figure
+
+_FITTED = ("fitted by benchmarks/plan.py (results/plan/README.md, 'Fitted on one table, predicting the other') on the "
+           "nine rows of Megatron-Core r0.8's H100 weak-scaling table only; Narayanan et al.'s A100 Table 1 is its "
+           "held-out check")
+SUSTAINED = Figure(0.704, f"sustained fraction of the benchmark matmul and attention rates, {_FITTED}")
+HOST_LAYER_S = Figure(3.8e-3, f"host time to issue one layer's forward and backward kernels per micro-batch, {_FITTED}")
+MIN_SPLIT_K = 256  # the shallowest reduction one split-K block is given (one pipeline of 4 64-deep k-tiles)
+FLASH_BLOCK = 128  # queries per thread block (FlashAttention-2/3 forward kernels)
+FLASH_BACKWARD_FLOPS = 2.5  # backward over forward FLOPs (flash-attention, benchmarks/benchmark_flash_attention.py)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`batch` independent products of an m x k and a k x n matrix."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    def backward(self) -> tuple[Gemm, Gemm]:
+        """The input gradient (m x n times n x k) and the weight gradient (k x m times m x n)."""
+        return Gemm(self.m, self.k, self.n, self.batch), Gemm(self.k, self.n, self.m, self.batch)
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """One device at one matmul precision, with the sustained fraction applied."""
+
+    device: KernelDevice
+    matmul_flops: float  # the tiles' own rate, all SMs together (from the benchmark's, see mainloop_rate)
+    attention_flops: float  # attention kernel FLOP/s
+    sustained: float = 1.0
+    host_s: float = 0.0  # host time to issue one layer's forward and backward kernels (a floor on the layer)
+
+    @property
+    def bandwidth(self) -> float:
+        return self.device.memory_bandwidth.value
+
+    def tiles(self, gemm: Gemm, tile: tuple[int, int]) -> int:
+        return math.ceil(gemm.m / tile[0]) * math.ceil(gemm.n / tile[1]) * gemm.batch
+
+    def split_k(self, gemm: Gemm, tile: tuple[int, int]) -> int:
+        """Reduction splits when the tiles fill less than one wave (cuBLAS's split-K): each split a
+        separate thread block over k/splits, at least MIN_SPLIT_K deep."""
+        return max(1, min(int(self.device.sms.value) // self.tiles(gemm, tile), gemm.k // MIN_SPLIT_K))
+
+    def waves(self, gemm: Gemm, tile: tuple[int, int]) -> int:
+        blocks = self.tiles(gemm, tile) * self.split_k(gemm, tile)
+        return math.ceil(blocks / int(self.device.sms.value))
+
+    def gemm_seconds(self, gemm: Gemm, value_bytes: float) -> float:
+        """Wave-quantized compute time or the operands' traffic, whichever is longer."""
+        per_sm = self.matmul_flops * self.sustained / self.device.sms.value
+        share = self.bandwidth / self.device.sms.value  # one SM's share of the memory bandwidth
+        compute = min(self.waves(gemm, tile) * (2.0 * tile[0] * tile[1] * math.ceil(gemm.k / self.split_k(gemm, tile))
+                                                / per_sm + tile[0] * tile[1] * value_bytes / share)
+                      for tile in self.device.tiles)
+        traffic = (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.batch * value_bytes / self.bandwidth
+        return max(compute, traffic)
+
+    def attention_seconds(self, queries: int, keys: int, head_dim: int, heads: int, batch: int,
+                          causal: bool = True) -> tuple[float, float]:
+        """(forward, backward) seconds of FlashAttention over `heads` heads of `batch` sequences."""
+        flops = 4.0 * queries * keys * head_dim * heads * batch * (0.5 if causal else 1.0)
+        blocks = math.ceil(queries / FLASH_BLOCK) * heads * batch
+        sms = int(self.device.sms.value)
+        fill = blocks / (math.ceil(blocks / sms) * sms)  # wave quantization: the last wave's empty SMs
+        forward = flops / (self.attention_flops * self.sustained * fill)
+        return forward, FLASH_BACKWARD_FLOPS * forward
+
+    def memory_seconds(self, nbytes: float) -> float:
+        return nbytes / self.bandwidth
+
+
+def rates_for(device: KernelDevice, precision: str, sustained: float = 1.0, matmul_precision: str | None = None,
+              host_s: float = 0.0, attention_kernel: str | None = None) -> KernelRates | None:
+    """The device's rates for a model in `precision` (matmuls in `matmul_precision`, e.g. fp8
+    with Transformer Engine; attention stays in the 16-bit precision), or None when the device
+    has no achievable-rate figure for it."""
+    matmul = device.matmul_for(matmul_precision or precision)
+    peak = device.peak_for("bf16" if precision == "fp16" else precision)
+    attention = device.attention_for(attention_kernel)
+    if matmul is None or peak is None or attention is None:
+        return None
+    shape = device.matmul_shape_for(matmul_precision or precision)
+    value_bytes = 1 if (matmul_precision or precision) == "fp8" else 2
+    return KernelRates(device, mainloop_rate(device, matmul.value, shape, value_bytes), attention.value * peak,
+                       sustained, host_s)
+
+
+def mainloop_rate(device: KernelDevice, benchmark_flops: float, shape: tuple[int, int, int], value_bytes: int) -> float:
+    """The tiles' own rate (all SMs): the benchmark's rate with the epilogues of its best shape
+    taken out. A best-of-grid search picks shapes that fill their waves, so only the epilogue is
+    removed (Hopper's library kernels also rebalance part-empty waves, which the tile model
+    does not credit). For every built-in device the result lies between the benchmark's rate
+    and the dense peak (tests/test_plan_kernels.py)."""
+    k = shape[2]
+    tile = device.tiles[0]
+    sms = device.sms.value
+    mainloop = 2.0 * tile[0] * tile[1] * k
+    epilogue = tile[0] * tile[1] * value_bytes / (device.memory_bandwidth.value / sms)
+    per_sm = mainloop / (mainloop * sms / benchmark_flops - epilogue)
+    return per_sm * sms
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """One transformer layer on one device, one micro-batch, in seconds."""
+
+    forward: float  # matmuls, attention and memory-bound work
+    backward: float
+    attention_forward: float  # the attention scores part of forward (what selective recomputation redoes)
+    matmul_forward: float  # the weight matmuls of forward (what tensor-parallel overlap hides communication behind)
+
+
+def layer_gemms(hidden: int, ffn: int, kv: int, gated: bool, tokens: int, tp: int) -> tuple[Gemm, ...]:
+    """The weight matmuls of one Megatron layer's forward on one tensor-parallel rank: fused QKV
+    (column-parallel), attention output projection (row-parallel), FFN up (and gate) and down."""
+    return (Gemm(tokens, (hidden + 2 * kv) // tp, hidden),
+            Gemm(tokens, hidden, hidden // tp),
+            Gemm(tokens, (2 if gated else 1) * ffn // tp, hidden),
+            Gemm(tokens, hidden, ffn // tp))
+
+
+def gemms_seconds(rates: KernelRates, gemms, value_bytes: float) -> tuple[float, float]:
+    """(forward, backward) seconds of weight matmuls: backward is each one's two gradients."""
+    forward = sum(rates.gemm_seconds(g, value_bytes) for g in gemms)
+    backward = sum(rates.gemm_seconds(part, value_bytes) for g in gemms for part in g.backward())
+    return forward, backward
+
+
+def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
+                ep: int = 1) -> LayerTimes:
+    """One layer's kernels on one device for one micro-batch (module docstring): weight matmuls
+    by shape, attention by its kernel, the rest at the memory bandwidth (formulas.layer_traffic_bytes,
+    backward moving twice the forward's bytes). A MoE model's average layer: its experts' matmuls
+    by their shapes over `ep` (synth/plan/moe.py)."""
+    from synth.plan import formulas, moe
+
+    value = model.bytes_per_value
+    queries = model.seq_len // cp
+    tokens = micro_batch * queries
+    heads = max(model.heads // tp, 1)
+    gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
+    matmul_f, matmul_b = gemms_seconds(rates, gemms, value)
+    experts_f, experts_b = moe.mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
+    matmul_f, matmul_b = matmul_f + experts_f, matmul_b + experts_b
+    if model.flash_attention:
+        attention_f, attention_b = rates.attention_seconds(queries, model.seq_len, model.head_dim, heads, micro_batch)
+    else:  # scores Q K^T and their product with V as batched matmuls (the softmax is in the traffic)
+        scores = (Gemm(queries, model.seq_len, model.head_dim, micro_batch * heads),
+                  Gemm(queries, model.head_dim, model.seq_len, micro_batch * heads))
+        attention_f, attention_b = gemms_seconds(rates, scores, value)
+    traffic = formulas.layer_traffic_bytes(model, micro_batch, tp, cp, sequence_parallel)
+    memory_f = rates.memory_seconds(traffic.total)
+    return LayerTimes(matmul_f + attention_f + memory_f, matmul_b + attention_b + 2 * memory_f,
+                      attention_f + rates.memory_seconds(traffic.scores), matmul_f)
+
+
+def head_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int) -> tuple[float, float]:
+    """(forward, backward) of the output layer: the logits matmul and the cross entropy's passes."""
+    from synth.plan import formulas
+
+    tokens = micro_batch * model.seq_len // cp
+    forward, backward = gemms_seconds(rates, (Gemm(tokens, model.vocab // tp, model.hidden),), model.bytes_per_value)
+    traffic_forward, traffic_backward = formulas.head_traffic_bytes(model, micro_batch, tp, cp)
+    return forward + rates.memory_seconds(traffic_forward), backward + rates.memory_seconds(traffic_backward)
