@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import cache, reduce
 from operator import itemgetter, or_
 
+from synth.goals import ALL_REDUCE, Goal
+
 
 @dataclass(frozen=True)
 class AbstractState:
@@ -45,7 +47,7 @@ InstructionClass = tuple[bool, bool, bool, bool, bool, int]
 def chunk_counts(member, member_count: int) -> tuple[int, ...]:
     """For each chunk of the buffer, how many members are summed into it on this member (0
     outside its range)."""
-    lo, hi, sets, _ = member
+    lo, hi, sets = member[0], member[1], member[2]
     full = (1 << member_count) - 1
     return ((0,) * lo + tuple(((sets >> (chunk * member_count)) & full).bit_count() for chunk in range(lo, hi))
             + (0,) * (member_count - hi))
@@ -76,7 +78,10 @@ def _summarize(state: tuple, counts, member_count: int) -> AbstractState:
 
 def instruction_class(instruction, use_quotient_sizes: bool) -> InstructionClass:
     """What the oracle knows of an instruction. Growth is measured in the instance the state
-    lives in (quotient members or real ones), as `need` is."""
+    lives in (quotient members or real ones), as `need` is. A Permute sums nothing and leaves
+    every range as long as it was (it moves a whole buffer or one block)."""
+    if instruction.is_permute:
+        return (False, False, False, False, False, 0)
     k = len(instruction.groups[0]) if use_quotient_sizes else instruction.real_group_size
     return instruction.record.pruning_facts + (instruction.record.growth(k),)
 
@@ -86,17 +91,22 @@ class DeadPrefixOracle:
     abstract state; the answers are shared by every oracle with the same classes. States are
     tuples of member ids into `members` (synth.semantics.InternedMachine's table)."""
 
-    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool, members: list):
+    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool, members: list, goal: Goal = ALL_REDUCE):
         self.member_count = member_count
+        self.goal = goal
+        # What the goal's final state asks: every chunk summed over all N members (else held
+        # by someone: contributor sets never need to grow), no partial member, no empty one.
+        target = member_count if goal.sums else 1
+        self.ends = (goal.ends_whole, goal.ends_full)
         found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
         self.classes = tuple(sorted(set(found)))
         self.class_of = tuple(self.classes.index(found_class) for found_class in found)
         self.queries = 0
         self.members = members
         self.all_chunks = (1 << member_count) - 1
-        # ceil(N / 2^t) for t = 0 .. ceil(log2 N): at the last, one contributor is enough.
-        self.thresholds = tuple(-(-member_count >> t) for t in range((member_count - 1).bit_length() + 1))
-        # For a count of c contributors, the first t with ceil(N / 2^t) <= c.
+        # ceil(T / 2^t) for t = 0 .. ceil(log2 T), T the target: at the last, one contributor is enough.
+        self.thresholds = tuple(-(-target >> t) for t in range((target - 1).bit_length() + 1))
+        # For a count of c contributors, the first t with ceil(T / 2^t) <= c.
         self._first_reached = [next((t for t, threshold in enumerate(self.thresholds) if count >= threshold), None)
                                for count in range(member_count + 1)]
         self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
@@ -156,7 +166,7 @@ class DeadPrefixOracle:
         answer = self._answers.get(key)
         if answer is None:
             before = _first_steps.cache_info().misses
-            answer = self._answers[key] = _first_steps(self.classes, facts, remaining)
+            answer = self._answers[key] = _first_steps(self.classes, facts, remaining, self.ends)
             self.queries += _first_steps.cache_info().misses - before
         return answer
 
@@ -165,17 +175,20 @@ ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 
 @cache
-def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int) -> frozenset[int]:
-    """Which classes can begin a completion: the Z3 formula of (classes, steps left), with this
-    abstract state as assumptions, asked once whether any completion exists and then once per
-    first class."""
+def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int,
+                 ends: tuple[bool, bool] = (True, True)) -> frozenset[int]:
+    """Which classes can begin a completion: the Z3 formula of (classes, steps left, what the
+    goal's end state asks: (no partial member, no empty member)), with this abstract state as
+    assumptions, asked once whether any completion exists and then once per first class."""
+    whole, full = ends
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:
-        return ALL if facts.need == 0 and not facts.partial and not facts.empty else frozenset()
+        done = facts.need == 0 and not (whole and facts.partial) and not (full and facts.empty)
+        return ALL if done else frozenset()
     import z3  # on the first query: importing the search costs nothing
 
-    formula = _formula(classes, remaining)
+    formula = _formula(classes, remaining, ends)
     assumptions = [formula.need == facts.need,
                    formula.partial if facts.partial else z3.Not(formula.partial),
                    formula.empty if facts.empty else z3.Not(formula.empty)]
@@ -195,12 +208,15 @@ class _Formula:
 
 
 @cache
-def _formula(classes: tuple[InstructionClass, ...], remaining: int) -> _Formula:
-    """One Z3 solver per (classes, steps left), built once: a sequence of `remaining` classes
-    whose growth covers `need`, where each step that leaves partial (empty) members is followed
-    by one that widens (fills), and a widening (filling) step comes when the state is partial
-    (has empty members)."""
+def _formula(classes: tuple[InstructionClass, ...], remaining: int, ends: tuple[bool, bool] = (True, True)) -> _Formula:
+    """One Z3 solver per (classes, steps left, goal's ends), built once: a sequence of
+    `remaining` classes whose growth covers `need`, where each step that leaves partial (empty)
+    members is followed by one that widens (fills), and a widening (filling) step comes when
+    the state is partial (has empty members). A goal whose end state may hold partial (empty)
+    members (reduce-scatter, reduce) drops the rules about partial (empty) members."""
     import z3
+
+    whole, full = ends
 
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
@@ -223,9 +239,13 @@ def _formula(classes: tuple[InstructionClass, ...], remaining: int) -> _Formula:
     fills = [one_of(t, 4) for t in range(remaining)]
     for t in range(remaining):
         solver.add(choice[t] >= 0, choice[t] < len(classes))
-        solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
-        solver.add(z3.Implies(leaves_empty[t], z3.Or(fills[t + 1:] or [z3.BoolVal(False)])))
+        if whole:
+            solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
+        if full:
+            solver.add(z3.Implies(leaves_empty[t], z3.Or(fills[t + 1:] or [z3.BoolVal(False)])))
     solver.add(z3.Sum([growth(t) for t in range(remaining)]) >= need)
-    solver.add(z3.Implies(partial, z3.Or(widens)))
-    solver.add(z3.Implies(empty, z3.Or(fills)))
+    if whole:
+        solver.add(z3.Implies(partial, z3.Or(widens)))
+    if full:
+        solver.add(z3.Implies(empty, z3.Or(fills)))
     return _Formula(solver, choice[0], need, partial, empty)

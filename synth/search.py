@@ -59,8 +59,8 @@ class SearchStats:
     programs: int = 0
 
 
-def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Semantics:
-    return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
+def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True, goal="allreduce") -> Semantics:
+    return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
 
 
 def check_search(semantics: Semantics, options: SearchOptions) -> None:
@@ -91,7 +91,8 @@ class Enumerator:
         self.stats = SearchStats()
         self.on_progress = on_progress
         self.machine = InternedMachine(semantics)
-        self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members)
+        self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members,
+                                        semantics.goal_kind)
                        if options.prune_dead else None)
         # Every state reached gets a small id, hashed once; memos below are keyed by it.
         self._states: list[tuple[int, ...]] = []
@@ -100,8 +101,8 @@ class Enumerator:
         self._facts: list = []  # id -> abstract state (oracle)
         self._counts: list[dict[int, int]] = [{} for _ in range(options.max_len + 1)]  # steps left -> {id: count}
         self._allowed_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
+        self._goals: list[bool | None] = []  # id -> whether it is a goal state
         self._initial = self._state_id(self.machine.initial)
-        self._goal = self._state_id(self.machine.goal)
 
     def _state_id(self, state: tuple[int, ...]) -> int:
         found = self._state_ids.get(state)
@@ -110,6 +111,7 @@ class Enumerator:
             self._states.append(state)
             self._next.append(None)
             self._facts.append(None)
+            self._goals.append(self.machine.is_goal(state))
         return found
 
     def _allowed(self, sid: int, remaining: int) -> frozenset[int] | None:
@@ -156,7 +158,7 @@ class Enumerator:
         return self._count(self._state_id(self.machine.intern(state)), remaining)
 
     def _count(self, sid: int, remaining: int) -> int:
-        if sid == self._goal:
+        if self._goals[sid]:
             return 1 if remaining == 0 else 0
         if remaining == 0:
             return 0
@@ -182,10 +184,10 @@ class Enumerator:
 
     def _paths(self, sid: int, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
         if remaining == 0:
-            if sid == self._goal:
+            if self._goals[sid]:
                 yield list(prefix)
             return
-        if sid == self._goal:
+        if self._goals[sid]:
             return
         for index, next_id in self._successors(sid, self._allowed(sid, remaining)):
             if self._count(next_id, remaining - 1) == 0:
@@ -213,7 +215,7 @@ _UNSEEN = object()
 
 def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:
     """Generator over every valid program for a hierarchy (see Enumerator)."""
-    semantics = semantics_for(hierarchy, options.pop("quotient", True))
+    semantics = semantics_for(hierarchy, options.pop("quotient", True), options.pop("goal", "allreduce"))
     return Enumerator(semantics, SearchOptions(max_len=max_len, **options)).programs()
 
 

@@ -192,9 +192,17 @@ def _broadcast(span, group, block, key, root):
         dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
 
 
+def _all_to_all(span, group, block, key, root):
+    # all_to_all_single with equal splits: block j goes to member j, block i comes from member i;
+    # it cannot work in place, so it receives into a copy and copies back.
+    received = torch.empty_like(span)
+    dist.all_to_all_single(received, span.clone(), group=group)
+    span.copy_(received)
+
+
 # One call per collective record of synth/collectives.py (a test keeps the two in step).
 CALLS = {"AllReduce": _all_reduce, "ReduceScatter": _reduce_scatter, "AllGather": _all_gather,
-         "Reduce": _reduce, "Broadcast": _broadcast}
+         "Reduce": _reduce, "Broadcast": _broadcast, "AllToAll": _all_to_all}
 
 
 def call_collective(collective, span, group, size, key, root):
