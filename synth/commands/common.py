@@ -118,6 +118,15 @@ def add_axes_option(parser: argparse.ArgumentParser) -> None:
 def add_reduce_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--reduce", "-r", required=required, metavar="R",
                         help="axis or axes to reduce over, e.g. data or data,model")
+    add_collective_option(parser)
+
+
+def add_collective_option(parser: argparse.ArgumentParser) -> None:
+    from synth.goals import DEFAULT_GOAL, GOALS
+
+    parser.add_argument("--collective", default=DEFAULT_GOAL, metavar="C",
+                        help=f"the collective the programs compute over the --reduce group: {', '.join(GOALS)} "
+                             f"(default {DEFAULT_GOAL})")
 
 
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
@@ -309,6 +318,19 @@ def resolve_reduce(args, job: Job) -> tuple[str, ...]:
 
     with flagged("--reduce"):
         return parse_reduce(args.reduce, job.axis_names)
+
+
+def resolve_goal(args, supported=None):
+    """The --collective goal (synth/goals.py); a command that cannot yet cost or run a goal
+    names the commands that can."""
+    from synth.goals import parse_goal
+
+    with flagged("--collective"):
+        goal = parse_goal(getattr(args, "collective", None) or "allreduce")
+    if supported is not None and goal.name not in supported:
+        raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
+                         f"`synth programs` and `synth check` take every collective")
+    return goal
 
 
 def hierarchy_for(placement: Placement, reduce_axes: tuple[str, ...], kind: str) -> SynthesisHierarchy:
