@@ -76,7 +76,8 @@ def check_search(semantics: Semantics, options: SearchOptions) -> None:
             expansions=0, seconds=float("inf"),
         )
     if semantics.quotient:
-        check_budget([(semantics.level_names, semantics.real_sizes)], options.max_len, options.budget_s)
+        check_budget([(semantics.level_names, semantics.real_sizes)], options.max_len, options.budget_s,
+                     semantics.goal_kind)
 
 
 class Enumerator:

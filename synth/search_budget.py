@@ -37,6 +37,56 @@ EXPANSIONS: dict[int, tuple[int, ...]] = {
 # CPU seconds per expansion at each depth, from the largest search of that depth (never less
 # than at a smaller depth: small searches are dominated by fixed costs).
 SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4: 5.4e-05, 5: 9.7e-05, 6: 0.00018, 7: 0.00049, 8: 0.0026}
+# The same for the other goals (synth/goals.py), measured the same way (2-member levels, every
+# length until a search took more than 8 s; results/synthesis-speed/README.md, "Goals"), and
+# their seconds per expansion (block tags and Permute steps make some states dearer). A depth
+# not measured for a goal scales its deepest measured row by the all-reduce table's growth.
+GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
+    "reducescatter": {
+        1: (1, 5, 9, 13, 17, 21, 25, 29),
+        2: (1, 14, 61, 152, 267, 391, 522, 655),
+        3: (1, 24, 222, 1137, 3979, 10038, 19720, 33060),
+        4: (1, 48, 815, 7033, 43878, 203891),
+        5: (1, 41, 705, 7611, 63270, 415388),
+    },
+    "allgather": {
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 4, 11, 20, 29, 38, 47, 56),
+        3: (1, 9, 31, 79, 154, 241, 332, 424),
+        4: (1, 28, 106, 317, 801, 1637, 2873, 4398),
+        5: (1, 16, 63, 245, 869, 2651, 6812, 14917),
+        6: (1, 22, 93, 427, 1913, 7649, 26602, 80560),
+    },
+    "alltoall": {
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 5, 15, 32, 55, 86, 117, 148),
+        3: (1, 9, 37, 112, 281, 602, 1179, 2151),
+        4: (1, 27, 135, 510, 1589, 4261, 10442, 24456),
+        5: (1, 14, 57, 220, 712, 2132, 5715, 14836),
+    },
+    "broadcast": {
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 3, 5, 7, 9, 11, 13, 15),
+        3: (1, 3, 6, 9, 12, 15, 18, 21),
+        4: (1, 3, 6, 10, 14, 18, 22, 26),
+        5: (1, 3, 6, 10, 15, 20, 25, 30),
+        6: (1, 3, 6, 10, 15, 21, 27, 33),
+    },
+    "reduce": {
+        1: (1, 4, 7, 10, 13, 16, 19, 22),
+        2: (1, 16, 64, 134, 210, 288, 366, 444),
+        3: (1, 28, 251, 1141, 3184, 6553, 11096, 16571),
+        4: (1, 40, 564, 4696, 25257, 95024, 277081),
+        5: (1, 52, 1003, 12429, 108977, 700202),
+        6: (1, 64, 1568, 25983, 322996),
+    },
+}
+GOAL_SECONDS_PER_EXPANSION: dict[str, dict[int, float]] = {
+    "reducescatter": {3: 3.3e-05, 4: 5.6e-05, 5: 6.5e-05},
+    "allgather": {4: 2.7e-05, 5: 3.8e-05, 6: 8.7e-05},
+    "alltoall": {3: 3.7e-05, 4: 2.5e-04, 5: 4.0e-04},
+    "reduce": {3: 1.8e-05, 4: 3.2e-05, 5: 4.6e-05, 6: 7.0e-05},
+}
 CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
 # A search estimated above this is refused: it would not finish within a minute.
 DEFAULT_BUDGET_S = 60.0
@@ -56,39 +106,55 @@ def search_depth(sizes) -> int:
     return sum(1 for size in sizes if size > 1)
 
 
-def estimate(depth: int, max_len: int) -> SearchEstimate:
+def _row(measured: tuple[int, ...], max_len: int) -> float:
+    if max_len <= len(measured):
+        return float(measured[max_len - 1])
+    ratio = measured[-1] / measured[-2] if len(measured) > 1 else 1.0
+    return measured[-1] * ratio ** (max_len - len(measured))
+
+
+def estimate(depth: int, max_len: int, goal: str = "allreduce") -> SearchEstimate:
     """The expansions and seconds of a complete search up to `max_len` steps (depth <= MAX_DEPTH)."""
     if depth == 0:
         return SearchEstimate(0, max_len, 1, 0.0)
-    measured = EXPANSIONS[depth]
-    if max_len <= len(measured):
-        expansions = float(measured[max_len - 1])
+    goal = str(goal)
+    seconds = SECONDS_PER_EXPANSION[depth]
+    if goal == "allreduce" or goal not in GOAL_EXPANSIONS:
+        expansions = _row(EXPANSIONS[depth], max_len)
     else:
-        ratio = measured[-1] / measured[-2] if len(measured) > 1 else 1.0
-        expansions = measured[-1] * ratio ** (max_len - len(measured))
-    return SearchEstimate(depth, max_len, round(expansions), expansions * SECONDS_PER_EXPANSION[depth])
+        rows = GOAL_EXPANSIONS[goal]
+        if depth in rows:
+            expansions = _row(rows[depth], max_len)
+        else:  # deeper than measured: the deepest row, grown as the all-reduce table grows
+            deepest = max(rows)
+            expansions = _row(rows[deepest], max_len) * _row(EXPANSIONS[depth], max_len) / _row(EXPANSIONS[deepest], max_len)
+        measured = GOAL_SECONDS_PER_EXPANSION.get(goal, {})
+        own = measured.get(depth, measured[max(measured)] if measured and depth > max(measured) else 0.0)
+        seconds = max(seconds, own)
+    return SearchEstimate(depth, max_len, round(expansions), expansions * seconds)
 
 
-def total(depths, max_len: int) -> SearchEstimate:
+def total(depths, max_len: int, goal: str = "allreduce") -> SearchEstimate:
     """The estimate of several searches run one after another (the deepest depth reported)."""
-    found = [estimate(depth, max_len) for depth in depths]
+    found = [estimate(depth, max_len, goal) for depth in depths]
     return SearchEstimate(max(depths, default=0), max_len, sum(f.expansions for f in found), sum(f.seconds for f in found))
 
 
-def largest_length(depths, budget_s: float, up_to: int) -> int:
+def largest_length(depths, budget_s: float, up_to: int, goal: str = "allreduce") -> int:
     """The longest length up to `up_to` whose searches together fit the budget (0: none)."""
     depths = list(depths)
     if any(depth > MAX_DEPTH for depth in depths):
         return 0
     longest = 0
     for length in range(1, up_to + 1):
-        if total(depths, length).seconds > budget_s:
+        if total(depths, length, goal).seconds > budget_s:
             break
         longest = length
     return longest
 
 
-def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUDGET_S) -> SearchEstimate:
+def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUDGET_S,
+                 goal="allreduce") -> SearchEstimate:
     """Refuse (SearchTooLargeError, describing values only) searches up to `max_len` steps over
     these hierarchies, given as (level names, sizes) and run one after another, when they are
     estimated beyond the budget together; None budget: only the depth limit. Returns the estimate."""
@@ -102,10 +168,11 @@ def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUD
                 f"hierarchy with fewer levels is needed (the merged one, or fewer system levels)",
                 depth=depth, max_len=max_len, largest_length=0, expansions=0, seconds=float("inf"),
             )
-    found = total(depths, max_len)
+    goal = str(goal)
+    found = total(depths, max_len, goal)
     if budget_s is None or found.seconds <= budget_s:
         return found
-    longest = largest_length(depths, budget_s, max_len - 1)
+    longest = largest_length(depths, budget_s, max_len - 1, goal)
     advice = (f"programs of at most {longest} steps finish within {_duration(budget_s)}" if longest
               else "no length finishes in that time")
     if len(hierarchies) == 1:
