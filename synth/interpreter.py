@@ -100,6 +100,8 @@ def run_reference(program: Program, hierarchy: SynthesisHierarchy, chunk_elems: 
             raise InvalidProgramError(
                 f"step {index + 1} {step}: the goal was already reached after step {index}; drop the remaining steps", index
             )
+        if step.is_permute and index and program.steps[index - 1].is_permute:
+            raise InvalidProgramError(f"step {index + 1} {step}: two Permute steps in a row are one Permute", index)
         before = machine.snapshot()
         try:
             if step.is_permute:

@@ -97,19 +97,25 @@ class Enumerator:
                        if options.prune_dead else None)
         # Every state reached gets a small id, hashed once; memos below are keyed by it.
         self._states: list[tuple[int, ...]] = []
-        self._state_ids: dict[tuple[int, ...], int] = {}
+        self._state_ids: dict[tuple[tuple[int, ...], bool], int] = {}
         self._next: list[dict[int, int | None] | None] = []  # id -> {alphabet index: next id or None}
         self._facts: list = []  # id -> abstract state (oracle)
         self._counts: list[dict[int, int]] = [{} for _ in range(options.max_len + 1)]  # steps left -> {id: count}
         self._allowed_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
         self._goals: list[bool | None] = []  # id -> whether it is a goal state
+        self._permuted: list[bool] = []  # id -> reached by a Permute
+        self._is_permute = tuple(instruction.is_permute for _, instruction in self.alphabet)
         self._initial = self._state_id(self.machine.initial)
 
-    def _state_id(self, state: tuple[int, ...]) -> int:
-        found = self._state_ids.get(state)
+    def _state_id(self, state: tuple[int, ...], permuted: bool = False) -> int:
+        """The id of a search node: a state, and whether the step into it was a Permute (no
+        Permute may follow one: docs/model.md section 7)."""
+        key = (state, permuted)
+        found = self._state_ids.get(key)
         if found is None:
-            found = self._state_ids[state] = len(self._states)
+            found = self._state_ids[key] = len(self._states)
             self._states.append(state)
+            self._permuted.append(permuted)
             self._next.append(None)
             self._facts.append(None)
             self._goals.append(self.machine.is_goal(state))
@@ -132,12 +138,13 @@ class Enumerator:
                 self._next[sid] = known
         result = []
         apply, state = self.machine.apply, self._states[sid]
+        permuted, is_permute = self._permuted[sid], self._is_permute
         for index in self._indices(allowed):
             next_id = known.get(index, _UNSEEN)
             if next_id is _UNSEEN:
                 self.stats.steps_applied += 1
-                after = apply(state, index)
-                next_id = known[index] = None if after is None else self._state_id(after)
+                after = None if permuted and is_permute[index] else apply(state, index)
+                next_id = known[index] = None if after is None else self._state_id(after, is_permute[index])
             if next_id is not None:
                 result.append((index, next_id))
         return result

@@ -574,6 +574,10 @@ class Semantics:
         for index, step in enumerate(program.steps):
             instruction = self.instruction_of(step)
             self._check_in_alphabet(index, step)
+            if step.is_permute and index and program.steps[index - 1].is_permute:
+                raise InvalidProgramError(
+                    f"step {index + 1} {step}: two Permute steps in a row are one Permute, into the second's order",
+                    index)
             if self.is_goal(state):
                 raise InvalidProgramError(
                     f"step {index + 1} {step}: the goal was already reached after step {index}; drop the remaining steps",
