@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
+from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
                                    add_output_option, add_size_options, add_top_option, echo, flagged, hierarchy_for,
                                    iter_placements, natural_int, one_placement, output_directory, positive_int,
                                    read_program_text, resolve_axes, resolve_job, resolve_reduce, resolve_sizes, seconds)
@@ -157,6 +157,7 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
+    resolve_goal(args, supported=ALL_REDUCE_ONLY)
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
@@ -291,6 +292,7 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     if args.reduce is None:
         raise UsageError("give the axes to reduce with --reduce, e.g. --reduce data")
     reduce_axes = resolve_reduce(args, job)
+    resolve_goal(args, supported=ALL_REDUCE_ONLY)
     devices = job.topology.device_count
     if args.nproc is not None and args.nproc != devices:
         raise UsageError(f"--nproc {args.nproc} but the placement has {devices} devices: a program runs on exactly "

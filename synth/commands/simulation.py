@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from synth.commands.common import (add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
+from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
 from synth.errors import NoSolutionError
@@ -43,6 +43,7 @@ def run_rank(args) -> int:
     job = resolve_job(args)
     sizes = resolve_sizes(args)
     reduce_axes = resolve_reduce(args, job)
+    resolve_goal(args, supported=ALL_REDUCE_ONLY)
     # Every hierarchy first, checked against the search's limits, before anything is costed:
     # a topology too deep to search is refused before its network is built.
     hierarchies = [hierarchy_for(placement, reduce_axes, args.hierarchy) for placement in iter_placements(args, job)]
