@@ -52,3 +52,14 @@ def test_an_unknown_collective_is_a_usage_error(run_cli):
 def test_commands_that_cost_or_run_programs_refuse_other_goals_for_now(run_cli, command):
     code, _, err = run_cli(*command, *COSTED, "--collective", "alltoall")
     assert code == 2 and "--collective alltoall" in err and "synth programs" in err
+
+
+def test_export_writes_a_torch_script_of_any_goal_and_refuses_the_other_formats(run_cli, tmp_path):
+    program = "AllToAll(Parallel(node)); Permute(gpu,node); AllToAll(InsideGroup(gpu)); Permute(node,gpu)"
+    target = tmp_path / "a2a.py"
+    code, out, _ = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "torch", "--program", program,
+                           "-o", str(target))
+    assert code == 0 and '"goal":"alltoall"' in target.read_text() and "--collective alltoall" in target.read_text()
+    code, _, err = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "json", "--program", program,
+                           "-o", str(tmp_path / "a2a.json"))
+    assert code == 2 and "--collective alltoall" in err

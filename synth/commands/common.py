@@ -334,7 +334,8 @@ def resolve_goal(args, supported=None):
         goal = parse_goal(getattr(args, "collective", None) or "allreduce")
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
-                         f"`synth programs` and `synth check` take every collective")
+                         f"`synth programs`, `synth check` and `synth export --format torch --program` take every "
+                         f"collective")
     return goal
 
 

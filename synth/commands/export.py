@@ -116,11 +116,11 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
     return programs
 
 
-def _check_valid(program: Program, hierarchy: SynthesisHierarchy) -> None:
+def _check_valid(program: Program, hierarchy: SynthesisHierarchy, goal="allreduce") -> None:
     from synth.lowering import lower
 
     try:
-        lower(program, hierarchy)
+        lower(program, hierarchy, goal)
     except InvalidProgramError as error:
         raise InvalidProgramError(f"{program}: {error}", error.step_index) from None
 
@@ -157,19 +157,22 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
-    resolve_goal(args, supported=ALL_REDUCE_ONLY)
+    # Torch scripts run every goal; the other formats, and --top (a ranking), all-reduce for now.
+    goal = resolve_goal(args, supported=None if args.format == "torch" and args.top is None else ALL_REDUCE_ONLY)
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
     if args.format != "mesh":
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend)
         for program in programs:
-            _check_valid(program, hierarchy)
+            _check_valid(program, hierarchy, goal)
 
     argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes]
     if reduce_axes:
         argv += ["--reduce", ",".join(reduce_axes)]
     argv += ["--placement", placement.to_text(), "--hierarchy", args.hierarchy]
+    if goal.name != "allreduce":
+        argv += ["--collective", goal.name]
     if args.top is not None:
         argv += ["--top", str(args.top), "--max-len", str(args.max_len), "--backend", args.backend]
     for program in [] if args.top is not None else programs:
@@ -193,9 +196,10 @@ def run_export(args) -> int:
     else:
         module = torch_script if args.format == "torch" else nccl_c
         if args.batch:
-            files = [module.render(build_plan(PlanEntry(hierarchy, p) for p in programs), provenance)]
+            files = [module.render(build_plan(PlanEntry(hierarchy, p, goal=goal.name) for p in programs), provenance)]
         else:
-            files = [module.render(build_plan([PlanEntry(hierarchy, program)]), provenance) for program in programs]
+            files = [module.render(build_plan([PlanEntry(hierarchy, program, goal=goal.name)]), provenance)
+                     for program in programs]
     for path in _write(args.output, files, EXTENSIONS[args.format]):
         print(f"wrote {path}")
     return 0
