@@ -53,8 +53,10 @@ class LoweredStep:
     varying_levels: tuple[int, ...]
     calls: tuple[GroupCall, ...]
     idle: tuple[int, ...]  # members in no group of this step (Master steps)
-    # A Permute: every member's chunk at place p moves to place places[p] (no calls).
+    # A Permute: every member's chunk at place p moves to place places[p] (no calls), and the
+    # share of the buffer each member copies (1 for a whole buffer, 1/N for one block).
     places: tuple[int, ...] | None = None
+    copied: float = 0.0
 
     @property
     def group_size(self) -> int:
@@ -105,10 +107,11 @@ def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, .
         if step.is_permute:
             order = tuple(level_names.index(name) for name in step.order)
             places = place_map(tuple(sizes), layout, order)
+            copied = max((held[1] - held[0]) / n for held in ranges if held is not None)
             ranges = [None if held is None else (held if held[1] - held[0] == n else (places[held[0]], places[held[0]] + 1))
                       for held in ranges]
             layout = order
-            steps.append(LoweredStep(step, step.collective, (), (), tuple(range(n)), places))
+            steps.append(LoweredStep(step, step.collective, (), (), tuple(range(n)), places, copied))
             continue
         level = level_names.index(step.level)
         groups, varying = FORMS[step.form](sizes, level)

@@ -46,7 +46,7 @@ def test_an_unknown_collective_is_a_usage_error(run_cli):
     assert code == 2 and "--collective" in err and "reducescatter" in err
 
 
-@pytest.mark.parametrize("command", [("rank", "--bytes", "1MiB"), ("explore", "--bytes", "1MiB"),
+@pytest.mark.parametrize("command", [("explore", "--bytes", "1MiB"),
                                      ("export", "--format", "json", "--top", "1", "-o", "unused.json"), ("bench",),
                                      ("fusion", "--tensors", "1MiB")])
 def test_commands_that_cost_or_run_programs_refuse_other_goals_for_now(run_cli, command):
@@ -63,3 +63,29 @@ def test_export_writes_a_torch_script_of_any_goal_and_refuses_the_other_formats(
     code, _, err = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "json", "--program", program,
                            "-o", str(tmp_path / "a2a.json"))
     assert code == 2 and "--collective alltoall" in err
+
+
+@pytest.mark.parametrize("goal", ["reducescatter", "allgather", "alltoall", "broadcast", "reduce"])
+def test_rank_orders_each_goals_programs_with_its_flat_call_as_baseline(run_cli, goal):
+    code, out, _ = run_cli("rank", *COSTED, "--collective", goal, "--bytes", "64KiB", "--max-len", "4", "--json")
+    rows = json.loads(out)
+    assert code == 0 and rows
+    times = [row["time_s"] for row in rows]
+    assert times == sorted(times)
+    (baseline,) = [row for row in rows if row["baseline"]]
+    flat = {"reducescatter": "ReduceScatter", "allgather": "AllGather", "alltoall": "AllToAll",
+            "broadcast": "Broadcast", "reduce": "Reduce"}[goal]
+    assert baseline["program"] == f"{flat}(InsideGroup(node))" and baseline["speedup"] == 1.0
+    assert all(row["bound_ratio"] >= 1 for row in rows)
+    code, out, _ = run_cli("rank", *COSTED, "--collective", goal, "--bytes", "64KiB", "--max-len", "4", "--top", "1",
+                           "--json")
+    top = json.loads(out)
+    assert top[0]["program"] == rows[0]["program"] and len(top) <= 2
+
+
+def test_a_permuted_reduce_scatter_beats_the_flat_call_on_small_buffers(run_cli):
+    code, out, _ = run_cli("rank", *COSTED, "--collective", "reducescatter", "--bytes", "64KiB", "--max-len", "3",
+                           "--json")
+    rows = {row["program"]: row for row in json.loads(out)}
+    permuted = rows["Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))"]
+    assert permuted["speedup"] > 1

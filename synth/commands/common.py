@@ -334,8 +334,8 @@ def resolve_goal(args, supported=None):
         goal = parse_goal(getattr(args, "collective", None) or "allreduce")
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
-                         f"`synth programs`, `synth check` and `synth export --format torch --program` take every "
-                         f"collective")
+                         f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch --program` "
+                         f"take every collective")
     return goal
 
 
@@ -345,7 +345,7 @@ def hierarchy_for(placement: Placement, reduce_axes: tuple[str, ...], kind: str)
     return build_hierarchy(placement, reduce_axes, kind)
 
 
-def check_search(hierarchies, max_len: int) -> None:
+def check_search(hierarchies, max_len: int, goal="allreduce") -> None:
     """The search's own refusals (a hierarchy too deep, a program too long, a search estimated
     beyond a minute), asked of every distinct hierarchy shape before anything is costed: one
     enumeration serves every hierarchy of the same sizes. A topology too deep to search is
@@ -361,7 +361,7 @@ def check_search(hierarchies, max_len: int) -> None:
             Enumerator(semantics_for(hierarchy), SearchOptions(max_len=max_len))  # its own one-line refusal
     shapes = {(hierarchy.level_names, hierarchy.sizes) for hierarchy in hierarchies if hierarchy.group_size > 1}
     unique = {sizes: names for names, sizes in sorted(shapes)}
-    check_budget([(names, sizes) for sizes, names in unique.items()], max_len)
+    check_budget([(names, sizes) for sizes, names in unique.items()], max_len, goal=goal)
 
 
 # --- sizes -----------------------------------------------------------------------------------------

@@ -43,16 +43,20 @@ def run_rank(args) -> int:
     job = resolve_job(args)
     sizes = resolve_sizes(args)
     reduce_axes = resolve_reduce(args, job)
-    resolve_goal(args, supported=ALL_REDUCE_ONLY)
+    goal = resolve_goal(args)
     # Every hierarchy first, checked against the search's limits, before anything is costed:
     # a topology too deep to search is refused before its network is built.
     hierarchies = [hierarchy_for(placement, reduce_axes, args.hierarchy) for placement in iter_placements(args, job)]
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
-    check_search(hierarchies, args.max_len)
+    check_search(hierarchies, args.max_len, goal)
     check_costable(job.topology)
     sections = []
     for hierarchy in hierarchies:
-        ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
+        context = cost_context(hierarchy, job.topology, args.backend)
+        if goal.name != "allreduce":
+            sections += _goal_sections(context, goal, sizes, args)
+            continue
+        ranker = Ranker(context, args.max_len, args.estimate)
         ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
         for size, rows in zip(sizes, ranked):
             if args.pareto:
@@ -74,12 +78,31 @@ def run_rank(args) -> int:
     from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
 
     for size, hierarchy, bound, rows in sections:
-        sure = model_error_for_group(job.topology, hierarchy.groups[0], "AllReduce", size).describe()
-        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure))
+        try:
+            sure = model_error_for_group(job.topology, hierarchy.groups[0], goal.collective, size).describe()
+        except (KeyError, ValueError):  # a collective the calibration does not fit (all-to-all)
+            sure = ""
+        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure, goal))
     return 0
 
 
-def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: str = ""):
+def _goal_sections(context, goal, sizes, args) -> list:
+    """Rank programs of a goal other than all-reduce (synth/analysis/goal_rank.py): the whole
+    ranking, cut to the K best (and the baseline) for --top K."""
+    from synth.analysis.goal_rank import goal_bound, rank_goal
+    from synth.analysis.rank import pareto_front
+
+    sections = []
+    for size, rows in zip(sizes, rank_goal(context, goal, sizes, args.max_len, args.estimate)):
+        if args.top is not None:
+            rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
+        if args.pareto:
+            rows = pareto_front(rows)
+        sections.append((size, context.hierarchy, goal_bound(context, goal, size), rows))
+    return sections
+
+
+def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: str = "", goal=None):
     from rich.table import Table
 
     from synth.units import format_bandwidth, format_bytes, format_time
@@ -87,7 +110,8 @@ def _table(topology_name: str, size: int, hierarchy, bound, rows, args, sure: st
     levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
-    caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); * default all-reduce; "
+    flat = "default all-reduce" if goal is None or goal.name == "allreduce" else f"one {goal.collective} call"
+    caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); * {flat}; "
                f"backend {args.backend}; {args.estimate} estimate" + (f"\n{sure}" if sure else ""))
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
