@@ -38,6 +38,11 @@ class AbstractState:
     need: int  # doublings still needed by the weakest chunk; -1 when a chunk is held by nobody
     partial: bool
     empty: bool
+    # Goals that end on one block per member (reduce-scatter): halvings the longest and the
+    # shortest range still need (only a block-delivering step splits a range; a root copy may
+    # replace a range by another one, never by one shorter than the shortest).
+    split: int = 0
+    split_min: int = 0
 
 
 # (reduces, leaves partial, leaves empty, widens, fills empty, growth): one instruction class.
@@ -97,7 +102,8 @@ class DeadPrefixOracle:
         # What the goal's final state asks: every chunk summed over all N members (else held
         # by someone: contributor sets never need to grow), no partial member, no empty one.
         target = member_count if goal.sums else 1
-        self.ends = (goal.ends_whole, goal.ends_full)
+        self.single = goal.name == "reducescatter"
+        self.ends = (goal.ends_whole, goal.ends_full, self.single)
         found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
         self.classes = tuple(sorted(set(found)))
         self.class_of = tuple(self.classes.index(found_class) for found_class in found)
@@ -152,7 +158,12 @@ class DeadPrefixOracle:
                 if reduce(or_, map(itemgetter(t), covers), 0) == self.all_chunks:
                     need = t
                     break
-            facts = self._facts[distinct] = AbstractState(need, partial, empty)
+            split = split_min = 0
+            if self.single:
+                halvings = [(self.members[i][1] - self.members[i][0] - 1).bit_length() for i in distinct
+                            if self.members[i] is not None]
+                split, split_min = max(halvings, default=0), min(halvings, default=0)
+            facts = self._facts[distinct] = AbstractState(need, partial, empty, split, split_min)
         return facts
 
     def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
@@ -176,22 +187,24 @@ ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 @cache
 def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int,
-                 ends: tuple[bool, bool] = (True, True)) -> frozenset[int]:
+                 ends: tuple[bool, ...] = (True, True, False)) -> frozenset[int]:
     """Which classes can begin a completion: the Z3 formula of (classes, steps left, what the
     goal's end state asks: (no partial member, no empty member)), with this abstract state as
     assumptions, asked once whether any completion exists and then once per first class."""
-    whole, full = ends
+    whole, full, single = (tuple(ends) + (False,))[:3]
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:
-        done = facts.need == 0 and not (whole and facts.partial) and not (full and facts.empty)
+        done = (facts.need == 0 and not (whole and facts.partial) and not (full and facts.empty)
+                and not (single and facts.split))
         return ALL if done else frozenset()
     import z3  # on the first query: importing the search costs nothing
 
     formula = _formula(classes, remaining, ends)
     assumptions = [formula.need == facts.need,
                    formula.partial if facts.partial else z3.Not(formula.partial),
-                   formula.empty if facts.empty else z3.Not(formula.empty)]
+                   formula.empty if facts.empty else z3.Not(formula.empty),
+                   formula.split == facts.split, formula.split_min == facts.split_min]
     if formula.solver.check(*assumptions) != z3.sat:
         return frozenset()
     return frozenset(i for i in range(len(classes))
@@ -205,10 +218,13 @@ class _Formula:
     need: object  # the abstract state, as free variables the queries fix by assumption
     partial: object
     empty: object
+    split: object
+    split_min: object
 
 
 @cache
-def _formula(classes: tuple[InstructionClass, ...], remaining: int, ends: tuple[bool, bool] = (True, True)) -> _Formula:
+def _formula(classes: tuple[InstructionClass, ...], remaining: int,
+             ends: tuple[bool, ...] = (True, True, False)) -> _Formula:
     """One Z3 solver per (classes, steps left, goal's ends), built once: a sequence of
     `remaining` classes whose growth covers `need`, where each step that leaves partial (empty)
     members is followed by one that widens (fills), and a widening (filling) step comes when
@@ -216,11 +232,12 @@ def _formula(classes: tuple[InstructionClass, ...], remaining: int, ends: tuple[
     members (reduce-scatter, reduce) drops the rules about partial (empty) members."""
     import z3
 
-    whole, full = ends
+    whole, full, single = (tuple(ends) + (False,))[:3]
 
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
-    need, partial, empty = z3.Int("need"), z3.Bool("partial"), z3.Bool("empty")
+    need, partial, empty, split = z3.Int("need"), z3.Bool("partial"), z3.Bool("empty"), z3.Int("split")
+    split_min = z3.Int("split_min")
 
     def one_of(t, fact: int):
         members = [i for i, found in enumerate(classes) if found[fact]]
@@ -248,4 +265,15 @@ def _formula(classes: tuple[InstructionClass, ...], remaining: int, ends: tuple[
         solver.add(z3.Implies(partial, z3.Or(widens)))
     if full:
         solver.add(z3.Implies(empty, z3.Or(fills)))
-    return _Formula(solver, choice[0], need, partial, empty)
+    if single:  # halvings come from block-delivering steps (their growth), or a root copy replaces the range
+
+        def halvings(t):
+            expression = z3.IntVal(0)
+            for i, found in enumerate(classes):
+                if found[1] and found[5]:
+                    expression = z3.If(choice[t] == i, found[5], expression)
+            return expression
+
+        total = z3.Sum([halvings(t) for t in range(remaining)])
+        solver.add(total >= split_min, z3.Or(total >= split, z3.Or(fills)))
+    return _Formula(solver, choice[0], need, partial, empty, split, split_min)
