@@ -38,31 +38,34 @@ EXPANSIONS: dict[int, tuple[int, ...]] = {
 # than at a smaller depth: small searches are dominated by fixed costs).
 SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4: 5.4e-05, 5: 9.7e-05, 6: 0.00018, 7: 0.00049, 8: 0.0026}
 # The same for the other goals (synth/goals.py), measured the same way (2-member levels, every
-# length until a search took more than 8 s; results/synthesis-speed/README.md, "Goals"), and
+# length until a search took more than 8 s: `python -m benchmarks.goals --calibrate`,
+# results/synthesis-goals/goals-calibration.json), and
 # their seconds per expansion (block tags and Permute steps make some states dearer). A depth
 # not measured for a goal scales its deepest measured row by the all-reduce table's growth.
 GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
     "reducescatter": {
         1: (1, 5, 9, 13, 17, 21, 25, 29),
-        2: (1, 14, 61, 152, 267, 391, 522, 655),
-        3: (1, 24, 222, 1137, 3979, 10038, 19720, 33060),
-        4: (1, 48, 815, 7033, 43878, 203891),
-        5: (1, 41, 705, 7611, 63270, 415388),
+        2: (1, 14, 70, 194, 369, 567, 777, 994),
+        3: (1, 24, 297, 1627, 5864, 14992, 29706, 50370),
+        4: (1, 48, 1298, 11539, 71627, 327887),
+        5: (1, 41, 975, 10968, 93003, 620308),
+        6: (1, 52, 1636, 23556, 266638),
     },
     "allgather": {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
         2: (1, 4, 11, 20, 29, 38, 47, 56),
-        3: (1, 9, 31, 79, 154, 241, 332, 424),
-        4: (1, 28, 106, 317, 801, 1637, 2873, 4398),
-        5: (1, 16, 63, 245, 869, 2651, 6812, 14917),
-        6: (1, 22, 93, 427, 1913, 7649, 26602, 80560),
+        3: (1, 9, 31, 79, 158, 250, 346, 443),
+        4: (1, 28, 106, 317, 805, 1664, 2923, 4471),
+        5: (1, 16, 63, 245, 869, 2653, 6824, 14939),
+        6: (1, 22, 93, 427, 1913, 7651, 26610, 80583),
     },
     "alltoall": {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
-        2: (1, 5, 15, 32, 55, 86, 117, 148),
-        3: (1, 9, 37, 112, 281, 602, 1179, 2151),
-        4: (1, 27, 135, 510, 1589, 4261, 10442, 24456),
-        5: (1, 14, 57, 220, 712, 2132, 5715, 14836),
+        2: (1, 5, 15, 35, 68, 113, 168, 229),
+        3: (1, 9, 39, 133, 368, 841, 1702, 3204),
+        4: (1, 27, 145, 597, 1980, 5624, 14170, 33715),
+        5: (1, 14, 69, 262, 861, 2676, 7400, 19481),
+        6: (1, 19, 99, 411, 1460, 4976, 15008),
     },
     "broadcast": {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
@@ -82,10 +85,10 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
     },
 }
 GOAL_SECONDS_PER_EXPANSION: dict[str, dict[int, float]] = {
-    "reducescatter": {3: 3.3e-05, 4: 5.6e-05, 5: 6.5e-05},
-    "allgather": {4: 2.7e-05, 5: 3.8e-05, 6: 8.7e-05},
-    "alltoall": {3: 3.7e-05, 4: 2.5e-04, 5: 4.0e-04},
-    "reduce": {3: 1.8e-05, 4: 3.2e-05, 5: 4.6e-05, 6: 7.0e-05},
+    "reducescatter": {3: 1.9e-05, 4: 3.7e-05, 5: 5.8e-05, 6: 0.00016},
+    "allgather": {5: 5e-05, 6: 0.00011},
+    "alltoall": {4: 0.00019, 5: 0.00027, 6: 0.0055},
+    "reduce": {4: 3.2e-05, 5: 5.4e-05, 6: 6.9e-05},
 }
 CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
 # A search estimated above this is refused: it would not finish within a minute.

@@ -9,11 +9,13 @@ Every rank creates every communicator of the plan once, in plan order (torch req
 ranks to create all groups in one order), then runs each program in place on one buffer,
 step by step: each rank makes the one call the plan gives it, with the plan's chunk range,
 its block for ReduceScatter/AllGather, and the root as a rank inside the group; idle ranks
-skip the step. With --check the result is compared with a plain all_reduce of the same input
-over the reduction groups; a mismatch makes the exit code 1. Output is nccl-tests' table
-(size, count, type, redop, root, then time, algbw, busbw and #wrong out of place and in
-place, "Avg bus bandwidth" last), algbw = S / t and busbw = algbw * 2(n-1)/n with n the
-reduction group size; t is the slowest rank's mean time per run. Programs and torch's
+skip the step; a Permute step reorders the rank's buffer locally. With --check the result is
+compared with the program's collective (a plain all_reduce, or torch's reduce_scatter_tensor,
+all_gather_into_tensor, all_to_all_single, broadcast, reduce) on the same input over the
+reduction groups; a mismatch makes the exit code 1. Output is nccl-tests' table (size, count,
+type, redop, root, then time, algbw, busbw and #wrong out of place and in place, "Avg bus
+bandwidth" last), algbw = S / t and busbw = algbw * 2(n-1)/n (the collective's own nccl-tests
+factor for the other goals), n the reduction group size; t is the slowest rank's mean time per run. Programs and torch's
 all_reduce run in place only, so their out-of-place columns read N/A.
 
 Several ranks may share one GPU (NCCL): each then gets its own NCCL_HOSTID, so NCCL treats
@@ -310,9 +312,16 @@ def timed(run, iters, warmup, device):
     return float(elapsed.item())
 
 
-def row(nbytes, count, seconds, n, wrong, dtype="float"):
+def bus_factor(goal, n):
+    """nccl-tests' busbw / algbw for the goal's collective (doc/PERFORMANCE.md)."""
+    if goal in ("broadcast", "reduce"):
+        return 1.0
+    return (n - 1) / n if goal in ("reducescatter", "allgather", "alltoall") else 2 * (n - 1) / n
+
+
+def row(nbytes, count, seconds, n, wrong, dtype="float", goal="allreduce"):
     algbw = nbytes / seconds / 1e9
-    busbw = algbw * 2 * (n - 1) / n
+    busbw = algbw * bus_factor(goal, n)
     return {"bytes": nbytes, "count": count, "type": dtype, "time_us": seconds * 1e6, "algbw_gbs": algbw,
             "busbw_gbs": busbw, "wrong": wrong}
 
@@ -401,7 +410,7 @@ def main(plan, argv=None):
                 failed.append(index)
             buffer = torch.zeros(count, dtype=dtype, device=device)
             seconds = timed(lambda: run_program(program, buffer, count // n, comms, rank), args.iters, args.warmup, device)
-            values = row(count * itemsize, count, seconds, n, wrong, args.dtype)
+            values = row(count * itemsize, count, seconds, n, wrong, args.dtype, program.get("goal", "allreduce"))
             rows.append(values)
             results.append(dict(values, program=index))
             say(format_row(values))
@@ -414,7 +423,7 @@ def main(plan, argv=None):
         buffer = torch.zeros(count, dtype=dtype, device=device)
         group = comms[reduction]
         seconds = timed(lambda: flat_call(goal, buffer, group, count // n), args.iters, args.warmup, device)
-        values = row(count * itemsize, count, seconds, n, None, args.dtype)
+        values = row(count * itemsize, count, seconds, n, None, args.dtype, goal)
         baseline_rows.append(dict(values, programs=sorted(set(programs))))
         say(format_row(values) + f"   (programs {','.join(map(str, sorted(set(programs))))})")
     say(footer(baseline_rows))
