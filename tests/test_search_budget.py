@@ -132,7 +132,7 @@ def test_the_goal_tables_are_the_committed_calibration():
         assert {int(d): tuple(row["expansions"]) for d, row in rows.items()} == search_budget.GOAL_EXPANSIONS[goal]
 
 
-@pytest.mark.parametrize("goal", ["allgather", "alltoall", "broadcast", "reduce"])
+@pytest.mark.parametrize("goal", ["reducescatter", "allgather", "alltoall", "broadcast", "reduce"])
 @pytest.mark.parametrize("depth, max_len", [(2, 5), (3, 4)])
 def test_the_goal_tables_are_what_the_search_expands_today(goal, depth, max_len):
     enumerator = Enumerator(Semantics(*levels(depth), goal=goal), SearchOptions(max_len=max_len))
