@@ -54,14 +54,22 @@ def test_commands_that_cost_or_run_programs_refuse_other_goals_for_now(run_cli, 
     assert code == 2 and "--collective alltoall" in err and "synth programs" in err
 
 
-def test_export_writes_a_torch_script_of_any_goal_and_refuses_the_other_formats(run_cli, tmp_path):
+def test_export_writes_a_torch_script_or_json_plan_of_any_goal_and_refuses_nccl_c(run_cli, tmp_path):
     program = "AllToAll(Parallel(node)); Permute(gpu,node); AllToAll(InsideGroup(gpu)); Permute(node,gpu)"
     target = tmp_path / "a2a.py"
     code, out, _ = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "torch", "--program", program,
                            "-o", str(target))
     assert code == 0 and '"goal":"alltoall"' in target.read_text() and "--collective alltoall" in target.read_text()
-    code, _, err = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "json", "--program", program,
-                           "-o", str(tmp_path / "a2a.json"))
+    code, _, _ = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "json", "--program", program,
+                         "-o", str(tmp_path / "a2a.json"))
+    document = json.loads((tmp_path / "a2a.json").read_text())
+    (entry,) = document["programs"]
+    assert code == 0 and entry["collective"] == "alltoall" and entry["final_places"] == list(range(8))
+    kinds = [step["collective"] for step in entry["steps"]]
+    assert kinds == ["AllToAll", "Permute", "AllToAll", "Permute"]
+    assert sorted(entry["steps"][1]["places"]) == list(range(8)) and entry["steps"][1]["places"] != list(range(8))
+    code, _, err = run_cli("export", *NODE_GPU, "--collective", "alltoall", "--format", "nccl", "--program", program,
+                           "-o", str(tmp_path / "a2a.c"))
     assert code == 2 and "--collective alltoall" in err
 
 

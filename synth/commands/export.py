@@ -157,8 +157,9 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
-    # Torch scripts run every goal; the other formats, and --top (a ranking), all-reduce for now.
-    goal = resolve_goal(args, supported=None if args.format == "torch" and args.top is None else ALL_REDUCE_ONLY)
+    # Torch scripts and JSON plans take every goal; NCCL C, and --top (a ranking), all-reduce for now.
+    goal = resolve_goal(args, supported=None if args.format in ("torch", "json") and args.top is None
+                        else ALL_REDUCE_ONLY)
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
@@ -191,7 +192,7 @@ def run_export(args) -> int:
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
         metadata.update(hierarchy_metadata(hierarchy))
-        plan = build_plan(PlanEntry(hierarchy, program) for program in programs)
+        plan = build_plan(PlanEntry(hierarchy, program, goal=goal.name) for program in programs)
         files = [json_plan.render(plan, provenance, metadata, nbytes)]
     else:
         module = torch_script if args.format == "torch" else nccl_c
