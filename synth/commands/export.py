@@ -192,7 +192,7 @@ def run_export(args) -> int:
             metadata.update(hierarchy_metadata(hierarchy))
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
-        _check_json_size(hierarchy, programs)
+        _check_json_size(hierarchy, programs, goal.name)
         metadata.update(hierarchy_metadata(hierarchy))
         plan = build_plan(PlanEntry(hierarchy, program, goal=goal.name) for program in programs)
         files = [json_plan.render(plan, provenance, metadata, nbytes)]
@@ -211,13 +211,13 @@ def run_export(args) -> int:
 MAX_JSON_PLAN_BYTES = 256 << 20  # about 15 s and 1.5 GB to build; 54 MB took 2.7 s and 330 MB
 
 
-def _check_json_size(hierarchy, programs) -> None:
+def _check_json_size(hierarchy, programs, goal="allreduce") -> None:
     """Refuse a JSON plan too large to write, before any per-rank work (2^20 ranks ran for
     more than ten minutes without a word)."""
     from synth.export.json_plan import estimated_bytes
     from synth.units import format_bytes
 
-    size = estimated_bytes(hierarchy, programs)
+    size = estimated_bytes(hierarchy, programs, goal)
     if size > MAX_JSON_PLAN_BYTES:
         raise UsageError(f"the JSON plan would be about {format_bytes(size)} ({hierarchy.placement.device_count:,} ranks, "
                          f"each listing its group's members at every step; at most {format_bytes(MAX_JSON_PLAN_BYTES)}): "

@@ -127,7 +127,7 @@ RANK_CALL_BYTES = 330
 IDLE_RANK_BYTES = 40
 
 
-def estimated_bytes(hierarchy, programs) -> int:
+def estimated_bytes(hierarchy, programs, goal="allreduce") -> int:
     """About how large the file of these programs is, from their lowering alone: every rank
     lists its group's members at every step, so the file grows with ranks x group size (a
     group of 2^20 members is terabytes). Asked before `build_plan`, which is per rank."""
@@ -138,7 +138,7 @@ def estimated_bytes(hierarchy, programs) -> int:
     per_member = len(str(world)) + 2
     total = 0
     for program in programs:
-        for step in lower(program, hierarchy).steps:
+        for step in lower(program, hierarchy, goal).steps:
             active = groups * sum(len(call.members) for call in step.calls)
             members = groups * sum(len(call.members) ** 2 for call in step.calls)
             total += active * RANK_CALL_BYTES + members * per_member + (world - active) * IDLE_RANK_BYTES
