@@ -7,6 +7,10 @@ A collective acting on a group of k members (root first, docs/model.md section 7
 * who receives the result (`Delivery`): every member, the root alone (the others become
   empty), or member i the i-th of k equal consecutive blocks.
 
+AllToAll is the one collective that combines nothing: every member's range is cut into k
+blocks and member j receives block j of every member i as its own i-th block (`EXCHANGE`,
+`TRANSPOSE`); ranges stay where they were, the data in them moves.
+
 Everything else follows from those two, here and nowhere else: the precondition and the
 range each member is left with (semantics, quotient, lowering, interpreter), what the pruning
 oracle may assume (which steps leave partial or empty members, which widen or refill them,
@@ -32,6 +36,7 @@ class Combine(Enum):
     SUM = "sum"  # one range on every member, contributor sets pairwise disjoint, summed
     JOIN = "join"  # equal-length blocks, member i+1's starting where member i's ends, joined
     ROOT = "root"  # the root's data as it is; the other members need hold nothing
+    EXCHANGE = "exchange"  # one range on every member, cut into k equal blocks; nothing is summed
 
 
 class Delivery(Enum):
@@ -40,6 +45,7 @@ class Delivery(Enum):
     EVERY = "every"  # every member holds the whole result
     ROOT = "root"  # the root holds it, every other member becomes empty
     BLOCKS = "blocks"  # member i holds the i-th of k equal consecutive blocks
+    TRANSPOSE = "transpose"  # member j holds, as its i-th block, block j of member i
 
 
 def ring_twice(k: int) -> float:
@@ -127,7 +133,7 @@ class Collective:
     def widens(self) -> bool:
         """Can leave a member holding a range longer than before: a sum needs one range on every
         member and never lengthens it; a join or a copy of the root's range can."""
-        return self.combine is not Combine.SUM
+        return self.combine is Combine.JOIN or self.combine is Combine.ROOT
 
     @property
     def fills_empty(self) -> bool:
@@ -154,6 +160,7 @@ RECORDS: dict[str, Collective] = {
         Collective("AllGather", Combine.JOIN, Delivery.EVERY, ring_once),
         Collective("Reduce", Combine.SUM, Delivery.ROOT, whole_buffer),
         Collective("Broadcast", Combine.ROOT, Delivery.EVERY, whole_buffer),
+        Collective("AllToAll", Combine.EXCHANGE, Delivery.TRANSPOSE, ring_once),
     )
 }
 

@@ -17,16 +17,37 @@ if TYPE_CHECKING:
 GRAMMAR_FILE = "program.lark"
 
 
+PERMUTE = "Permute"
+
+
 @dataclass(frozen=True)
 class Step:
-    """One step: `collective` applied to every group of `form` at hierarchy level `level`."""
+    """One step: `collective` applied to every group of `form` at hierarchy level `level`; or
+    the local step `Permute(l1,l2,...)` (collective PERMUTE, no form, `level` the level order
+    joined by commas), which every member runs on its own buffer."""
 
     collective: str
     form: str
     level: str
 
     def __str__(self) -> str:
+        if self.collective == PERMUTE:
+            return f"{PERMUTE}({self.level})"
         return f"{self.collective}({self.form}({self.level}))"
+
+    @property
+    def is_permute(self) -> bool:
+        return self.collective == PERMUTE
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The level order a Permute step names."""
+        return tuple(self.level.split(","))
+
+
+def permute_step(order) -> Step:
+    """The Permute step into a level order (level names, outermost first)."""
+    return Step(PERMUTE, "", ",".join(order))
 
 
 @dataclass(frozen=True)
@@ -92,7 +113,10 @@ def parse_program(text: str) -> Program:
     except lark.exceptions.UnexpectedInput as error:
         raise ProgramSyntaxError(_describe_syntax_error(text, error)) from None
     steps = []
-    for step_tree in tree.find_data("step"):
+    for step_tree in tree.children:
+        if step_tree.data == "permute":
+            steps.append(permute_step(str(token) for token in step_tree.children[1:]))
+            continue
         collective_tree, form_tree, level_token = step_tree.children
         steps.append(Step(str(collective_tree.children[0]), str(form_tree.children[0]), str(level_token)))
     return Program(tuple(steps))
@@ -132,7 +156,7 @@ def _expected_hint(expected: list[str]) -> str:
     if not expected:
         return ""
     readable = {"LPAR": "'('", "RPAR": "')'", "LEVEL": "a level name", "SEMICOLON": "';'", "_NL": "a new line"}
-    groups = {"a collective": set(_terminals_of("collective")), "a form": set(_terminals_of("form"))}
+    groups = {"a collective": set(_terminals_of("collective")) | {"PERMUTE"}, "a form": set(_terminals_of("form"))}
     names, rest = [], set(expected)
     for label, members in groups.items():
         if members & rest:

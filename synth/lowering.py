@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from synth.collectives import collective
+from synth.goals import ALL_REDUCE, Goal, parse_goal
 from synth.language import Program, Step
-from synth.semantics import FORMS, Semantics
+from synth.semantics import FORMS, Semantics, place_map
 
 if TYPE_CHECKING:
     from synth.hierarchy import SynthesisHierarchy
@@ -52,6 +53,10 @@ class LoweredStep:
     varying_levels: tuple[int, ...]
     calls: tuple[GroupCall, ...]
     idle: tuple[int, ...]  # members in no group of this step (Master steps)
+    # A Permute: every member's chunk at place p moves to place places[p] (no calls), and the
+    # share of the buffer each member copies (1 for a whole buffer, 1/N for one block).
+    places: tuple[int, ...] | None = None
+    copied: float = 0.0
 
     @property
     def group_size(self) -> int:
@@ -64,6 +69,9 @@ class LoweredProgram:
     level_names: tuple[str, ...]
     sizes: tuple[int, ...]
     steps: tuple[LoweredStep, ...]
+    goal: Goal = ALL_REDUCE
+    # Where each block (the goal's block index) sits at the end: the final layout's places.
+    final_places: tuple[int, ...] | None = None
 
     @property
     def group_size(self) -> int:
@@ -74,19 +82,37 @@ class LoweredProgram:
         return result
 
 
-def lower(program: Program, hierarchy: SynthesisHierarchy) -> LoweredProgram:
+def lower(program: Program, hierarchy: SynthesisHierarchy, goal: Goal | str = ALL_REDUCE) -> LoweredProgram:
     """Check the program (InvalidProgramError if it is not valid) and lower it."""
-    return lower_on(program, hierarchy.level_names, hierarchy.sizes)
+    return lower_on(program, hierarchy.level_names, hierarchy.sizes, goal)
 
 
-def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, ...]) -> LoweredProgram:
-    Semantics(level_names, sizes, quotient=True).run(program)
+def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, ...],
+             goal: Goal | str = ALL_REDUCE) -> LoweredProgram:
+    goal = parse_goal(goal)
+    Semantics(level_names, sizes, quotient=True, goal=goal).run(program)
     n = 1
     for size in sizes:
         n *= size
-    ranges: list[tuple[int, int] | None] = [(0, n)] * n
+    canonical = tuple(i for i, size in enumerate(sizes) if size > 1)
+    layout = canonical
+    if goal.name == "allgather":
+        ranges: list[tuple[int, int] | None] = [(m, m + 1) for m in range(n)]
+    elif goal.name == "broadcast":
+        ranges = [(0, n)] + [None] * (n - 1)
+    else:
+        ranges = [(0, n)] * n
     steps = []
     for step in program.steps:
+        if step.is_permute:
+            order = tuple(level_names.index(name) for name in step.order)
+            places = place_map(tuple(sizes), layout, order)
+            copied = max((held[1] - held[0]) / n for held in ranges if held is not None)
+            ranges = [None if held is None else (held if held[1] - held[0] == n else (places[held[0]], places[held[0]] + 1))
+                      for held in ranges]
+            layout = order
+            steps.append(LoweredStep(step, step.collective, (), (), tuple(range(n)), places, copied))
+            continue
         level = level_names.index(step.level)
         groups, varying = FORMS[step.form](sizes, level)
         calls, busy = [], set()
@@ -99,5 +125,6 @@ def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, .
                 ranges[member] = held
         idle = tuple(m for m in range(n) if m not in busy)
         steps.append(LoweredStep(step, step.collective, varying, tuple(calls), idle))
-    return LoweredProgram(program, tuple(level_names), tuple(sizes), tuple(steps))
+    final = place_map(tuple(sizes), canonical, layout) if goal.permutes else None
+    return LoweredProgram(program, tuple(level_names), tuple(sizes), tuple(steps), goal, final)
 

@@ -30,12 +30,19 @@ from dataclasses import dataclass
 from functools import cache, reduce
 from operator import itemgetter, or_
 
+from synth.goals import ALL_REDUCE, Goal
+
 
 @dataclass(frozen=True)
 class AbstractState:
     need: int  # doublings still needed by the weakest chunk; -1 when a chunk is held by nobody
     partial: bool
     empty: bool
+    # Goals that end on one block per member (reduce-scatter): halvings the longest and the
+    # shortest range still need (only a block-delivering step splits a range; a root copy may
+    # replace a range by another one, never by one shorter than the shortest).
+    split: int = 0
+    split_min: int = 0
 
 
 # (reduces, leaves partial, leaves empty, widens, fills empty, growth): one instruction class.
@@ -45,7 +52,7 @@ InstructionClass = tuple[bool, bool, bool, bool, bool, int]
 def chunk_counts(member, member_count: int) -> tuple[int, ...]:
     """For each chunk of the buffer, how many members are summed into it on this member (0
     outside its range)."""
-    lo, hi, sets, _ = member
+    lo, hi, sets = member[0], member[1], member[2]
     full = (1 << member_count) - 1
     return ((0,) * lo + tuple(((sets >> (chunk * member_count)) & full).bit_count() for chunk in range(lo, hi))
             + (0,) * (member_count - hi))
@@ -76,7 +83,10 @@ def _summarize(state: tuple, counts, member_count: int) -> AbstractState:
 
 def instruction_class(instruction, use_quotient_sizes: bool) -> InstructionClass:
     """What the oracle knows of an instruction. Growth is measured in the instance the state
-    lives in (quotient members or real ones), as `need` is."""
+    lives in (quotient members or real ones), as `need` is. A Permute sums nothing and leaves
+    every range as long as it was (it moves a whole buffer or one block)."""
+    if instruction.is_permute:
+        return (False, False, False, False, False, 0)
     k = len(instruction.groups[0]) if use_quotient_sizes else instruction.real_group_size
     return instruction.record.pruning_facts + (instruction.record.growth(k),)
 
@@ -86,17 +96,23 @@ class DeadPrefixOracle:
     abstract state; the answers are shared by every oracle with the same classes. States are
     tuples of member ids into `members` (synth.semantics.InternedMachine's table)."""
 
-    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool, members: list):
+    def __init__(self, alphabet, member_count: int, use_quotient_sizes: bool, members: list, goal: Goal = ALL_REDUCE):
         self.member_count = member_count
+        self.goal = goal
+        # What the goal's final state asks: every chunk summed over all N members (else held
+        # by someone: contributor sets never need to grow), no partial member, no empty one.
+        target = member_count if goal.sums else 1
+        self.single = goal.name == "reducescatter"
+        self.ends = (goal.ends_whole, goal.ends_full, self.single)
         found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
         self.classes = tuple(sorted(set(found)))
         self.class_of = tuple(self.classes.index(found_class) for found_class in found)
         self.queries = 0
         self.members = members
         self.all_chunks = (1 << member_count) - 1
-        # ceil(N / 2^t) for t = 0 .. ceil(log2 N): at the last, one contributor is enough.
-        self.thresholds = tuple(-(-member_count >> t) for t in range((member_count - 1).bit_length() + 1))
-        # For a count of c contributors, the first t with ceil(N / 2^t) <= c.
+        # ceil(T / 2^t) for t = 0 .. ceil(log2 T), T the target: at the last, one contributor is enough.
+        self.thresholds = tuple(-(-target >> t) for t in range((target - 1).bit_length() + 1))
+        # For a count of c contributors, the first t with ceil(T / 2^t) <= c.
         self._first_reached = [next((t for t, threshold in enumerate(self.thresholds) if count >= threshold), None)
                                for count in range(member_count + 1)]
         self._covers: list[tuple[int, ...] | None] = []  # member id -> per need t, chunks with >= ceil(N/2^t)
@@ -142,7 +158,12 @@ class DeadPrefixOracle:
                 if reduce(or_, map(itemgetter(t), covers), 0) == self.all_chunks:
                     need = t
                     break
-            facts = self._facts[distinct] = AbstractState(need, partial, empty)
+            split = split_min = 0
+            if self.single:
+                halvings = [(self.members[i][1] - self.members[i][0] - 1).bit_length() for i in distinct
+                            if self.members[i] is not None]
+                split, split_min = max(halvings, default=0), min(halvings, default=0)
+            facts = self._facts[distinct] = AbstractState(need, partial, empty, split, split_min)
         return facts
 
     def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
@@ -156,7 +177,7 @@ class DeadPrefixOracle:
         answer = self._answers.get(key)
         if answer is None:
             before = _first_steps.cache_info().misses
-            answer = self._answers[key] = _first_steps(self.classes, facts, remaining)
+            answer = self._answers[key] = _first_steps(self.classes, facts, remaining, self.ends)
             self.queries += _first_steps.cache_info().misses - before
         return answer
 
@@ -165,20 +186,25 @@ ALL = frozenset({-1})  # the answer for "already at the goal with no steps left"
 
 
 @cache
-def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int) -> frozenset[int]:
-    """Which classes can begin a completion: the Z3 formula of (classes, steps left), with this
-    abstract state as assumptions, asked once whether any completion exists and then once per
-    first class."""
+def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, remaining: int,
+                 ends: tuple[bool, ...] = (True, True, False)) -> frozenset[int]:
+    """Which classes can begin a completion: the Z3 formula of (classes, steps left, what the
+    goal's end state asks: (no partial member, no empty member)), with this abstract state as
+    assumptions, asked once whether any completion exists and then once per first class."""
+    whole, full, single = (tuple(ends) + (False,))[:3]
     if facts.need < 0:
         return frozenset()  # a chunk nobody holds can never come back
     if remaining == 0:
-        return ALL if facts.need == 0 and not facts.partial and not facts.empty else frozenset()
+        done = (facts.need == 0 and not (whole and facts.partial) and not (full and facts.empty)
+                and not (single and facts.split))
+        return ALL if done else frozenset()
     import z3  # on the first query: importing the search costs nothing
 
-    formula = _formula(classes, remaining)
+    formula = _formula(classes, remaining, ends)
     assumptions = [formula.need == facts.need,
                    formula.partial if facts.partial else z3.Not(formula.partial),
-                   formula.empty if facts.empty else z3.Not(formula.empty)]
+                   formula.empty if facts.empty else z3.Not(formula.empty),
+                   formula.split == facts.split, formula.split_min == facts.split_min]
     if formula.solver.check(*assumptions) != z3.sat:
         return frozenset()
     return frozenset(i for i in range(len(classes))
@@ -192,19 +218,26 @@ class _Formula:
     need: object  # the abstract state, as free variables the queries fix by assumption
     partial: object
     empty: object
+    split: object
+    split_min: object
 
 
 @cache
-def _formula(classes: tuple[InstructionClass, ...], remaining: int) -> _Formula:
-    """One Z3 solver per (classes, steps left), built once: a sequence of `remaining` classes
-    whose growth covers `need`, where each step that leaves partial (empty) members is followed
-    by one that widens (fills), and a widening (filling) step comes when the state is partial
-    (has empty members)."""
+def _formula(classes: tuple[InstructionClass, ...], remaining: int,
+             ends: tuple[bool, ...] = (True, True, False)) -> _Formula:
+    """One Z3 solver per (classes, steps left, goal's ends), built once: a sequence of
+    `remaining` classes whose growth covers `need`, where each step that leaves partial (empty)
+    members is followed by one that widens (fills), and a widening (filling) step comes when
+    the state is partial (has empty members). A goal whose end state may hold partial (empty)
+    members (reduce-scatter, reduce) drops the rules about partial (empty) members."""
     import z3
+
+    whole, full, single = (tuple(ends) + (False,))[:3]
 
     solver = z3.Solver()
     choice = [z3.Int(f"step_{t}") for t in range(remaining)]
-    need, partial, empty = z3.Int("need"), z3.Bool("partial"), z3.Bool("empty")
+    need, partial, empty, split = z3.Int("need"), z3.Bool("partial"), z3.Bool("empty"), z3.Int("split")
+    split_min = z3.Int("split_min")
 
     def one_of(t, fact: int):
         members = [i for i, found in enumerate(classes) if found[fact]]
@@ -223,9 +256,24 @@ def _formula(classes: tuple[InstructionClass, ...], remaining: int) -> _Formula:
     fills = [one_of(t, 4) for t in range(remaining)]
     for t in range(remaining):
         solver.add(choice[t] >= 0, choice[t] < len(classes))
-        solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
-        solver.add(z3.Implies(leaves_empty[t], z3.Or(fills[t + 1:] or [z3.BoolVal(False)])))
+        if whole:
+            solver.add(z3.Implies(leaves_partial[t], z3.Or(widens[t + 1:] or [z3.BoolVal(False)])))
+        if full:
+            solver.add(z3.Implies(leaves_empty[t], z3.Or(fills[t + 1:] or [z3.BoolVal(False)])))
     solver.add(z3.Sum([growth(t) for t in range(remaining)]) >= need)
-    solver.add(z3.Implies(partial, z3.Or(widens)))
-    solver.add(z3.Implies(empty, z3.Or(fills)))
-    return _Formula(solver, choice[0], need, partial, empty)
+    if whole:
+        solver.add(z3.Implies(partial, z3.Or(widens)))
+    if full:
+        solver.add(z3.Implies(empty, z3.Or(fills)))
+    if single:  # halvings come from block-delivering steps (their growth), or a root copy replaces the range
+
+        def halvings(t):
+            expression = z3.IntVal(0)
+            for i, found in enumerate(classes):
+                if found[1] and found[5]:
+                    expression = z3.If(choice[t] == i, found[5], expression)
+            return expression
+
+        total = z3.Sum([halvings(t) for t in range(remaining)])
+        solver.add(total >= split_min, z3.Or(total >= split, z3.Or(fills)))
+    return _Formula(solver, choice[0], need, partial, empty, split, split_min)

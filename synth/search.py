@@ -59,8 +59,8 @@ class SearchStats:
     programs: int = 0
 
 
-def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True) -> Semantics:
-    return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
+def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True, goal="allreduce") -> Semantics:
+    return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
 
 
 def check_search(semantics: Semantics, options: SearchOptions) -> None:
@@ -76,7 +76,8 @@ def check_search(semantics: Semantics, options: SearchOptions) -> None:
             expansions=0, seconds=float("inf"),
         )
     if semantics.quotient:
-        check_budget([(semantics.level_names, semantics.real_sizes)], options.max_len, options.budget_s)
+        check_budget([(semantics.level_names, semantics.real_sizes)], options.max_len, options.budget_s,
+                     semantics.goal_kind)
 
 
 class Enumerator:
@@ -91,25 +92,33 @@ class Enumerator:
         self.stats = SearchStats()
         self.on_progress = on_progress
         self.machine = InternedMachine(semantics)
-        self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members)
+        self.oracle = (DeadPrefixOracle(self.alphabet, semantics.member_count, semantics.quotient, self.machine.members,
+                                        semantics.goal_kind)
                        if options.prune_dead else None)
         # Every state reached gets a small id, hashed once; memos below are keyed by it.
         self._states: list[tuple[int, ...]] = []
-        self._state_ids: dict[tuple[int, ...], int] = {}
+        self._state_ids: dict[tuple[tuple[int, ...], bool], int] = {}
         self._next: list[dict[int, int | None] | None] = []  # id -> {alphabet index: next id or None}
         self._facts: list = []  # id -> abstract state (oracle)
         self._counts: list[dict[int, int]] = [{} for _ in range(options.max_len + 1)]  # steps left -> {id: count}
         self._allowed_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
+        self._goals: list[bool | None] = []  # id -> whether it is a goal state
+        self._permuted: list[bool] = []  # id -> reached by a Permute
+        self._is_permute = tuple(instruction.is_permute for _, instruction in self.alphabet)
         self._initial = self._state_id(self.machine.initial)
-        self._goal = self._state_id(self.machine.goal)
 
-    def _state_id(self, state: tuple[int, ...]) -> int:
-        found = self._state_ids.get(state)
+    def _state_id(self, state: tuple[int, ...], permuted: bool = False) -> int:
+        """The id of a search node: a state, and whether the step into it was a Permute (no
+        Permute may follow one: docs/model.md section 7)."""
+        key = (state, permuted)
+        found = self._state_ids.get(key)
         if found is None:
-            found = self._state_ids[state] = len(self._states)
+            found = self._state_ids[key] = len(self._states)
             self._states.append(state)
+            self._permuted.append(permuted)
             self._next.append(None)
             self._facts.append(None)
+            self._goals.append(self.machine.is_goal(state))
         return found
 
     def _allowed(self, sid: int, remaining: int) -> frozenset[int] | None:
@@ -129,12 +138,13 @@ class Enumerator:
                 self._next[sid] = known
         result = []
         apply, state = self.machine.apply, self._states[sid]
+        permuted, is_permute = self._permuted[sid], self._is_permute
         for index in self._indices(allowed):
             next_id = known.get(index, _UNSEEN)
             if next_id is _UNSEEN:
                 self.stats.steps_applied += 1
-                after = apply(state, index)
-                next_id = known[index] = None if after is None else self._state_id(after)
+                after = None if permuted and is_permute[index] else apply(state, index)
+                next_id = known[index] = None if after is None else self._state_id(after, is_permute[index])
             if next_id is not None:
                 result.append((index, next_id))
         return result
@@ -156,7 +166,7 @@ class Enumerator:
         return self._count(self._state_id(self.machine.intern(state)), remaining)
 
     def _count(self, sid: int, remaining: int) -> int:
-        if sid == self._goal:
+        if self._goals[sid]:
             return 1 if remaining == 0 else 0
         if remaining == 0:
             return 0
@@ -182,10 +192,10 @@ class Enumerator:
 
     def _paths(self, sid: int, remaining: int, prefix: list[int]) -> Iterator[list[int]]:
         if remaining == 0:
-            if sid == self._goal:
+            if self._goals[sid]:
                 yield list(prefix)
             return
-        if sid == self._goal:
+        if self._goals[sid]:
             return
         for index, next_id in self._successors(sid, self._allowed(sid, remaining)):
             if self._count(next_id, remaining - 1) == 0:
@@ -213,7 +223,7 @@ _UNSEEN = object()
 
 def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:
     """Generator over every valid program for a hierarchy (see Enumerator)."""
-    semantics = semantics_for(hierarchy, options.pop("quotient", True))
+    semantics = semantics_for(hierarchy, options.pop("quotient", True), options.pop("goal", "allreduce"))
     return Enumerator(semantics, SearchOptions(max_len=max_len, **options)).programs()
 
 

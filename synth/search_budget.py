@@ -37,6 +37,59 @@ EXPANSIONS: dict[int, tuple[int, ...]] = {
 # CPU seconds per expansion at each depth, from the largest search of that depth (never less
 # than at a smaller depth: small searches are dominated by fixed costs).
 SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4: 5.4e-05, 5: 9.7e-05, 6: 0.00018, 7: 0.00049, 8: 0.0026}
+# The same for the other goals (synth/goals.py), measured the same way (2-member levels, every
+# length until a search took more than 8 s: `python -m benchmarks.goals --calibrate`,
+# results/synthesis-goals/goals-calibration.json), and
+# their seconds per expansion (block tags and Permute steps make some states dearer). A depth
+# not measured for a goal scales its deepest measured row by the all-reduce table's growth.
+GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
+    "reducescatter": {
+        1: (1, 4, 8, 12, 16, 20, 24, 28),
+        2: (1, 13, 63, 178, 347, 544, 754, 971),
+        3: (1, 23, 282, 1560, 5637, 14637, 29299, 49946),
+        4: (1, 47, 1247, 11324, 70709, 324154),
+        5: (1, 40, 950, 10857, 92514, 618081),
+        6: (1, 51, 1601, 23401, 265954),
+    },
+    "allgather": {
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 4, 11, 20, 29, 38, 47, 56),
+        3: (1, 9, 31, 79, 158, 250, 346, 443),
+        4: (1, 28, 106, 317, 805, 1664, 2923, 4471),
+        5: (1, 16, 63, 245, 869, 2653, 6824, 14939),
+        6: (1, 22, 93, 427, 1913, 7651, 26610, 80583),
+    },
+    "alltoall": {
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 5, 15, 35, 68, 113, 168, 229),
+        3: (1, 9, 39, 133, 368, 841, 1702, 3204),
+        4: (1, 27, 145, 597, 1980, 5624, 14170, 33715),
+        5: (1, 14, 69, 262, 861, 2676, 7400, 19481),
+        6: (1, 19, 99, 411, 1460, 4976, 15008),
+    },
+    "broadcast": {
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 3, 5, 7, 9, 11, 13, 15),
+        3: (1, 3, 6, 9, 12, 15, 18, 21),
+        4: (1, 3, 6, 10, 14, 18, 22, 26),
+        5: (1, 3, 6, 10, 15, 20, 25, 30),
+        6: (1, 3, 6, 10, 15, 21, 27, 33),
+    },
+    "reduce": {
+        1: (1, 4, 7, 10, 13, 16, 19, 22),
+        2: (1, 16, 64, 134, 210, 288, 366, 444),
+        3: (1, 28, 251, 1141, 3184, 6553, 11096, 16571),
+        4: (1, 40, 564, 4696, 25257, 95024, 277081),
+        5: (1, 52, 1003, 12429, 108977, 700202),
+        6: (1, 64, 1568, 25983, 322996),
+    },
+}
+GOAL_SECONDS_PER_EXPANSION: dict[str, dict[int, float]] = {
+    "reducescatter": {3: 1.9e-05, 4: 3.1e-05, 5: 4.1e-05, 6: 8.1e-05},
+    "allgather": {5: 5e-05, 6: 0.00011},
+    "alltoall": {4: 0.00019, 5: 0.00027, 6: 0.0055},
+    "reduce": {4: 3.2e-05, 5: 5.4e-05, 6: 6.9e-05},
+}
 CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
 # A search estimated above this is refused: it would not finish within a minute.
 DEFAULT_BUDGET_S = 60.0
@@ -56,39 +109,55 @@ def search_depth(sizes) -> int:
     return sum(1 for size in sizes if size > 1)
 
 
-def estimate(depth: int, max_len: int) -> SearchEstimate:
+def _row(measured: tuple[int, ...], max_len: int) -> float:
+    if max_len <= len(measured):
+        return float(measured[max_len - 1])
+    ratio = measured[-1] / measured[-2] if len(measured) > 1 else 1.0
+    return measured[-1] * ratio ** (max_len - len(measured))
+
+
+def estimate(depth: int, max_len: int, goal: str = "allreduce") -> SearchEstimate:
     """The expansions and seconds of a complete search up to `max_len` steps (depth <= MAX_DEPTH)."""
     if depth == 0:
         return SearchEstimate(0, max_len, 1, 0.0)
-    measured = EXPANSIONS[depth]
-    if max_len <= len(measured):
-        expansions = float(measured[max_len - 1])
+    goal = str(goal)
+    seconds = SECONDS_PER_EXPANSION[depth]
+    if goal == "allreduce" or goal not in GOAL_EXPANSIONS:
+        expansions = _row(EXPANSIONS[depth], max_len)
     else:
-        ratio = measured[-1] / measured[-2] if len(measured) > 1 else 1.0
-        expansions = measured[-1] * ratio ** (max_len - len(measured))
-    return SearchEstimate(depth, max_len, round(expansions), expansions * SECONDS_PER_EXPANSION[depth])
+        rows = GOAL_EXPANSIONS[goal]
+        if depth in rows:
+            expansions = _row(rows[depth], max_len)
+        else:  # deeper than measured: the deepest row, grown as the all-reduce table grows
+            deepest = max(rows)
+            expansions = _row(rows[deepest], max_len) * _row(EXPANSIONS[depth], max_len) / _row(EXPANSIONS[deepest], max_len)
+        measured = GOAL_SECONDS_PER_EXPANSION.get(goal, {})
+        own = measured.get(depth, measured[max(measured)] if measured and depth > max(measured) else 0.0)
+        seconds = max(seconds, own)
+    return SearchEstimate(depth, max_len, round(expansions), expansions * seconds)
 
 
-def total(depths, max_len: int) -> SearchEstimate:
+def total(depths, max_len: int, goal: str = "allreduce") -> SearchEstimate:
     """The estimate of several searches run one after another (the deepest depth reported)."""
-    found = [estimate(depth, max_len) for depth in depths]
+    found = [estimate(depth, max_len, goal) for depth in depths]
     return SearchEstimate(max(depths, default=0), max_len, sum(f.expansions for f in found), sum(f.seconds for f in found))
 
 
-def largest_length(depths, budget_s: float, up_to: int) -> int:
+def largest_length(depths, budget_s: float, up_to: int, goal: str = "allreduce") -> int:
     """The longest length up to `up_to` whose searches together fit the budget (0: none)."""
     depths = list(depths)
     if any(depth > MAX_DEPTH for depth in depths):
         return 0
     longest = 0
     for length in range(1, up_to + 1):
-        if total(depths, length).seconds > budget_s:
+        if total(depths, length, goal).seconds > budget_s:
             break
         longest = length
     return longest
 
 
-def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUDGET_S) -> SearchEstimate:
+def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUDGET_S,
+                 goal="allreduce") -> SearchEstimate:
     """Refuse (SearchTooLargeError, describing values only) searches up to `max_len` steps over
     these hierarchies, given as (level names, sizes) and run one after another, when they are
     estimated beyond the budget together; None budget: only the depth limit. Returns the estimate."""
@@ -102,10 +171,11 @@ def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUD
                 f"hierarchy with fewer levels is needed (the merged one, or fewer system levels)",
                 depth=depth, max_len=max_len, largest_length=0, expansions=0, seconds=float("inf"),
             )
-    found = total(depths, max_len)
+    goal = str(goal)
+    found = total(depths, max_len, goal)
     if budget_s is None or found.seconds <= budget_s:
         return found
-    longest = largest_length(depths, budget_s, max_len - 1)
+    longest = largest_length(depths, budget_s, max_len - 1, goal)
     advice = (f"programs of at most {longest} steps finish within {_duration(budget_s)}" if longest
               else "no length finishes in that time")
     if len(hierarchies) == 1:

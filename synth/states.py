@@ -5,7 +5,9 @@ has been summed into it (docs/model.md section 7 writes its worked examples this
 
 is member 1 of the reduction group, at position 0 of level cpu and 1 of level gpu, holding
 chunks 2 and 3, each the sum of members 0 and 1's data. `empty` is a member holding nothing.
-Sets of three or more consecutive members are written as ranges, `{0-3}`.
+Sets of three or more consecutive members are written as ranges, `{0-3}`. For goals whose
+blocks move (reduce-scatter, all-gather, all-to-all) each chunk is written `block<-{set}`,
+and a line `layout: gpu,cpu` follows the members while the buffers are permuted.
 """
 
 from __future__ import annotations
@@ -40,9 +42,16 @@ def format_state(semantics: Semantics, state: tuple) -> list[str]:
         label = f"member {rank} ({where})" if where else f"member {rank}"
         if member is None:
             lines.append(f"{label}: empty")
-        else:
+        elif member.tags is None:
             sets = " ".join(format_members(chunk) for chunk in semantics.chunk_sets(member))
             lines.append(f"{label}: [{member[0]},{member[1]}) {sets}")
+        else:  # goals whose blocks move: each chunk as block<-contributors
+            chunks = " ".join(f"{tag}<-{format_members(chunk)}" for tag, chunk in zip(member.tags, semantics.chunk_sets(member)))
+            lines.append(f"{label}: [{member[0]},{member[1]}) {chunks}")
+    if state and any(member is not None and member.order is not None for member in state):
+        order = next(member.order for member in state if member is not None)
+        if order != semantics.canonical_order:
+            lines.append("layout: " + ",".join(semantics.level_names[level] for level in order))
     return lines
 
 

@@ -151,11 +151,18 @@ def test_grammar_is_package_data():
     assert "collective:" in grammar_text() and "form:" in grammar_text()
 
 
-def test_alphabet_lists_the_five_collectives_and_three_forms_in_grammar_order():
-    assert collective_names() == ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
+def test_alphabet_lists_the_six_collectives_and_three_forms_in_grammar_order():
+    assert collective_names() == ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "AllToAll")
     assert form_names() == ("InsideGroup", "Parallel", "Master")
     # Grammar order: the order the literals appear in the grammar file.
     text = grammar_text()
     for names in (collective_names(), form_names()):
         positions = [re.search(rf'^[A-Z_]+: "{name}"$', text, re.MULTILINE).start() for name in names]
         assert positions == sorted(positions)
+
+
+def test_permute_steps_parse_and_print_canonically():
+    program = parse_program("Permute( gpu , node );AllToAll(Parallel(node))\n")
+    assert str(program) == "Permute(gpu,node); AllToAll(Parallel(node))"
+    assert program.steps[0].is_permute and program.steps[0].order == ("gpu", "node")
+    assert parse_program(str(program)) == program

@@ -109,7 +109,16 @@ def _trace(program: str) -> str:
     return format_trace(semantics, semantics.run(parse_program(program))) + "\n"
 
 
+def _goal_trace(goal: str, program: str) -> str:
+    semantics = Semantics(("node", "gpu"), (2, 2), quotient=False, goal=goal)
+    return format_trace(semantics, semantics.run(parse_program(program))) + "\n"
+
+
 GENERATORS = {
+    "trace reduce-scatter goal": lambda: _goal_trace(
+        "reducescatter", "Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))"),
+    "trace all-to-all goal": lambda: _goal_trace(
+        "alltoall", "AllToAll(Parallel(node)); Permute(gpu,node); AllToAll(InsideGroup(gpu)); Permute(node,gpu)"),
     "placements": placements_block,
     "coordinates": coordinates_block,
     "hierarchies": hierarchies_block,

@@ -123,3 +123,26 @@ def test_the_command_refuses_at_once_with_one_line_naming_the_flag(run_cli, argu
     code, out, err = run_cli("programs", *arguments)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and hint in err and "Traceback" not in err
+
+
+def test_the_goal_tables_are_the_committed_calibration():
+    """GOAL_EXPANSIONS carries what `python -m benchmarks.goals --calibrate` measured."""
+    document = json.loads((RESULTS.parent / "synthesis-goals" / "goals-calibration.json").read_text())
+    for goal, rows in document["tables"].items():
+        assert {int(d): tuple(row["expansions"]) for d, row in rows.items()} == search_budget.GOAL_EXPANSIONS[goal]
+
+
+@pytest.mark.parametrize("goal", ["reducescatter", "allgather", "alltoall", "broadcast", "reduce"])
+@pytest.mark.parametrize("depth, max_len", [(2, 5), (3, 4)])
+def test_the_goal_tables_are_what_the_search_expands_today(goal, depth, max_len):
+    enumerator = Enumerator(Semantics(*levels(depth), goal=goal), SearchOptions(max_len=max_len))
+    enumerator.total()
+    assert enumerator.stats.expanded == estimate(depth, max_len, goal).expansions
+
+
+def test_a_goal_search_beyond_the_budget_is_refused_with_the_length_that_fits():
+    from synth.errors import SearchTooLargeError
+
+    with pytest.raises(SearchTooLargeError) as refused:
+        search_budget.check_budget([(("a", "b", "c", "d", "e", "f"), (2,) * 6)], 8, goal="reducescatter")
+    assert 0 < refused.value.largest_length < 8

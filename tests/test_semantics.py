@@ -13,7 +13,7 @@ from synth.language import Program, Step, collective_names, form_names, parse_pr
 from synth.names import product
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import Enumerator, SearchOptions
-from synth.semantics import FORMS, Semantics, StepFailure
+from synth.semantics import FORMS, Holding, Semantics, StepFailure
 from synth.topology import topology_from_levels
 
 
@@ -26,7 +26,7 @@ def held(semantics: Semantics, lo: int, hi: int, chunk_sets) -> tuple:
     n = semantics.member_count
     assert len(chunk_sets) == hi - lo
     bits = sum(1 << (chunk * n + member) for chunk, members in zip(range(lo, hi), chunk_sets) for member in members)
-    return (lo, hi, bits, hi - lo)
+    return Holding(lo, hi, bits, hi - lo)
 
 
 def apply(semantics: Semantics, state, text: str):
@@ -304,3 +304,113 @@ def test_quotient_and_explicit_enumerate_the_same_programs(sizes):
         found[quotient] = {str(program) for program in enumerator.programs()}
     assert found[True] == found[False]
     assert found[True]
+
+
+# --- goals other than all-reduce (docs/model.md section 7, "Goals") ---------------------------------------
+
+NODE_GPU = ("node", "gpu"), (2, 4)
+
+
+def goal_semantics(goal: str, quotient: bool = False, levels=NODE_GPU) -> Semantics:
+    return Semantics(*levels, quotient=quotient, goal=goal)
+
+
+@pytest.mark.parametrize("quotient", [False, True])
+@pytest.mark.parametrize("goal, text", [
+    ("reducescatter", "ReduceScatter(InsideGroup(node))"),
+    ("reducescatter", "ReduceScatter(Parallel(node)); ReduceScatter(InsideGroup(gpu))"),
+    ("reducescatter", "Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))"),
+    ("allgather", "AllGather(InsideGroup(gpu)); AllGather(Parallel(node))"),
+    ("allgather", "Permute(gpu,node); AllGather(Parallel(node)); AllGather(InsideGroup(gpu)); Permute(node,gpu)"),
+    ("allgather", "AllGather(InsideGroup(gpu)); AllGather(Master(node)); Broadcast(InsideGroup(gpu))"),
+    ("alltoall", "AllToAll(InsideGroup(node))"),
+    ("alltoall", "AllToAll(Parallel(node)); Permute(gpu,node); AllToAll(InsideGroup(gpu)); Permute(node,gpu)"),
+    ("broadcast", "Broadcast(Master(node)); Broadcast(InsideGroup(gpu))"),
+    ("reduce", "Reduce(InsideGroup(gpu)); Reduce(Master(node))"),
+    ("reduce", "ReduceScatter(InsideGroup(gpu)); AllReduce(Parallel(node)); AllGather(InsideGroup(gpu))"),
+])
+def test_hierarchical_programs_of_every_goal_are_valid(goal, text, quotient):
+    semantics = goal_semantics(goal, quotient)
+    trace = semantics.run(parse_program(text))
+    assert semantics.is_goal(trace[-1].after)
+
+
+@pytest.mark.parametrize("goal, text, fragments", [
+    # The cheap order would leave member (n, g) with block 2g+n: a wrong block order is a refusal.
+    ("reducescatter", "ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))",
+     ["step 1", "across its level digits", "wrong order", "a Permute can put (gpu) first"]),
+    ("allgather", "AllGather(Parallel(node)); AllGather(InsideGroup(gpu))", ["start where member 0's ends"]),
+    ("allgather", "Permute(gpu,node); AllGather(Parallel(node)); AllGather(InsideGroup(gpu))", ["level order (gpu,node)"]),
+    ("alltoall", "AllToAll(Parallel(node)); AllToAll(InsideGroup(gpu))", ["step 2", "wrong order"]),
+    ("alltoall", "AllReduce(InsideGroup(node))", ["AllReduce takes no part in all-to-all programs"]),
+    ("allreduce", "Permute(gpu,node); AllReduce(InsideGroup(node))", ["all-reduce programs have no Permute step"]),
+    ("reducescatter", "Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); Permute(node,gpu)",
+     ["whole buffer or places one block"]),
+    ("reducescatter", "Permute(node,gpu); ReduceScatter(InsideGroup(node))", ["already in that order"]),
+])
+def test_programs_missing_a_goal_say_why(goal, text, fragments):
+    for quotient in (False, True):
+        rejects(goal_semantics(goal, quotient), text, *fragments)
+
+
+def test_permute_names_every_level_once():
+    semantics = goal_semantics("reducescatter")
+    for text in ("Permute(gpu)", "Permute(gpu,gpu)", "Permute(gpu,rack)"):
+        with pytest.raises(UsageError):
+            semantics.run(parse_program(text))
+
+
+def test_all_to_all_moves_block_j_of_member_i_to_block_i_of_member_j():
+    semantics = goal_semantics("alltoall", levels=(("a",), (4,)))
+    after = apply(semantics, semantics.initial, "AllToAll(InsideGroup(a))")
+    assert after == semantics.goal
+    assert [member.tags for member in after] == [(j,) * 4 for j in range(4)]
+    assert all(semantics.chunk_sets(member) == [1, 2, 4, 8] for member in after)
+
+
+def test_reduce_scatter_and_all_gather_start_and_end_as_torch_lays_them_out():
+    rs = goal_semantics("reducescatter", levels=(("a",), (4,)))
+    assert [m[:2] for m in rs.initial] == [(0, 4)] * 4
+    after = apply(rs, rs.initial, "ReduceScatter(InsideGroup(a))")
+    assert rs.is_goal(after) and [m.tags for m in after] == [(r,) for r in range(4)]
+    ag = goal_semantics("allgather", levels=(("a",), (4,)))
+    assert [m[:2] for m in ag.initial] == [(r, r + 1) for r in range(4)]
+    assert apply(ag, ag.initial, "AllGather(InsideGroup(a))") == ag.goal
+
+
+@st.composite
+def goal_hierarchy_and_program(draw):
+    """A goal, a hierarchy of 1..3 levels of sizes 1..4 and a program of 1..5 steps of the
+    goal's alphabet (Permute in every order), half drawn among the steps the explicit machine
+    accepts from the current state."""
+    goal = draw(st.sampled_from(["reducescatter", "allgather", "alltoall", "broadcast", "reduce"]))
+    sizes = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    names = tuple(f"l{i}" for i in range(len(sizes)))
+    oracle = Semantics(names, sizes, quotient=False, goal=goal)
+    spellings = [Step(c, f, n) for c in oracle.goal_kind.alphabet for f in form_names() for n in names]
+    spellings += [step for step, instruction in oracle.alphabet if instruction.is_permute]
+    steps, state = [], oracle.initial
+    for _ in range(draw(st.integers(1, 5))):
+        accepted = []
+        if state is not None and not oracle.is_goal(state):
+            for step in spellings:
+                try:
+                    accepted.append((step, oracle.apply(state, oracle.instruction_of(step))))
+                except StepFailure:
+                    pass
+        if accepted and draw(st.booleans()):
+            step, state = draw(st.sampled_from(accepted))
+        else:
+            step = draw(st.sampled_from(spellings))
+            state = None
+        steps.append(step)
+    return goal, names, sizes, Program(tuple(steps))
+
+
+@settings(max_examples=300, deadline=None)
+@given(goal_hierarchy_and_program())
+def test_quotient_and_explicit_agree_on_validity_for_every_goal(case):
+    goal, names, sizes, program = case
+    explicit_verdict = _verdict(Semantics(names, sizes, quotient=False, goal=goal), program)
+    quotient_verdict = _verdict(Semantics(names, sizes, quotient=True, goal=goal), program)
+    assert quotient_verdict == explicit_verdict, (goal, sizes, str(program))

@@ -71,8 +71,8 @@ def test_collectives_are_kept_in_language_order(tmp_path):
 
 
 @pytest.mark.parametrize("extra, fragments", [
-    ('[levels.collectives.AllToAll]\nbandwidth = { value = "5 GB/s", source = "s" }\nlatency = { value = "3 us", source = "s" }\n',
-     ["levels[0].collectives.AllToAll", "unknown key"]),
+    ('[levels.collectives.Scatter]\nbandwidth = { value = "5 GB/s", source = "s" }\nlatency = { value = "3 us", source = "s" }\n',
+     ["levels[0].collectives.Scatter", "unknown key"]),
     ('[levels.collectives.AllGathr]\nbandwidth = { value = "5 GB/s", source = "s" }\n',
      ["did you mean 'AllGather'"]),
     ('[levels.collectives.AllGather]\nbandwidth = { value = "5 GB/s", source = "s" }\n',

@@ -213,8 +213,10 @@ def stall(args, rank: int) -> dict:
 
 def collect(path: str, rank: int, result: dict, world: int, wait_s: float = 120.0) -> list[dict]:
     """Every rank's result through files beside `path` (the process groups may be broken)."""
-    with open(f"{path}.{rank}", "w", encoding="utf-8") as handle:
-        json.dump(result, handle)
+    # Written whole, then renamed: another rank never reads a file half written.
+    partial = Path(f"{path}.{rank}.partial")
+    partial.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(partial, f"{path}.{rank}")
     deadline = time.monotonic() + wait_s  # every rank waits: none closes its sockets on the others early
     results = []
     for other in range(world):

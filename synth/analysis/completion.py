@@ -104,7 +104,7 @@ class StateAbstraction:
                 self._lengths.append(0)
                 self._pieces.append(None)
                 continue
-            lo, hi, sets, length = member
+            lo, hi, sets, length = member[:4]
             self._lengths.append(length)
             self._pieces.append(tuple((sets >> (chunk * n)) & every if lo <= chunk < hi else 0 for chunk in range(n)))
 

@@ -15,6 +15,9 @@ from synth.language import collective_names
 
 # Collectives nccl-tests (and rccl-tests) measure that no program uses.
 UNSUPPORTED = ("AllToAll", "AllToAllv", "SendRecv", "Scatter", "Gather", "HyperCube")
+# The collectives whose timings calibration fits: all-to-all is costed from its flows alone
+# (synth/model/algorithms.py, pairwise send/recv), not fitted yet.
+CALIBRATED = tuple(name for name in collective_names() if name not in UNSUPPORTED)
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z]", "", text.lower())
 
 
-_KNOWN = {_key(name): name for name in collective_names()}
+_KNOWN = {_key(name): name for name in CALIBRATED}
 _KNOWN.update({"bcast": "Broadcast"})
 _OTHER = {_key(name): name for name in UNSUPPORTED}
 _OTHER.update({"alltoallv": "AllToAllv"})
@@ -89,7 +92,7 @@ def collective_from_name(text: str, where: str) -> str:
     key = key[4:] if key.startswith("nccl") and key[4:] in _KNOWN else key
     if key in _KNOWN:
         return _KNOWN[key]
-    supported = ", ".join(collective_names())
+    supported = ", ".join(CALIBRATED)
     if key in _OTHER:
         raise UsageError(f"{where}: {_OTHER[key]} is not a collective programs use; calibrate from {supported}")
     raise UsageError(f"{where}: unknown collective {text.strip()!r}; use one of {supported}")

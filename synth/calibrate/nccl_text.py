@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from synth.calibrate.measurements import (Measurement, RunInfo, Span, check_time, collective_from_name, parse_count,
+from synth.calibrate.measurements import (CALIBRATED, Measurement, RunInfo, Span, check_time, collective_from_name, parse_count,
                                          parse_float)
 from synth.collectives import RECORDS
 from synth.errors import UsageError
@@ -247,7 +247,7 @@ def _collective(run: _Run, columns: list[str], parsed, n: int, path: str) -> str
         name, line = run.named
         named = collective_from_name(name, f"{path}:{line}" if line else path)
         if named not in possible:
-            table = ", ".join(c for c in collective_names() if c in possible) or "no collective"
+            table = ", ".join(c for c in CALIBRATED if c in possible) or "no collective"
             raise UsageError(f"{path}:{run.line}: the run is named {name}_perf but its table (redop, root, busbw/algbw) "
                              f"fits {table}; check the file")
         return named
@@ -266,7 +266,7 @@ def _possible_from_table(columns: list[str], parsed, n: int) -> set[str]:
         at = columns.index(name)
         return {tokens[at].lower() for _, tokens, _, _ in parsed}
 
-    possible = set(collective_names())
+    possible = set(CALIBRATED)
     redops, roots = values("redop"), values("root")
     if len(redops) == 1:
         possible &= {"AllGather", "Broadcast"} if redops == {"none"} else {"AllReduce", "ReduceScatter", "Reduce"}

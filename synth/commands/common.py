@@ -118,6 +118,15 @@ def add_axes_option(parser: argparse.ArgumentParser) -> None:
 def add_reduce_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--reduce", "-r", required=required, metavar="R",
                         help="axis or axes to reduce over, e.g. data or data,model")
+    add_collective_option(parser)
+
+
+def add_collective_option(parser: argparse.ArgumentParser) -> None:
+    from synth.goals import DEFAULT_GOAL, GOALS
+
+    parser.add_argument("--collective", default=DEFAULT_GOAL, metavar="C",
+                        help=f"the collective the programs compute over the --reduce group: {', '.join(GOALS)} "
+                             f"(default {DEFAULT_GOAL})")
 
 
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
@@ -311,13 +320,32 @@ def resolve_reduce(args, job: Job) -> tuple[str, ...]:
         return parse_reduce(args.reduce, job.axis_names)
 
 
+# The goals a command costs or runs today: ranking, exploring, exporting and benchmarking
+# programs of the other goals needs their costs and runtimes (docs/model.md section 7).
+ALL_REDUCE_ONLY = ("allreduce",)
+
+
+def resolve_goal(args, supported=None):
+    """The --collective goal (synth/goals.py); a command that cannot yet cost or run a goal
+    names the commands that can."""
+    from synth.goals import parse_goal
+
+    with flagged("--collective"):
+        goal = parse_goal(getattr(args, "collective", None) or "allreduce")
+    if supported is not None and goal.name not in supported:
+        raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
+                         f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|json --program` "
+                         f"take every collective")
+    return goal
+
+
 def hierarchy_for(placement: Placement, reduce_axes: tuple[str, ...], kind: str) -> SynthesisHierarchy:
     from synth.hierarchy import build_hierarchy
 
     return build_hierarchy(placement, reduce_axes, kind)
 
 
-def check_search(hierarchies, max_len: int) -> None:
+def check_search(hierarchies, max_len: int, goal="allreduce") -> None:
     """The search's own refusals (a hierarchy too deep, a program too long, a search estimated
     beyond a minute), asked of every distinct hierarchy shape before anything is costed: one
     enumeration serves every hierarchy of the same sizes. A topology too deep to search is
@@ -333,7 +361,7 @@ def check_search(hierarchies, max_len: int) -> None:
             Enumerator(semantics_for(hierarchy), SearchOptions(max_len=max_len))  # its own one-line refusal
     shapes = {(hierarchy.level_names, hierarchy.sizes) for hierarchy in hierarchies if hierarchy.group_size > 1}
     unique = {sizes: names for names, sizes in sorted(shapes)}
-    check_budget([(names, sizes) for sizes, names in unique.items()], max_len)
+    check_budget([(names, sizes) for sizes, names in unique.items()], max_len, goal=goal)
 
 
 # --- sizes -----------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (add_bytes_option, check_search, echo, read_text, add_job_options, add_json_option, add_model_options,
+from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_bytes_option, check_search, echo, read_text, add_job_options, add_json_option, add_model_options,
                                    hierarchy_for, one_placement, parse_size, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
@@ -95,6 +95,7 @@ def run_explore(args) -> int:
     check_costable(job.topology)
     size = parse_size(args.bytes, "--bytes")
     reduce_axes = resolve_reduce(args, job)
+    resolve_goal(args, supported=ALL_REDUCE_ONLY)
     placements = resolve_placements(args, job)
     check_search([hierarchy_for(p, reduce_axes, args.hierarchy) for p in placements], args.max_len)
     try:
@@ -276,6 +277,7 @@ def run_fusion(args) -> int:
     bucket_cap = parse_bytes(args.bucket_cap, where="--bucket-cap")
     first_cap = parse_bytes(args.first_bucket_cap, where="--first-bucket-cap")
     reduce_axes = resolve_reduce(args, job)
+    resolve_goal(args, supported=ALL_REDUCE_ONLY)
     placement = one_placement(args, job, "fusion")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     if hierarchy.group_size == 1:

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
+from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
                                    add_output_option, add_size_options, add_top_option, echo, flagged, hierarchy_for,
                                    iter_placements, natural_int, one_placement, output_directory, positive_int,
                                    read_program_text, resolve_axes, resolve_job, resolve_reduce, resolve_sizes, seconds)
@@ -117,11 +117,11 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
     return programs
 
 
-def _check_valid(program: Program, hierarchy: SynthesisHierarchy) -> None:
+def _check_valid(program: Program, hierarchy: SynthesisHierarchy, goal="allreduce") -> None:
     from synth.lowering import lower
 
     try:
-        lower(program, hierarchy)
+        lower(program, hierarchy, goal)
     except InvalidProgramError as error:
         raise InvalidProgramError(f"{program}: {error}", error.step_index) from None
 
@@ -158,18 +158,23 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
+    # Torch scripts and JSON plans take every goal; NCCL C, and --top (a ranking), all-reduce for now.
+    goal = resolve_goal(args, supported=None if args.format in ("torch", "json") and args.top is None
+                        else ALL_REDUCE_ONLY)
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
     if args.format != "mesh":
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend)
         for program in programs:
-            _check_valid(program, hierarchy)
+            _check_valid(program, hierarchy, goal)
 
     argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes]
     if reduce_axes:
         argv += ["--reduce", ",".join(reduce_axes)]
     argv += ["--placement", placement.to_text(), "--hierarchy", args.hierarchy]
+    if goal.name != "allreduce":
+        argv += ["--collective", goal.name]
     if args.top is not None:
         argv += ["--top", str(args.top), "--max-len", str(args.max_len), "--backend", args.backend]
     for program in [] if args.top is not None else programs:
@@ -187,16 +192,17 @@ def run_export(args) -> int:
             metadata.update(hierarchy_metadata(hierarchy))
         files = [mesh.render(placement, provenance, metadata)]
     elif args.format == "json":
-        _check_json_size(hierarchy, programs)
+        _check_json_size(hierarchy, programs, goal.name)
         metadata.update(hierarchy_metadata(hierarchy))
-        plan = build_plan(PlanEntry(hierarchy, program) for program in programs)
+        plan = build_plan(PlanEntry(hierarchy, program, goal=goal.name) for program in programs)
         files = [json_plan.render(plan, provenance, metadata, nbytes)]
     else:
         module = torch_script if args.format == "torch" else nccl_c
         if args.batch:
-            files = [module.render(build_plan(PlanEntry(hierarchy, p) for p in programs), provenance)]
+            files = [module.render(build_plan(PlanEntry(hierarchy, p, goal=goal.name) for p in programs), provenance)]
         else:
-            files = [module.render(build_plan([PlanEntry(hierarchy, program)]), provenance) for program in programs]
+            files = [module.render(build_plan([PlanEntry(hierarchy, program, goal=goal.name)]), provenance)
+                     for program in programs]
     for path in _write(args.output, files, EXTENSIONS[args.format]):
         print(f"wrote {path}")
     return 0
@@ -205,13 +211,13 @@ def run_export(args) -> int:
 MAX_JSON_PLAN_BYTES = 256 << 20  # about 15 s and 1.5 GB to build; 54 MB took 2.7 s and 330 MB
 
 
-def _check_json_size(hierarchy, programs) -> None:
+def _check_json_size(hierarchy, programs, goal="allreduce") -> None:
     """Refuse a JSON plan too large to write, before any per-rank work (2^20 ranks ran for
     more than ten minutes without a word)."""
     from synth.export.json_plan import estimated_bytes
     from synth.units import format_bytes
 
-    size = estimated_bytes(hierarchy, programs)
+    size = estimated_bytes(hierarchy, programs, goal)
     if size > MAX_JSON_PLAN_BYTES:
         raise UsageError(f"the JSON plan would be about {format_bytes(size)} ({hierarchy.placement.device_count:,} ranks, "
                          f"each listing its group's members at every step; at most {format_bytes(MAX_JSON_PLAN_BYTES)}): "
@@ -309,6 +315,7 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     if args.reduce is None:
         raise UsageError("give the axes to reduce with --reduce, e.g. --reduce data")
     reduce_axes = resolve_reduce(args, job)
+    resolve_goal(args, supported=ALL_REDUCE_ONLY)
     devices = job.topology.device_count
     if args.nproc is not None and args.nproc != devices:
         raise UsageError(f"--nproc {args.nproc} but the placement has {devices} devices: a program runs on exactly "

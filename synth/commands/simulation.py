@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from synth.commands.common import (add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
+from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
 from synth.errors import NoSolutionError
@@ -43,16 +43,22 @@ def run_rank(args) -> int:
     job = resolve_job(args)
     sizes = resolve_sizes(args)
     reduce_axes = resolve_reduce(args, job)
+    goal = resolve_goal(args)
     # Every hierarchy first, checked against the search's limits, before anything is costed:
     # a topology too deep to search is refused before its network is built.
     hierarchies = [hierarchy_for(placement, reduce_axes, args.hierarchy) for placement in iter_placements(args, job)]
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
-    check_search(hierarchies, args.max_len)
+    check_search(hierarchies, args.max_len, goal)
     check_costable(job.topology)
     sections, done = [], 0
     try:
         for hierarchy in hierarchies:
-            ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, args.estimate)
+            context = cost_context(hierarchy, job.topology, args.backend)
+            if goal.name != "allreduce":
+                sections += _goal_sections(context, goal, sizes, args)
+                done += 1
+                continue
+            ranker = Ranker(context, args.max_len, args.estimate)
             ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
             for size, rows in zip(sizes, ranked):
                 if args.pareto:
@@ -65,13 +71,13 @@ def run_rank(args) -> int:
         interrupted = f"interrupted after {done} of {len(hierarchies)} placement(s); the output holds those"
     else:
         interrupted = None
-    _print_sections(args, job, sections, reduce_axes, sizes)
+    _print_sections(args, job, sections, reduce_axes, sizes, goal)
     if interrupted:
         raise KeyboardInterrupt(interrupted)
     return 0
 
 
-def _print_sections(args, job, sections, reduce_axes, sizes) -> None:
+def _print_sections(args, job, sections, reduce_axes, sizes, goal) -> None:
     if not sections:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group on every "
                               f"placement: there is nothing to rank")
@@ -79,10 +85,10 @@ def _print_sections(args, job, sections, reduce_axes, sizes) -> None:
     from synth.model.heldout import held_out_for_group  # the model's error on runs it was not built on (issue 16)
 
     held = {id(hierarchy): {size: held_out_for_group(job.topology, hierarchy.groups[0], size)
-                            for size in sizes} for _, hierarchy, _, _ in sections} if args.backend == "nccl" else {}
+                            for size in sizes} for _, hierarchy, _, _ in sections} \
+        if args.backend == "nccl" and goal.name == "allreduce" else {}  # the held-out study is of all-reduces
     if args.json:
-        print_json([dict(row.to_json(), lower_bound_s=bounds[0].time_s, achievable_bound_s=bounds[1].time_s,
-                         achievable_ratio=row.time_s / bounds[1].time_s if bounds[1].time_s > 0 else 1.0,
+        print_json([dict(row.to_json(), lower_bound_s=bounds[0].time_s, **_achievable_json(bounds[1], row),
                          backend=args.backend, estimate=args.estimate,
                          **_held_out_json(held.get(id(hierarchy), {}).get(size), row))
                     for size, hierarchy, bounds, rows in sections for row in rows])
@@ -93,16 +99,26 @@ def _print_sections(args, job, sections, reduce_axes, sizes) -> None:
     from synth.calibrate.confidence import model_error_for_group  # how sure the ranking is (issue 9)
 
     for size, hierarchy, bound, rows in sections:
-        sure = model_error_for_group(job.topology, hierarchy.groups[0], "AllReduce", size).describe()
+        try:
+            sure = model_error_for_group(job.topology, hierarchy.groups[0], goal.collective, size).describe()
+        except (KeyError, ValueError):  # a collective the calibration does not fit (all-to-all)
+            sure = ""
         error = held.get(id(hierarchy), {}).get(size)
         if error is not None:
-            sure += "\n" + error.describe()
-        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure, error))
+            sure += ("\n" if sure else "") + error.describe()
+        console.print(_table(job.topology.name, size, hierarchy, bound, rows, args, sure, error, goal))
 
 
 def within_error(row, error) -> bool:
     """A predicted win no larger than the model's held-out median error: not told apart from none."""
     return error is not None and not row.baseline and 1.0 < row.speedup <= 1.0 + error.median
+
+
+def _achievable_json(achievable, row) -> dict:
+    if achievable is None:
+        return {}
+    return {"achievable_bound_s": achievable.time_s,
+            "achievable_ratio": row.time_s / achievable.time_s if achievable.time_s > 0 else 1.0}
 
 
 def _held_out_json(error, row) -> dict:
@@ -111,7 +127,24 @@ def _held_out_json(error, row) -> dict:
     return {"held_out_error": error.median, "within_model_error": within_error(row, error)}
 
 
-def _table(topology_name: str, size: int, hierarchy, bounds, rows, args, sure: str = "", error=None):
+def _goal_sections(context, goal, sizes, args) -> list:
+    """Rank programs of a goal other than all-reduce (synth/analysis/goal_rank.py): the whole
+    ranking, cut to the K best (and the baseline) for --top K. Bounds: the goal's lower bound
+    (no achievable bound: it is the all-reduce's cut)."""
+    from synth.analysis.goal_rank import goal_bound, rank_goal
+    from synth.analysis.rank import pareto_front
+
+    sections = []
+    for size, rows in zip(sizes, rank_goal(context, goal, sizes, args.max_len, args.estimate)):
+        if args.top is not None:
+            rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
+        if args.pareto:
+            rows = pareto_front(rows)
+        sections.append((size, context.hierarchy, (goal_bound(context, goal, size), None), rows))
+    return sections
+
+
+def _table(topology_name: str, size: int, hierarchy, bounds, rows, args, sure: str = "", error=None, goal=None):
     from rich.table import Table
 
     from synth.units import format_bandwidth, format_bytes, format_time
@@ -120,8 +153,11 @@ def _table(topology_name: str, size: int, hierarchy, bounds, rows, args, sure: s
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
     bound, achievable = bounds
-    caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); achievable bound "
-               f"{format_time(achievable.time_s)} (each link at the rate NCCL reaches on it); * default all-reduce; "
+    flat = "default all-reduce" if goal is None or goal.name == "allreduce" else f"one {goal.collective} call"
+    caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); "
+               + (f"achievable bound {format_time(achievable.time_s)} (each link at the rate NCCL reaches on it); "
+                  if achievable is not None else "")
+               + f"* {flat}; "
                + ("~ a win within the model's held-out error; " if error is not None else "")
                + f"backend {args.backend}; {args.estimate} estimate" + (f"\n{sure}" if sure else ""))
     table = Table(title=title, caption=caption)
@@ -137,7 +173,7 @@ def _table(topology_name: str, size: int, hierarchy, bounds, rows, args, sure: s
         cells = [f"{index}{' *' if row.baseline else ''}", ";\n".join(map(str, row.program.steps)), format_time(row.time_s),
                  format_bandwidth(row.algbw_GBps * 1e9), format_bandwidth(row.busbw_GBps * 1e9),
                  f"{row.speedup:.3f}x" + (" ~" if within_error(row, error) else ""), f"{row.bound_ratio:.2f}x",
-                 f"{row.time_s / achievable.time_s:.2f}x" if achievable.time_s > 0 else "-"]
+                 f"{row.time_s / achievable.time_s:.2f}x" if achievable is not None and achievable.time_s > 0 else "-"]
         if args.pareto:
             cells += [format_bytes(row.extra_memory_bytes) if row.extra_memory_bytes else "0",
                       str(row.communicators), str(row.calls_per_device)]

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from synth.commands.common import (add_axes_option, add_constraint_options, add_job_options, add_json_option,
                                    add_max_len_option, add_system_options, hierarchy_for, iter_placements, one_placement,
-                                   print_json, read_program_text, resolve_job, resolve_reduce)
+                                   print_json, read_program_text, resolve_goal, resolve_job, resolve_reduce)
 from synth.errors import NoSolutionError
 
 # Explicit per-member states up to this many members; the quotient state beyond.
@@ -107,15 +107,17 @@ def run_check(args) -> int:
     job = resolve_job(args)
     program = parse_program(read_program_text(args.program))
     reduce_axes = resolve_reduce(args, job)
+    goal = resolve_goal(args)
     placement = one_placement(args, job, "check")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     quotient = hierarchy.group_size > EXPLICIT_CHECK_LIMIT
-    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient)
+    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
     trace = semantics.run(program)
     levels = ", ".join(f"{level.name}={level.size}" for level in hierarchy.levels)
+    reached = "reach the full sum" if goal.name == "allreduce" else f"complete the {goal.title}"
     print(f"valid: {program}")
     print(f"  {len(trace)} step(s) over the {hierarchy.kind} hierarchy ({levels}); "
-          f"{len(hierarchy.groups)} reduction group(s) of {hierarchy.group_size} reach the full sum")
+          f"{len(hierarchy.groups)} reduction group(s) of {hierarchy.group_size} {reached}")
     return 0
 
 
@@ -140,17 +142,19 @@ def run_programs(args) -> int:
 
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)
+    goal = resolve_goal(args)
     hierarchies = [hierarchy_for(p, reduce_axes, args.hierarchy) for p in iter_placements(args, job)]
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
-    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len)  # all placements, before any output
+    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len, goal=goal)  # before any output
     rows, total = [], 0
     try:
         with search_progress("synthesizing") as progress:
             for hierarchy in hierarchies:
                 matrix = [list(row) for row in hierarchy.placement.matrix]
-                enumerator = Enumerator(semantics_for(hierarchy), SearchOptions(max_len=args.max_len), on_progress=progress)
+                enumerator = Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=args.max_len),
+                                        on_progress=progress)
                 if args.count:
                     count = enumerator.total()
                     total += count

@@ -3,7 +3,9 @@
 A plan is meant to be replayed without synth: take a buffer of `buffer.count` float32
 elements per rank, and for each program run its steps in order; at each step every rank
 that is not idle makes one call on its communicator with the offsets below. After the last
-step every rank holds the sum over its reduction group. Schema (version 1)::
+step every rank holds the sum over its reduction group (or, for another goal, what its
+collective leaves: docs/model.md section 7; AllToAll sends block j of the range to key j and
+receives key i's block as its block i). Schema (version 1)::
 
     {
       "format": "synth-plan", "version": 1,
@@ -26,9 +28,16 @@ step every rank holds the sum over its reduction group. Schema (version 1)::
         "text": str,                           # canonical program text (docs/model.md section 6)
         "label": str,
         "reduction_communicator": int,         # communicator id of the reduction groups
+        "collective": str,                     # only for goals other than all-reduce (--collective):
+                                               # reducescatter, allgather, alltoall, broadcast, reduce
+        "final_places": [int, ...],            # reduce-scatter, all-gather, all-to-all: the place
+                                               # block b ends at (reduce-scatter: rank key b's result)
         "steps": [{
+          "index": int, "text": str, "collective": "Permute",
+          "places": [int, ...]                 # every rank moves its chunk at place p to places[p]
+        } | {
           "index": int, "text": str,
-          "collective": "AllReduce" | "ReduceScatter" | "AllGather" | "Reduce" | "Broadcast",
+          "collective": "AllReduce" | "ReduceScatter" | "AllGather" | "Reduce" | "Broadcast" | "AllToAll",
           "communicator": int,
           "ranks": [                           # one entry per global rank, in rank order
             {"rank": int, "idle": true}        # a rank outside every group of the step
@@ -83,6 +92,9 @@ def plan_document(plan: Plan, provenance: Provenance, metadata: dict, nbytes: in
     for program in plan.programs:
         steps = []
         for index, step in enumerate(program.steps):
+            if step.places is not None:  # a local Permute: no communicator, no call
+                steps.append({"index": index, "text": step.text, "collective": "Permute", "places": list(step.places)})
+                continue
             comm = plan.communicators[step.communicator]
             ranks = []
             for rank, call in enumerate(step.calls):
@@ -98,8 +110,13 @@ def plan_document(plan: Plan, provenance: Provenance, metadata: dict, nbytes: in
                               "root": call.root})
             steps.append({"index": index, "text": step.text, "collective": step.collective,
                           "communicator": step.communicator, "ranks": ranks})
-        programs.append({"text": program.text, "label": program.label,
-                         "reduction_communicator": program.reduction, "steps": steps})
+        entry = {"text": program.text, "label": program.label, "reduction_communicator": program.reduction}
+        if program.goal != "allreduce":
+            entry["collective"] = program.goal
+            if program.final_places is not None:
+                entry["final_places"] = list(program.final_places)
+        entry["steps"] = steps
+        programs.append(entry)
     document["programs"] = programs
     return document
 
@@ -110,7 +127,7 @@ RANK_CALL_BYTES = 330
 IDLE_RANK_BYTES = 40
 
 
-def estimated_bytes(hierarchy, programs) -> int:
+def estimated_bytes(hierarchy, programs, goal="allreduce") -> int:
     """About how large the file of these programs is, from their lowering alone: every rank
     lists its group's members at every step, so the file grows with ranks x group size (a
     group of 2^20 members is terabytes). Asked before `build_plan`, which is per rank."""
@@ -121,7 +138,7 @@ def estimated_bytes(hierarchy, programs) -> int:
     per_member = len(str(world)) + 2
     total = 0
     for program in programs:
-        for step in lower(program, hierarchy).steps:
+        for step in lower(program, hierarchy, goal).steps:
             active = groups * sum(len(call.members) for call in step.calls)
             members = groups * sum(len(call.members) ** 2 for call in step.calls)
             total += active * RANK_CALL_BYTES + members * per_member + (world - active) * IDLE_RANK_BYTES

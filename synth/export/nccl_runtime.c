@@ -23,8 +23,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_REDUCE, OP_BROADCAST };
-static const char *const OP_NAMES[] = {"AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast"};
+enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_REDUCE, OP_BROADCAST, OP_ALL_TO_ALL };
+static const char *const OP_NAMES[] = {"AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "AllToAll"};
 
 /* SYNTH_PLAN */
 
@@ -86,6 +86,18 @@ static struct call plan_call(int step, int rank, size_t chunk) {
   return c;
 }
 
+// A device buffer of at least `bytes` (AllToAll receives into it: NCCL has no in-place all-to-all).
+static char *scratch_of(size_t bytes) {
+  static char *scratch = NULL;
+  static size_t held = 0;
+  if (bytes > held) {
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    CUDA_CHECK(cudaMalloc((void **)&scratch, bytes));
+    held = bytes;
+  }
+  return scratch;
+}
+
 static void run_step(int step, char *buf, size_t chunk, int type, ncclComm_t *comms, cudaStream_t stream) {
   struct call c = plan_call(step, g_rank, chunk);
   if (!c.active) return;
@@ -109,6 +121,18 @@ static void run_step(int step, char *buf, size_t chunk, int type, ncclComm_t *co
     case OP_BROADCAST:
       NCCL_CHECK(ncclBroadcast(at, at, c.count, t, c.root, comm, stream));
       break;
+    case OP_ALL_TO_ALL: {  // as NCCL runs all-to-all: one grouped send/recv with every peer
+      size_t block = c.count / (size_t)c.size;
+      char *scratch = scratch_of(c.count * z);
+      NCCL_CHECK(ncclGroupStart());
+      for (int peer = 0; peer < c.size; peer++) {
+        NCCL_CHECK(ncclSend(at + (size_t)peer * block * z, block, t, peer, comm, stream));
+        NCCL_CHECK(ncclRecv(scratch + (size_t)peer * block * z, block, t, peer, comm, stream));
+      }
+      NCCL_CHECK(ncclGroupEnd());
+      CUDA_CHECK(cudaMemcpyAsync(at, scratch, c.count * z, cudaMemcpyDeviceToDevice, stream));
+      break;
+    }
   }
 }
 

@@ -96,8 +96,10 @@ def call_buffers(name: str, call: RankCall, chunk_count: int) -> Buffers:
 class PlanStep:
     text: str
     collective: str
-    communicator: int
+    communicator: int  # -1 for a Permute (no communicator)
     calls: tuple[RankCall | None, ...]  # indexed by global rank; None: idle in this step
+    # A Permute: every rank moves the chunk at place p of its buffer to place places[p].
+    places: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,9 @@ class ProgramPlan:
     chunks: int  # N, the reduction group size
     reduction: int  # communicator set of the reduction groups (check and baseline)
     steps: tuple[PlanStep, ...]
+    goal: str = "allreduce"  # the collective the program computes (synth/goals.py)
+    # reduce-scatter: the place where block r (the member's own) ends; None: in place
+    final_places: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,7 @@ class PlanEntry:
     hierarchy: SynthesisHierarchy
     program: Program
     label: str = ""
+    goal: str = "allreduce"
 
 
 def check_hierarchy_names(hierarchy: SynthesisHierarchy) -> None:
@@ -165,10 +171,14 @@ def build_plan(entries) -> Plan:
             )
         if hierarchy.group_size < 2:
             raise UsageError(f"reducing over {','.join(hierarchy.reduce_axes)} involves one device per group: there is nothing to run")
-        lowered = lower(entry.program, hierarchy)
+        lowered = lower(entry.program, hierarchy, entry.goal)
         reduction = intern(hierarchy.groups)
         steps = []
         for lowered_step in lowered.steps:
+            if lowered_step.places is not None:
+                steps.append(PlanStep(str(lowered_step.step), lowered_step.collective, -1, (None,) * world_size,
+                                      lowered_step.places))
+                continue
             groups, calls = [], [None] * world_size
             for reduction_group in hierarchy.groups:
                 for call in lowered_step.calls:
@@ -188,7 +198,8 @@ def build_plan(entries) -> Plan:
                 ranks, key, lo, hi, root = value
                 rank_calls.append(RankCall(color[ranks], key, len(ranks), lo, hi, root))
             steps.append(PlanStep(str(lowered_step.step), lowered_step.collective, index, tuple(rank_calls)))
-        programs.append(ProgramPlan(entry.label, str(entry.program), hierarchy.group_size, reduction, tuple(steps)))
+        programs.append(ProgramPlan(entry.label, str(entry.program), hierarchy.group_size, reduction, tuple(steps),
+                                    lowered.goal.name, lowered.final_places))
     return Plan(world_size, tuple(communicators), tuple(programs))
 
 

@@ -9,11 +9,13 @@ Every rank creates every communicator of the plan once, in plan order (torch req
 ranks to create all groups in one order), then runs each program in place on one buffer,
 step by step: each rank makes the one call the plan gives it, with the plan's chunk range,
 its block for ReduceScatter/AllGather, and the root as a rank inside the group; idle ranks
-skip the step. With --check the result is compared with a plain all_reduce of the same input
-over the reduction groups; a mismatch makes the exit code 1. Output is nccl-tests' table
-(size, count, type, redop, root, then time, algbw, busbw and #wrong out of place and in
-place, "Avg bus bandwidth" last), algbw = S / t and busbw = algbw * 2(n-1)/n with n the
-reduction group size; t is the slowest rank's mean time per run. Programs and torch's
+skip the step; a Permute step reorders the rank's buffer locally. With --check the result is
+compared with the program's collective (a plain all_reduce, or torch's reduce_scatter_tensor,
+all_gather_into_tensor, all_to_all_single, broadcast, reduce) on the same input over the
+reduction groups; a mismatch makes the exit code 1. Output is nccl-tests' table (size, count,
+type, redop, root, then time, algbw, busbw and #wrong out of place and in place, "Avg bus
+bandwidth" last), algbw = S / t and busbw = algbw * 2(n-1)/n (the collective's own nccl-tests
+factor for the other goals), n the reduction group size; t is the slowest rank's mean time per run. Programs and torch's
 all_reduce run in place only, so their out-of-place columns read N/A.
 
 Several ranks may share one GPU (NCCL): each then gets its own NCCL_HOSTID, so NCCL treats
@@ -205,9 +207,17 @@ def _broadcast(span, group, block, key, root):
         dist.broadcast(span, src=dist.get_global_rank(group, root), group=group)
 
 
+def _all_to_all(span, group, block, key, root):
+    # all_to_all_single with equal splits: block j goes to member j, block i comes from member i;
+    # it cannot work in place, so it receives into a copy and copies back.
+    received = torch.empty_like(span)
+    dist.all_to_all_single(received, span.clone(), group=group)
+    span.copy_(received)
+
+
 # One call per collective record of synth/collectives.py (a test keeps the two in step).
 CALLS = {"AllReduce": _all_reduce, "ReduceScatter": _reduce_scatter, "AllGather": _all_gather,
-         "Reduce": _reduce, "Broadcast": _broadcast}
+         "Reduce": _reduce, "Broadcast": _broadcast, "AllToAll": _all_to_all}
 
 
 def call_collective(collective, span, group, size, key, root):
@@ -218,7 +228,18 @@ def call_collective(collective, span, group, size, key, root):
     CALLS[collective](span, group, span.numel() // size, key, root)
 
 
+def permute(buffer, chunk, places):
+    """A Permute step: the chunk at place p moves to place places[p] (a local copy at memory
+    bandwidth). Chunks a rank does not hold move too: they carry nothing the program reads."""
+    moved = torch.empty_like(buffer)
+    moved.view(len(places), chunk)[torch.tensor(places, device=buffer.device)] = buffer.view(len(places), chunk)
+    buffer.copy_(moved)
+
+
 def run_step(step, buffer, chunk, comms, rank):
+    if "places" in step:
+        permute(buffer, chunk, step["places"])
+        return
     call = step["calls"][rank]
     if call is None:
         return  # idle in this step (a Master step's non-masters)
@@ -239,14 +260,51 @@ def fill(buffer, rank):
     buffer.copy_(values.to(buffer.dtype))
 
 
+def flat_call(goal, buffer, group, block):
+    """The goal's own collective, as torch runs it, in place on `buffer` (its `block` for
+    reduce-scatter's output and all-gather's input): the baseline and the check's reference."""
+    key = dist.get_group_rank(group, dist.get_rank())
+    mine = buffer[key * block:(key + 1) * block]
+    if goal == "reducescatter":
+        _REDUCE_SCATTER(mine, buffer.clone(), group=group)
+    elif goal == "allgather":
+        _ALL_GATHER(buffer, mine.clone(), group=group)
+    elif goal == "alltoall":
+        _all_to_all(buffer, group, block, key, 0)
+    elif goal == "broadcast":
+        _broadcast(buffer, group, block, key, 0)
+    elif goal == "reduce":
+        _reduce(buffer, group, block, key, 0)
+    else:
+        dist.all_reduce(buffer, group=group)
+
+
 def wrong_elements(program, count, comms, rank, device, dtype=torch.float32):
-    """Run the program once on fresh data and count elements differing from an all_reduce."""
+    """Run the program once on fresh data and count elements differing from the goal's own
+    collective over the reduction groups (torch's all_reduce, reduce_scatter_tensor,
+    all_gather_into_tensor, all_to_all_single, broadcast or reduce) on the same input."""
+    goal = program.get("goal", "allreduce")
+    group = comms[program["reduction"]]
+    n = program["chunks"]
+    chunk = count // n
+    key = dist.get_group_rank(group, rank)
     buffer = torch.empty(count, dtype=dtype, device=device)
     fill(buffer, rank)
+    if goal == "allgather":  # the input is this rank's block, at its place; the rest is output
+        block = buffer[key * chunk:(key + 1) * chunk].clone()
+        buffer.zero_()
+        buffer[key * chunk:(key + 1) * chunk] = block
     expected = buffer.clone()
-    dist.all_reduce(expected, group=comms[program["reduction"]])
-    run_program(program, buffer, count // program["chunks"], comms, rank)
-    wrong = torch.tensor([int((buffer != expected).sum())], dtype=torch.int64, device=device)
+    flat_call(goal, expected, group, chunk)
+    run_program(program, buffer, chunk, comms, rank)
+    if goal == "reducescatter":  # block `key` of the sum, wherever the program's layout leaves it
+        place = program["final_places"][key] if program.get("final_places") else key
+        got, want = buffer[place * chunk:(place + 1) * chunk], expected[key * chunk:(key + 1) * chunk]
+    elif goal == "reduce" and key != 0:  # only the root's buffer is the result
+        got = want = buffer[:0]
+    else:
+        got, want = buffer, expected
+    wrong = torch.tensor([int((got != want).sum())], dtype=torch.int64, device=device)
     dist.all_reduce(wrong)  # over the world, so every rank returns the same verdict
     return int(wrong.item())
 
@@ -267,9 +325,16 @@ def timed(run, iters, warmup, device):
     return float(elapsed.item())
 
 
-def row(nbytes, count, seconds, n, wrong, dtype="float"):
+def bus_factor(goal, n):
+    """nccl-tests' busbw / algbw for the goal's collective (doc/PERFORMANCE.md)."""
+    if goal in ("broadcast", "reduce"):
+        return 1.0
+    return (n - 1) / n if goal in ("reducescatter", "allgather", "alltoall") else 2 * (n - 1) / n
+
+
+def row(nbytes, count, seconds, n, wrong, dtype="float", goal="allreduce"):
     algbw = nbytes / seconds / 1e9
-    busbw = algbw * 2 * (n - 1) / n
+    busbw = algbw * bus_factor(goal, n)
     return {"bytes": nbytes, "count": count, "type": dtype, "time_us": seconds * 1e6, "algbw_gbs": algbw,
             "busbw_gbs": busbw, "wrong": wrong}
 
@@ -361,27 +426,27 @@ def main(plan, argv=None):
                 failed.append(index)
             buffer = torch.zeros(count, dtype=dtype, device=device)
             seconds = timed(lambda: run_program(program, buffer, count // n, comms, rank), args.iters, args.warmup, device)
-            values = row(count * itemsize, count, seconds, n, wrong, args.dtype)
+            values = row(count * itemsize, count, seconds, n, wrong, args.dtype, program.get("goal", "allreduce"))
             rows.append(values)
             results.append(dict(values, program=index))
             say(format_row(values))
-            baselines.setdefault((program["reduction"], count), (n, []))[1].append(index)
+            baselines.setdefault((program["reduction"], count, program.get("goal", "allreduce")), (n, []))[1].append(index)
         say(footer(rows))
     say("#\n# baseline: one all_reduce over each reduction group (the default all-reduce)")
     say(HEADER)
     baseline_rows = []
-    for (reduction, count), (n, programs) in sorted(baselines.items()):
+    for (reduction, count, goal), (n, programs) in sorted(baselines.items()):
         buffer = torch.zeros(count, dtype=dtype, device=device)
         group = comms[reduction]
-        seconds = timed(lambda: dist.all_reduce(buffer, group=group), args.iters, args.warmup, device)
-        values = row(count * itemsize, count, seconds, n, None, args.dtype)
+        seconds = timed(lambda: flat_call(goal, buffer, group, count // n), args.iters, args.warmup, device)
+        values = row(count * itemsize, count, seconds, n, None, args.dtype, goal)
         baseline_rows.append(dict(values, programs=sorted(set(programs))))
         say(format_row(values) + f"   (programs {','.join(map(str, sorted(set(programs))))})")
     say(footer(baseline_rows))
     if failed:
         say(f"# CHECK FAILED for program(s) {','.join(map(str, sorted(set(failed))))}")
     elif args.check:
-        say("# check passed: every program equals the all_reduce over its reduction groups")
+        say("# check passed: every program equals its collective (all_reduce unless named) over its reduction groups")
     if rank == 0 and args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
             programs = [{"label": program["label"], "text": program["text"],

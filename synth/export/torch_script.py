@@ -30,6 +30,8 @@ def plan_data(plan: Plan) -> dict:
                 "text": program.text,
                 "chunks": program.chunks,
                 "reduction": program.reduction,
+                "goal": program.goal,
+                "final_places": None if program.final_places is None else list(program.final_places),
                 "steps": [
                     {
                         "text": step.text,
@@ -37,6 +39,7 @@ def plan_data(plan: Plan) -> dict:
                         "comm": step.communicator,
                         "calls": [None if call is None else [call.color, call.key, call.size, call.lo, call.hi, call.root]
                                   for call in step.calls],
+                        **({} if step.places is None else {"places": list(step.places)}),
                     }
                     for step in program.steps
                 ],

@@ -45,6 +45,10 @@ one pair of processes), so nothing is spread:
 * Broadcast: gloo::broadcast binomial tree, ceil(log2 k) rounds of B;
 * Reduce: gloo::reduce ring reduce-scatter, then every member sends its block to the root.
 
+AllToAll, on either backend: every member sends block j straight to member j, all pairs at
+once (NCCL: ncclSend/ncclRecv to every peer in one group; gloo: gloo::alltoall), so the
+links between nodes carry every pair's blocks together and contention decides the time.
+
 `Backend` keeps the per-collective algorithm table, the per-call launch cost and a per-
 collective bandwidth efficiency (the fraction of link bandwidth the implementation reaches,
 1.0 by default), so calibration can replace any of them with measured figures. It is the
@@ -231,6 +235,18 @@ def nccl_nvls_tree_all_reduce(layout: Layout) -> Plan:
     return Plan("nvls_tree", (Phase(layout.inner_latency + 2 * depth * layout.outer_latency, tuple(flows)),))
 
 
+def pairwise_all_to_all(layout: Layout) -> Plan:
+    """All-to-all as NCCL runs it (and torch's all_to_all_single on gloo): one grouped round of
+    send/recv in which every member sends its block j (B/k) straight to member j, every pair at
+    once through the links between them (no channel spreading: each GPU's own NIC); latency the
+    slowest pair's. The received blocks land in a scratch buffer of B (NCCL has no in-place
+    all-to-all) that is copied back."""
+    k = layout.size
+    flows = tuple((a, b, 1.0 / k) for a in range(k) for b in range(k) if a != b)
+    latency = max((layout.hop_latency[a][b] for a, b, _ in flows), default=0.0)
+    return Plan("pairwise", (Phase(latency, flows),), extra_memory=1.0)
+
+
 # --- gloo ----------------------------------------------------------------------------------------
 
 
@@ -328,6 +344,7 @@ NCCL_FLOWS = Backend(
         ("AllGather", (nccl_ring_all_gather,)),
         ("Reduce", (nccl_chain_reduce,)),
         ("Broadcast", (nccl_chain_broadcast,)),
+        ("AllToAll", (pairwise_all_to_all,)),
     ),
 )
 """NCCL's algorithms on datasheet links, Simple protocol only, the faster algorithm by the flows
@@ -344,6 +361,7 @@ GLOO = Backend(
         ("AllGather", (gloo_ring_all_gather,)),
         ("Reduce", (gloo_ring_reduce,)),
         ("Broadcast", (gloo_binomial_broadcast,)),
+        ("AllToAll", (pairwise_all_to_all,)),
     ),
 )
 

@@ -200,6 +200,8 @@ class NcclMeasured:
     def plans(self, call: CallSite) -> tuple[Plan, ...]:
         if call.size < 2:
             return (Plan("none", (Phase(0.0, ()),)),)
+        if call.collective == "AllToAll":  # NCCL's tuner has no all-to-all: grouped send/recv
+            return all_to_all_plans(call)
         shape = shape_of(call)
         found = envelope(shape)
         hardware = shape.hardware
@@ -251,6 +253,8 @@ class NcclMeasured:
 
     def alone_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                 flow_s: np.ndarray) -> np.ndarray:
+        if call.collective == "AllToAll":
+            return flow_s + ALL_TO_ALL_LAUNCH_S
         picks, least, _, _ = self._estimates(call, np.asarray(call_bytes, dtype=float))
         own = np.full(flow_s.shape, np.inf)
         own[np.arange(len(picks)), picks] = least
@@ -262,6 +266,8 @@ class NcclMeasured:
         (latency, pipeline fill) plus the longer of NCCL's own time on its links at every channel
         and its flows' drain (the flow model's, which also sees links NCCL's view leaves out: a
         fabric, a rack's uplinks). Negative when the flows need longer than NCCL's time."""
+        if call.collective == "AllToAll":
+            return np.zeros(flow_s.shape)
         picks, least, fixed, links = self._estimates(call, np.asarray(call_bytes, dtype=float))
         rows = np.arange(len(picks))
         latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
@@ -269,6 +275,27 @@ class NcclMeasured:
         room = np.zeros(flow_s.shape)
         room[rows, picks] = least - fixed - np.maximum(links, drain)
         return room
+
+
+# NCCL's per-call base latency (as the ring's, tuning.cc baseLat): the all-to-all's send/recv
+# group is launched as one kernel.
+ALL_TO_ALL_LAUNCH_S = flows.NCCL_LAUNCH_S
+
+
+def all_to_all_plans(call: CallSite) -> tuple[Plan, ...]:
+    """The all-to-all's pairwise send/recv flows, each weighted by the efficiency NCCL reaches
+    on the link it crosses (the NICs between nodes, NVLink or PCIe inside one)."""
+    view, topology = _view(call.levels, call.nccl)
+    coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)
+    devices = np.ravel_multi_index(tuple(coords.T), topology.sizes)
+    hardware, _ = call_for(topology, view, devices, "AllReduce", 0.0)
+    crosses = _crosses_network(call)
+    intra = hardware.intra.efficiency
+    net = hardware.network.link.efficiency if hardware.network is not None else 1.0
+    plan = flows.pairwise_all_to_all(call.layout)
+    phases = tuple(Phase(phase.latency_s, tuple((a, b, f / (net if crosses[a][b] else intra)) for a, b, f in phase.flows))
+                   for phase in plan.phases)
+    return (Plan(plan.algorithm, phases, plan.extra_memory),)
 
 
 def _crosses_network(call: CallSite) -> tuple[tuple[bool, ...], ...]:

@@ -1,0 +1,119 @@
+"""Synthesis speed for every goal (--collective), and the search-size tables of its budget.
+
+    python -m benchmarks.goals [-o results]
+    python -m benchmarks.goals --calibrate [-o results]
+
+Times the complete, pruned search (every valid program up to length 5) of each goal on
+4096-member groups (a 3-level and a 4-level merged hierarchy) and on the 8-GPU node pairs the
+issue names, counting programs and (state, steps left) pairs expanded, with the load before
+and after. Target: under 1 s per goal at length 5 on a 4096-member group. Writes
+results/synthesis-goals/README.md and synthesis-goals.json.
+
+--calibrate measures what synth/search_budget.py's GOAL_EXPANSIONS and
+GOAL_SECONDS_PER_EXPANSION hold: the pairs a complete search of each goal expands over
+hierarchies of 1..6 levels of size 2, for every length up to 8 until a search takes more than
+8 CPU seconds, and the CPU seconds per expansion of the largest search at each depth. Writes
+results/synthesis-goals/goals-calibration.json and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from benchmarks.record import REPORT, header, study_dir
+from synth.goals import GOALS
+from synth.search import Enumerator, SearchOptions
+from synth.semantics import Semantics
+
+STUDY = "synthesis-goals"
+MAX_LEN = 5
+TARGET_S = 1.0
+CASES = (
+    ("4096 members: rack=8,node=64,gpu=8", ("rack", "node", "gpu"), (8, 64, 8)),
+    ("4096 members: pod=4,rack=8,node=16,gpu=8", ("pod", "rack", "node", "gpu"), (4, 8, 16, 8)),
+    ("16 members: node=2,gpu=8", ("node", "gpu"), (2, 8)),
+)
+
+
+def time_search(names, sizes, goal: str, max_len: int) -> dict:
+    started, cpu = time.perf_counter(), time.process_time()
+    enumerator = Enumerator(Semantics(names, sizes, goal=goal), SearchOptions(max_len=max_len, budget_s=None))
+    programs = sum(1 for _ in enumerator.programs())
+    return {"goal": goal, "programs": programs, "expanded": enumerator.stats.expanded,
+            "wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
+
+
+def calibrate(output: str) -> int:
+    tables = {}
+    for goal in GOALS:
+        if goal == "allreduce":
+            continue  # benchmarks.synthesis --calibrate measures it
+        rows = {}
+        for depth in range(1, 7):
+            names, sizes = tuple(f"l{i}" for i in range(depth)), (2,) * depth
+            expansions, seconds = [], []
+            for length in range(1, 9):
+                found = time_search(names, sizes, goal, length)
+                expansions.append(found["expanded"])
+                seconds.append(found["cpu_s"])
+                if found["cpu_s"] > 8:
+                    break
+            rows[depth] = {"expansions": expansions, "cpu_s": seconds,
+                           "seconds_per_expansion": seconds[-1] / max(expansions[-1], 1)}
+            print(goal, depth, expansions, [round(s, 2) for s in seconds], flush=True)
+            if seconds[-1] > 8 and len(expansions) <= 3:
+                break
+        tables[goal] = rows
+    path = study_dir(STUDY, output) / "goals-calibration.json"
+    path.write_text(json.dumps({"command": "python -m benchmarks.goals --calibrate", "load": os.getloadavg(),
+                                "tables": tables}, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", default="results", help="results directory (default results)")
+    parser.add_argument("--calibrate", action="store_true", help="measure synth/search_budget.py's goal tables")
+    args = parser.parse_args(argv)
+    if args.calibrate:
+        return calibrate(args.output)
+    load_before = os.getloadavg()[0]
+    rows = []
+    for label, names, sizes in CASES:
+        for goal in GOALS:
+            found = time_search(names, sizes, goal, MAX_LEN)
+            found["case"] = label
+            rows.append(found)
+            print(f"{label:42s} {goal:14s} {found['programs']:6d} programs {found['expanded']:7d} expanded "
+                  f"{found['wall_s']:6.2f} s wall {found['cpu_s']:6.2f} s CPU", flush=True)
+    load_after = os.getloadavg()[0]
+    command = "python -m benchmarks.goals" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    folder = study_dir(STUDY, args.output)
+    (folder / "synthesis-goals.json").write_text(json.dumps(
+        {"command": command, "max_len": MAX_LEN, "load_before": load_before, "load_after": load_after, "rows": rows},
+        indent=1) + "\n")
+    lines = ["# Synthesis speed for every goal (--collective)", "", header(command), "",
+             f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work: "
+             f"CPU time is the steadier figure).", "",
+             f"Every valid program up to {MAX_LEN} steps, pruned, over the quotient state (each level shrunk to 2 "
+             f"members: the search does not grow with the device count). Target: under {TARGET_S:g} s per goal on a "
+             f"4096-member group.", "",
+             "| group | goal | programs | expanded | wall s | CPU s |", "|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['case']} | {row['goal']} | {row['programs']} | {row['expanded']} | {row['wall_s']:.2f} | "
+                     f"{row['cpu_s']:.2f} |")
+    slow = [row for row in rows if row["case"].startswith("4096") and row["cpu_s"] > TARGET_S]
+    lines += ["", "Over the target (CPU s): " + (", ".join(f"{r['goal']} on {r['case']} ({r['cpu_s']:.2f} s)"
+                                                           for r in slow) or "none") + "."]
+    (folder / REPORT).write_text("\n".join(lines) + "\n")
+    print(f"wrote {folder / REPORT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Ranking programs of any goal (docs/model.md section 7, "Goals") by predicted time.
+
+The all-reduce has its own fast path (synth/analysis/rank.py: shared enumerations, the
+best-first top-K search and its completion bound). The other goals are ranked here by the
+same engine and estimates (synth/model/engine.py, estimate.py): every valid program up to the
+length is enumerated for the goal, lowered, and its collective steps costed in one
+`ProgramTable` batch, every reduction group's calls of a step together, sharing links. A
+`Permute` step calls no collective: it is a local copy of what each member holds, charged at
+the backend's copy rate below. The baseline is the goal's own flat call over the whole group
+(`ReduceScatter(InsideGroup(h_1))` and so on: what a framework calls), costed the same way.
+
+Lower bound. For every goal other than all-reduce, the all-reduce bound's latency plus half
+its bytes term (synth/model/bound.py) bounds the time: a reduce-scatter must send out of each
+of the q parties of a cut (q-1)/q of the buffer (its contributions to every other party's
+blocks exist nowhere else), an all-gather must bring as much into each, an all-to-all sends
+at least as much, a broadcast or a reduce moves the whole buffer across every unit it
+crosses; the all-reduce bound's bytes are 2(q-1)/q of the buffer (or the whole buffer per
+crossing unit, whose half is also at most (q-1)/q of it for q >= 2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from synth.analysis.rank import RankedProgram, _calls_per_device, _communicators
+from synth.collectives import collective
+from synth.goals import Goal, parse_goal
+from synth.language import Program, Step
+from synth.lowering import lower
+from synth.model.bound import LowerBound, bound_line
+from synth.model.context import CostContext
+from synth.model.engine import CostEngine, ProgramTable, step_calls
+from synth.model.estimate import resolve_estimate
+from synth.search import Enumerator, SearchOptions, semantics_for
+
+# Bytes per second a Permute copies on one device: estimates until a calibration measures them.
+# GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
+# CPU (gloo): one core's memcpy of a large buffer, a few GB/s.
+COPY_BYTES_PER_S = {"nccl": 0.75e12, "gloo": 5e9}
+COPY_SOURCE = "estimate: half the device memory bandwidth (A100 HBM2 1.55 TB/s; one CPU core ~10 GB/s)"
+
+
+def goal_baseline(hierarchy, goal: Goal) -> Program:
+    """The goal's own flat call over the whole reduction group."""
+    return Program((Step(goal.collective, "InsideGroup", hierarchy.level_names[0]),))
+
+
+def goal_bound(context: CostContext, goal: Goal, size: int) -> LowerBound:
+    line = bound_line(context)
+    if goal.name == "allreduce":
+        return line.at(size)
+    transfer = 0.5 * size * line.seconds_per_byte
+    return LowerBound(size, line.latency_s + transfer, transfer, line.latency_s,
+                      f"half the all-reduce bound's bytes: {line.bottleneck}")
+
+
+def copy_rate(context: CostContext) -> float:
+    name = getattr(context.backend, "name", str(context.backend))
+    return COPY_BYTES_PER_S.get("gloo" if "gloo" in name else "nccl")
+
+
+def rank_goal(context: CostContext, goal, sizes, max_len: int = 5, estimate=None) -> list[list[RankedProgram]]:
+    """Every valid program of the goal up to max_len steps, per size, fastest first (ties by
+    text), the baseline always listed."""
+    goal = parse_goal(goal)
+    hierarchy = context.hierarchy
+    n = hierarchy.group_size
+    estimate = resolve_estimate(estimate)
+    engine = CostEngine(context)
+    programs = list(Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=max_len)).programs())
+    baseline = goal_baseline(hierarchy, goal)
+    if baseline not in programs:
+        programs.append(baseline)
+    rows, copied = [], []
+    for program in programs:
+        lowered = lower(program, hierarchy, goal)
+        rows.append([step_calls(step) for step in lowered.steps if step.places is None])
+        copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
+    table = ProgramTable.of(rows)
+    sizes = [int(size) for size in sizes]
+    times = estimate.program_times(engine, table, sizes)
+    times = times + np.outer(np.array(copied), np.array(sizes, dtype=float)) / copy_rate(context)
+    communicators = _communicators(table)
+    calls = _calls_per_device(table, n)
+    factor = collective(goal.collective).bus_factor(n)
+    matrix = hierarchy.placement.matrix
+    texts = [str(program) for program in programs]
+    base = programs.index(baseline)
+    result = []
+    for z, size in enumerate(sizes):
+        bound = goal_bound(context, goal, size).time_s
+        order = sorted(range(len(programs)), key=lambda i: (times[i, z], texts[i]))
+        ranked = []
+        for i in order:
+            time = float(times[i, z])
+            algbw = size / time if time > 0 else math.inf
+            ranked.append(RankedProgram(
+                program=programs[i], matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
+                busbw_GBps=algbw * factor / 1e9, speedup=float(times[base, z]) / time, bound_ratio=time / bound,
+                baseline=i == base, extra_memory_bytes=0, communicators=int(communicators[i]),
+                calls_per_device=int(calls[i]), length=len(programs[i])))
+        result.append(ranked)
+    return result

@@ -1,0 +1,71 @@
+"""What a request asks the program to compute: its goal collective (docs/model.md section 7).
+
+A request names one collective, as a training step calls it over the reduction group:
+
+* `allreduce` (the default): every member ends with every block summed over the group;
+* `reducescatter`: member r ends with block r of the sum, blocks in member-rank order, the
+  layout of torch's `reduce_scatter_tensor` and NCCL's `ncclReduceScatter`;
+* `allgather`: every member ends with every member's block, member r's at block r
+  (`all_gather_into_tensor`, `ncclAllGather`);
+* `alltoall`: member i's block j ends at member j, as block i (`all_to_all_single` with equal
+  splits);
+* `broadcast`: every member ends with member 0's buffer;
+* `reduce`: member 0 ends with every block summed over the group (the others end as they may).
+
+A goal also says which steps its programs are built of (its alphabet: the collectives that
+can take part in a valid program of it, and whether local `Permute` steps can), and what the
+dead-prefix pruning may assume of its final state (synth/pruning.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.errors import UsageError
+from synth.names import echo
+
+SUMS = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal collective. `collective` is its record's name (synth/collectives.py), the one
+    flat call that computes it and the baseline every program is compared with."""
+
+    name: str  # as --collective spells it
+    collective: str
+    title: str  # as prose spells it
+    alphabet: tuple[str, ...]  # the collectives its programs are built of
+    permutes: bool  # its programs may reorder a member's blocks locally (Permute steps)
+    sums: bool  # every block of the result is a sum over the group
+    ends_whole: bool  # every member ends holding the whole buffer
+    ends_full: bool  # no member ends empty
+
+    def __str__(self) -> str:
+        return self.name
+
+
+GOALS: dict[str, Goal] = {
+    goal.name: goal
+    for goal in (
+        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True),
+        Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True),
+        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True),
+        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True),
+        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True),
+        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False),
+    )
+}
+ALL_REDUCE = GOALS["allreduce"]
+DEFAULT_GOAL = ALL_REDUCE.name
+
+
+def parse_goal(text) -> Goal:
+    """`allreduce`, `reducescatter`, ... (dashes, underscores and case ignored) into its Goal."""
+    if isinstance(text, Goal):
+        return text
+    key = str(text).strip().lower().replace("-", "").replace("_", "")
+    goal = GOALS.get(key)
+    if goal is None:
+        raise UsageError(f"unknown collective {echo(text)}: choose one of {', '.join(GOALS)}")
+    return goal
