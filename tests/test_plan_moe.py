@@ -3,6 +3,8 @@ example, the published totals of the built-in MoE models, and the MoE keys' chec
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from synth.errors import UsageError
@@ -120,8 +122,6 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from synth.model.alltoall import flat_all_to_all  # noqa: E402
-from synth.model.network import network_for  # noqa: E402
 from synth.plan.costs import CommunicationCosts  # noqa: E402
 from synth.plan.degrees import DegreeLimits, Degrees, enumerate_degrees  # noqa: E402
 from synth.plan.launch import megatron_arguments, moe_layer_pattern, published_placement  # noqa: E402
@@ -165,21 +165,25 @@ def test_expert_groups_are_megatrons(degrees):
         assert theirs(expert, "dp") == ours(("dp",))
 
 
-def test_flat_all_to_all_by_hand():
-    """emu-2x4: 2 nodes of 4, every port 1 GB/s, one 1 GB/s uplink per node, latency 50 us
-    across nodes and 20 us inside. An all-to-all of S bytes over all 8 sends S/8 to each peer:
-    the uplink of a node carries 4 devices x 4 remote peers x S/8 = 2 S, the busiest link; each
-    device posts 3 local and 4 remote sends (3 x 20 + 4 x 50 us). Inside one node (4 members,
-    two groups at once): 3 x S/4 through each device's port, 3 x 20 us."""
+def test_the_all_to_all_is_one_call_through_the_estimate_and_bound_by_the_uplinks():
+    """emu-2x4: 2 nodes of 4, every port 1 GB/s, one 1 GB/s uplink per node. An all-to-all of S
+    bytes over all 8 sends S/8 to each peer: a node's uplink carries 4 devices x 4 remote peers
+    x S/8 = 2 S, the busiest link, so the call takes at least 2 S at 1 GB/s; inside one node (4
+    members, two groups at once, sharing no link) each device's port carries 3 x S/4. The time
+    is the cost model's estimate of one AllToAll call (NCCL's grouped send/recv)."""
+    from synth.placement import make_placement
+
     topology = load_topology("emu-2x4")
-    network = network_for(topology)
-    size = 8e6
-    seconds, link = flat_all_to_all(network, topology, 0.0, [list(range(8))], size)
-    assert seconds == pytest.approx(260e-6 + 2 * size / 1e9)
-    assert "uplink" in link
-    seconds, _ = flat_all_to_all(network, topology, 1e-5, [[0, 1, 2, 3], [4, 5, 6, 7]], size)
-    assert seconds == pytest.approx(1e-5 + 60e-6 + 0.75 * size / 1e9)
-    assert flat_all_to_all(network, topology, 1e-5, [[0], [1]], size) == (0.0, "")
+    costs = CommunicationCosts(topology)
+    size = 8 * 10**6
+    across = make_placement(topology, Degrees(8, 1, 1, 1, 8).axes(), ((2, 4),))
+    found = costs.all_to_all(across, ("ep",), size)
+    assert found.program == "AllToAll(InsideGroup(node))" and found.time_s >= 2 * size / 1e9
+    assert "uplink" in costs.bottleneck(across, ("ep",), found.program, size)
+    inside = make_placement(topology, Degrees(8, 1, 1, 1, 4).axes(), ((2, 1), (1, 4)))
+    local = costs.all_to_all(inside, ("ep",), size)
+    assert 0.75 * size / 1e9 <= local.time_s < found.time_s / 4
+    assert local.levels == "gpu=4"
 
 
 def test_all_to_all_inside_nvlink_is_cheaper_and_the_search_keeps_it_there():
@@ -193,7 +197,7 @@ def test_all_to_all_inside_nvlink_is_cheaper_and_the_search_keeps_it_there():
     size = 64 << 20
     assert costs.all_to_all(inside, ("ep",), size).time_s * 3 < costs.all_to_all(across, ("ep",), size).time_s
     assert costs.all_to_all(inside, ("ep",), size).levels == "gpu=8"
-    assert costs.all_to_all(across, ("ep",), size).levels == "node=8"
+    assert costs.all_to_all(across, ("ep",), size).levels.startswith("node=8")
 
 
 def test_moe_settings_follow_megatron():
@@ -404,3 +408,52 @@ def test_megatron_command_quotes_the_layer_pattern():
     line = megatron_command(model, candidate)
     assert "--moe-layer-freq '([0]*1+[1]*27)'" in line
     assert shlex.split(line)[1:] == megatron_arguments(model, candidate)
+
+
+# --- the MoE layers in the kernel step model and with uneven pipeline stages -----------------------
+
+
+def test_expert_gemms_carry_the_routed_flops_and_are_timed_by_shape():
+    """The local experts' grouped GEMMs plus the router and the shared experts do the MoE FFN's
+    forward FLOPs per tensor-parallel rank (whatever ep: each device's share of the routed work
+    is the same), and the kernel model times them by shape: fewer rows per expert (more
+    experts for the same routed work) cannot be faster at the same FLOPs."""
+    from synth.plan.devices import device_named
+    from synth.plan.kernels import gemms_seconds, layer_times, rates_for
+
+    mixtral = PRESETS["mixtral-8x7b"]
+    tokens = 4096
+    for tp, ep in ((1, 1), (1, 8), (2, 4)):
+        gemms, dense = moe.expert_gemms(mixtral, tokens, tp, ep, sequence_parallel=tp > 1)
+        routed_and_shared = sum(g.flops for g in gemms[1:])
+        assert routed_and_shared == pytest.approx(
+            (moe.moe_ffn_forward_flops(mixtral, tokens) - 2.0 * tokens * mixtral.hidden * mixtral.experts) / tp)
+        assert sum(g.flops for g in dense) == pytest.approx(2.0 * tokens * 3 * mixtral.hidden * mixtral.ffn / tp)
+    rates = rates_for(device_named("a100-sxm4-80gb"), "bf16")
+    routed = gemms[1:3]  # the last (tp=2, ep=4): 2 local experts of 4096 x 4 x 2 / 8 rows each
+    assert routed[0].batch == 2 and routed[0].m == 4096 * 4 * 2 // 8
+    floor = sum(g.flops for g in routed) / (rates.matmul_flops * rates.sustained)
+    assert gemms_seconds(rates, routed, 2)[0] >= floor  # by tiles and waves, never above the rate
+    dense_mixtral = dataclasses.replace(mixtral, name="dense", experts=0, top_k=0, expert_ffn=0)
+    moe_layer = layer_times(mixtral, rates, 1, 1, 1, False, 8)
+    dense_layer = layer_times(dense_mixtral, rates, 1, 1, 1, False)
+    assert moe_layer.forward > dense_layer.forward and moe_layer.backward > dense_layer.backward
+
+
+def test_moe_layers_per_stage_with_uneven_stages():
+    """Each stage's MoE layers are its own: with uneven stages (and every other layer MoE) the
+    first and last stages' layer ranges are formulas.stage_layers' split."""
+    model = dataclasses.replace(_small_moe(), name="uneven", layers=10, moe_every=2)
+    stages = formulas.stage_layers(model.layers, 4)
+    ranges = moe.stage_ranges(model, stages)
+    assert ranges[0] == (0, stages.first) and ranges[-1] == (model.layers - stages.last, model.layers)
+    assert len(ranges) == 4 and all(b - a == stages.middle for a, b in ranges[1:-1])
+    assert sum(moe.moe_layers_in(model, a, b) for a, b in ranges) == moe.moe_layer_count(model)
+    assert moe.stage_ranges(model, formulas.stage_layers(model.layers, 1)) == ((0, model.layers),)
+
+
+def test_moe_with_zero3_is_refused_not_guessed():
+    mixtral = PRESETS["mixtral-8x7b"]
+    settings = Settings(1, sharded_optimizer=True, zero=3)
+    assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), settings) == "ZeRO-3 with experts (not modelled)"
+    assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), Settings(1, sharded_optimizer=True, zero=2)) is None

@@ -173,7 +173,7 @@ class CommunicationCosts:
         steps = []
         for step in program.steps:
             n = hierarchy.group_size
-            if step.collective in ("ReduceScatter", "AllGather") and step.form == "InsideGroup" \
+            if step.collective in ("ReduceScatter", "AllGather", "AllToAll") and step.form == "InsideGroup" \
                     and step.level == hierarchy.level_names[0]:
                 one_call = StepCalls(step.collective, (tuple(range(n)),), (n,))
                 steps.append(step_costs(engine, [one_call], size, [step])[0])  # one whole-group call
