@@ -98,17 +98,22 @@ class Holding(NamedTuple):
     order: tuple[int, ...] | None = None
 
 
+def _check_same_range(first, index, state, name) -> None:
+    """Member `index` holds data, over the same range as member 0 (`first`)."""
+    if state is None:
+        raise StepFailure(f"{name} needs every member to hold data, member {index} of the group is empty")
+    if state[0] != first[0] or state[1] != first[1]:
+        raise StepFailure(
+            f"{name} needs one range on every member; member 0 holds [{first[0]},{first[1]}) and member {index} holds [{state[0]},{state[1]})"
+        )
+
+
 def _sum(states, real_k, name):
     """Combine.SUM: one non-empty range on every member, nothing counted twice; the union."""
     first = states[0]
     union = total = 0
     for index, state in enumerate(states):
-        if state is None:
-            raise StepFailure(f"{name} needs every member to hold data, member {index} of the group is empty")
-        if state[0] != first[0] or state[1] != first[1]:
-            raise StepFailure(
-                f"{name} needs one range on every member; member 0 holds [{first[0]},{first[1]}) and member {index} holds [{state[0]},{state[1]})"
-            )
+        _check_same_range(first, index, state, name)
         if state[4] != first[4]:
             raise StepFailure(
                 f"{name} would sum different blocks: members 0 and {index} hold blocks {_tags_text(first[4])} and "
@@ -179,12 +184,7 @@ def _exchange(states, real_k, field, name):
     split evenly into k blocks; member j receives block j of member i as its block i."""
     first = states[0]
     for index, state in enumerate(states):
-        if state is None:
-            raise StepFailure(f"{name} needs every member to hold data, member {index} of the group is empty")
-        if state[0] != first[0] or state[1] != first[1]:
-            raise StepFailure(
-                f"{name} needs one range on every member; member 0 holds [{first[0]},{first[1]}) and member {index} holds [{state[0]},{state[1]})"
-            )
+        _check_same_range(first, index, state, name)
     k = len(states)
     lo, hi, length = first[0], first[1], first[3]
     if (hi - lo) % k or length % real_k:
