@@ -95,12 +95,25 @@ PROGRAMS = [  # (case name, program): Master with idle ranks, a scatter/gather p
     ("two-axes-split", "ReduceScatter(Parallel(gpu.model)); ReduceScatter(Parallel(gpu.data)); "
                        "AllReduce(Parallel(node.data)); AllGather(Parallel(gpu.data)); AllGather(Parallel(gpu.model))"),
 ]
+GOAL_PROGRAMS = [  # (case name, goal, program): every other goal, Permute steps where its programs have them
+    ("2x4", "reducescatter", "Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))"),
+    ("2x4", "allgather", "Permute(gpu,node); AllGather(Parallel(node)); AllGather(InsideGroup(gpu)); Permute(node,gpu)"),
+    ("2x4", "alltoall", "AllToAll(Parallel(node)); Permute(gpu,node); AllToAll(InsideGroup(gpu)); Permute(node,gpu)"),
+    ("2x4", "broadcast", "Broadcast(Master(node)); Broadcast(InsideGroup(node))"),
+    ("2x2x2", "reduce", "Reduce(InsideGroup(sock)); Reduce(Master(node))"),
+]
 
 
 def _dry_run_lines(document: dict, rank: int) -> list[str]:
     """What the binary must print for `rank`, from the JSON plan."""
-    lines = [f"rank {rank} world {document['world_size']} chunks {document['buffer']['chunks']} count {document['buffer']['count']}"]
-    for step in document["programs"][0]["steps"]:
+    (program,) = document["programs"]
+    lines = [f"rank {rank} world {document['world_size']} chunks {document['buffer']['chunks']} count {document['buffer']['count']}",
+             " ".join(["collective", program.get("collective", "allreduce"), "final_places",
+                       *map(str, program.get("final_places") or [])])]
+    for step in program["steps"]:
+        if step["collective"] == "Permute":
+            lines.append(f"step {step['index']} Permute places {' '.join(map(str, step['places']))}  # {step['text']}")
+            continue
         entry = step["ranks"][rank]
         if entry["idle"]:
             lines.append(f"step {step['index']} {step['collective']} idle  # {step['text']}")
@@ -114,18 +127,22 @@ def _dry_run_lines(document: dict, rank: int) -> list[str]:
     return lines
 
 
+CASES_TO_COMPILE = [(case, "allreduce", text) for case, text in PROGRAMS] + GOAL_PROGRAMS
+
+
 @needs_wheels
-@pytest.mark.parametrize("case_name,text", PROGRAMS, ids=[name for name, _ in PROGRAMS])
-def test_c_export_compiles_links_and_dry_runs_the_json_plan(tmp_path, case_name, text):
+@pytest.mark.parametrize("case_name,goal,text", CASES_TO_COMPILE,
+                         ids=[f"{name}-{goal}" for name, goal, _ in CASES_TO_COMPILE])
+def test_c_export_compiles_links_and_dry_runs_the_json_plan(tmp_path, case_name, goal, text):
     case = next(case for case in CASES if case.name == case_name)
     program = parse_program(text)
-    plan = build_plan([PlanEntry(case.built, program)])
+    plan = build_plan([PlanEntry(case.built, program, goal=goal)])
     provenance = Provenance(("synth", "export", "test"))
     source = tmp_path / "program.c"
     source.write_text(nccl_c.render(plan, provenance))
     binary = tmp_path / "program"
     compile_c(source, binary)
-    if case_name == "2x4":
+    if case_name == "2x4" and goal in ("allreduce", "alltoall"):
         compile_c(source, tmp_path / "program_cxx", cxx=True)
     metadata = placement_metadata(topology_from_levels(case.levels), case.built.placement)
     metadata.update(hierarchy_metadata(case.built))
@@ -239,6 +256,30 @@ def test_the_c_export_runs_on_nccl_with_8_ranks_sharing_the_gpus(tmp_path, dtype
     outputs = [process.communicate(timeout=600)[0] for process in processes]
     assert all(process.returncode == 0 for process in processes), outputs
     assert "# check passed" in outputs[0] and "Avg bus bandwidth" in outputs[0] and dtype in outputs[0]
+
+
+@needs_wheels
+@needs_gpu
+@pytest.mark.parametrize("case_name,goal,text", GOAL_PROGRAMS, ids=[goal for _, goal, _ in GOAL_PROGRAMS])
+def test_the_c_export_of_every_goal_equals_nccls_own_collective(tmp_path, case_name, goal, text):
+    """Permute steps and the per-goal check on the real NCCL library: the program's result
+    equals ncclReduceScatter/ncclAllGather/grouped send-recv/ncclBroadcast/ncclReduce's."""
+    case = next(case for case in CASES if case.name == case_name)
+    source = tmp_path / "program.c"
+    source.write_text(nccl_c.render(build_plan([PlanEntry(case.built, parse_program(text), goal=goal)]),
+                                    Provenance(("t",))))
+    binary = tmp_path / "program"
+    compile_c(source, binary)
+    processes = []
+    for rank in range(8):
+        environment = dict(os.environ, RANK=str(rank), WORLD_SIZE="8", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="8",
+                           SYNTH_NCCL_ID_FILE=str(tmp_path / "nccl.id"), SYNTH_NCCL_TIMEOUT="120")
+        processes.append(subprocess.Popen([str(binary), "--check", "-b", "1K", "-e", "64K", "-f", "64", "-n", "2",
+                                           "-w", "1"], env=environment, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs
+    assert "# check passed" in outputs[0] and f"collective {goal}" in outputs[0]
 
 
 @needs_wheels

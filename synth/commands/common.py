@@ -334,7 +334,7 @@ def resolve_goal(args, supported=None):
         goal = parse_goal(getattr(args, "collective", None) or "allreduce")
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
-                         f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|json --program` "
+                         f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|nccl|json --program` "
                          f"take every collective")
     return goal
 

@@ -158,8 +158,8 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
-    # Torch scripts and JSON plans take every goal; NCCL C, and --top (a ranking), all-reduce for now.
-    goal = resolve_goal(args, supported=None if args.format in ("torch", "json") and args.top is None
+    # Torch scripts, NCCL C files and JSON plans take every goal; --top (a ranking), all-reduce for now.
+    goal = resolve_goal(args, supported=None if args.format in ("torch", "nccl", "json") and args.top is None
                         else ALL_REDUCE_ONLY)
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None

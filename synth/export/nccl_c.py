@@ -23,6 +23,7 @@ from importlib import resources
 
 from synth.collectives import RECORDS
 from synth.export.plan import Plan
+from synth.goals import GOALS
 from synth.export.provenance import Provenance
 
 MARKER = "/* SYNTH_PLAN */"
@@ -37,7 +38,7 @@ WHEEL_BUILD = (
     "    -Wl,-rpath,$NV/nccl/lib:$NV/cuda_runtime/lib"
 )
 # The runtime's op enum, one per collective record (nccl_runtime.c lists them in this order).
-OPS = {record.name: "OP_" + record.snake_name.upper() for record in RECORDS.values()}
+OPS = {record.name: "OP_" + record.snake_name.upper() for record in RECORDS.values()} | {"Permute": "OP_PERMUTE"}
 _SAFE_CHARS = re.compile(r"[A-Za-z0-9 _().;,=:\[\]{}+\-]")
 _COMMENT_SAFE = re.compile(r"[ -~]*\Z")
 
@@ -75,6 +76,12 @@ def render(plan: Plan, provenance: Provenance) -> str:
     colors = [[-1 if c is None else c for c in comm.colors(world)] for comm in plan.communicators]
     keys = [[-1 if k is None else k for k in comm.keys(world)] for comm in plan.communicators]
 
+    goal = GOALS[program.goal]
+    final_places = list(program.final_places) if program.final_places is not None else [-1] * program.chunks
+    for step in program.steps:
+        if step.places is not None and len(step.places) != program.chunks:
+            raise ValueError(f"a Permute step moves {len(step.places)} places, the buffer has {program.chunks} chunks")
+
     def per_rank(step, field):
         return [-1 if call is None or getattr(call, field) is None else getattr(call, field) for call in step.calls]
 
@@ -84,6 +91,10 @@ def render(plan: Plan, provenance: Provenance) -> str:
         f"#define NUM_COMMS {len(plan.communicators)}",
         f"#define NUM_STEPS {len(program.steps)}",
         f"#define REDUCTION_COMM {program.reduction}",
+        f"#define GOAL_OP {OPS[goal.collective]}",
+        f"static const char GOAL_NAME[] = {c_string(goal.name)};",
+        "// Reduce-scatter, all-gather, all-to-all: the place where block b ends (-1: no layout given).",
+        "static const int FINAL_PLACES[CHUNKS] = {" + ", ".join(str(place) for place in final_places) + "};",
         f"static const char PROGRAM_TEXT[] = {c_string(program.text)};",
         f"static const char COMMAND[] = {c_string(provenance.command)};",
         "static const char REDUCTION_GROUPS[] = " + c_string(json.dumps(
@@ -99,6 +110,9 @@ def render(plan: Plan, provenance: Provenance) -> str:
         _table("STEP_LO", [per_rank(step, "lo") for step in program.steps], "NUM_STEPS][WORLD_SIZE"),
         _table("STEP_HI", [per_rank(step, "hi") for step in program.steps], "NUM_STEPS][WORLD_SIZE"),
         _table("STEP_ROOT", [per_rank(step, "root") for step in program.steps], "NUM_STEPS][WORLD_SIZE"),
+        "// Permute steps: the place each chunk moves to (-1 in the other steps' rows).",
+        _table("STEP_PLACES", [list(step.places) if step.places is not None else [-1] * program.chunks
+                               for step in program.steps], "NUM_STEPS][CHUNKS"),
     ]
     runtime = resources.files("synth.export").joinpath("nccl_runtime.c").read_text(encoding="utf-8")
     if runtime.count(MARKER) != 1:
@@ -106,7 +120,7 @@ def render(plan: Plan, provenance: Provenance) -> str:
     header = [c_comment(line) for line in provenance.lines()]
     header.append(c_comment(f"Program: {program.text}"))
     header.append(c_comment(f"{world} ranks (one process per GPU, or several sharing one), reduction groups of "
-                            f"{program.chunks}, sum of float, half or bfloat16 (-d)."))
+                            f"{program.chunks}, {goal.name} of float, half or bfloat16 (-d)."))
     header.append(c_comment("Build: gcc -std=c11 -O2 THIS.c -I$CUDA_HOME/include -I$NCCL_HOME/include "
                             "-L$CUDA_HOME/lib64 -L$NCCL_HOME/lib -lnccl -lcudart -o program"))
     header.append(c_comment("  (from the PyPI wheels nvidia-nccl-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 "

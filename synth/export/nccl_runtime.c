@@ -1,7 +1,16 @@
 // Runtime of exported NCCL programs (synth/export/nccl_runtime.c). synth.export.nccl_c copies
 // this file after a generated header and replaces the SYNTH_PLAN marker below with the plan:
-// WORLD_SIZE, CHUNKS, NUM_COMMS, NUM_STEPS, REDUCTION_COMM, PROGRAM_TEXT, COMM_COLOR, COMM_KEY,
-// STEP_OP, STEP_COMM, STEP_TEXT, STEP_LO, STEP_HI, STEP_ROOT. It is not compiled on its own.
+// WORLD_SIZE, CHUNKS, NUM_COMMS, NUM_STEPS, REDUCTION_COMM, GOAL_OP, GOAL_NAME, FINAL_PLACES,
+// PROGRAM_TEXT, COMM_COLOR, COMM_KEY, STEP_OP, STEP_COMM, STEP_TEXT, STEP_LO, STEP_HI, STEP_ROOT,
+// STEP_PLACES. It is not compiled on its own.
+//
+// The goal (GOAL_OP) is the collective the program computes over each reduction group: its
+// --check compares with NCCL's own call of it (ncclAllReduce, ncclReduceScatter, ncclAllGather,
+// grouped ncclSend/ncclRecv for all-to-all, ncclBroadcast or ncclReduce from key 0) on the same
+// input, and the baseline rows time that call. A Permute step (OP_PERMUTE) is local: every rank
+// moves the chunk at place p of its buffer to place STEP_PLACES[step][p] (device-to-device copies
+// through a scratch buffer). A reduce-scatter's result, block `key` of the sum, is at place
+// FINAL_PLACES[key] of the buffer after the program.
 //
 // One process per GPU. Rank and world size come from RANK/WORLD_SIZE (torchrun, or set by
 // hand), OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/SIZE or SLURM_PROCID/NTASKS; the local
@@ -23,8 +32,11 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_REDUCE, OP_BROADCAST, OP_ALL_TO_ALL };
-static const char *const OP_NAMES[] = {"AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "AllToAll"};
+enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_REDUCE, OP_BROADCAST, OP_ALL_TO_ALL, OP_PERMUTE };
+static const char *const OP_NAMES[] = {"AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "AllToAll",
+                                       "Permute"};
+static const char *const OP_NCCL_NAMES[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclReduce",
+                                            "ncclBroadcast", "grouped ncclSend/ncclRecv", ""};
 
 /* SYNTH_PLAN */
 
@@ -65,6 +77,7 @@ static struct call plan_call(int step, int rank, size_t chunk) {
   memset(&c, 0, sizeof c);
   c.op = STEP_OP[step];
   c.comm = STEP_COMM[step];
+  if (c.op == OP_PERMUTE) return c;  // local: no communicator, no call
   c.root = STEP_ROOT[step][rank];
   c.color = COMM_COLOR[c.comm][rank];
   c.key = COMM_KEY[c.comm][rank];
@@ -98,42 +111,81 @@ static char *scratch_of(size_t bytes) {
   return scratch;
 }
 
-static void run_step(int step, char *buf, size_t chunk, int type, ncclComm_t *comms, cudaStream_t stream) {
-  struct call c = plan_call(step, g_rank, chunk);
-  if (!c.active) return;
-  ncclComm_t comm = comms[c.comm];
+// One NCCL call as `c` describes it, on `buf`; `out` (NULL: in place, buf) takes the output of an
+// out-of-place call at the same offsets (the baseline's out-of-place rows).
+static void issue(const struct call *c, char *buf, char *out, int type, ncclComm_t comm, cudaStream_t stream) {
   ncclDataType_t t = TYPE_NCCL[type];
   size_t z = TYPE_SIZE[type];
-  char *at = buf + c.offset * z, *send = buf + c.send_offset * z, *recv = buf + c.recv_offset * z;
-  switch (c.op) {
+  char *dst = out ? out : buf;
+  char *at = buf + c->offset * z, *send = buf + c->send_offset * z, *recv = dst + c->recv_offset * z;
+  switch (c->op) {
     case OP_ALL_REDUCE:
-      NCCL_CHECK(ncclAllReduce(at, at, c.count, t, ncclSum, comm, stream));
+      NCCL_CHECK(ncclAllReduce(at, dst + c->offset * z, c->count, t, ncclSum, comm, stream));
       break;
     case OP_REDUCE_SCATTER:  // in place: recvbuff = sendbuff + key * recvcount
-      NCCL_CHECK(ncclReduceScatter(send, recv, c.recv_count, t, ncclSum, comm, stream));
+      NCCL_CHECK(ncclReduceScatter(send, recv, c->recv_count, t, ncclSum, comm, stream));
       break;
     case OP_ALL_GATHER:  // in place: sendbuff = recvbuff + key * sendcount
-      NCCL_CHECK(ncclAllGather(send, recv, c.send_count, t, comm, stream));
+      NCCL_CHECK(ncclAllGather(send, recv, c->send_count, t, comm, stream));
       break;
     case OP_REDUCE:
-      NCCL_CHECK(ncclReduce(at, at, c.count, t, ncclSum, c.root, comm, stream));
+      NCCL_CHECK(ncclReduce(at, dst + c->offset * z, c->count, t, ncclSum, c->root, comm, stream));
       break;
     case OP_BROADCAST:
-      NCCL_CHECK(ncclBroadcast(at, at, c.count, t, c.root, comm, stream));
+      NCCL_CHECK(ncclBroadcast(at, dst + c->offset * z, c->count, t, c->root, comm, stream));
       break;
     case OP_ALL_TO_ALL: {  // as NCCL runs all-to-all: one grouped send/recv with every peer
-      size_t block = c.count / (size_t)c.size;
-      char *scratch = scratch_of(c.count * z);
+      size_t block = c->count / (size_t)c->size;
+      char *into = out ? out + c->offset * z : scratch_of(c->count * z);
       NCCL_CHECK(ncclGroupStart());
-      for (int peer = 0; peer < c.size; peer++) {
+      for (int peer = 0; peer < c->size; peer++) {
         NCCL_CHECK(ncclSend(at + (size_t)peer * block * z, block, t, peer, comm, stream));
-        NCCL_CHECK(ncclRecv(scratch + (size_t)peer * block * z, block, t, peer, comm, stream));
+        NCCL_CHECK(ncclRecv(into + (size_t)peer * block * z, block, t, peer, comm, stream));
       }
       NCCL_CHECK(ncclGroupEnd());
-      CUDA_CHECK(cudaMemcpyAsync(at, scratch, c.count * z, cudaMemcpyDeviceToDevice, stream));
+      if (!out) CUDA_CHECK(cudaMemcpyAsync(at, into, c->count * z, cudaMemcpyDeviceToDevice, stream));
       break;
     }
   }
+}
+
+// A Permute step, as the torch runtime's: the chunk at place p moves to place places[p], every
+// chunk of the buffer (those the rank does not hold carry nothing the program reads); copies at
+// memory bandwidth into the scratch buffer, then one copy back.
+static void permute(const int *places, char *buf, size_t chunk, int type, cudaStream_t stream) {
+  size_t bytes = chunk * TYPE_SIZE[type];
+  char *scratch = scratch_of(bytes * CHUNKS);
+  for (int p = 0; p < CHUNKS; p++)
+    CUDA_CHECK(cudaMemcpyAsync(scratch + (size_t)places[p] * bytes, buf + (size_t)p * bytes, bytes,
+                               cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(buf, scratch, bytes * CHUNKS, cudaMemcpyDeviceToDevice, stream));
+}
+
+static void run_step(int step, char *buf, size_t chunk, int type, ncclComm_t *comms, cudaStream_t stream) {
+  if (STEP_OP[step] == OP_PERMUTE) {
+    permute(STEP_PLACES[step], buf, chunk, type, stream);
+    return;
+  }
+  struct call c = plan_call(step, g_rank, chunk);
+  if (c.active) issue(&c, buf, NULL, type, comms[c.comm], stream);
+}
+
+// The goal's own NCCL call over this rank's reduction group, on the whole buffer (root: key 0).
+static struct call goal_call(size_t chunk) {
+  struct call c;
+  memset(&c, 0, sizeof c);
+  c.active = 1;
+  c.op = GOAL_OP;
+  c.comm = REDUCTION_COMM;
+  c.color = COMM_COLOR[REDUCTION_COMM][g_rank];
+  c.key = COMM_KEY[REDUCTION_COMM][g_rank];
+  c.size = CHUNKS;
+  c.count = chunk * CHUNKS;
+  c.send_offset = c.recv_offset = 0;
+  c.send_count = c.recv_count = c.count;
+  if (c.op == OP_REDUCE_SCATTER) { c.recv_offset = (size_t)c.key * chunk; c.recv_count = chunk; }
+  if (c.op == OP_ALL_GATHER) { c.send_offset = (size_t)c.key * chunk; c.send_count = chunk; }
+  return c;
 }
 
 static void run_program(char *buf, size_t chunk, int type, ncclComm_t *comms, cudaStream_t stream) {
@@ -320,9 +372,9 @@ static double over_ranks(double value, ncclRedOp_t op, ncclComm_t world, cudaStr
 
 static void barrier(ncclComm_t world, cudaStream_t stream) { over_ranks(0.0, ncclSum, world, stream); }
 
-// Mean seconds per run of `which` (0: the program, 1: ncclAllReduce in place, 2: out of place),
+// Mean seconds per run of `which` (0: the program, 1: the goal's NCCL call in place, 2: out of place),
 // the slowest rank's, timed with CUDA events after warm-up runs and a barrier.
-static double timed(int which, char *buf, char *out, size_t count, size_t chunk, int type, int iters, int warmup,
+static double timed(int which, char *buf, char *out, size_t chunk, int type, int iters, int warmup,
                     ncclComm_t *comms, ncclComm_t world, cudaStream_t stream) {
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
@@ -334,7 +386,10 @@ static double timed(int which, char *buf, char *out, size_t count, size_t chunk,
       CUDA_CHECK(cudaEventRecord(start, stream));
     }
     if (which == 0) run_program(buf, chunk, type, comms, stream);
-    else NCCL_CHECK(ncclAllReduce(buf, which == 1 ? buf : out, count, TYPE_NCCL[type], ncclSum, comms[REDUCTION_COMM], stream));
+    else {
+      struct call c = goal_call(chunk);
+      issue(&c, buf, which == 1 ? NULL : out, type, comms[REDUCTION_COMM], stream);
+    }
   }
   CUDA_CHECK(cudaEventRecord(stop, stream));
   wait_stream(stream);
@@ -356,8 +411,13 @@ static void print_header(void) {
 // One nccl-tests row; seconds < 0 prints N/A (programs run in place only), wrong < 0 too.
 static double print_row(size_t bytes, size_t count, int type, double out_seconds, double in_seconds,
                         long long wrong) {
-  double n = (double)CHUNKS, factor = 2.0 * (n - 1.0) / n, busbw = 0;
-  printf("%12zu %12zu %8s %6s %6d ", bytes, count, TYPE_NAMES[type], "sum", -1);
+  // nccl-tests' busbw / algbw for the goal's collective (doc/PERFORMANCE.md)
+  double n = (double)CHUNKS, busbw = 0;
+  double factor = GOAL_OP == OP_ALL_REDUCE ? 2.0 * (n - 1.0) / n
+                  : GOAL_OP == OP_BROADCAST || GOAL_OP == OP_REDUCE ? 1.0 : (n - 1.0) / n;
+  int rooted = GOAL_OP == OP_BROADCAST || GOAL_OP == OP_REDUCE;
+  printf("%12zu %12zu %8s %6s %6d ", bytes, count, TYPE_NAMES[type], GOAL_OP == OP_ALL_REDUCE || GOAL_OP == OP_REDUCE_SCATTER || GOAL_OP == OP_REDUCE ? "sum" : "none",
+         rooted ? 0 : -1);
   char wrong_text[32];
   if (wrong < 0) snprintf(wrong_text, sizeof wrong_text, "N/A");
   else snprintf(wrong_text, sizeof wrong_text, "%lld", wrong);
@@ -434,7 +494,16 @@ int main(int argc, char **argv) {
     size_t per_chunk = (size_t)((low + (long long)z * CHUNKS - 1) / ((long long)z * CHUNKS));
     if (per_chunk == 0) per_chunk = 1;
     printf("rank %d world %d chunks %d count %zu\n", g_rank, WORLD_SIZE, CHUNKS, per_chunk * CHUNKS);
+    printf("collective %s final_places", GOAL_NAME);
+    for (int p = 0; p < CHUNKS && FINAL_PLACES[0] >= 0; p++) printf(" %d", FINAL_PLACES[p]);
+    printf("\n");
     for (int s = 0; s < NUM_STEPS; s++) {
+      if (STEP_OP[s] == OP_PERMUTE) {
+        printf("step %d Permute places", s);
+        for (int p = 0; p < CHUNKS; p++) printf(" %d", STEP_PLACES[s][p]);
+        printf("  # %s\n", STEP_TEXT[s]);
+        continue;
+      }
       struct call c = plan_call(s, g_rank, per_chunk);
       if (!c.active) { printf("step %d %s idle  # %s\n", s, OP_NAMES[STEP_OP[s]], STEP_TEXT[s]); continue; }
       printf("step %d %s comm %d color %d key %d size %d offset %zu count %zu send %zu %zu recv %zu %zu root %d  # %s\n",
@@ -489,8 +558,9 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaStreamCreate(&stream));
   if (g_rank == 0) {
     printf("# command: %s\n", COMMAND);  // what exported it: `synth calibrate` reads the topology from it
-    printf("# program: %s\n# %d ranks, reduction groups of n = %d, type %s, %d iteration(s) after %d warm-up run(s) "
-           "(-n %d -w %d)\n", PROGRAM_TEXT, WORLD_SIZE, CHUNKS, TYPE_NAMES[type], iters, warmup, iters, warmup);
+    printf("# program: %s\n# collective %s: %d ranks, reduction groups of n = %d, type %s, %d iteration(s) after %d "
+           "warm-up run(s) (-n %d -w %d)\n", PROGRAM_TEXT, GOAL_NAME, WORLD_SIZE, CHUNKS, TYPE_NAMES[type], iters,
+           warmup, iters, warmup);
     printf("# reduction groups: %s\n", REDUCTION_GROUPS);
     if (shared) printf("# several ranks share a GPU: each has its own NCCL_HOSTID, so NCCL connects them over sockets\n");
   }
@@ -508,25 +578,39 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMalloc((void **)&buf, bytes));
     CUDA_CHECK(cudaMalloc((void **)&out, bytes));
     long long wrong = -1;
-    if (check) {
+    if (check) {  // as the torch export's check: the same input through the goal's own NCCL call
+      struct call flat = goal_call(per_chunk);
       fill(host, count, g_rank, type);
+      if (GOAL_OP == OP_ALL_GATHER)  // the input is this rank's block, at its place; the rest is output
+        for (size_t i = 0; i < count; i++)
+          if (i / per_chunk != (size_t)flat.key) put(host, i, type, 0.0f);
       CUDA_CHECK(cudaMemcpy(buf, host, bytes, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(out, host, bytes, cudaMemcpyHostToDevice));
-      NCCL_CHECK(ncclAllReduce(out, out, count, TYPE_NCCL[type], ncclSum, comms[REDUCTION_COMM], stream));
+      issue(&flat, out, NULL, type, comms[REDUCTION_COMM], stream);
       run_program(buf, per_chunk, type, comms, stream);
       wait_stream(stream);
       CUDA_CHECK(cudaMemcpy(result, buf, bytes, cudaMemcpyDeviceToHost));
       CUDA_CHECK(cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost));
+      // What is compared: block `key` of the sum wherever the program leaves it (reduce-scatter),
+      // nothing on a reduce's non-root ranks, else the whole buffer.
+      size_t got = 0, want = 0, compared = count;
+      if (GOAL_OP == OP_REDUCE_SCATTER) {
+        got = (size_t)FINAL_PLACES[flat.key] * per_chunk;
+        want = (size_t)flat.key * per_chunk;
+        compared = per_chunk;
+      } else if (GOAL_OP == OP_REDUCE && flat.key != 0) {
+        compared = 0;
+      }
       wrong = 0;
-      for (size_t i = 0; i < count; i++) wrong += get(result, i, type) != get(host, i, type);
+      for (size_t i = 0; i < compared; i++) wrong += get(result, got + i, type) != get(host, want + i, type);
       wrong = (long long)over_ranks((double)wrong, ncclSum, world_comm, stream);
       failed += wrong;
     }
     CUDA_CHECK(cudaMemset(buf, 0, bytes));
     struct result r = {bytes, count, 0, 0, 0, wrong};
-    r.program = timed(0, buf, out, count, per_chunk, type, iters, warmup, comms, world_comm, stream);
-    r.in_place = timed(1, buf, out, count, per_chunk, type, iters, warmup, comms, world_comm, stream);
-    r.out_of_place = timed(2, buf, out, count, per_chunk, type, iters, warmup, comms, world_comm, stream);
+    r.program = timed(0, buf, out, per_chunk, type, iters, warmup, comms, world_comm, stream);
+    r.in_place = timed(1, buf, out, per_chunk, type, iters, warmup, comms, world_comm, stream);
+    r.out_of_place = timed(2, buf, out, per_chunk, type, iters, warmup, comms, world_comm, stream);
     results[rows++] = r;
     if (g_rank == 0 && (long long)bytes != nbytes)
       printf("# %lld B is not %d chunks of whole %s elements: rounded up to %zu B\n", nbytes, CHUNKS, TYPE_NAMES[type], bytes);
@@ -542,7 +626,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < rows; i++)
       program_busbw += print_row(results[i].bytes, results[i].count, type, -1, results[i].program, results[i].wrong);
     printf("# Avg bus bandwidth    : %g \n", program_busbw / rows);
-    printf("#\n# baseline: one ncclAllReduce over each reduction group\n");
+    printf("#\n# baseline: one %s over each reduction group\n", OP_NCCL_NAMES[GOAL_OP]);
     print_header();
     for (int i = 0; i < rows; i++)
       baseline_busbw += print_row(results[i].bytes, results[i].count, type, results[i].out_of_place,
