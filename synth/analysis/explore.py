@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.analysis.best import BestPrograms
+from synth.analysis.goal_rank import goal_bound, rank_goal
+from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
 from synth.language import Program
 from synth.model.algorithms import Backend
@@ -83,12 +85,15 @@ def hierarchy_text(hierarchy) -> str:
 def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: tuple[str, ...], bytes: int,
                        placements: list[Placement] | None = None, constraints=(), max_len: int = 5,
                        backend: str | Backend = "nccl", hierarchy_kind: str = "merged",
-                       estimate: str | Estimate | None = None) -> ExploreResult:
+                       estimate: str | Estimate | None = None, goal="allreduce") -> ExploreResult:
     """The fastest program on each placement for `bytes` per device, sorted by its time.
 
     Every placement of `axes` satisfying `constraints`, or the `placements` given. Raises
     ValueError when the reduction groups have one member (the group size does not depend on
-    the placement, so then no placement has anything to reduce)."""
+    the placement, so then no placement has anything to reduce). A goal other than the
+    all-reduce (synth/goals.py) is ranked by synth/analysis/goal_rank.py, its baseline the
+    goal's own flat call."""
+    goal = parse_goal(goal)
     check_costable(topology)
     if placements is None:
         placements = enumerate_placements(topology, axes, constraints)
@@ -101,9 +106,15 @@ def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: 
             if hierarchy.group_size == 1:
                 raise ValueError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to reduce")
             context = cost_context(hierarchy, topology, backend)
-            chooser = BestPrograms(context, max_len, estimate)
-            best, baseline = chooser.best_row(bytes)
-            measured.append((placement, hierarchy, best, baseline, chooser.ranker.bound_times([bytes])[0]))
+            if goal.name == "allreduce":
+                chooser = BestPrograms(context, max_len, estimate)
+                best, baseline = chooser.best_row(bytes)
+                bound = chooser.ranker.bound_times([bytes])[0]
+            else:
+                (ranked,) = rank_goal(context, goal, [bytes], max_len, estimate)
+                best, baseline = ranked[0], next(row for row in ranked if row.baseline)
+                bound = goal_bound(context, goal, bytes).time_s
+            measured.append((placement, hierarchy, best, baseline, bound))
             backend_name = context.backend.name
     except KeyboardInterrupt:  # keep the placements done (the caller says the result is partial)
         if not measured:

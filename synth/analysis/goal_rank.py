@@ -61,6 +61,29 @@ def copy_rate(context: CostContext) -> float:
     return COPY_BYTES_PER_S.get("gloo" if "gloo" in name else "nccl")
 
 
+def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):
+    """(ProgramTable, times[program, size]) of valid programs of the goal: their collective
+    steps in one batch through the estimate, each Permute at the copy rate."""
+    hierarchy = context.hierarchy
+    engine = engine or CostEngine(context)
+    rows, copied = [], []
+    for program in programs:
+        lowered = lower(program, hierarchy, goal)
+        rows.append([step_calls(step) for step in lowered.steps if step.places is None])
+        copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
+    table = ProgramTable.of(rows)
+    times = estimate.program_times(engine, table, sizes)
+    return table, times + np.outer(np.array(copied), np.array(sizes, dtype=float)) / copy_rate(context)
+
+
+def goal_program_times(context: CostContext, goal, programs, sizes, estimate=None) -> np.ndarray:
+    """Predicted seconds of the given valid programs of the goal (rows) at each size (columns),
+    costed as rank_goal costs them (what `synth bench` predicts beside its measurements)."""
+    goal = parse_goal(goal)
+    sizes = [int(size) for size in sizes]
+    return _costed(context, goal, list(programs), sizes, resolve_estimate(estimate))[1]
+
+
 def rank_goal(context: CostContext, goal, sizes, max_len: int = 5, estimate=None) -> list[list[RankedProgram]]:
     """Every valid program of the goal up to max_len steps, per size, fastest first (ties by
     text), the baseline always listed."""
@@ -73,15 +96,8 @@ def rank_goal(context: CostContext, goal, sizes, max_len: int = 5, estimate=None
     baseline = goal_baseline(hierarchy, goal)
     if baseline not in programs:
         programs.append(baseline)
-    rows, copied = [], []
-    for program in programs:
-        lowered = lower(program, hierarchy, goal)
-        rows.append([step_calls(step) for step in lowered.steps if step.places is None])
-        copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
-    table = ProgramTable.of(rows)
     sizes = [int(size) for size in sizes]
-    times = estimate.program_times(engine, table, sizes)
-    times = times + np.outer(np.array(copied), np.array(sizes, dtype=float)) / copy_rate(context)
+    table, times = _costed(context, goal, programs, sizes, estimate, engine)
     communicators = _communicators(table)
     calls = _calls_per_device(table, n)
     factor = collective(goal.collective).bus_factor(n)

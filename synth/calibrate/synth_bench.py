@@ -92,8 +92,11 @@ def parse_synth_bench_csv(text: str, path: str, level: str | None) -> tuple[list
             raise UsageError(f"{where}: {len(values)} fields where the header has {len(header)}")
         row = dict(zip(header, (value.strip() for value in values)))
         program = row["program"]
-        if row["role"].startswith("baseline"):
+        if row["role"] == "baseline all_reduce":
             collective = "AllReduce"
+        elif row["role"].startswith("baseline"):  # another goal's torch call: not an all-reduce
+            skipped += 1
+            continue
         else:
             step = ONE_STEP.match(program)
             hierarchy_levels = row["hierarchy"].split(",")

@@ -95,22 +95,23 @@ def run_explore(args) -> int:
     check_costable(job.topology)
     size = parse_size(args.bytes, "--bytes")
     reduce_axes = resolve_reduce(args, job)
-    resolve_goal(args, supported=ALL_REDUCE_ONLY)
+    goal = resolve_goal(args)
     placements = resolve_placements(args, job)
-    check_search([hierarchy_for(p, reduce_axes, args.hierarchy) for p in placements], args.max_len)
+    check_search([hierarchy_for(p, reduce_axes, args.hierarchy) for p in placements], args.max_len, goal=goal)
     try:
         result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
-                                    max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy)
+                                    max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy,
+                                    goal=goal)
     except UsageError:
         raise
     except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)
         raise NoSolutionError(str(error)) from None
     if args.json:
         print_json([dict(row.to_json(), bytes=size, reduce=list(reduce_axes), backend=result.backend,
-                         ignores=_explore_ignores(reduce_axes, args.axes))
+                         collective=goal.name, ignores=_explore_ignores(reduce_axes, args.axes))
                     for row in result.rows])
     else:
-        _console().print(_explore_table(result, args.axes))
+        _console().print(_explore_table(result, args.axes, goal))
     _partial(result, placements)
     return 0
 
@@ -122,14 +123,16 @@ def _partial(result, placements) -> None:
                                 f"the output holds those")
 
 
-def _explore_table(result: ExploreResult, axes_text: str) -> Table:
+def _explore_table(result: ExploreResult, axes_text: str, goal=None) -> Table:
     from rich.table import Table
 
     from synth.units import format_bandwidth, format_bytes, format_time
 
-    title = (f"{result.topology}  {axes_text}  reduce {','.join(result.reduce_axes)}  "
+    default = "default all-reduce" if goal is None or goal.name == "allreduce" else f"flat {goal.collective}"
+    what = "" if goal is None or goal.name == "allreduce" else f"  {goal.title}"
+    title = (f"{result.topology}  {axes_text}  reduce {','.join(result.reduce_axes)}{what}  "
              f"{format_bytes(result.bytes)} per device: {len(result.rows)} placement(s)")
-    caption = (f"spread between placements: best programs {result.best_spread:.3g}x, default all-reduce "
+    caption = (f"spread between placements: best programs {result.best_spread:.3g}x, {default} "
                f"{result.baseline_spread:.3g}x (slowest / fastest); vs fastest: this placement's best time over the "
                f"fastest placement's; backend {result.backend}\nignores: {', '.join(_explore_ignores(result.reduce_axes, axes_text))} "
                f"(synth plan ranks placements by the whole training step)")

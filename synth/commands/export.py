@@ -100,18 +100,26 @@ def _given_programs(args) -> list[Program]:
     return programs
 
 
-def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str) -> list[Program]:
-    """The simulator's K best programs at each size (their union, best first), for one placement."""
+def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str, goal=None) -> list[Program]:
+    """The simulator's K best programs at each size (their union, best first), for one placement;
+    a goal other than the all-reduce ranked by synth/analysis/goal_rank.py."""
+    from synth.analysis.goal_rank import rank_goal
     from synth.analysis.rank import Ranker
     from synth.model.context import cost_context
     from synth.model.network import check_costable
 
-    check_search([hierarchy], args.max_len)
+    goal_name = "allreduce" if goal is None else goal.name
+    check_search([hierarchy], args.max_len, goal=goal_name)
     check_costable(topology)
-    ranker = Ranker(cost_context(hierarchy, topology, backend), args.max_len)
+    context = cost_context(hierarchy, topology, backend)
+    if goal_name == "allreduce":
+        ranker = Ranker(context, args.max_len)
+        ranked = [ranker.top(nbytes, args.top)[:args.top] for nbytes in sizes]
+    else:
+        ranked = [rows[:args.top] for rows in rank_goal(context, goal, sizes, args.max_len)]
     programs: list[Program] = []
-    for nbytes in sizes:
-        for row in ranker.top(nbytes, args.top)[:args.top]:
+    for rows in ranked:
+        for row in rows:
             if row.program not in programs:
                 programs.append(row.program)
     return programs
@@ -158,14 +166,13 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
-    # Torch scripts, NCCL C files and JSON plans take every goal; --top (a ranking), all-reduce for now.
-    goal = resolve_goal(args, supported=None if args.format in ("torch", "nccl", "json") and args.top is None
-                        else ALL_REDUCE_ONLY)
+    # Torch scripts, NCCL C files and JSON plans take every goal (given, or ranked by --top); the mesh all-reduce.
+    goal = resolve_goal(args, supported=None if args.format in ("torch", "nccl", "json") else ALL_REDUCE_ONLY)
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
     if args.format != "mesh":
-        programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend)
+        programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend, goal)
         for program in programs:
             _check_valid(program, hierarchy, goal)
 
@@ -252,33 +259,37 @@ def _write(option: str, files: list[str], extension: str) -> list[Path]:
 
 def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEntry], list[benchmod.EntryInfo]]:
     """Each program (given, or the simulator's top K for the placement) on each placement
-    where it is valid, and each placement's default all-reduce."""
+    where it is valid, and each placement's default all-reduce (for another --collective, the
+    goal's own flat call)."""
+    from synth.analysis.goal_rank import goal_baseline
     from synth.execute import report as benchmod
     from synth.export.plan import PlanEntry
     from synth.lowering import lower
 
+    goal = resolve_goal(args)
+    role = "default all-reduce" if goal.name == "allreduce" else f"flat {goal.collective}"
     placements = list(iter_placements(args, job))
     entries, infos = [], []
     for placement in placements:
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
         if hierarchy.group_size < 2:
             continue
-        default, valid = default_all_reduce(hierarchy), 0
-        candidates = programs or _top_programs(args, hierarchy, job.topology, sizes, args.backend)
+        default, valid = goal_baseline(hierarchy, goal), 0
+        candidates = programs or _top_programs(args, hierarchy, job.topology, sizes, args.backend, goal)
         for program in candidates:
             try:
-                lower(program, hierarchy)
+                lower(program, hierarchy, goal)
             except (InvalidProgramError, UsageError) as error:
                 if len(placements) == 1:
                     raise type(error)(f"{program}: {error}") from None
                 continue
             valid += 1
             if program != default:
-                entries.append(PlanEntry(hierarchy, program))
+                entries.append(PlanEntry(hierarchy, program, goal=goal.name))
                 infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), "synthesized", str(program)))
         if valid:
-            entries.append(PlanEntry(hierarchy, default))
-            infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), "default all-reduce", str(default)))
+            entries.append(PlanEntry(hierarchy, default, goal=goal.name))
+            infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), role, str(default)))
     if not entries:
         raise NoSolutionError("no given program is valid on any placement of this request")
     return entries, infos
@@ -315,7 +326,7 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
     if args.reduce is None:
         raise UsageError("give the axes to reduce with --reduce, e.g. --reduce data")
     reduce_axes = resolve_reduce(args, job)
-    resolve_goal(args, supported=ALL_REDUCE_ONLY)
+    goal = resolve_goal(args)
     devices = job.topology.device_count
     if args.nproc is not None and args.nproc != devices:
         raise UsageError(f"--nproc {args.nproc} but the placement has {devices} devices: a program runs on exactly "
@@ -425,6 +436,8 @@ def _bench_argv(args, reduce_axes, programs, sizes) -> list[str]:
     """The command, rebuilt from validated values (programs in canonical form)."""
     argv = ["synth", "bench", *_system_arguments(args), "--axes", args.axes, "--reduce", ",".join(reduce_axes),
             "--hierarchy", args.hierarchy]
+    if getattr(args, "collective", "allreduce") not in (None, "allreduce"):
+        argv += ["--collective", resolve_goal(args).name]
     if args.placement:
         argv += ["--placement", args.placement]
     for option in ("inside", "factor"):

@@ -16,7 +16,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from synth.analysis.goal_rank import goal_program_times
+from synth.collectives import collective
 from synth.export.plan import ITEMSIZE, PlanEntry, buffer_count
+from synth.goals import parse_goal
 from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import program_cost
@@ -37,7 +40,7 @@ class Prediction:
 class BenchRow:
     placement: str
     hierarchy: str
-    role: str  # "synthesized", "default all-reduce" or "baseline all_reduce"
+    role: str  # "synthesized", "default all-reduce" (or "flat <Collective>"), "baseline all_reduce" (or the goal's call)
     program: str
     nbytes: int
     count: int
@@ -71,17 +74,33 @@ def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
         if key not in engines:
             engines[key] = CostEngine(cost_context(entry.hierarchy, topology, backend))
         engine = engines[key]
+        if entry.goal != "allreduce":  # costed as synth/analysis/goal_rank.py ranks them
+            goal = parse_goal(entry.goal)
+            group = entry.hierarchy.group_size
+            counts = [buffer_count(size, group) * ITEMSIZE for size in sizes]
+            times = goal_program_times(engine.context, goal, [entry.program], counts, estimate)[0]
+            factor = collective(goal.collective).bus_factor(group)
+            for nbytes, time in zip(counts, times):
+                algbw = nbytes / float(time)
+                costs[index, nbytes] = (float(time), algbw, algbw * factor)
+            continue
         lowered = lower(entry.program, entry.hierarchy)
         for size in sizes:
             nbytes = buffer_count(size, entry.hierarchy.group_size) * ITEMSIZE
-            costs[index, nbytes] = program_cost(engine.context, lowered, nbytes, estimate, engine)
+            cost = program_cost(engine.context, lowered, nbytes, estimate, engine)
+            costs[index, nbytes] = (cost.time_s, cost.algbw, cost.busbw)
     result = {}
     for nbytes in {key[1] for key in costs}:
-        order = sorted((key for key in costs if key[1] == nbytes), key=lambda key: (costs[key].time_s, key[0]))
+        order = sorted((key for key in costs if key[1] == nbytes), key=lambda key: (costs[key][0], key[0]))
         for rank, key in enumerate(order, start=1):
-            cost = costs[key]
-            result[key] = Prediction(cost.time_s, cost.algbw, cost.busbw, rank)
+            result[key] = Prediction(*costs[key], rank)
     return result
+
+
+# The torch call the runtime times as each goal's baseline (synth/export/torch_runtime.py, flat_call).
+TORCH_CALLS = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter_tensor",
+               "allgather": "all_gather_into_tensor", "alltoall": "all_to_all_single", "broadcast": "broadcast",
+               "reduce": "reduce"}
 
 
 def rows_from_report(report: dict, entries: list[EntryInfo],
@@ -98,7 +117,8 @@ def rows_from_report(report: dict, entries: list[EntryInfo],
     rows = _ranked(rows)
     for result in report["baselines"]:
         entry = entries[result["programs"][0]]
-        rows.append(BenchRow(entry.placement, entry.hierarchy, "baseline all_reduce", "torch.distributed.all_reduce",
+        call = TORCH_CALLS[result.get("goal", "allreduce")]
+        rows.append(BenchRow(entry.placement, entry.hierarchy, f"baseline {call}", f"torch.distributed.{call}",
                              result["bytes"], result["count"], result["time_us"] / 1e6, result["algbw_gbs"] * 1e9,
                              result["busbw_gbs"] * 1e9, "not run"))
     return rows

@@ -432,7 +432,7 @@ def main(plan, argv=None):
             say(format_row(values))
             baselines.setdefault((program["reduction"], count, program.get("goal", "allreduce")), (n, []))[1].append(index)
         say(footer(rows))
-    say("#\n# baseline: one all_reduce over each reduction group (the default all-reduce)")
+    say("#\n# baseline: one call of each program's collective over each reduction group (all_reduce unless named)")
     say(HEADER)
     baseline_rows = []
     for (reduction, count, goal), (n, programs) in sorted(baselines.items()):
@@ -440,7 +440,7 @@ def main(plan, argv=None):
         group = comms[reduction]
         seconds = timed(lambda: flat_call(goal, buffer, group, count // n), args.iters, args.warmup, device)
         values = row(count * itemsize, count, seconds, n, None, args.dtype, goal)
-        baseline_rows.append(dict(values, programs=sorted(set(programs))))
+        baseline_rows.append(dict(values, programs=sorted(set(programs)), goal=goal))
         say(format_row(values) + f"   (programs {','.join(map(str, sorted(set(programs))))})")
     say(footer(baseline_rows))
     if failed:
