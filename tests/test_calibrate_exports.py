@@ -53,7 +53,7 @@ def c_program_output(c_source: str, times_us: dict[int, tuple[float, float, floa
     runtime = resources.files("synth.export").joinpath("nccl_runtime.c").read_text(encoding="utf-8")
     for line in ('printf("# command: %s\\n", COMMAND);', 'printf("# reduction groups: %s\\n", REDUCTION_GROUPS);',
                  'printf("#\\n# the program (in place)\\n");',
-                 'printf("#\\n# baseline: one ncclAllReduce over each reduction group\\n");'):
+                 'printf("#\\n# baseline: one %s over each reduction group\\n", OP_NCCL_NAMES[GOAL_OP]);'):
         assert line in runtime, line
 
     def constant(name: str) -> str:
@@ -105,6 +105,21 @@ def test_the_nccl_c_programs_table_calibrates(run_cli, tmp_path, program, rows_p
     assert {(m.span.level, m.span.size, m.backend) for m in measurements} == {("node", 2, "nccl")}
     code, stdout, stderr = run_cli("calibrate", str(output), "-o", str(tmp_path / "calibrated.toml"))
     assert code == 0 and "wrote" in stderr + stdout, stderr
+
+
+def test_another_goals_baseline_in_the_c_table_is_not_read_as_an_all_reduce(run_cli, tmp_path):
+    """A reduce-scatter program's C table times ncclReduceScatter as its baseline: not an
+    all-reduce measurement, so only the program's own one-call rows are read."""
+    source = tmp_path / "program.c"
+    code, _, stderr = run_cli(*EXPORT, "--program", "AllReduce(InsideGroup(node))", "--format", "nccl", "-o", str(source))
+    assert code == 0, stderr
+    times = {2**k: (10 + 2**k / 1e4, 9 + 2**k / 1e4, 11 + 2**k / 1e4) for k in range(10, 24, 2)}
+    text = c_program_output(source.read_text(), times).replace("baseline: one ncclAllReduce", "baseline: one ncclReduceScatter")
+    output = tmp_path / "output.txt"
+    output.write_text(text)
+    _, measurements = read_measurements(str(output))
+    assert len(measurements) == len(times)  # the program's rows only
+    assert all(abs(m.time_s * 1e6 - times[m.bytes][0]) < 0.006 for m in measurements)
 
 
 def test_an_older_output_and_json_are_refused_with_the_fix(run_cli, tmp_path):

@@ -32,6 +32,7 @@ from synth.names import echo
 GROUPS = re.compile(r"^#\s*reduction groups:\s*(\[.*\])\s*$")
 PROGRAM = re.compile(r"^#\s*program(?: (\d+))?(?: \(.*?\))?: (.*)$")  # torch: "program 0 (label): T"; C: "program: T"
 BASELINE = re.compile(r"^#\s*baseline:")
+OTHER_GOAL_BASELINE = re.compile(r"\bnccl(?!AllReduce\b)[A-Z]\w*")  # the C program's baseline of another goal
 BACKEND = re.compile(r"^#\s*\d+ program\(s\) on \d+ ranks, backend (\w+)")
 OLDER = re.compile(r"^#\s*(\d+ program\(s\) on \d+ ranks, backend|\d+ ranks, reduction groups of n = )")
 PROGRAMS_SUFFIX = re.compile(r"\s+\(programs ([\d,]+)\)\s*$")
@@ -56,6 +57,7 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
                          f"synth wrote the program): export it again with this synth and rerun it")
     backend, programs, groups = "nccl", {}, {}
     current, baseline, columns, rows = 0, False, None, []
+    other_goal = False  # a baseline of another goal's call (ncclReduceScatter, ...): not an all-reduce measurement
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
         found = BACKEND.match(line)
@@ -72,6 +74,7 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
             continue
         if BASELINE.match(line):
             baseline, columns = True, None
+            other_goal = bool(OTHER_GOAL_BASELINE.search(line))
             continue
         if line.startswith("#"):
             names = _table_columns(line.lstrip("#").split())
@@ -86,7 +89,7 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
         owner = int(suffix.group(1).split(",")[0]) if suffix else current
         if suffix:
             line = line[:suffix.start()]
-        if not baseline and not _one_call(programs.get(current, "")):
+        if (baseline and other_goal) or (not baseline and not _one_call(programs.get(current, ""))):
             continue
         tokens = line.split()
         where = f"{path}:{number}"
