@@ -156,6 +156,15 @@ def test_torch_runtime_rounds_like_the_plan():
     assert torch_runtime.parse_size("1kB") == 1000
 
 
+def test_torch_runtime_timeout_flag():
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    assert torch_runtime.parse_args([]).timeout is None  # torch's default for every group
+    assert torch_runtime.parse_args(["--timeout", "90"]).timeout == 90.0
+    for bad in ("0", "-5", "inf", "nan"):
+        with pytest.raises(SystemExit):
+            torch_runtime.parse_args(["--timeout", bad])
+
+
 # --- torch scripts ----------------------------------------------------------------------------------
 
 
