@@ -174,7 +174,7 @@ def test_torch_script_is_standalone_and_embeds_the_plan():
     tree = ast.parse(text)
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"argparse", "fractions", "inspect", "json", "os", "re", "sys", "time", "torch"}, imported
+    assert imported <= {"argparse", "datetime", "fractions", "inspect", "json", "os", "re", "sys", "time", "torch"}, imported
     assign = next(node for node in tree.body if isinstance(node, ast.Assign) and node.targets[0].id == "PLAN")
     embedded = json.loads(ast.literal_eval(assign.value.args[0]))
     assert embedded == json.loads(json.dumps(dict(plan_data(plan), command=PROVENANCE.command)))

@@ -386,7 +386,7 @@ def main(plan, argv=None):
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     shared = False
-    timed = {} if args.timeout is None else {"timeout": timedelta(seconds=args.timeout)}
+    waits = {} if args.timeout is None else {"timeout": timedelta(seconds=args.timeout)}
     if backend == "nccl":
         if not torch.cuda.is_available():
             print("--backend nccl needs a GPU (torch.cuda.is_available() is False): use --backend gloo", file=sys.stderr)
@@ -395,10 +395,10 @@ def main(plan, argv=None):
         shared = share_gpus(int(os.environ["RANK"]))
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device, **timed)
+        dist.init_process_group("nccl", device_id=device, **waits)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", **timed)
+        dist.init_process_group("gloo", **waits)
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != plan["world_size"]:
         if rank == 0:
@@ -408,7 +408,7 @@ def main(plan, argv=None):
         return 2
     # --timeout holds for every group, not only the default one (new_group's own default is the
     # backend's, whatever the default group was given): a rank that disagrees fails in the job's time.
-    comms = Communicators(plan, backend, rank, **timed)
+    comms = Communicators(plan, backend, rank, **waits)
     sizes = sizes_of(args)
     say = print if rank == 0 else (lambda *a, **k: None)
     if plan.get("command"):  # what exported it: `synth calibrate` reads the topology from it
