@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -556,3 +557,64 @@ def test_ctrl_c_of_plan_ranks_the_candidates_found(run_cli, monkeypatch):
     assert code == 130 and "Traceback" not in err
     assert err.splitlines()[-1].startswith("synth plan: interrupted after ")
     assert 1 <= len(json.loads(out)["ranked"]) <= 3
+
+
+EXPORT_TOP_4 = ("export", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--top", "4",
+                "--format", "torch")
+
+
+def test_ctrl_c_of_export_writes_the_files_rendered(run_cli, tmp_path, monkeypatch):
+    """Ctrl-C while the third of four scripts is rendered: the two done are written, whole."""
+    from synth.export import torch_script
+
+    _interrupt_on_call(monkeypatch, torch_script, "render", 3)
+    code, out, err = run_cli(*EXPORT_TOP_4, "-o", str(tmp_path / "out"))
+    assert code == 130 and "Traceback" not in err
+    one_line(err, "synth export: interrupted after writing 2 of 4 file(s)")
+    written = sorted(path.name for path in (tmp_path / "out").iterdir())
+    assert written == ["program_1.py", "program_2.py"]  # no temporary file left beside them
+    assert out.splitlines() == [f"wrote {tmp_path / 'out' / name}" for name in written]
+    for name in written:
+        compile((tmp_path / "out" / name).read_text(), name, "exec")  # a whole script
+
+
+def test_ctrl_c_while_export_writes_keeps_the_files_written(run_cli, tmp_path, monkeypatch):
+    from synth.commands import export
+
+    _interrupt_on_call(monkeypatch, export, "write_text", 2)
+    code, _, err = run_cli(*EXPORT_TOP_4, "-o", str(tmp_path / "out"))
+    assert code == 130 and "Traceback" not in err
+    one_line(err, "synth export: interrupted after writing 1 of 4 file(s)")
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["program_1.py"]
+
+
+def test_ctrl_c_of_export_before_a_file_is_rendered_writes_nothing(run_cli, tmp_path, monkeypatch):
+    from synth.export import torch_script
+
+    _interrupt_on_call(monkeypatch, torch_script, "render", 1)
+    code, out, err = run_cli(*EXPORT_TOP_4, "--batch", "-o", str(tmp_path / "all.py"))
+    assert code == 130 and out == ""
+    one_line(err, "synth export: interrupted before a file was complete: nothing written")
+    assert not (tmp_path / "all.py").exists()
+
+
+def test_ctrl_c_of_fusion_says_there_is_no_partial_plan(run_cli, monkeypatch):
+    """The buckets come from one optimization over all the tensors: nothing partial to print."""
+    from synth.analysis import fusion
+
+    _interrupt_on_call(monkeypatch, fusion, "optimal_ranges", 1)
+    code, out, err = run_cli("fusion", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data",
+                             "--tensors", "1MiB,4MiB", "-L", "3")
+    assert code == 130 and out == ""
+    one_line(err, "synth fusion: interrupted before the plan was complete", "nothing to show")
+
+
+def test_a_real_ctrl_c_of_fusion_is_one_line_and_130():
+    """SIGINT as a terminal sends it, a few seconds into a planning run of tens of seconds
+    (run from the checkout, so that the checkout's synth is the one run)."""
+    tensors = ",".join(["1MiB", "3MiB", "7KiB"] * 600)
+    done = _interrupt_after(["fusion", "--topology", "dgx-a100-x4", "--axes", "data=8,model=4", "--reduce", "data",
+                             "--placement", "[[4,2],[1,4]]", "--tensors", tensors, "--exact"], 4,
+                            Path(__file__).resolve().parents[1])
+    assert done.returncode == 130 and "Traceback" not in done.stderr and done.stdout == "", done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "interrupted" in done.stderr  # while loading: "synth: interrupted"

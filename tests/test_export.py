@@ -156,6 +156,15 @@ def test_torch_runtime_rounds_like_the_plan():
     assert torch_runtime.parse_size("1kB") == 1000
 
 
+def test_torch_runtime_timeout_flag():
+    torch_runtime = pytest.importorskip("synth.export.torch_runtime")
+    assert torch_runtime.parse_args([]).timeout is None  # torch's default for every group
+    assert torch_runtime.parse_args(["--timeout", "90"]).timeout == 90.0
+    for bad in ("0", "-5", "inf", "nan"):
+        with pytest.raises(SystemExit):
+            torch_runtime.parse_args(["--timeout", bad])
+
+
 # --- torch scripts ----------------------------------------------------------------------------------
 
 
@@ -165,7 +174,7 @@ def test_torch_script_is_standalone_and_embeds_the_plan():
     tree = ast.parse(text)
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"argparse", "fractions", "inspect", "json", "os", "re", "sys", "time", "torch"}, imported
+    assert imported <= {"argparse", "datetime", "fractions", "inspect", "json", "os", "re", "sys", "time", "torch"}, imported
     assign = next(node for node in tree.body if isinstance(node, ast.Assign) and node.targets[0].id == "PLAN")
     embedded = json.loads(ast.literal_eval(assign.value.args[0]))
     assert embedded == json.loads(json.dumps(dict(plan_data(plan), command=PROVENANCE.command)))

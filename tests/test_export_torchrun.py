@@ -133,3 +133,19 @@ def test_bench_top_k_puts_predictions_beside_measurements(run_cli, tmp_path):
     assert 2 <= len(rows) <= 3  # the top 2, and the default all-reduce when it is not among them
     assert sorted(int(row["simulator_rank"]) for row in rows) == list(range(1, len(rows) + 1))
     assert all(float(row["predicted_time_us"]) > 0 and row["check"] == "ok" for row in rows)
+
+
+def test_timeout_reaches_the_scripts_groups(run_cli, tmp_path):
+    """--timeout is given to the groups the script creates too (torch gives new_group the
+    backend's 30 minutes otherwise): a rank that never joins a step fails the run in seconds."""
+    script = tmp_path / "program.py"
+    code, _, stderr = run_cli("export", *LEVELS_2X2, "--program", PROGRAM, "--format", "torch", "-o", str(script))
+    assert code == 0, stderr
+    text = script.read_text()
+    anchor = "    sizes = sizes_of(args)\n"
+    assert anchor in text
+    stuck = tmp_path / "stuck.py"  # rank 3 stays away after the communicators are made
+    stuck.write_text(text.replace(anchor, anchor + "    if rank == 3:\n        time.sleep(600)\n", 1))
+    result = torchrun(stuck, 4, FAST + ["--bytes", "4KiB", "--timeout", "3"], timeout=150)  # LaunchError if it hangs
+    assert result.returncode != 0
+    assert "Timed out waiting 3000ms" in result.log, result.log[-4000:]  # gloo's words, with --timeout's 3 s

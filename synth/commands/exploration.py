@@ -286,8 +286,15 @@ def run_fusion(args) -> int:
     if hierarchy.group_size == 1:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to fuse")
     check_search([hierarchy], args.max_len)
-    plan = plan_fusion(cost_context(hierarchy, job.topology, args.backend), tensors, compute_rate=rate,
-                       max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
+    try:
+        plan = plan_fusion(cost_context(hierarchy, job.topology, args.backend), tensors, compute_rate=rate,
+                           max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
+    except KeyboardInterrupt:
+        # Nothing partial is worth printing: the buckets come from one optimization over all the
+        # tensors (a prefix's optimum is no plan for the step), and the comparison with DDP needs
+        # the same bucket costs, found by the search the interrupt stopped.
+        raise KeyboardInterrupt("interrupted before the plan was complete (its buckets come from one optimization "
+                                "over all the tensors): nothing to show") from None
     if args.json:
         print_json(_fusion_json(plan, hierarchy, args))
         return 0

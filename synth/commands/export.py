@@ -7,7 +7,7 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
                                    add_output_option, add_size_options, add_top_option, echo, flagged, hierarchy_for,
@@ -193,25 +193,42 @@ def run_export(args) -> int:
     provenance = Provenance(tuple(argv))
     metadata = placement_metadata(job.topology, placement)
 
-    # Render everything before writing anything.
-    if args.format == "mesh":
-        if hierarchy is not None:
+    # Render everything before writing anything (an error in one file leaves none written);
+    # Ctrl-C writes the files rendered before it, each whole.
+    several = args.format in ("torch", "nccl") and not args.batch and len(programs) > 1
+    total, files, interrupted = len(programs) if several else 1, [], False
+    try:
+        if args.format == "mesh":
+            if hierarchy is not None:
+                metadata.update(hierarchy_metadata(hierarchy))
+            files.append(mesh.render(placement, provenance, metadata))
+        elif args.format == "json":
+            _check_json_size(hierarchy, programs, goal.name)
             metadata.update(hierarchy_metadata(hierarchy))
-        files = [mesh.render(placement, provenance, metadata)]
-    elif args.format == "json":
-        _check_json_size(hierarchy, programs, goal.name)
-        metadata.update(hierarchy_metadata(hierarchy))
-        plan = build_plan(PlanEntry(hierarchy, program, goal=goal.name) for program in programs)
-        files = [json_plan.render(plan, provenance, metadata, nbytes)]
-    else:
-        module = torch_script if args.format == "torch" else nccl_c
-        if args.batch:
-            files = [module.render(build_plan(PlanEntry(hierarchy, p, goal=goal.name) for p in programs), provenance)]
+            plan = build_plan(PlanEntry(hierarchy, program, goal=goal.name) for program in programs)
+            files.append(json_plan.render(plan, provenance, metadata, nbytes))
         else:
-            files = [module.render(build_plan([PlanEntry(hierarchy, program, goal=goal.name)]), provenance)
-                     for program in programs]
-    for path in _write(args.output, files, EXTENSIONS[args.format]):
-        print(f"wrote {path}")
+            module = torch_script if args.format == "torch" else nccl_c
+            if args.batch:
+                files.append(module.render(build_plan(PlanEntry(hierarchy, p, goal=goal.name) for p in programs),
+                                           provenance))
+            else:
+                for program in programs:
+                    files.append(module.render(build_plan([PlanEntry(hierarchy, program, goal=goal.name)]), provenance))
+    except KeyboardInterrupt:
+        if not files:
+            raise KeyboardInterrupt("interrupted before a file was complete: nothing written") from None
+        interrupted = True
+    written = 0
+    try:
+        for path in _write(args.output, files, EXTENSIONS[args.format], several):
+            written += 1
+            print(f"wrote {path}")
+    except KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt(f"interrupted after writing {written} of {total} file(s) (each whole, through the "
+                                f"usual atomic writer); the rest were not written")
     return 0
 
 
@@ -231,12 +248,12 @@ def _check_json_size(hierarchy, programs, goal="allreduce") -> None:
                          f"use --format torch or nccl, which build the groups at run time, or fewer devices")
 
 
-def _write(option: str, files: list[str], extension: str) -> list[Path]:
-    """One file at -o PATH, or several as PATH/program_1.py, program_2.py, ... (numbered from 1,
-    as every table numbers programs and placements)."""
+def _write(option: str, files: list[str], extension: str, several: bool) -> Iterator[Path]:
+    """One file at -o PATH, or (`several`) PATH/program_1.py, program_2.py, ... (numbered from
+    1, as every table numbers programs and placements); yields each path once it is written."""
     output = Path(option)
     try:
-        if len(files) == 1:
+        if not several:
             paths = [output]
             if output.is_dir():
                 raise UsageError(f"-o {echo(option)} is a directory; give a file name, e.g. "
@@ -247,11 +264,14 @@ def _write(option: str, files: list[str], extension: str) -> list[Path]:
                                  "(or --batch for one torch script)")
             paths = [output / f"program_{index}{extension}" for index in range(1, len(files) + 1)]
         paths[0].parent.mkdir(parents=True, exist_ok=True)
-        for path, text in zip(paths, files):
-            write_text(path, text, f"-o {path}")
     except OSError as error:
         raise UsageError(f"-o {echo(option)}: cannot write it ({error.strerror or error})") from None
-    return paths
+    for path, text in zip(paths, files):
+        try:
+            write_text(path, text, f"-o {path}")
+        except OSError as error:
+            raise UsageError(f"-o {echo(option)}: cannot write it ({error.strerror or error})") from None
+        yield path
 
 
 # --- bench -------------------------------------------------------------------------------------

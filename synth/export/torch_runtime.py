@@ -30,6 +30,7 @@ import os
 import re
 import sys
 import time
+from datetime import timedelta
 from fractions import Fraction
 
 import torch
@@ -95,7 +96,12 @@ def parse_args(argv):
                         help="element type (nccl-tests -d names; default float)")
     parser.add_argument("--check", action="store_true", help="compare with a plain all_reduce; exit 1 on mismatch")
     parser.add_argument("--json-out", metavar="PATH", help="rank 0 writes every row here as JSON")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="how long a collective waits for the other ranks before it fails, for the default "
+                             "group and every group the script creates (default: the backend's, 10 or 30 minutes)")
     args = parser.parse_args(argv)
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        parser.error(f"--timeout {args.timeout} must be a positive number of seconds")
     if args.iters < 1 or args.warmup < 0 or args.stepfactor < 2:
         parser.error("-n/--iters must be >= 1, -w/--warmup >= 0 and -f >= 2")
     if (args.minbytes is None) != (args.maxbytes is None):
@@ -380,6 +386,7 @@ def main(plan, argv=None):
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     shared = False
+    waits = {} if args.timeout is None else {"timeout": timedelta(seconds=args.timeout)}
     if backend == "nccl":
         if not torch.cuda.is_available():
             print("--backend nccl needs a GPU (torch.cuda.is_available() is False): use --backend gloo", file=sys.stderr)
@@ -388,10 +395,10 @@ def main(plan, argv=None):
         shared = share_gpus(int(os.environ["RANK"]))
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
+        dist.init_process_group("nccl", device_id=device, **waits)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", **waits)
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != plan["world_size"]:
         if rank == 0:
@@ -399,7 +406,9 @@ def main(plan, argv=None):
                   f"use torchrun --nproc-per-node {plan['world_size']} (times the number of nodes)", file=sys.stderr)
         dist.destroy_process_group()
         return 2
-    comms = Communicators(plan, backend, rank)
+    # --timeout holds for every group, not only the default one (new_group's own default is the
+    # backend's, whatever the default group was given): a rank that disagrees fails in the job's time.
+    comms = Communicators(plan, backend, rank, **waits)
     sizes = sizes_of(args)
     say = print if rank == 0 else (lambda *a, **k: None)
     if plan.get("command"):  # what exported it: `synth calibrate` reads the topology from it
