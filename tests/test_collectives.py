@@ -118,8 +118,9 @@ def test_the_c_runtime_has_one_op_per_record_in_the_same_order():
     source = resources.files("synth.export").joinpath("nccl_runtime.c").read_text(encoding="utf-8")
     enum = re.search(r"enum\s*\{([^}]*)\}", source).group(1)
     names = re.search(r"OP_NAMES\[\]\s*=\s*\{([^}]*)\}", source).group(1)
-    assert [op.strip() for op in enum.split(",")] == [OPS[name] for name in collective_names()]
-    assert re.findall(r'"(\w+)"', names) == list(collective_names())
+    # one op per collective record, in order, then the one local step (Permute: no communicator)
+    assert [op.strip() for op in enum.split(",")] == [OPS[name] for name in collective_names()] + ["OP_PERMUTE"]
+    assert re.findall(r'"(\w+)"', names) == list(collective_names()) + ["Permute"]
 
 
 def test_the_torch_runtime_dispatches_every_record_and_nothing_else():
