@@ -243,10 +243,12 @@ def _formula(classes: tuple[InstructionClass, ...], remaining: int,
         members = [i for i, found in enumerate(classes) if found[fact]]
         return z3.Or([choice[t] == i for i in members]) if members else z3.BoolVal(False)
 
-    def growth(t):
+    def growth(t, fact: int = 0):
+        """The doublings step t brings (fact[5]) when its class has `fact` (0: any growth; 1: a
+        step that leaves a partial range, i.e. a halving)."""
         expression = z3.IntVal(0)
         for i, found in enumerate(classes):
-            if found[0] and found[5]:
+            if found[fact] and found[5]:
                 expression = z3.If(choice[t] == i, found[5], expression)
         return expression
 
@@ -267,13 +269,6 @@ def _formula(classes: tuple[InstructionClass, ...], remaining: int,
         solver.add(z3.Implies(empty, z3.Or(fills)))
     if single:  # halvings come from block-delivering steps (their growth), or a root copy replaces the range
 
-        def halvings(t):
-            expression = z3.IntVal(0)
-            for i, found in enumerate(classes):
-                if found[1] and found[5]:
-                    expression = z3.If(choice[t] == i, found[5], expression)
-            return expression
-
-        total = z3.Sum([halvings(t) for t in range(remaining)])
+        total = z3.Sum([growth(t, 1) for t in range(remaining)])
         solver.add(total >= split_min, z3.Or(total >= split, z3.Or(fills)))
     return _Formula(solver, choice[0], need, partial, empty, split, split_min)
