@@ -32,15 +32,19 @@ def _selene(nodes):
     return dataclasses.replace(topology, levels=(node,) + topology.levels[1:])
 
 
+def _opt_175b():
+    """GPT-3 175B on 992 Selene A100s, tensor parallelism 8 within the node (as OPT-175B was trained)."""
+    model = dataclasses.replace(PRESETS["gpt3-175b"], global_batch=992)
+    topology = _selene(124)
+    degrees = Degrees(124, 8, 1)
+    return (model, compute_of(topology.device, model.precision), CommunicationCosts(topology), degrees,
+            published_placement(degrees, topology))
+
+
 def test_175b_on_992_a100_fits_with_zero3_only():
     """A 175B model on 992 A100 80GB with tensor parallelism 8 (124 replicas, as OPT-175B was
     trained): the ZeRO-1 states alone exceed 80 GiB, ZeRO-3 fits, ZeRO-2 in between."""
-    model = dataclasses.replace(PRESETS["gpt3-175b"], global_batch=992)
-    topology = _selene(124)
-    compute = compute_of(topology.device, model.precision)
-    costs = CommunicationCosts(topology)
-    degrees = Degrees(124, 8, 1)
-    placement = published_placement(degrees, topology)
+    model, compute, costs, degrees, placement = _opt_175b()
     memory = {}
     for zero in (1, 2, 3):
         settings = Settings(8, 1, True, "full", True, True, zero=zero)
@@ -56,12 +60,7 @@ def test_175b_on_992_a100_fits_with_zero3_only():
 def test_zero3_gathers_every_layer_every_micro_batch():
     """Smaller micro-batches re-gather the weights more often per token: the exposed data-parallel
     time per step grows as the micro-batch shrinks, and overlapping never costs more."""
-    model = dataclasses.replace(PRESETS["gpt3-175b"], global_batch=992)
-    topology = _selene(124)
-    compute = compute_of(topology.device, model.precision)
-    costs = CommunicationCosts(topology)
-    degrees = Degrees(124, 8, 1)
-    placement = published_placement(degrees, topology)
+    model, compute, costs, degrees, placement = _opt_175b()
     exposed = []
     for micro in (1, 2, 8):
         overlapped = predict(model, compute, costs, degrees, placement, Settings(micro, 1, True, "full", True, True, zero=3))

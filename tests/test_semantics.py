@@ -250,20 +250,13 @@ def test_paper_strategies_and_the_classic_are_valid(text, quotient):
 # --- the quotient machine decides as the explicit one does ------------------------------------------
 
 
-@st.composite
-def hierarchy_and_program(draw):
-    """A hierarchy of 1..3 levels of sizes 1..4 and a program of 1..5 steps. Half of the steps
-    are drawn among those the explicit machine accepts from the current state, so valid
-    programs and late failures are common, not just first-step failures."""
-    sizes = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
-    assert product(sizes) <= 64
-    names = tuple(f"l{i}" for i in range(len(sizes)))
-    oracle = Semantics(names, sizes, quotient=False)
-    spellings = [Step(c, f, n) for c in collective_names() for f in form_names() for n in names]
+def _draw_steps(draw, oracle, spellings) -> Program:
+    """1..5 steps of `spellings`, each half the time drawn among those the explicit machine
+    accepts from the current state (until the goal is reached or a step is refused)."""
     steps, state = [], oracle.initial
     for _ in range(draw(st.integers(1, 5))):
         accepted = []
-        if state is not None and state != oracle.goal:
+        if state is not None and not oracle.is_goal(state):
             for step in spellings:
                 try:
                     accepted.append((step, oracle.apply(state, oracle.instruction_of(step))))
@@ -275,7 +268,20 @@ def hierarchy_and_program(draw):
             step = draw(st.sampled_from(spellings))
             state = None
         steps.append(step)
-    return names, sizes, Program(tuple(steps))
+    return Program(tuple(steps))
+
+
+@st.composite
+def hierarchy_and_program(draw):
+    """A hierarchy of 1..3 levels of sizes 1..4 and a program of 1..5 steps. Half of the steps
+    are drawn among those the explicit machine accepts from the current state, so valid
+    programs and late failures are common, not just first-step failures."""
+    sizes = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    assert product(sizes) <= 64
+    names = tuple(f"l{i}" for i in range(len(sizes)))
+    oracle = Semantics(names, sizes, quotient=False)
+    spellings = [Step(c, f, n) for c in collective_names() for f in form_names() for n in names]
+    return names, sizes, _draw_steps(draw, oracle, spellings)
 
 
 def _verdict(semantics: Semantics, program: Program):
@@ -389,22 +395,7 @@ def goal_hierarchy_and_program(draw):
     oracle = Semantics(names, sizes, quotient=False, goal=goal)
     spellings = [Step(c, f, n) for c in oracle.goal_kind.alphabet for f in form_names() for n in names]
     spellings += [step for step, instruction in oracle.alphabet if instruction.is_permute]
-    steps, state = [], oracle.initial
-    for _ in range(draw(st.integers(1, 5))):
-        accepted = []
-        if state is not None and not oracle.is_goal(state):
-            for step in spellings:
-                try:
-                    accepted.append((step, oracle.apply(state, oracle.instruction_of(step))))
-                except StepFailure:
-                    pass
-        if accepted and draw(st.booleans()):
-            step, state = draw(st.sampled_from(accepted))
-        else:
-            step = draw(st.sampled_from(spellings))
-            state = None
-        steps.append(step)
-    return goal, names, sizes, Program(tuple(steps))
+    return goal, names, sizes, _draw_steps(draw, oracle, spellings)
 
 
 @settings(max_examples=300, deadline=None)
