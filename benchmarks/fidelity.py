@@ -42,7 +42,7 @@ from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement, RunInfo, Span
 from synth.calibrate.nccl_fit import calibrate_nccl, launch_of
 from synth.model.nccl import bus_factor
-from synth.model.nccl_hardware import estimate_group, group_layout, nccl_view, with_launch
+from synth.model.nccl.hardware import estimate_group, group_layout, nccl_view, with_launch
 from synth.topology import Figure, ProtocolFactors, Topology
 from synth.topology_file import load_topology
 from synth.units import format_bytes

@@ -41,7 +41,7 @@ from synth.analysis.findings import (Spread, Wins, data_model_jobs, job_text, mu
 from synth.analysis.programs import ProgramSets
 from synth.analysis.sweep import FIELDS, SweepRow, run_sweep
 from synth.model.algorithms import NCCL_FLOWS
-from synth.model.nccl_hardware import estimate_group
+from synth.model.nccl.hardware import estimate_group
 from synth.topology import Figure, Topology
 from synth.topology_file import load_topology
 from synth.units import format_bandwidth, format_bytes, format_time
@@ -161,7 +161,7 @@ def render_spread(command: str, systems: list[Topology], spreads: dict[str, list
               "device gets inside a node to what it gets of the shared uplinks, scaled by how many groups share "
               "them, and it grows with size as transfer time overtakes latency. These are predictions of the "
               "model (synth/model), not measurements: NCCL's own choice of algorithm, protocol and channels per "
-              "call and its time on the hardware (synth/model/nccl.py: NCCL's latencies, the efficiency it reaches "
+              "call and its time on the hardware (synth/model/nccl/: NCCL's latencies, the efficiency it reaches "
               "on each link, TCP streams), every group's calls sharing the links (fluid max-min sharing), and the "
               "line rates of the topology files. The published figure is a measurement, which also contains what "
               "the model leaves out (TCP's own behaviour under load, contention outside the job)."]
@@ -313,9 +313,9 @@ def render_wins(command: str, sweeps: dict[str, list[JobSweep]], systems: list[T
         "by more than float rounding. Speedup = default time / best time, 1x where the default is best; "
         "`mean (all)` averages over every pair, `mean (wins)` over the wins only. Shares pool the four sizes "
         f"({', '.join(format_bytes(size) for size in WIN_SIZES)} per device) unless a size is named.")
-    lines += ["", "The model: NCCL as measured (the `nccl` backend, synth/model/nccl_backend.py): per call the "
+    lines += ["", "The model: NCCL as measured (the `nccl` backend, synth/model/nccl/backend.py): per call the "
               "algorithm, protocol and channels NCCL 2.26 picks and the time NCCL's own model of the hardware gives "
-              "(synth/model/nccl.py: latency, size ramp, the efficiency NCCL reaches on each link, TCP streams over "
+              "(synth/model/nccl/: latency, size ramp, the efficiency NCCL reaches on each link, TCP streams over "
               "sockets), every reduction group's calls sharing the links; the pipelined estimate (groups do not wait "
               "for each other between steps), the tool's default since it matched the emulated cluster better "
               "(results/estimate-choice/README.md). The other variants are for comparison: the lockstep sum of steps, the "
@@ -427,7 +427,7 @@ READING = (
     "the ring steps that cross the network (NCCL's per-hop latencies, x1.9 for a Volta ring across nodes), so a "
     "flat all-reduce over the 32 GPUs of `gcp-n1-v100-4x8` is latency-bound up to about 1 MiB while a program "
     "whose cross-VM step runs over one GPU per VM pays a few hops; (2) NCCL's choice, made from its own tables, "
-    "not the fastest on the hardware; (3) TCP through a multi-GPU VM's host (synth/model/nccl.py "
+    "not the fastest on the hardware; (3) TCP through a multi-GPU VM's host (synth/model/nccl/transports.py "
     "host_stream_share): a TCP stream moves 1/k of its one-GPU rate when k GPUs of the VM are in the call, so a "
     "flat call over 8-GPU VMs is held to its streams (2.80 GB/s busbw for 4 x 8 at 256 MiB, NVIDIA/nccl#209 "
     "measured 2.81) while one-GPU-per-VM groups reach the VM's line (3.99 GB/s): a program that sends its "

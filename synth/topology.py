@@ -13,7 +13,7 @@ system; `fabric` is a shared medium all of a level's traffic inside one parent c
 `collectives` replaces bandwidth and latency for single collectives (what `synth calibrate`
 measures per collective).
 
-How NCCL runs on the system (synth/model/nccl.py reads it through synth/model/nccl_hardware.py):
+How NCCL runs on the system (synth/model/nccl/ reads it through synth/model/nccl/hardware.py):
 a level's `link` kind (nvswitch, nvlink, pcie inside a node; infiniband, roce, ethernet,
 loopback between nodes), the `transport` NCCL uses over a network level (ib, socket, plugin),
 the `efficiency` NCCL reaches on the level's links (a fraction of the line rate, which stays
@@ -94,7 +94,7 @@ class Transport:
 @dataclass(frozen=True)
 class ProtocolFactors:
     """What NCCL reaches with one protocol (LL, LL128, Simple) on calls spanning a level,
-    relative to the NCCL model (synth/model/nccl.py ProtocolFigures): `bandwidth`, the achieved
+    relative to the NCCL model (synth/model/nccl/system.py ProtocolFigures): `bandwidth`, the achieved
     rate over the modelled one, and `latency`, the achieved latency over NCCL's own; each a
     dimensionless figure with its source, or None for NCCL's own (1)."""
 
@@ -115,7 +115,7 @@ class NcclSystem:
     algorithms: tuple[str, ...] = ()
     protocols: tuple[str, ...] = ()
     buffsize: int | None = None  # NCCL_BUFFSIZE when the system sets it
-    # How calls are launched (synth/model/nccl_launch.py): GPUs one host thread drives (1: one
+    # How calls are launched (synth/model/nccl/launch.py): GPUs one host thread drives (1: one
     # process per GPU, as torchrun and Megatron launch; N: nccl-tests -g N, a single-process
     # multi-GPU program), and whether the calls are captured in CUDA graphs.
     gpus_per_thread: int = 1
@@ -160,7 +160,7 @@ class Level:
     uplinks: Uplinks | None = None
     collectives: tuple[tuple[str, CollectiveFigures], ...] = ()
     fabric: Figure | None = None  # bytes/s, the level's whole traffic inside one parent
-    # How NCCL runs over this level (synth/model/nccl_hardware.py):
+    # How NCCL runs over this level (synth/model/nccl/hardware.py):
     link: LinkKind | None = None
     transport: Transport | None = None
     efficiency: Figure | None = None  # fraction of the line rate NCCL moves data at

@@ -59,7 +59,7 @@ direction, so a step's time is at least the level's traffic in one parent over t
 the per-device `bandwidth` still caps each device. Per-collective figures scale it like the
 uplinks.
 
-How NCCL runs on the system (synth/model/nccl.py, the NCCL performance model) takes a few more
+How NCCL runs on the system (synth/model/nccl/, the NCCL performance model) takes a few more
 optional keys. Line rates stay the facts in `bandwidth` and `uplinks`; what NCCL reaches on
 them is a separate figure with its own source::
 
@@ -88,7 +88,7 @@ A `transport` may also give, for sockets, `sockets` (streams per connection: NCC
 x NCCL_NSOCKS_PERTHREAD; default NCCL's for the NIC `vendor`: aws, gcp or other) and `stream`
 (what one stream moves, e.g. "25 Gb/s"); for a plugin, `latency` (what it reports, added to each
 network step) and `unpack = true` when its receive side unpacks on the GPU. Without these keys
-the NCCL model assumes defaults and says which (synth/model/nccl_hardware.py).
+the NCCL model assumes defaults and says which (synth/model/nccl/hardware.py).
 
 `synth calibrate` also records what it fitted on, so a ranking can say how sure it is::
 
@@ -125,10 +125,10 @@ _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
                "link", "transport", "efficiency", "overhead", "protocols")
-from synth.model.nccl_names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  # noqa: E402 - NCCL's names, once
-from synth.model.nccl_names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
-from synth.model.nccl_names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
-from synth.model.nccl_names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
+from synth.model.nccl.names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  # noqa: E402 - NCCL's names, once
+from synth.model.nccl.names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
+from synth.model.nccl.names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
+from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",

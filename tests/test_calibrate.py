@@ -22,7 +22,7 @@ def collective_names():
     return CALIBRATED
 from synth.placement import make_placement, parse_axes
 from synth.model import CostEngine, StepCalls, cost_context
-from synth.model.nccl_hardware import estimate_group
+from synth.model.nccl.hardware import estimate_group
 from synth.topology_file import load_topology
 
 NODES, GPUS = 2, 4
@@ -130,7 +130,7 @@ class Truth:
         self.member_of = {device: member for member, device in enumerate(hierarchy.groups[0])}
 
     def time(self, collective: str, devices: tuple[int, ...], nbytes: int) -> float:
-        if self.backend == "nccl":  # the NCCL model (synth/model/nccl.py) that synth calibrate fits for nccl
+        if self.backend == "nccl":  # the NCCL model (synth/model/nccl/) that synth calibrate fits for nccl
             return estimate_group(self.topology, devices, collective, nbytes).time_s
         members = tuple(sorted(self.member_of[d] for d in devices))
         # chunks = N of the all-device group: the call's range is then exactly nbytes

@@ -22,7 +22,7 @@ from synth.lowering import lower
 from synth.model import (DEFAULT_ESTIMATE, ESTIMATES, LOCKSTEP, PIPELINED, CostEngine, StepCalls, cost_context,
                          engine_for, program_cost)
 from synth.model.algorithms import GLOO, NCCL_FLOWS
-from synth.model.nccl_hardware import estimate_group
+from synth.model.nccl.hardware import estimate_group
 from synth.placement import enumerate_placements, parse_axes
 from synth.topology_file import load_topology
 

@@ -1,4 +1,4 @@
-"""The `nccl` backend (synth/model/nccl_backend.py): the NCCL model of synth/model/nccl.py
+"""The `nccl` backend (synth/model/nccl/backend.py): the NCCL model of synth/model/nccl/
 behind the costing engine. A call alone costs exactly what the NCCL model says; sharing links
 with other groups' calls only ever adds time, and adds none while a call's own streams or
 protocol hold it back; the time of a call alone never decreases with its bytes."""
@@ -19,8 +19,8 @@ from synth.analysis.rank import rank_programs
 from synth.model.bound import bound_line
 from synth.model.cost import baseline_program
 from synth.model.nccl import PAYLOAD
-from synth.model.nccl_backend import NCCL_MEASURED, envelope, shape_of
-from synth.model.nccl_hardware import estimate_group
+from synth.model.nccl.backend import NCCL_MEASURED, envelope, shape_of
+from synth.model.nccl.hardware import estimate_group
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
 from synth.topology import Figure

@@ -9,7 +9,7 @@ import pytest
 from synth.analysis.rank import Ranker
 from synth.model.bound import achievable_bound, lower_bound
 from synth.model.context import cost_context
-from synth.model.nccl_hardware import level_efficiencies
+from synth.model.nccl.hardware import level_efficiencies
 from synth.topology_file import load_topology
 from tests.test_simulate import CASES, hierarchy_of
 

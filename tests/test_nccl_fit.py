@@ -16,7 +16,7 @@ from synth.calibrate import read_measurements
 from synth.calibrate.measurements import Measurement, Span
 from synth.calibrate.nccl_fit import calibrate_nccl
 from synth.model import nccl
-from synth.model.nccl_hardware import estimate_group, nccl_view
+from synth.model.nccl.hardware import estimate_group, nccl_view
 from synth.topology import Figure, ProtocolFactors
 from synth.topology_file import load_topology, render_topology
 

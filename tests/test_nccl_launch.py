@@ -1,4 +1,4 @@
-"""The per-call host floor of the NCCL model (synth/model/nccl.py launch_floor_s): NCCL launches
+"""The per-call host floor of the NCCL model (synth/model/nccl/launch.py launch_floor_s): NCCL launches
 a call's kernel on every GPU the calling thread drives, one communicator after another
 (src/group.cc groupLaunch -> src/enqueue.cc ncclLaunchKernel), so back-to-back calls take at
 least that host time; the cases below are worked out by hand from NCCL 2.26.2's latency table
@@ -13,9 +13,9 @@ import pytest
 from synth.calibrate.measurements import Measurement, RunInfo, Span
 from synth.calibrate.nccl_fit import calibrate_nccl, launch_of
 from synth.model import nccl
-from synth.model import nccl_tables as T
+from synth.model.nccl import launch as T
 from synth.model.nccl import Call, Hardware, Link, estimate
-from synth.model.nccl_hardware import estimate_group, nccl_view, with_launch
+from synth.model.nccl.hardware import estimate_group, nccl_view, with_launch
 from synth.topology_file import load_topology
 
 GB = 1e9

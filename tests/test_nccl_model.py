@@ -1,4 +1,4 @@
-"""The NCCL model (synth/model/nccl.py) against cases worked out by hand from NCCL 2.26.2's
+"""The NCCL model (synth/model/nccl/) against cases worked out by hand from NCCL 2.26.2's
 source, and its physical sanity. Line numbers are src/graph/tuning.cc, search.cc and
 connect.cc at tag v2.26.2-1 unless said otherwise."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from synth.model import nccl
 from synth.model.nccl import Call, Hardware, Link, Network, choose, estimate, estimate_for, search, tuning
-from synth.model.nccl_hardware import estimate_group, nccl_view
+from synth.model.nccl.hardware import estimate_group, nccl_view
 from synth.topology_file import load_topology
 
 GB = 1e9

@@ -1,4 +1,4 @@
-"""NCCL's names are defined once (synth/model/nccl_names.py) and every reader uses them; one bus
+"""NCCL's names are defined once (synth/model/nccl/names.py) and every reader uses them; one bus
 factor (the collective's record); NCCL's table looked up by key."""
 
 from __future__ import annotations
@@ -8,18 +8,23 @@ import math
 from synth import topology_file
 from synth.calibrate import nccl_fit
 from synth.collectives import RECORDS
-from synth.model import cost, nccl, nccl_hardware, nccl_names, nccl_tables
+from synth.model import cost, nccl
+from synth.model.nccl import hardware as nccl_hardware
+from synth.model.nccl import names as nccl_names
+from synth.model.nccl import system, tables as nccl_tables
 from synth.model.nccl import Call, Hardware, Link, tuning
 
 
 def test_every_reader_uses_the_one_definition():
-    assert topology_file.GENERATIONS is nccl_names.GENERATIONS is nccl_tables.GENERATIONS
-    assert topology_file.NCCL_PROTOCOLS is nccl_names.PROTOCOLS is nccl_tables.PROTOCOLS is nccl_fit.PROTOCOLS
+    assert topology_file.GENERATIONS is nccl_names.GENERATIONS is nccl.GENERATIONS
+    assert topology_file.NCCL_PROTOCOLS is nccl_names.PROTOCOLS is nccl.PROTOCOLS is nccl_fit.PROTOCOLS
+    assert nccl_tables.PROTOCOLS is nccl_names.PROTOCOLS
     assert topology_file.TRANSPORT_KINDS is nccl_names.TRANSPORTS is nccl.TRANSPORTS
     assert topology_file.NETWORK_LINK_KINDS is nccl_names.NETWORK_LINK_KINDS is nccl.NET_KINDS
-    assert nccl_hardware.NETWORK_KINDS is nccl.NET_KINDS
+    assert nccl_hardware.NETWORK_KINDS is nccl.NET_KINDS is system.NET_KINDS
+    assert nccl.COLLECTIVES is nccl_names.COLLECTIVES
     assert set(topology_file.LINK_KINDS) == set(nccl.INTRA_KINDS) - {"none"} | set(nccl.NET_KINDS)
-    assert set(nccl_names.SELECTABLE_ALGORITHMS) <= set(nccl_tables.ALGORITHMS)
+    assert set(nccl_names.SELECTABLE_ALGORITHMS) <= set(nccl_names.ALGORITHMS)
     assert set(nccl.PAYLOAD) == set(nccl_names.PROTOCOLS)
 
 
@@ -45,7 +50,7 @@ def test_no_import_circle_between_the_seam_the_algorithms_and_the_nccl_backend()
     import ast
     from pathlib import Path
 
-    model = Path(nccl.__file__).parent
+    model = Path(cost.__file__).parent
 
     def imported(name: str) -> set[str]:
         tree = ast.parse((model / f"{name}.py").read_text(encoding="utf-8"))
@@ -57,8 +62,8 @@ def test_no_import_circle_between_the_seam_the_algorithms_and_the_nccl_backend()
         return found
 
     assert not {m for m in imported("backend") if m.startswith("synth.model.")}
-    assert not imported("algorithms") & {"synth.model.nccl_backend", "synth.model.backends"}
-    assert "synth.model.backends" not in imported("nccl_backend")
+    assert not imported("algorithms") & {"synth.model.nccl.backend", "synth.model.backends"}
+    assert "synth.model.backends" not in imported("nccl/backend")
 
 
 def test_a_network_level_read_two_ways_is_said():
@@ -66,7 +71,7 @@ def test_a_network_level_read_two_ways_is_said():
     bounds read) and one uplink (the NIC NCCL's model reads) disagree, NCCL's view says so."""
     from dataclasses import replace
 
-    from synth.model.nccl_hardware import nccl_view
+    from synth.model.nccl.hardware import nccl_view
     from synth.topology import Figure, Uplinks
     from synth.topology_file import load_topology
 

@@ -1,4 +1,4 @@
-"""TCP sockets through a multi-GPU VM's host (synth/model/nccl.py host_stream_share), against
+"""TCP sockets through a multi-GPU VM's host (synth/model/nccl/transports.py host_stream_share), against
 NVIDIA/nccl#209's GCP rows (N1 VMs with 8 V100, 32 Gb/s each; all-reduce busbw at 128 MiB and
 up, each run with its own NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS): one GPU per VM at the
 line, 8 GPUs per VM far below it, and 4 x 8 faster than 2 x 8."""
@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from synth.model import nccl
-from synth.model.nccl_hardware import estimate_group, nccl_view
+from synth.model.nccl.hardware import estimate_group, nccl_view
 from synth.topology_file import load_topology
 
 MEASURED_GBIT = {(2, 1, 8): 31.0, (2, 8, 4): 14.7, (4, 1, 16): 30.8, (4, 8, 12): 22.5}  # (VMs, GPUs per VM, streams)

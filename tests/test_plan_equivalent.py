@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from synth.model.nccl_hardware import nccl_view
+from synth.model.nccl.hardware import nccl_view
 from synth.placement import Placement, enumerate_placements
 from synth.plan import costs as costs_module
 from synth.plan.costs import CommunicationCosts

@@ -115,7 +115,7 @@ def _records(base: Topology, topology: Topology, backend: Backend, measurements:
     """What the fit was made on, one record per file, collective and group shape, with the
     written figures' error there (as the NCCL fit writes them): `synth rank` and `synth bench`
     read them to say how sure a prediction is and what setup it was calibrated for."""
-    from synth.model.nccl_hardware import group_layout, nccl_view
+    from synth.model.nccl.hardware import group_layout, nccl_view
 
     view = nccl_view(base)
     errors = replay(topology, backend, measurements)

@@ -64,7 +64,7 @@ def model_error_for_group(topology: Topology, devices, collective: str, nbytes: 
     """`model_error` for a group of device ranks (its nodes and ranks per node as NCCL sees them)."""
     if not topology.calibration:
         return Confidence(None, False)
-    from synth.model.nccl_hardware import group_layout, nccl_view
+    from synth.model.nccl.hardware import group_layout, nccl_view
 
     nodes, per_node, _ = group_layout(topology, nccl_view(topology), devices)
     return model_error(topology, collective, nodes, per_node, nbytes)

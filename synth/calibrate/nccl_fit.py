@@ -1,4 +1,4 @@
-"""Calibration of the NCCL model (synth/model/nccl.py) on measured calls.
+"""Calibration of the NCCL model (synth/model/nccl/) on measured calls.
 
 One least-squares line through all sizes cannot describe NCCL: small calls run LL or LL128
 with their own latency and their own rate, large ones Simple at the links' rate, and NVLS and
@@ -39,11 +39,11 @@ from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
 from synth.errors import UsageError
 from synth.model import nccl
-from synth.model.nccl_hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
+from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
 from synth.topology import CalibrationRecord, Figure, ProtocolFactors, Topology
 from synth.units import format_bytes
 
-PROTOCOLS = nccl.T.PROTOCOLS
+PROTOCOLS = nccl.PROTOCOLS
 ROBUST_SCALE = 0.05  # residuals (log predicted / measured) beyond 5% count linearly, not squared
 # The priors only settle what the data leave open (an overhead against the latency factors, a
 # protocol picked at one size). Rates (efficiencies, protocol rate factors) are what varies from
@@ -335,7 +335,7 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, 1.0))
     if _fills(topology, level, unique, view):
         # without a figure NVLS trees fill with NET_HOP_STAGES per hop and classic trees not at
-        # all (nccl._pipeline_stages): start from what the chosen algorithms do
+        # all (nccl.pipeline_stages): start from what the chosen algorithms do
         nvls_tree = any(e.choice.algorithm == "nvls_tree" for e in estimates)
         stages = target.transport.stages.value if target.transport.stages is not None else \
             (nccl.NET_HOP_STAGES if nvls_tree else 0.0)

@@ -56,7 +56,7 @@ def run_calibrate(args) -> int:
     if args.topology is None:  # files made by synth (bench, exported programs) name their topology
         args.topology = _named_topology(formats)
     backend = resolve_backend(_backend(args.backend, measurements))
-    if backend.name == "nccl":  # the NCCL model (synth/model/nccl.py), fitted by synth/calibrate/nccl_fit.py
+    if backend.name == "nccl":  # the NCCL model (synth/model/nccl/), fitted by synth/calibrate/nccl_fit.py
         return _run_nccl(args, measurements, formats)
     if args.topology:
         with flagged("--topology"):

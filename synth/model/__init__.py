@@ -14,7 +14,7 @@ cost: one program's cost in detail.
 
 from synth._lazy import lazy_exports
 
-# resolved on first use (synth/_lazy.py): importing a light module of this package (nccl_names,
+# resolved on first use (synth/_lazy.py): importing a light module of this package (nccl.names,
 # the topology reader's vocabulary) does not load the cost engine and numpy
 _EXPORTS = {
     'BACKENDS': 'synth.model.backends',

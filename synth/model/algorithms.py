@@ -208,7 +208,7 @@ def _switch_flows(node: tuple[int, ...], per_member: float) -> list[Flow]:
 def nccl_nvls_all_reduce(layout: Layout) -> Plan:
     """NVLS inside one node (NVLink SHARP, NCCL 2.17+): each GPU's reduce-scatter pass reads
     its share through multimem reductions in the switch and its all-gather pass multicasts it
-    back, B + B/k through each GPU's NVSwitch port (synth/model/nccl.py `_loads`); as flows,
+    back, B + B/k through each GPU's NVSwitch port (synth/model/nccl/timing.py `_loads`); as flows,
     that load spread over the other members. Latency: one hop (the switch does the rest)."""
     k = layout.size
     flows = tuple(f for node in layout.nodes for f in _switch_flows(node, 1.0 + 1.0 / k))
@@ -348,7 +348,7 @@ NCCL_FLOWS = Backend(
     ),
 )
 """NCCL's algorithms on datasheet links, Simple protocol only, the faster algorithm by the flows
-alone: the model before NCCL's own choice and performance (synth/model/nccl_backend.py, the
+alone: the model before NCCL's own choice and performance (synth/model/nccl/backend.py, the
 `nccl` backend) joined the engine; kept to compare with it."""
 
 GLOO = Backend(

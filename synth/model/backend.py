@@ -39,7 +39,7 @@ backends of synth/model/algorithms.py) has a_i = f_i and no headroom: its steps 
 
 `launch_s` is charged once per step (once per call on each device). `alone_s` must be a time
 (>= 0) and never decrease with the call's bytes: the search's lower bounds rely on both.
-NCCL as measured (synth/model/nccl_backend.py: per-call algorithm and protocol choice,
+NCCL as measured (synth/model/nccl/backend.py: per-call algorithm and protocol choice,
 channels, size ramp, transports) is the `nccl` backend built on this seam.
 """
 

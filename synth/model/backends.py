@@ -1,4 +1,4 @@
-"""The backends by name: `nccl` (NCCL as measured, synth/model/nccl_backend.py, loaded on first
+"""The backends by name: `nccl` (NCCL as measured, synth/model/nccl/backend.py, loaded on first
 use) and `gloo` (synth/model/algorithms.py). A module of its own so that neither the
 algorithms nor the seam (synth/model/backend.py) imports a backend."""
 
@@ -17,7 +17,7 @@ class _Backends(Mapping):
 
     def __getitem__(self, name: str):
         if name == "nccl":
-            from synth.model.nccl_backend import NCCL_MEASURED
+            from synth.model.nccl.backend import NCCL_MEASURED
 
             return NCCL_MEASURED
         if name == "gloo":

@@ -47,7 +47,7 @@ per context as a line: `time(S) = latency + S * seconds per byte`.
 
 The achievable bound (`achievable_line`) is the same cut with each level's links (and uplinks)
 at the rate NCCL reaches on them instead of their line rate: the efficiency the NCCL model
-charges on that level (synth/model/nccl_hardware.py level_efficiencies: NCCL's own per-link
+charges on that level (synth/model/nccl/hardware.py level_efficiencies: NCCL's own per-link
 figure, e.g. 20 of 25 GB/s per NVLink3 link, or a calibrated one), and NVLS's efficiency where
 the switch reduces. The cost model charges those efficiencies, so a program can reach the
 achievable bound but not the physical one: the achievable ratio says whether synthesis left
@@ -139,7 +139,7 @@ def bound_line(context: CostContext) -> BoundLine:
 def achievable_line(context: CostContext) -> BoundLine:
     """The bound with every link at the rate NCCL reaches on it (module docstring); the
     physical bound where the topology has no NCCL figures."""
-    from synth.model.nccl_hardware import level_efficiencies
+    from synth.model.nccl.hardware import level_efficiencies
 
     rates = level_efficiencies(context.topology)
     return _line(context, rates)

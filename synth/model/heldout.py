@@ -74,7 +74,7 @@ def held_out_error(nodes: int, transport: str | None, nbytes: float, calibrated:
 def held_out_for_group(topology, devices, nbytes: float) -> HeldOutError | None:
     """`held_out_error` for a group of device ranks of a topology (calibrated when it has
     calibration records)."""
-    from synth.model.nccl_hardware import group_layout, nccl_view
+    from synth.model.nccl.hardware import group_layout, nccl_view
 
     view = nccl_view(topology)
     nodes, _, _ = group_layout(topology, view, devices)

@@ -7,7 +7,7 @@ Planning for 131,072 GPUs should therefore not build the network, the groups and
 per-device arrays of 131,072 devices: the same cost is that of a smaller system.
 
 Let `l*` be the outermost level the groups span (`f_l* > 1`) and `n` NCCL's node level
-(synth.model.nccl_hardware: levels up to it are between nodes, the ones inside it make the
+(synth.model.nccl.hardware: levels up to it are between nodes, the ones inside it make the
 node). Levels outside `l*` that are not inside a node are cut to size 1, and `l*` itself, when
 it is not inside a node, to `f_l*`. What the cost model looks at is unchanged:
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from synth.model.nccl_hardware import nccl_view
+from synth.model.nccl.hardware import nccl_view
 from synth.names import product
 from synth.placement import Placement
 from synth.topology import Topology

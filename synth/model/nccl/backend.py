@@ -1,6 +1,6 @@
 """NCCL as measured, as the costing engine's `nccl` backend (the seam of synth/model/backend.py).
 
-The NCCL model (synth/model/nccl.py, nccl_hardware.py) says, for one call alone, which
+The NCCL model (this package; hardware.py reads a topology) says, for one call alone, which
 (algorithm, protocol) NCCL picks, on how many channels, and how long the call then takes on
 the hardware: NCCL's latency, the size ramp, the efficiency NCCL reaches on each link, TCP
 streams over sockets. The engine adds what one call alone cannot say: several reduction
@@ -14,7 +14,7 @@ groups' calls at once sharing links. This module joins the two:
   protocol factor (`synth calibrate`), and each flow is weighted by the efficiency NCCL
   reaches on the link it crosses (the NICs between nodes, NVLink or PCIe inside one, NVLS's
   own inside the switch), so its flows hold the links as long as NCCL's transfer does.
-* `alone_s`: NCCL's time for the call alone (nccl_hardware.estimate_group's) in the column of
+* `alone_s`: NCCL's time for the call alone (hardware.estimate_group's) in the column of
   the pair NCCL picks, inf in the others, so the engine takes NCCL's pick. Made non-decreasing
   in the call's bytes (the engine's search bounds need it): NCCL's own time is not (a call
   just under a channel-count threshold runs on fewer channels, up to half as fast as one just
@@ -55,11 +55,12 @@ from functools import lru_cache
 import numpy as np
 
 from synth.model import algorithms as flows
-from synth.model import nccl
-from synth.model import nccl_tables as T
+from synth.model.nccl import system as nccl
+from synth.model.nccl import tables, timing
+from synth.model.nccl.protocols import MAX_THREADS, PAYLOAD, THREAD_THRESHOLD
 from synth.model.algorithms import Phase, Plan
 from synth.model.backend import CallSite
-from synth.model.nccl_hardware import NcclView, call_for, nccl_view
+from synth.model.nccl.hardware import NcclView, call_for, nccl_view
 from synth.topology import Level, NcclSystem, Topology
 
 # Largest call the thresholds cover (bytes); past it NCCL's time only grows (no threshold of
@@ -92,15 +93,15 @@ class Envelope:
     each (see the module docstring)."""
 
     shape: Shape
-    table: nccl.Tuning
+    table: tables.Tuning
     pairs: tuple[tuple[str, str], ...]  # the enabled (algorithm, protocol) pairs, NCCL's loop order
     points: tuple[float, ...]  # ascending
     least_from: tuple[float, ...]  # least_from[j] = min over points[j:] of T
 
-    def timed(self, nbytes: float) -> nccl.Estimate:
+    def timed(self, nbytes: float) -> timing.Estimate:
         shape = self.shape
         call = shape.call(float(nbytes))
-        return nccl.timed(shape.hardware, call, nccl.choose(shape.hardware, call, self.table), self.table)
+        return timing.timed(shape.hardware, call, tables.choose(shape.hardware, call, self.table), self.table)
 
     def least_above(self, nbytes: float) -> float:
         """min over thresholds > nbytes of NCCL's time there (inf when none)."""
@@ -110,16 +111,16 @@ class Envelope:
 
 @lru_cache(maxsize=512)
 def envelope(shape: Shape) -> Envelope:
-    table = nccl.tuning(shape.hardware, shape.call(0.0))
+    table = tables.tuning(shape.hardware, shape.call(0.0))
     pairs = tuple((a, p) for a, p, _, bandwidth, _ in table.entries if bandwidth > 0)
     points = set(float(1 << k) for k in range(63))  # size classes (nbytes >> 6) and a grid
     points.add(float(64 * table.channels * shape.ranks))  # the ring plateau (tuning.cc:539)
     for algorithm, protocol in pairs:  # channels dropped for small calls (enqueue.cc:1734-1762)
         if algorithm in ("nvls", "nvls_tree"):
             continue
-        threshold = T.THREAD_THRESHOLD[protocol] * (shape.ranks if (algorithm, protocol) == ("ring", "LL") else 1)
+        threshold = THREAD_THRESHOLD[protocol] * (shape.ranks if (algorithm, protocol) == ("ring", "LL") else 1)
         for channels in range(2, table.channels + 1):
-            points.add(float(channels * T.MAX_THREADS[protocol] * threshold))
+            points.add(float(channels * MAX_THREADS[protocol] * threshold))
     ordered = sorted(b for b in points if 1 <= b <= LARGEST)
     points.update(_pick_changes(shape, table, ordered))
     ordered = sorted(b for b in points if 1 <= b <= LARGEST)
@@ -131,10 +132,10 @@ def envelope(shape: Shape) -> Envelope:
     return Envelope(shape, table, pairs, tuple(ordered), tuple(least_from))
 
 
-def _pick_changes(shape: Shape, table: nccl.Tuning, ordered: list[float]) -> list[float]:
+def _pick_changes(shape: Shape, table: tables.Tuning, ordered: list[float]) -> list[float]:
     """Every integer size, between consecutive thresholds, at which NCCL's pick changes."""
     def pick(nbytes: int) -> tuple[str, str]:
-        choice = nccl.choose(shape.hardware, shape.call(float(nbytes)), table)
+        choice = tables.choose(shape.hardware, shape.call(float(nbytes)), table)
         return choice.algorithm, choice.protocol
 
     changes = []
@@ -189,7 +190,7 @@ def _builder(collective: str, algorithm: str):
 
 @dataclass(frozen=True)
 class NcclMeasured:
-    """The `nccl` backend: NCCL's choice and time per call (synth/model/nccl.py), contention
+    """The `nccl` backend: NCCL's choice and time per call (synth.model.nccl), contention
     from its plans' flows (see the module docstring)."""
 
     name: str = "nccl"
@@ -211,11 +212,11 @@ class NcclMeasured:
             plan = _builder(call.collective, algorithm)(call.layout)
             intra = hardware.intra.efficiency
             if algorithm in ("nvls", "nvls_tree"):
-                intra *= T.NVLS_EFFICIENCY.get(hardware.generation, 1.0)
+                intra *= tables.NVLS_EFFICIENCY.get(hardware.generation, 1.0)
             net = hardware.network.link.efficiency if hardware.network is not None else 1.0
             phases = tuple(Phase(phase.latency_s, tuple((a, b, f / (net if crosses[a][b] else intra))
                                                         for a, b, f in phase.flows)) for phase in plan.phases)
-            payload = nccl.PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
+            payload = PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
             result.append(Plan(f"{algorithm}/{protocol}", phases, 0.0, payload))
         return tuple(result)
 
@@ -308,7 +309,7 @@ def _crosses_network(call: CallSite) -> tuple[tuple[bool, ...], ...]:
     return tuple(tuple(x != y for y in outer) for x in outer)
 
 
-def _links_s(curve: Envelope, estimate: nccl.Estimate) -> float:
+def _links_s(curve: Envelope, estimate: timing.Estimate) -> float:
     """What the call's bytes need on its shared links (each GPU's intra-node links, each node's
     NICs) at NCCL's rates on every channel of the communicator: the least its links allow,
     whatever holds the call itself back (streams, a protocol's ceiling, fewer channels)."""

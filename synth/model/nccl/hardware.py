@@ -1,4 +1,4 @@
-"""A topology and a group as the NCCL model (synth/model/nccl.py) sees them.
+"""A topology and a group as the NCCL model (this package) sees them.
 
 The node level is the innermost level whose `link` is a network (infiniband, roce, ethernet,
 loopback); the levels inside it are the node's GPUs. A group's call then spans `nodes` units
@@ -22,8 +22,13 @@ from math import prod
 import numpy as np
 
 from synth.errors import UsageError
-from synth.model import nccl
-from synth.model import nccl_tables as T
+from synth.model.nccl import names as N
+from synth.model.nccl import graph as S
+from synth.model.nccl import system as nccl
+from synth.model.nccl import timing
+from synth.model.nccl.protocols import BUFFER
+from synth.model.nccl.transports import socket_streams
+from synth.model.nccl.tables import NVLS_EFFICIENCY
 from synth.topology import Figure, Level, NcclSystem, Topology
 
 NETWORK_KINDS = nccl.NET_KINDS
@@ -45,21 +50,21 @@ class NcclView:
 def default_efficiency(kind: str, generation: str, line_rate: float) -> Figure:
     """What NCCL takes a link of this kind to carry, over its line rate, with the source."""
     if kind in ("nvswitch", "nvlink"):
-        ratio = nccl.nccl_link_ratio(kind, generation)
-        return Figure(ratio, f"NCCL {T.NCCL_VERSION} src/graph/topo.h: {T.NVLINK_BW_PER_LINK[generation]:g} GB/s per "
-                             f"NVLink ({generation}) of its {T.NVLINK_LINE_PER_LINK[generation]:g} GB/s line rate")
+        ratio = S.nccl_link_ratio(kind, generation)
+        return Figure(ratio, f"NCCL {N.NCCL_VERSION} src/graph/topo.h: {S.NVLINK_BW_PER_LINK[generation]:g} GB/s per "
+                             f"NVLink ({generation}) of its {S.NVLINK_LINE_PER_LINK[generation]:g} GB/s line rate")
     if kind == "pcie":
-        ratio = nccl.nccl_link_ratio(kind, generation)
-        return Figure(ratio, f"NCCL {T.NCCL_VERSION} src/graph/topo.h PCI_BW: {T.PCI_GEN3_X16_BW:g} GB/s per PCIe Gen3 "
-                             f"x16 of its {T.PCI_GEN3_X16_LINE:g} GB/s (width x GT/s / 80, topo.cc:476)")
+        ratio = S.nccl_link_ratio(kind, generation)
+        return Figure(ratio, f"NCCL {N.NCCL_VERSION} src/graph/topo.h PCI_BW: {S.PCI_GEN3_X16_BW:g} GB/s per PCIe Gen3 "
+                             f"x16 of its {S.PCI_GEN3_X16_LINE:g} GB/s (width x GT/s / 80, topo.cc:476)")
     if kind in ("infiniband", "roce"):
         nic = line_rate / 1e9
-        path = min(nic, nccl.PCI_VIEW[generation])
-        ladder = T.speeds("inter", generation)
+        path = min(nic, S.PCI_VIEW[generation])
+        ladder = S.speeds("inter", generation)
         speed = next((s for s in ladder if s <= path + 1e-9), ladder[-1])
-        return Figure(speed / nic, f"NCCL {T.NCCL_VERSION} src/graph/search.cc:913-924: the topology search gives each "
+        return Figure(speed / nic, f"NCCL {N.NCCL_VERSION} src/graph/search.cc:913-924: the topology search gives each "
                                    f"channel the fastest speed on its ladder not above the GPU-NIC path "
-                                   f"(min of the NIC's {nic:g} GB/s and PCIe's {nccl.PCI_VIEW[generation]:g} GB/s): "
+                                   f"(min of the NIC's {nic:g} GB/s and PCIe's {S.PCI_VIEW[generation]:g} GB/s): "
                                    f"{speed:g} GB/s")
     return Figure(1.0, "estimate: the line rate; sockets are bounded by their streams instead")
 
@@ -81,7 +86,7 @@ def nccl_view(topology: Topology) -> NcclView:
     network = None
     if node_level is not None:
         network = _network(levels[node_level], gpus_per_node, generation, assumptions)
-    buffsize = topology.nccl.buffsize if topology.nccl is not None and topology.nccl.buffsize else T.BUFFER["Simple"]
+    buffsize = topology.nccl.buffsize if topology.nccl is not None and topology.nccl.buffsize else BUFFER["Simple"]
     launch = topology.nccl
     hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize,
                              gpus_per_thread=launch.gpus_per_thread if launch is not None else 1,
@@ -98,7 +103,7 @@ def level_efficiencies(topology: Topology) -> tuple[float, ...]:
     (the one reading of a topology's NCCL figures: `nccl_view`'s): the network level its
     network link's efficiency, the levels inside a node their link's (the level's `efficiency`
     or NCCL's own per-link figure, `default_efficiency`), times NVLS's efficiency where the
-    innermost switch reduces (nccl_tables.NVLS_EFFICIENCY); 1 where the topology has no link
+    innermost switch reduces (tables.NVLS_EFFICIENCY); 1 where the topology has no link
     figures (nothing NCCL-specific to charge)."""
     levels = topology.levels
     if not topology.has_link_figures or (topology.nccl is None and all(level.link is None for level in levels)):
@@ -123,13 +128,13 @@ def level_efficiencies(topology: Topology) -> tuple[float, ...]:
             rates.append((level.efficiency or default_efficiency(kind, generation, level.bandwidth.value)).value)
     innermost = levels[-1]
     if view.hardware.nvls and innermost.link is not None and innermost.link.kind == "nvswitch":
-        rates[-1] *= T.NVLS_EFFICIENCY.get(generation, 1.0)
+        rates[-1] *= NVLS_EFFICIENCY.get(generation, 1.0)
     return tuple(rates)
 
 
 def with_launch(topology: Topology, gpus_per_thread: int, cuda_graphs: bool = False) -> Topology:
     """The topology as a run launched it: `gpus_per_thread` GPUs driven by each host thread (a
-    measured nccl-tests -g N run), CUDA graphs or not (nccl.launch_floor_s)."""
+    measured nccl-tests -g N run), CUDA graphs or not (launch.launch_floor_s)."""
     system = topology.nccl
     if system is None:
         system = NcclSystem("ampere", "assumed: Ampere, no NVLS (no [nccl] table)")
@@ -198,8 +203,8 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
         transport_kind = "ib" if kind in ("infiniband", "roce") else "socket"
         assumptions.append(f"level {level.name}: NCCL transport {transport_kind} (none given)")
         return nccl.Network(link, nics, transport_kind, transport_kind == "ib", 0.0,
-                            nccl.socket_streams("other"), DEFAULT_STREAM.value, DEFAULT_STREAM.source)
-    sockets = transport.sockets if transport.sockets is not None else nccl.socket_streams(transport.vendor)
+                            socket_streams("other"), DEFAULT_STREAM.value, DEFAULT_STREAM.source)
+    sockets = transport.sockets if transport.sockets is not None else socket_streams(transport.vendor)
     stream = transport.stream if transport.stream is not None else DEFAULT_STREAM
     if transport.kind == "socket" and transport.stream is None:
         assumptions.append(f"level {level.name}: {DEFAULT_STREAM.value * 8 / 1e9:g} Gb/s per TCP stream (none given)")
@@ -239,8 +244,8 @@ def call_for(topology: Topology, view: NcclView, devices, collective: str, nbyte
 
 
 def estimate_group(topology: Topology, devices, collective: str, nbytes: float,
-                   view: NcclView | None = None) -> nccl.Estimate:
+                   view: NcclView | None = None) -> timing.Estimate:
     """NCCL's choice and time for one call over the group, alone on the system."""
     view = view or nccl_view(topology)
     hardware, call = call_for(topology, view, devices, collective, nbytes)
-    return nccl.estimate(hardware, call)
+    return timing.estimate(hardware, call)

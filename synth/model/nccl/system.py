@@ -1,0 +1,129 @@
+"""What NCCL runs on and what it is asked to do: the hardware as NCCL sees it (links, the
+network and its transport, the launch mode) and one collective call. Values only; the rest of
+the package reads them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from synth.model.nccl.names import COLLECTIVES, GENERATIONS, INTRA_LINK_KINDS, NETWORK_LINK_KINDS, PROTOCOLS, TRANSPORTS
+from synth.model.nccl.protocols import BUFFER
+
+INTRA_KINDS = INTRA_LINK_KINDS + ("none",)  # "none": one GPU per node
+NET_KINDS = NETWORK_LINK_KINDS
+
+
+@dataclass(frozen=True)
+class Link:
+    """A kind of link at its line rate (bytes/s per direction: per GPU inside a node, per NIC
+    between nodes) and the fraction of it NCCL moves data at, with where that comes from."""
+
+    kind: str
+    bandwidth: float
+    efficiency: float
+    efficiency_source: str
+
+    @property
+    def achieved(self) -> float:
+        return self.bandwidth * self.efficiency
+
+
+@dataclass(frozen=True)
+class Network:
+    """How nodes reach each other: `nics` per node of `link`, NCCL's transport over them.
+
+    `latency` is what a net plugin reports as its latency (NCCL adds it to every inter-node
+    step, twice for Simple: tuning.cc:302-304). For the socket transport, each channel's
+    connection is `sockets` TCP streams (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, one
+    when the proxy thread itself sends) and each stream moves at most `stream_bandwidth`."""
+
+    link: Link
+    nics: int
+    transport: str = "ib"
+    gdr: bool = True
+    latency_s: float = 0.0
+    sockets: int = 1
+    stream_bandwidth: float = math.inf
+    stream_source: str = ""
+    unpack: bool = False  # a net plugin whose receive side unpacks on the GPU (GPUDirect-TCPX/O)
+    stages: float | None = None  # store-and-forward stages per network hop (None: NET_HOP_STAGES for NVLS trees)
+
+
+@dataclass(frozen=True)
+class ProtocolFigures:
+    """What one protocol (LL, LL128, Simple) achieves on this hardware, relative to the model:
+    `bandwidth` multiplies every rate a call of the protocol drains its loads at (links x
+    efficiency x payload share, within NCCL's measured per-protocol ceilings), `latency`
+    multiplies NCCL's own latency for the (algorithm, protocol) pair (its baseLat plus hops x
+    hwLat, so the factor scales with the hops of another node count as NCCL's table does).
+    1.0 is NCCL's own figure; `synth calibrate` fits them (synth/calibrate/nccl_fit.py)."""
+
+    protocol: str
+    bandwidth: float = 1.0
+    latency: float = 1.0
+
+    def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol {self.protocol!r}: one of {', '.join(PROTOCOLS)}")
+        if not (self.bandwidth > 0 and self.latency > 0):
+            raise ValueError(f"protocol {self.protocol} figures must be positive")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A group's hardware as NCCL sees it: the GPU generation (which of NCCL's tables apply),
+    the GPUs of a node and their intra-node link, the network between nodes (None: one node),
+    the CPU vendor (NCCL's LL limits across nodes depend on it), whether NVLink SHARP (NVLS)
+    is there, and a per-call overhead NCCL's own latency model does not have (a launcher
+    driving several GPUs from one thread, a GPU time-shared by two processes)."""
+
+    generation: str
+    gpus_per_node: int
+    intra: Link
+    network: Network | None = None
+    nvls: bool = False
+    cpu: str = "intel"
+    overhead_s: float = 0.0
+    algorithms: tuple[str, ...] = ()  # NCCL_ALGO: the algorithms NCCL may pick (empty: all)
+    protocols: tuple[str, ...] = ()  # NCCL_PROTO
+    buffsize: int = BUFFER["Simple"]  # NCCL_BUFFSIZE: the Simple protocol's buffer per connection
+    protocol_figures: tuple[ProtocolFigures, ...] = ()  # fitted per-protocol factors (none: NCCL's own)
+    gpus_per_thread: int = 1  # GPUs one host thread launches each call on (nccl-tests -g N); 1: a process per GPU
+    cuda_graphs: bool = False  # calls replayed from CUDA graphs: no per-call host launch
+
+    def protocol(self, protocol: str) -> ProtocolFigures:
+        """The figures of one protocol (factors of 1 when none were given)."""
+        for figures in self.protocol_figures:
+            if figures.protocol == protocol:
+                return figures
+        return ProtocolFigures(protocol)
+
+    def __post_init__(self):
+        if self.generation not in GENERATIONS:
+            raise ValueError(f"generation {self.generation!r}: one of {', '.join(GENERATIONS)}")
+        if self.intra.kind not in INTRA_KINDS:
+            raise ValueError(f"intra-node link kind {self.intra.kind!r}: one of {', '.join(INTRA_KINDS)}")
+        if self.network is not None and self.network.transport not in TRANSPORTS:
+            raise ValueError(f"transport {self.network.transport!r}: one of {', '.join(TRANSPORTS)}")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective call: `ranks_per_node` GPUs on each of `nodes` nodes, `nbytes` = B (the
+    input of ReduceScatter, the output of AllGather, the buffer otherwise; nccl-tests' size)."""
+
+    collective: str
+    nodes: int
+    ranks_per_node: int
+    nbytes: float
+
+    def __post_init__(self):
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"collective {self.collective!r}: one of {', '.join(COLLECTIVES)}")
+        if self.nodes < 1 or self.ranks_per_node < 1:
+            raise ValueError("a call needs at least one node and one rank per node")
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
