@@ -452,8 +452,9 @@ def test_moe_layers_per_stage_with_uneven_stages():
     assert moe.stage_ranges(model, formulas.stage_layers(model.layers, 1)) == ((0, model.layers),)
 
 
-def test_moe_with_zero3_is_refused_not_guessed():
+def test_moe_with_zero3_is_runnable_but_not_with_hsdp():
     mixtral = PRESETS["mixtral-8x7b"]
     settings = Settings(1, sharded_optimizer=True, zero=3)
-    assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), settings) == "ZeRO-3 with experts (not modelled)"
+    assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), settings) is None  # tests/test_plan_moe_zero3.py
+    assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), Settings(1, sharded_optimizer=True, zero=3, hsdp=True))
     assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), Settings(1, sharded_optimizer=True, zero=2)) is None

@@ -210,6 +210,15 @@ def stage_parameter_delta(model, tp: int, ep: int, start: int, stop: int) -> flo
     return moe_layers_in(model, start, stop) * per_layer
 
 
+def moe_layer_parameters_per_device(model, dense_layer: float, tp: int, ep: int) -> tuple[float, float]:
+    """(dense part, routed experts) of one MoE layer's parameters on one device, `dense_layer` a
+    dense layer's per device: the dense part keeps the attention, swaps the dense FFN for the
+    shared experts (split by tp) and the router (whole); the routed part is E/ep experts split by tp."""
+    shared = (_ffn_weights(model, model.shared_ffn) if model.shared_ffn else 0) / tp
+    dense_part = dense_layer - dense_ffn_parameters(model) / tp + shared + model.hidden * model.experts
+    return dense_part, routed_expert_parameters(model) / (ep * tp)
+
+
 def mean_activation_delta(model, tokens: float, tp: int) -> float:
     """Per layer (averaged), the activation bytes a device keeps for backward beyond a dense FFN's
     inner activations (4 or 6 bytes x tokens x f / t in 16-bit): the routed tokens' inner

@@ -306,8 +306,10 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "pipeline send/receive overlap without the interleaved schedule"
     if model.is_moe and degrees.tp > 1 and not settings.sequence_parallel:
         return "MoE with tensor parallelism needs sequence parallelism"  # Megatron-LM's validate_args
-    if model.is_moe and settings.sharded_optimizer and settings.zero == 3:
-        return "ZeRO-3 with experts (not modelled)"
+    if model.is_moe and settings.hsdp:
+        # megatron-core 0.16.1's Megatron-FSDP builds no expert data-parallel group under HSDP
+        # (mcore_fsdp_adapter.py) and refuses expert parameters without one.
+        return "HSDP with experts (Megatron-FSDP has no expert group under HSDP): use ZeRO-3 without HSDP"
     return None
 
 
@@ -426,23 +428,49 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         sharding = hsdp_placement(placement)
         shard = sharding.axis_sizes[sharding.axis_index("dp")]
         replicas = dp // shard
+    fsdp_moe1 = 0.0  # what a MoE layer's gathers and scatters expose beyond a dense layer's
     if zero3 and shard > 1:
+        shard_axes = ("dp",) if settings.hsdp else degrees.data_axes()
+
+        def exposed_fsdp(gather_s: float, scatter_s: float) -> float:
+            gathers_forward = gather_s * (2 if full else 1)
+            if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
+                return (max(0.0, gathers_forward - forward1 * (2 if full else 1))
+                        + max(0.0, gather_s + scatter_s - backward1))
+            return gathers_forward + gather_s + scatter_s
+
         layer_params = formulas.layer_shape(model).per_device(tp)
-        gather_w = costs.all_gather(sharding, ("dp",), int(layer_params * act_bytes))
-        scatter_g = costs.reduce_scatter(sharding, ("dp",), int(layer_params * model.grad_bytes_per_value))
-        gathers_forward = gather_w.time_s * (2 if full else 1)
-        if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
-            fsdp1 = (max(0.0, gathers_forward - forward1 * (2 if full else 1))
-                     + max(0.0, gather_w.time_s + scatter_g.time_s - backward1))
-        else:
-            fsdp1 = gathers_forward + gather_w.time_s + scatter_g.time_s
+        gather_w = costs.all_gather(sharding, shard_axes, int(layer_params * act_bytes))
+        scatter_g = costs.reduce_scatter(sharding, shard_axes, int(layer_params * model.grad_bytes_per_value))
+        fsdp1 = exposed_fsdp(gather_w.time_s, scatter_g.time_s)
         routes.append(Route("data-shard" if settings.hsdp else "data", f"{gather_w.program}; {scatter_g.program}",
                             gather_w.levels,
-                            gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes)))
+                            gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes),
+                            shard_axes if shard_axes != ("dp",) else ()))
+        moe_layers_all = moe.moe_layer_count(model)
+        if moe_layers_all:
+            # A MoE layer (Megatron-FSDP): its dense part (attention, shared experts, router) sharded
+            # over the whole data-parallel group, its E/ep routed experts over the expert
+            # data-parallel group only (dp / ep replicas; none to gather when ep = dp); the two
+            # gathers and the two scatters run one after the other on the same stream.
+            dense_part, experts = moe.moe_layer_parameters_per_device(model, layer_params, tp, degrees.ep)
+            gather_d = costs.all_gather(sharding, shard_axes, int(dense_part * act_bytes))
+            scatter_d = costs.reduce_scatter(sharding, shard_axes, int(dense_part * model.grad_bytes_per_value))
+            gather_s, scatter_s = gather_d.time_s, scatter_d.time_s
+            if degrees.expert_dp > 1:
+                expert_axes = degrees.expert_data_axes()
+                gather_e = costs.all_gather(placement, expert_axes, int(experts * act_bytes))
+                scatter_e = costs.reduce_scatter(placement, expert_axes, int(experts * model.grad_bytes_per_value))
+                gather_s, scatter_s = gather_s + gather_e.time_s, scatter_s + scatter_e.time_s
+                routes.append(Route("expert-data", f"{gather_e.program}; {scatter_e.program}", gather_e.levels,
+                                    gather_e.time_s + scatter_e.time_s, m * moe_layers_all, int(experts * act_bytes),
+                                    expert_axes))
+            fsdp_moe1 = exposed_fsdp(gather_s, scatter_s) - fsdp1
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
-        return count * (compute1 + tp1 + cp1 + fsdp1) + moe_count * ep1 + (compute_head + tp_head if head else 0.0)
+        return (count * (compute1 + tp1 + cp1 + fsdp1) + moe_count * (ep1 + fsdp_moe1)
+                + (compute_head + tp_head if head else 0.0))
 
     def exposed_p2p(work: float) -> float:
         """With the overlap (Megatron's default for the interleaved schedule) each transfer runs
@@ -466,7 +494,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     compute_mb = layers * compute1 + (compute_head if with_head else 0.0)
     tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
     cp_mb = layers * cp1
-    fsdp_mb = layers * fsdp1
+    fsdp_mb = layers * fsdp1 + moe_layers * fsdp_moe1
     if tp > 1:
         routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
     if cp > 1:
@@ -578,7 +606,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                                                        settings.zero if settings.sharded_optimizer else 0)
     gathered = 0.0
     if zero3 and shard > 1:  # two layers' weights gathered at once (the running one and the prefetched one) and one's gradients
-        gathered = formulas.layer_shape(model).per_device(tp) * (2 * act_bytes + model.grad_bytes_per_value)
+        largest = formulas.layer_shape(model).per_device(tp)
+        if model.is_moe:  # a MoE layer's dense part and its local experts, all gathered
+            largest = max(largest, sum(moe.moe_layer_parameters_per_device(model, largest, tp, degrees.ep)))
+        gathered = largest * (2 * act_bytes + model.grad_bytes_per_value)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
