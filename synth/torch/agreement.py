@@ -25,7 +25,7 @@ from synth.torch.errors import RankDisagreementError
 
 DTYPE_CODES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
                torch.int16, torch.int8, torch.uint8, torch.bool)
-OPS = ("sum", "avg")
+OPS = ("sum", "avg", "premul_sum")  # codes compared across ranks (synth.torch.collectives adds FSDP's premul_sum)
 
 
 def default_timeout() -> timedelta | None:

@@ -61,6 +61,13 @@ class ReductionPlan:
                                  f"the plan has {len(self.plan.programs)}")
         if len({p.reduction for p in self.plan.programs}) != 1:
             raise UsageError("a reduction plan's programs must reduce over the same groups")
+        if len({p.goal for p in self.plan.programs}) != 1:
+            raise UsageError("a reduction plan's programs must compute the same collective (one plan per goal)")
+
+    @property
+    def collective(self) -> str:
+        """The goal every program of the plan computes (synth/goals.py): allreduce, reducescatter, ..."""
+        return self.plan.programs[0].goal
 
     @property
     def world_size(self) -> int:
@@ -125,9 +132,12 @@ class ReductionPlan:
                 calls = tuple(None if call is None else RankCall(*call) for call in step["calls"])
                 if len(calls) != world:
                     raise UsageError(f"plan step {step['text']!r} has {len(calls)} ranks, the world {world}")
-                steps.append(PlanStep(step["text"], step["op"], step["comm"], calls))
+                places = tuple(step["places"]) if step.get("places") is not None else None
+                steps.append(PlanStep(step["text"], step["op"], step["comm"], calls, places))
+            final = program.get("final_places")
             programs.append(ProgramPlan(program["label"], program["text"], program["chunks"], program["reduction"],
-                                        tuple(steps)))
+                                        tuple(steps), program.get("goal", "allreduce"),
+                                        None if final is None else tuple(final)))
         ranges = tuple(SizeRange(r["min_bytes"], r["program"]) for r in document["size_ranges"])
         return ReductionPlan(Plan(world, communicators, tuple(programs)),
                              tuple(tuple(group) for group in document["reduction_groups"]), ranges,
@@ -162,6 +172,9 @@ def _from_export(document: dict) -> ReductionPlan:
     for program in document["programs"]:
         steps = []
         for step in program["steps"]:
+            if step["collective"] == "Permute":  # a local reordering: no communicator, no call
+                steps.append(PlanStep(step["text"], "Permute", -1, (None,) * world, tuple(step["places"])))
+                continue
             calls = []
             for entry in step["ranks"]:
                 if entry["idle"]:
@@ -172,8 +185,10 @@ def _from_export(document: dict) -> ReductionPlan:
             if len(calls) != world:
                 raise UsageError(f"plan step {step['text']!r} has {len(calls)} ranks, the world {world}")
             steps.append(PlanStep(step["text"], step["collective"], step["communicator"], tuple(calls)))
+        final = program.get("final_places")
         programs.append(ProgramPlan(program.get("label", ""), program["text"], document["buffer"]["chunks"],
-                                    program["reduction_communicator"], tuple(steps)))
+                                    program["reduction_communicator"], tuple(steps),
+                                    program.get("collective", "allreduce"), None if final is None else tuple(final)))
     groups = tuple(tuple(group) for group in document["reduction_groups"])
     return ReductionPlan(Plan(world, communicators, tuple(programs)), groups, (SizeRange(0, 0),),
                          document.get("command", ""))
@@ -183,14 +198,18 @@ def _from_export(document: dict) -> ReductionPlan:
 
 
 def plan_programs(hierarchy, programs, ranges: tuple[SizeRange, ...] | None = None,
-                  description: str = "") -> ReductionPlan:
-    """Given programs (Program values or text) on one hierarchy; the first runs at every size
-    unless `ranges` says otherwise. Raises InvalidProgramError for an invalid program."""
+                  description: str = "", collective: str = "allreduce") -> ReductionPlan:
+    """Given programs (Program values or text) on one hierarchy, computing `collective`
+    (synth/goals.py: allreduce, reducescatter, allgather, alltoall, ...); the first runs at
+    every size unless `ranges` says otherwise. Raises InvalidProgramError for a program that
+    is not valid for the goal."""
     from synth.export.plan import PlanEntry, build_plan
+    from synth.goals import parse_goal
     from synth.language import Program, parse_program
 
+    goal = parse_goal(collective).name
     parsed = [program if isinstance(program, Program) else parse_program(program) for program in programs]
-    plan = build_plan(PlanEntry(hierarchy, program) for program in parsed)
+    plan = build_plan(PlanEntry(hierarchy, program, goal=goal) for program in parsed)
     return ReductionPlan(plan, tuple(tuple(map(int, g)) for g in hierarchy.groups), ranges or (SizeRange(0, 0),),
                          description)
 
@@ -222,8 +241,11 @@ def size_thresholds(choose, low: int, high: int) -> list[tuple[int, str]]:
 
 
 def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, min_bytes: int = DEFAULT_MIN_BYTES,
-                 max_bytes: int = DEFAULT_MAX_BYTES, estimate: str | None = None) -> ReductionPlan:
-    """At every size the program the simulator ranks first on `topology` for `backend`: the
+                 max_bytes: int = DEFAULT_MAX_BYTES, estimate: str | None = None,
+                 collective: str = "allreduce") -> ReductionPlan:
+    """At every size the program of `collective` the simulator ranks first on `topology` for
+    `backend` (the all-reduce by its best-first search, the other goals by
+    synth.analysis.goal_rank): the
     ranking (synth.analysis.best) is asked at powers of two from `min_bytes` to `max_bytes`
     and bisected where its answer changes; below `min_bytes` the first program runs, above
     `max_bytes` the last. `estimate` is the model's (synth.model.estimate: "pipelined", the
@@ -236,23 +258,35 @@ def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, m
         raise UsageError(f"size range {min_bytes}..{max_bytes} B: give 1 <= min_bytes <= max_bytes")
     if estimate is not None and estimate not in ESTIMATES:
         raise UsageError(f"estimate {estimate!r}: choose one of {', '.join(ESTIMATES)}")
-    estimate = resolve_estimate(estimate).name
-    best = BestPrograms(cost_context(hierarchy, topology, backend), max_len, estimate)
+    from synth.goals import parse_goal
 
-    def choose(size: int) -> str:
-        return str(best.best(size).program)
+    estimate = resolve_estimate(estimate).name
+    goal = parse_goal(collective)
+    context = cost_context(hierarchy, topology, backend)
+    if goal.name == "allreduce":
+        best = BestPrograms(context, max_len, estimate)
+
+        def choose(size: int) -> str:
+            return str(best.best(size).program)
+    else:
+        from synth.analysis.goal_rank import rank_goal
+
+        def choose(size: int) -> str:
+            return str(rank_goal(context, goal, [size], max_len, estimate)[0][0].program)
     changes = size_thresholds(choose, min_bytes, max_bytes)
     texts = list(dict.fromkeys(text for _, text in changes))
     ranges = tuple(SizeRange(0 if i == 0 else size, texts.index(text)) for i, (size, text) in enumerate(changes))
-    description = (f"best program per size on {topology.name} ({backend} model, {estimate} estimate, up to {max_len} steps), "
-                   f"{min_bytes}..{max_bytes} B")
-    return plan_programs(hierarchy, texts, ranges, description)
+    description = (f"best {goal.title} program per size on {topology.name} ({backend} model, {estimate} estimate, "
+                   f"up to {max_len} steps), {min_bytes}..{max_bytes} B")
+    return plan_programs(hierarchy, texts, ranges, description, goal.name)
 
 
 def plan_reduction(topology, axes: str, reduce: str, placement, hierarchy: str = "merged",
                    programs=None, backend: str = "nccl", max_len: int = 5, min_bytes: int = DEFAULT_MIN_BYTES,
-                   max_bytes: int = DEFAULT_MAX_BYTES, estimate: str | None = None) -> ReductionPlan:
-    """The plan for one job, from the same values the command line takes:
+                   max_bytes: int = DEFAULT_MAX_BYTES, estimate: str | None = None,
+                   collective: str = "allreduce") -> ReductionPlan:
+    """The plan for one job, from the same values the command line takes (`collective` as
+    --collective: the goal its programs compute over each group, all-reduce by default):
 
         plan_reduction("dgx-a100-x4", "data=8,model=4", "data", [[4, 2], [1, 4]])
 
@@ -276,8 +310,9 @@ def plan_reduction(topology, axes: str, reduce: str, placement, hierarchy: str =
         raise UsageError(f"reducing over {reduce} involves one device per group: there is nothing to reduce")
     if programs is not None:
         programs = [programs] if isinstance(programs, str) else list(programs)
-        return plan_programs(hierarchy_value, programs, description=f"given program(s) on {topology.name}")
+        return plan_programs(hierarchy_value, programs, description=f"given program(s) on {topology.name}",
+                             collective=collective)
     if not topology.has_link_figures:
         raise UsageError(f"{topology.name} has no link figures to rank programs by: give programs=... or a "
                          "topology with bandwidths and latencies")
-    return best_by_size(hierarchy_value, topology, backend, max_len, min_bytes, max_bytes, estimate)
+    return best_by_size(hierarchy_value, topology, backend, max_len, min_bytes, max_bytes, estimate, collective)
