@@ -98,13 +98,15 @@ def test_every_predicted_step_equals_the_whole_systems(name, sizes, degrees, mod
 
 
 def test_single_calls_go_through_the_same_estimate_as_all_reduce_programs():
-    """A reduce-scatter or all-gather call is timed like the programs (the pipelined estimate by
-    default), not by the lockstep step time: one whole-group AllReduce call priced the way
-    reduce_scatter is equals the default all-reduce's time the program search reports."""
+    """A reduce-scatter or all-gather is timed like the all-reduce programs (the pipelined
+    estimate by default), not by the lockstep step time: the flat AllReduce call priced the way
+    reduce_scatter is (goal_programs) equals the default all-reduce's time the program search
+    reports."""
     topology = _resized("dgx-h100-2x8x8", rack=4)
     costs = CommunicationCosts(topology)
     for placement in enumerate_placements(topology, Degrees(8, 8, 4).axes())[::3]:
         for axes in (("dp",), ("tp",), ("pp",)):
             for size in (1 << 16, 48 << 20):
-                call = costs._single_call("AllReduce", placement, axes, size)
-                assert call.time_s == pytest.approx(costs.all_reduce(placement, axes, size).default_time_s, rel=1e-12)
+                call = costs.goal_programs("AllReduce", placement, axes).best(size)
+                assert call.baseline_time_s == pytest.approx(costs.all_reduce(placement, axes, size).default_time_s,
+                                                             rel=1e-12)

@@ -21,6 +21,7 @@ crossing unit, whose half is also at most (q-1)/q of it for q >= 2).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from synth.search import Enumerator, SearchOptions, semantics_for
 # GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
 # CPU (gloo): one core's memcpy of a large buffer, a few GB/s.
 COPY_BYTES_PER_S = {"nccl": 0.75e12, "gloo": 5e9}
+PREFETCH_BATCH = 4096  # sizes costed per engine call
 COPY_SOURCE = "estimate: half the device memory bandwidth (A100 HBM2 1.55 TB/s; one CPU core ~10 GB/s)"
 
 
@@ -61,19 +63,25 @@ def copy_rate(context: CostContext) -> float:
     return COPY_BYTES_PER_S.get("gloo" if "gloo" in name else "nccl")
 
 
-def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):
-    """(ProgramTable, times[program, size]) of valid programs of the goal: their collective
-    steps in one batch through the estimate, each Permute at the copy rate."""
+def _lowered(context: CostContext, goal: Goal, programs) -> tuple[ProgramTable, np.ndarray]:
+    """(ProgramTable of the programs' collective steps, bytes each copies locally per byte of
+    buffer in its Permute steps)."""
     hierarchy = context.hierarchy
-    engine = engine or CostEngine(context)
     rows, copied = [], []
     for program in programs:
         lowered = lower(program, hierarchy, goal)
         rows.append([step_calls(step) for step in lowered.steps if step.places is None])
         copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
-    table = ProgramTable.of(rows)
+    return ProgramTable.of(rows), np.array(copied, dtype=float)
+
+
+def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):
+    """(ProgramTable, times[program, size]) of valid programs of the goal: their collective
+    steps in one batch through the estimate, each Permute at the copy rate."""
+    engine = engine or CostEngine(context)
+    table, copied = _lowered(context, goal, programs)
     times = estimate.program_times(engine, table, sizes)
-    return table, times + np.outer(np.array(copied), np.array(sizes, dtype=float)) / copy_rate(context)
+    return table, times + np.outer(copied, np.array(sizes, dtype=float)) / copy_rate(context)
 
 
 def goal_program_times(context: CostContext, goal, programs, sizes, estimate=None) -> np.ndarray:
@@ -84,29 +92,92 @@ def goal_program_times(context: CostContext, goal, programs, sizes, estimate=Non
     return _costed(context, goal, list(programs), sizes, resolve_estimate(estimate))[1]
 
 
+@dataclass(frozen=True)
+class GoalChoice:
+    """The fastest program of a goal at one size, and its flat call's time at that size."""
+
+    bytes: int
+    program: Program
+    time_s: float
+    baseline_time_s: float
+
+    @property
+    def synthesized(self) -> bool:
+        """True when a program other than the flat call is strictly the fastest."""
+        return self.time_s < self.baseline_time_s
+
+
+class GoalPrograms:
+    """Every valid program of one goal on one context, enumerated and lowered once, costed at
+    any size (memoized): what `rank_goal` ranks and what the planner prices a reduce-scatter,
+    all-gather or all-to-all by (synth/plan/costs.py), so the two agree by construction."""
+
+    def __init__(self, context: CostContext, goal, max_len: int = 5, estimate=None):
+        self.context = context
+        self.goal = parse_goal(goal)
+        self.max_len = max_len
+        self.estimate = resolve_estimate(estimate)
+        self.engine = CostEngine(context)
+        hierarchy = context.hierarchy
+        programs = list(Enumerator(semantics_for(hierarchy, goal=self.goal), SearchOptions(max_len=max_len)).programs())
+        baseline = goal_baseline(hierarchy, self.goal)
+        if baseline not in programs:
+            programs.append(baseline)
+        self.programs = tuple(programs)
+        self.texts = tuple(str(program) for program in programs)
+        self.baseline_index = programs.index(baseline)
+        self.table, self.copied = _lowered(context, self.goal, programs)
+        self._best: dict[int, GoalChoice] = {}
+
+    @property
+    def baseline(self) -> Program:
+        return self.programs[self.baseline_index]
+
+    def times(self, sizes) -> np.ndarray:
+        """Seconds of every program (rows) at each size (columns)."""
+        sizes = [int(size) for size in sizes]
+        times = self.estimate.program_times(self.engine, self.table, sizes)
+        return times + np.outer(self.copied, np.array(sizes, dtype=float)) / copy_rate(self.context)
+
+    def best(self, size: int) -> GoalChoice:
+        """The fastest program at `size` (ties by text, the flat call winning a tie with itself)."""
+        size = int(size)
+        found = self._best.get(size)
+        if found is None:
+            self.prefetch([size])
+            found = self._best[size]
+        return found
+
+    def prefetch(self, sizes) -> None:
+        """Cost the sizes not asked yet in one batch (a fusion DP asks hundreds)."""
+        missing = sorted({int(size) for size in sizes} - self._best.keys())
+        for start in range(0, len(missing), PREFETCH_BATCH):
+            batch = missing[start:start + PREFETCH_BATCH]
+            times = self.times(batch)
+            for z, size in enumerate(batch):
+                column = times[:, z]
+                fastest = min(range(len(self.programs)), key=lambda i: (column[i], self.texts[i]))
+                self._best[size] = GoalChoice(size, self.programs[fastest], float(column[fastest]),
+                                              float(column[self.baseline_index]))
+
+
 def rank_goal(context: CostContext, goal, sizes, max_len: int = 5, estimate=None) -> list[list[RankedProgram]]:
     """Every valid program of the goal up to max_len steps, per size, fastest first (ties by
     text), the baseline always listed."""
-    goal = parse_goal(goal)
+    every = GoalPrograms(context, goal, max_len, estimate)
     hierarchy = context.hierarchy
     n = hierarchy.group_size
-    estimate = resolve_estimate(estimate)
-    engine = CostEngine(context)
-    programs = list(Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=max_len)).programs())
-    baseline = goal_baseline(hierarchy, goal)
-    if baseline not in programs:
-        programs.append(baseline)
+    programs, texts, table = every.programs, every.texts, every.table
     sizes = [int(size) for size in sizes]
-    table, times = _costed(context, goal, programs, sizes, estimate, engine)
+    times = every.times(sizes)
     communicators = _communicators(table)
     calls = _calls_per_device(table, n)
-    factor = collective(goal.collective).bus_factor(n)
+    factor = collective(every.goal.collective).bus_factor(n)
     matrix = hierarchy.placement.matrix
-    texts = [str(program) for program in programs]
-    base = programs.index(baseline)
+    base = every.baseline_index
     result = []
     for z, size in enumerate(sizes):
-        bound = goal_bound(context, goal, size).time_s
+        bound = goal_bound(context, every.goal, size).time_s
         order = sorted(range(len(programs)), key=lambda i: (times[i, z], texts[i]))
         ranked = []
         for i in order:

@@ -480,6 +480,39 @@ def _route_text(route, prediction, costs) -> str:
     return text
 
 
+ROUTE_AXES = {**ROLE_OF_ROUTE, "expert": ("ep",), "data-shard": ("dp",)}  # the groups a route's collectives run over
+
+
+def synthesized_collectives(prediction, costs) -> list[dict]:
+    """The step's collectives that run a synthesized program (one that beats the goal's flat
+    call in the model), with the gain: route, collective, program, seconds and the flat call's."""
+    if costs is None:
+        return []
+    rows = []
+    for route in prediction.routes:
+        axes = route.axes or ROUTE_AXES.get(route.name)
+        if not axes or not route.levels or (route.name == "data-shard" and prediction.settings.hsdp):
+            continue  # HSDP's shard groups are on another placement (not looked up)
+        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes):
+            rows.append({"route": route.name, "collective": call.collective, "program": call.program,
+                         "levels": call.levels, "time_s": call.time_s, "flat_time_s": call.default_time_s,
+                         "gain": call.gain})
+    return rows
+
+
+def synthesized_text(prediction, costs) -> str:
+    from synth.units import format_time
+
+    rows = synthesized_collectives(prediction, costs)
+    if not rows:
+        return "Synthesized collectives of the winner: none (every collective runs its flat call)"
+    lines = ["Synthesized collectives of the winner (beating one flat call of the same collective, in the model):"]
+    for row in rows:
+        lines.append(f"  {row['route']} {row['collective']}: {row['levels']}: {row['program']}: {row['gain']:.2f}x "
+                     f"({format_time(row['time_s'])} against {format_time(row['flat_time_s'])})")
+    return "\n".join(lines)
+
+
 def programs_text(prediction, costs=None) -> str:
     """The program each reduction of the step runs, hidden or not."""
     names = {"tensor": "TP", "data": "DP", "data-shard": "DP shard", "data-replica": "DP replica", "context": "CP",
@@ -521,6 +554,7 @@ def _print_tables(result, launchable=None) -> None:
                       prediction.degrees.text, prediction.placement.to_text(), prediction.settings.text, split,
                       programs_text(prediction, result.costs))
     console.print(table)
+    console.print(synthesized_text(result.ranked[0], result.costs), highlight=False, soft_wrap=True)
     pareto = Table(title="Pareto set: no other candidate is both faster and smaller")
     for name in ("step", "memory", "MFU"):
         pareto.add_column(name, justify="right", no_wrap=True)
@@ -573,6 +607,7 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],
         "communication": [dataclasses.asdict(route) for route in prediction.routes],
+        "synthesized": synthesized_collectives(prediction, costs),
         "megatron_order": order.order, "megatron_launchable": order.order is not None,
         "megatron_environment": megatron_environment(prediction),
     }

@@ -4,12 +4,13 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
 
 * `all_reduce`: the fastest synthesized all-reduce program for S bytes over some axes, and the
   default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
-* `reduce_scatter` / `all_gather`: one backend call over the axes' groups (what sequence
-  parallelism and the sharded optimizer run; the program search synthesizes all-reduces only),
-  timed by the same estimate as the all-reduce programs (synth/model/estimate.py);
-* `all_to_all`: the mixture-of-experts token dispatch and combine over the expert-parallel
-  groups, one AllToAll call through the same estimate (NCCL's grouped send/recv to every peer,
-  synth/model/algorithms.py's pairwise plan, each device's blocks through its own NIC);
+* `reduce_scatter` / `all_gather` / `all_to_all`: what sequence and context parallelism, the
+  sharded optimizer, ZeRO-3/FSDP and the mixture-of-experts token dispatch and combine run:
+  the fastest valid program of that goal over the groups' synthesis hierarchy
+  (synth.analysis.goal_rank.GoalPrograms: every program up to `max_len` steps, local Permutes
+  at the copy rate), beside the goal's flat call (one backend call over the group, what a
+  framework runs), all through the same estimate as the all-reduce programs
+  (synth/model/estimate.py). `Communication.synthesized` says which won, and by how much;
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
   pipeline's activations), through the network's links with their contention;
 * `gradient_schedule`: the gradient reduction in buckets behind backward (synth.analysis.fusion's
@@ -36,19 +37,22 @@ import numpy as np
 
 from synth.analysis.best import BestPrograms, CandidateTimes
 from synth.analysis.explore import hierarchy_text
+from synth.analysis.goal_rank import GoalPrograms
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
+from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
-from synth.language import Program, Step, parse_program
+from synth.language import Program, parse_program
 from synth.lowering import lower
 from synth.model.context import cost_context
-from synth.model.cost import program_cost, step_costs
-from synth.model.engine import CostEngine, ProgramTable, StepCalls
+from synth.model.cost import step_costs
+from synth.model.engine import CostEngine, step_calls
 from synth.model.algorithms import resolve_backend
 from synth.model.network import check_costable, network_for
 from synth.placement import Placement
 from synth.plan.equivalent import equivalent, span
 from synth.topology import Topology
 
+GOAL_OF = {"ReduceScatter": "reducescatter", "AllGather": "allgather", "AllToAll": "alltoall"}  # priced by synthesis
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
 
 
@@ -58,8 +62,19 @@ class Communication:
 
     program: str  # the program (or call) that runs it
     time_s: float
-    default_time_s: float  # the default all-reduce's time (the same call for non-all-reduces)
+    default_time_s: float  # the goal's flat call over the group (the default all-reduce for all-reduces)
     levels: str  # the groups' synthesis hierarchy, e.g. "node=2,gpu=8"
+    collective: str = "AllReduce"  # the goal's record name (synth/collectives.py)
+
+    @property
+    def synthesized(self) -> bool:
+        """True when a program beats the flat call in the model (by more than float rounding)."""
+        return self.time_s < self.default_time_s * (1 - 1e-9)
+
+    @property
+    def gain(self) -> float:
+        """The flat call's time over the program's (1 where the flat call is the best)."""
+        return self.default_time_s / self.time_s if self.time_s > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,9 @@ class GradientSchedule:
     buckets: int
     program: str  # the largest bucket's program
     levels: str
+    default_busy_s: float = 0.0  # the same buckets each run by the flat call (the default all-reduce
+    # or, with the sharded optimizer, one ReduceScatter call)
+    collective: str = "AllReduce"
 
 
 class CommunicationCosts:
@@ -82,15 +100,19 @@ class CommunicationCosts:
         self.topology = topology
         self.backend = resolve_backend(backend)
         self.max_len = max_len
+        self._contexts: dict[tuple, object] = {}
         self._best: dict[tuple, BestPrograms] = {}
+        self._goals: dict[tuple, GoalPrograms] = {}
         self._candidates: dict[tuple, CandidateTimes] = {}
         self._all_reduce: dict[tuple, Communication] = {}
         self._single: dict[tuple, Communication] = {}
         self._p2p: dict[tuple, tuple[float, float, str]] = {}
         self._schedules: dict[tuple, GradientSchedule] = {}
+        self._gradients: dict[tuple, GradientSchedule] = {}  # by (factors, program, bytes per bucket)
         self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
+        self._goal_of: dict[str, str] = {}  # the goal of every non-all-reduce program handed out
 
     # --- reductions ------------------------------------------------------------------------------
 
@@ -102,15 +124,29 @@ class CommunicationCosts:
             found = self._factors[key] = span(placement, axes)
         return found
 
+    def _context(self, key: tuple[int, ...]):
+        """The cost context of the groups spanning `key`, on the smallest equivalent system."""
+        context = self._contexts.get(key)
+        if context is None:
+            small = equivalent(self.topology, key)  # the same costs on fewer devices
+            hierarchy = build_hierarchy(small.placement, small.axes, "merged")
+            context = self._contexts[key] = cost_context(hierarchy, small.topology, self.backend)
+        return context
+
     def _best_programs(self, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            small = equivalent(self.topology, key)  # the same costs on fewer devices
-            hierarchy = build_hierarchy(small.placement, small.axes, "merged")
-            best = BestPrograms(cost_context(hierarchy, small.topology, self.backend), self.max_len)
-            self._best[key] = best
+            best = self._best[key] = BestPrograms(self._context(key), self.max_len)
         return best
+
+    def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> GoalPrograms:
+        """Every valid program of the goal over the axes' groups (one enumeration per group shape)."""
+        key = (collective, self.factors(placement, axes))
+        found = self._goals.get(key)
+        if found is None:
+            found = self._goals[key] = GoalPrograms(self._context(key[1]), parse_goal(collective), self.max_len)
+        return found
 
     def all_reduce(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
         """The fastest all-reduce program of `size` bytes per device over `axes`."""
@@ -124,34 +160,48 @@ class CommunicationCosts:
             self._all_reduce[key] = found
         return found
 
-    def _single_call(self, collective: str, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
+    def _goal_call(self, collective: str, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
         key = (collective, self.factors(placement, axes), size)
         found = self._single.get(key)
         if found is None:
-            best = self._best_programs(placement, axes)
-            hierarchy = best.hierarchy
-            n = hierarchy.group_size
-            step = Step(collective, "InsideGroup", hierarchy.level_names[0])
-            one_call = StepCalls(collective, (tuple(range(n)),), (n,))
-            # through the same estimate as every all-reduce program (not the lockstep step time)
-            ranker = best.ranker
-            seconds = float(ranker.estimate.program_times(ranker.engine, ProgramTable.of([(one_call,)]), [size])[0, 0])
-            found = Communication(self._text(Program((step,))), seconds, seconds, hierarchy_text(hierarchy))
+            programs = self.goal_programs(collective, placement, axes)
+            choice = programs.best(size)
+            text = self._text(choice.program)
+            self._goal_of[text] = programs.goal.name
+            found = Communication(text, choice.time_s, choice.baseline_time_s,
+                                  hierarchy_text(programs.context.hierarchy), collective)
             self._single[key] = found
         return found
 
     def reduce_scatter(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
-        """One ReduceScatter call over the axes' groups, `size` bytes of input per device."""
-        return self._single_call("ReduceScatter", placement, axes, size)
+        """The fastest reduce-scatter program over the axes' groups, `size` bytes of input per
+        device (each member ends with its 1/n block of the sum, in member-rank order)."""
+        return self._goal_call("ReduceScatter", placement, axes, size)
 
     def all_gather(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
-        """One AllGather call over the axes' groups, `size` bytes of output per device."""
-        return self._single_call("AllGather", placement, axes, size)
+        """The fastest all-gather program over the axes' groups, `size` bytes of output per device."""
+        return self._goal_call("AllGather", placement, axes, size)
 
     def all_to_all(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
-        """One AllToAll call of `size` bytes per device (size/n to each member, as
+        """The fastest all-to-all program of `size` bytes per device (size/n to each member, as
         `all_to_all_single` with equal splits) over the axes' groups, all groups at once."""
-        return self._single_call("AllToAll", placement, axes, size)
+        return self._goal_call("AllToAll", placement, axes, size)
+
+    def synthesized(self, placement: Placement, axes: tuple[str, ...], program: str, size: int
+                    ) -> list[Communication]:
+        """The collectives priced for `size` bytes over the axes' groups whose program is part of
+        `program` (a step route's text) and beats the goal's flat call: what the plan names as
+        synthesized. Gradient buckets (`size` = bytes per bucket) come as one entry whose times
+        are the buckets' sums."""
+        factors = self.factors(placement, axes)
+        gradients = self._gradients.get((factors, program, size))
+        if gradients is not None:  # the route is the gradient buckets
+            found = [Communication(gradients.program, gradients.busy_s, gradients.default_busy_s,
+                                   gradients.levels, gradients.collective)]
+        else:
+            found = [self._all_reduce.get((factors, size))]
+            found += [self._single.get((collective, factors, size)) for collective in GOAL_OF]
+        return [c for c in found if c is not None and c.synthesized and c.program in program]
 
     def _text(self, program: Program) -> str:
         """A program's text for the rows, the object kept to explain them without parsing."""
@@ -166,21 +216,24 @@ class CommunicationCosts:
 
     def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str | Program, size: int) -> str:
         """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
-        best = self._best_programs(placement, axes)
-        hierarchy = best.hierarchy
-        engine = CostEngine(best.context)  # the context's own devices, so links are named as they are
-        program = self.program(program) if isinstance(program, str) else program
-        steps = []
-        for step in program.steps:
-            n = hierarchy.group_size
-            if step.collective in ("ReduceScatter", "AllGather", "AllToAll") and step.form == "InsideGroup" \
-                    and step.level == hierarchy.level_names[0]:
-                one_call = StepCalls(step.collective, (tuple(range(n)),), (n,))
-                steps.append(step_costs(engine, [one_call], size, [step])[0])  # one whole-group call
-            else:
-                cost = program_cost(best.context, lower(program, hierarchy), size, engine=engine)
-                return max(cost.steps, key=lambda c: c.time_s).bottleneck
-        return max(steps, key=lambda c: c.time_s).bottleneck if steps else ""
+        context = self._context(self.factors(placement, axes))
+        hierarchy = context.hierarchy
+        engine = CostEngine(context)  # the context's own devices, so links are named as they are
+        text = program if isinstance(program, str) else str(program)
+        if text not in self._programs:
+            # a route of two collectives ("<reduce-scatter program>; <all-gather program>"): its first
+            known = [seen for seen in self._programs if text.startswith(seen + "; ")]
+            text = max(known, key=len) if known else text
+        program = self.program(text)
+        goal = self._goal_of.get(text)
+        if goal is None:  # an all-reduce program, or a flat call of another goal handed in as text
+            first = program.steps[0].collective
+            goal = GOAL_OF[first] if len(program.steps) == 1 and first in GOAL_OF else "allreduce"
+        lowered = [step for step in lower(program, hierarchy, goal).steps if step.places is None]  # no Permutes
+        if not lowered:
+            return ""
+        costs = step_costs(engine, [step_calls(step) for step in lowered], size, [step.step for step in lowered])
+        return max(costs, key=lambda c: c.time_s).bottleneck
 
     # --- point to point --------------------------------------------------------------------------
 
@@ -240,6 +293,10 @@ class CommunicationCosts:
         rate = sum(tensors) / backward_s if backward_s > 0 else math.inf
         ready = ready_times(tensors, rate)
         if sharded:
+            # every bucket the DP may form is a sum of consecutive tensors: cost them in one batch
+            sums = {sum(tensors[i:j + 1]) for i in range(len(tensors)) for j in range(i, len(tensors))}
+            self.goal_programs("ReduceScatter", placement, axes).prefetch(sums)
+
             def cost(size):
                 call = self.reduce_scatter(placement, axes, size)
                 return self._programs[call.program], call.time_s
@@ -264,8 +321,19 @@ class CommunicationCosts:
             ranges = [(0, len(tensors) - 1)]  # all ready at once: one call of the whole buffer
         planned = schedule(tensors, ready, ranges, cost)
         largest = max(planned.buckets, key=lambda bucket: bucket.bytes)
-        return GradientSchedule(planned.finish_s, max(0.0, planned.exposed_s), planned.busy_s, len(planned.buckets),
-                                self._text(largest.program), hierarchy_text(best.hierarchy))
+        if sharded:
+            flat = self.goal_programs("ReduceScatter", placement, axes)
+            default_busy = sum(flat.best(bucket.bytes).baseline_time_s for bucket in planned.buckets)
+        else:
+            default_busy = sum(chooser(bucket.bytes).baseline_time_s for bucket in planned.buckets)
+        found = GradientSchedule(planned.finish_s, max(0.0, planned.exposed_s), planned.busy_s, len(planned.buckets),
+                                 self._text(largest.program), hierarchy_text(best.hierarchy), default_busy,
+                                 "ReduceScatter" if sharded else "AllReduce")
+        if sharded:
+            self._goal_of[found.program] = "reducescatter"
+        per_bucket = sum(tensors) // found.buckets  # as the step's route states it
+        self._gradients[(self.factors(placement, axes), found.program, per_bucket)] = found
+        return found
 
 
 def fuse_tensors(tensors: tuple[int, ...], limit: int = MAX_BUCKET_TENSORS) -> tuple[int, ...]:
