@@ -3,7 +3,7 @@
 The step model (synth/plan/step.py) asks four questions, all for one placement on one topology:
 
 * `all_reduce`: the fastest synthesized all-reduce program for S bytes over some axes, and the
-  default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
+  default all-reduce's time (synth.search.best.BestPrograms, the exact cost-guided search);
 * `reduce_scatter` / `all_gather`: one backend call over the axes' groups (what sequence
   parallelism and the sharded optimizer run; the program search synthesizes all-reduces only),
   timed by the same estimate as the all-reduce programs (synth/model/estimate.py);
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.analysis.best import BestPrograms, CandidateTimes
+from synth.search.best import BestPrograms, CandidateTimes
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
 from synth.hierarchy import build_hierarchy

@@ -7,7 +7,7 @@ the next range. It is built once, before training:
 
 - from the search, at each size the program the simulator ranks first (`plan_reduction`, or
   `best_by_size` on a hierarchy): the sizes where the best program changes are found once, by
-  bisection between powers of two on the exact ranking (synth.analysis.best);
+  bisection between powers of two on the exact ranking (synth.search.best);
 - from given programs (`plan_programs`): one program runs at every size, or the ranges given;
 - from a file: the JSON plan `synth export --format json` writes (`load_plan`), or a plan
   saved with `ReductionPlan.save` (which keeps the size ranges).
@@ -224,11 +224,11 @@ def size_thresholds(choose, low: int, high: int) -> list[tuple[int, str]]:
 def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, min_bytes: int = DEFAULT_MIN_BYTES,
                  max_bytes: int = DEFAULT_MAX_BYTES, estimate: str | None = None) -> ReductionPlan:
     """At every size the program the simulator ranks first on `topology` for `backend`: the
-    ranking (synth.analysis.best) is asked at powers of two from `min_bytes` to `max_bytes`
+    ranking (synth.search.best) is asked at powers of two from `min_bytes` to `max_bytes`
     and bisected where its answer changes; below `min_bytes` the first program runs, above
     `max_bytes` the last. `estimate` is the model's (synth.model.estimate: "pipelined", the
     default, or "lockstep"), as `synth rank --estimate` takes it."""
-    from synth.analysis.best import BestPrograms
+    from synth.search.best import BestPrograms
     from synth.model.context import cost_context
     from synth.model.estimate import ESTIMATES, resolve_estimate
 
