@@ -9,7 +9,7 @@ issue names, counting programs and (state, steps left) pairs expanded, with the 
 and after. Target: under 1 s per goal at length 5 on a 4096-member group. Writes
 results/synthesis-goals/README.md and synthesis-goals.json.
 
---calibrate measures what synth/search_budget.py's GOAL_EXPANSIONS and
+--calibrate measures what synth/search/budget.py's GOAL_EXPANSIONS and
 GOAL_SECONDS_PER_EXPANSION hold: the pairs a complete search of each goal expands over
 hierarchies of 1..6 levels of size 2, for every length up to 8 until a search takes more than
 8 CPU seconds, and the CPU seconds per expansion of the largest search at each depth. Writes
@@ -78,7 +78,7 @@ def calibrate(output: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="results", help="results directory (default results)")
-    parser.add_argument("--calibrate", action="store_true", help="measure synth/search_budget.py's goal tables")
+    parser.add_argument("--calibrate", action="store_true", help="measure synth/search/budget.py's goal tables")
     args = parser.parse_args(argv)
     if args.calibrate:
         return calibrate(args.output)

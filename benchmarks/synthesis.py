@@ -8,11 +8,11 @@ name (among them a 5-level and a 6-level hierarchy), and the same with each prun
 switched off, counting (state, steps left) pairs expanded, instructions applied and Z3
 queries, wall and CPU time. Writes results/synthesis-speed/README.md and synthesis-speed.json.
 
---calibrate measures what synth/search_budget.py estimates from: the pairs a complete search
+--calibrate measures what synth/search/budget.py estimates from: the pairs a complete search
 expands over hierarchies of 1..8 levels of size 2, for every length until a search takes a
 third of the time limit, and the CPU seconds per expansion at each depth. Writes
 results/synthesis-speed/synthesis-calibration.md and .json and prints the tables to paste into
-synth/search_budget.py (a test keeps the two equal).
+synth/search/budget.py (a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from benchmarks.record import REPORT, header, study_dir
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, make_placement, parse_axes
-from synth.pruning import _first_steps
+from synth.search.pruning import _first_steps
 from synth.search import Enumerator, SearchOptions, brute_force_programs
 from synth.semantics import Semantics
 from synth.topology import topology_from_levels
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="results",
                         help="the results directory (default results/); writes its synthesis-speed/ folder")
-    parser.add_argument("--calibrate", action="store_true", help="measure the search-size tables of synth/search_budget.py")
+    parser.add_argument("--calibrate", action="store_true", help="measure the search-size tables of synth/search/budget.py")
     parser.add_argument("--before", metavar="DIR",
                         help="also time the all-pruning runs with the synth package of DIR (a checkout of an earlier commit)")
     parser.add_argument("--cases", help="comma-separated case numbers to run (default all), e.g. 4,5")
@@ -264,13 +264,13 @@ def calibrate(output: str) -> int:
              (f"1-minute load average: {load_before:.2f} before, {load_after:.2f} after (CPU seconds are less "
               "affected by other work than wall time, but not immune)."), "",
              ("Complete searches (every valid program up to the length) over hierarchies of 2-member levels: "
-              "expanded (state, steps left) pairs and CPU seconds. synth/search_budget.py estimates every search "
+              "expanded (state, steps left) pairs and CPU seconds. synth/search/budget.py estimates every search "
               "from these tables (level sizes above 2 only add uneven splits, which end branches)."), "",
              "| depth | length | expanded | CPU s | s per expansion |", "|---:|---:|---:|---:|---:|"]
     for run in runs:
         lines.append(f"| {run['depth']} | {run['length']} | {run['expanded']} | {run['cpu_seconds']:.2f} | "
                      f"{run['cpu_seconds'] / run['expanded']:.2g} |")
-    lines += ["", "Tables for synth/search_budget.py:", "", "```python",
+    lines += ["", "Tables for synth/search/budget.py:", "", "```python",
               f"EXPANSIONS = {expansions!r}", f"SECONDS_PER_EXPANSION = {per_expansion!r}", "```"]
     (directory / "synthesis-calibration.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-4:]))

@@ -50,7 +50,7 @@ _EXPORTS = {
     "CostContext": "synth.model.context", "cost_context": "synth.model.context", "CostEngine": "synth.model.engine",
     "program_cost": "synth.model.cost", "simulate": "synth.model.cost", "lower_bound": "synth.model.bound",
     "LOCKSTEP": "synth.model.estimate", "PIPELINED": "synth.model.estimate", "DEFAULT_ESTIMATE": "synth.model.estimate",
-    "Ranker": "synth.analysis.rank", "BestPrograms": "synth.analysis.best",
+    "Ranker": "synth.analysis.rank", "BestPrograms": "synth.search.best",
     "rank_programs": "synth.analysis.rank", "RankedProgram": "synth.analysis.rank",
     "explore_placements": "synth.analysis.explore",
     # errors

@@ -14,7 +14,7 @@ A request names one collective, as a training step calls it over the reduction g
 
 A goal also says which steps its programs are built of (its alphabet: the collectives that
 can take part in a valid program of it, and whether local `Permute` steps can), and what the
-dead-prefix pruning may assume of its final state (synth/pruning.py).
+dead-prefix pruning may assume of its final state (synth/search/pruning.py).
 """
 
 from __future__ import annotations

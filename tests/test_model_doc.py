@@ -22,7 +22,7 @@ from synth.model.cost import bus_factor
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
 from synth.semantics import FORMS, Semantics
-from synth.states import format_members, format_trace
+from synth.search.states import format_members, format_trace
 from synth.topology import topology_from_levels
 from synth.units import parse_bytes
 

@@ -7,7 +7,7 @@ from synth.hierarchy import build_hierarchy
 from synth.interpreter import run_reference
 from synth.language import parse_program
 from synth.placement import enumerate_placements, make_placement, parse_axes
-from synth.pruning import DeadPrefixOracle, abstract
+from synth.search.pruning import DeadPrefixOracle, abstract
 from synth.search import (
     Enumerator,
     SearchOptions,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from synth import search_budget
 from synth.errors import SearchTooLargeError, UsageError
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import Enumerator, SearchOptions
-from synth.search_budget import (
+from synth.search import budget as search_budget
+from synth.search.budget import (
     DEFAULT_BUDGET_S,
     EXPANSIONS,
     MAX_DEPTH,
@@ -32,7 +32,7 @@ def levels(depth: int, size: int = 2):
 
 
 def test_the_tables_are_the_committed_calibration():
-    """synth/search_budget.py carries what `python -m benchmarks.synthesis --calibrate` measured."""
+    """synth/search/budget.py carries what `python -m benchmarks.synthesis --calibrate` measured."""
     document = json.loads((RESULTS / "synthesis-calibration.json").read_text())
     assert {int(d): tuple(v) for d, v in document["expansions"].items()} == EXPANSIONS
     assert {int(d): v for d, v in document["seconds_per_expansion"].items()} == search_budget.SECONDS_PER_EXPANSION

@@ -356,7 +356,7 @@ def test_rank_with_nothing_to_reduce(capsys):
 def test_calls_of_one_step_with_different_ranges_are_each_costed_by_their_own_range():
     """After a Master AllGather, Broadcast(Parallel(node)) groups hold ranges of different
     lengths; the walker (search and ranking) and lowering must agree call by call."""
-    from synth.analysis.programs import StateWalker
+    from synth.search import StateWalker
     from synth.model.engine import ProgramTable, steps_of
 
     topology = load_topology("emu-2x4")

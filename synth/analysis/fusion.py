@@ -30,7 +30,7 @@ plan is then merged, left to right: two adjacent buckets become one whenever the
 finish does not move (checked by running the schedule, so it stays exactly F(n)). Fewer
 buckets means fewer calls (each pays a launch) and less stream time, for the same finish.
 
-C(S) comes from `synth.analysis.best`: by default the fastest of the candidate programs (the
+C(S) comes from `synth.search.best`: by default the fastest of the candidate programs (the
 top 3 of the exact search at every power of two spanning the bucket sizes, and the default
 all-reduce), each costed exactly at every bucket size (in batches); with `exact=True` the
 exact top-1 search at every distinct bucket size. Buckets whose start plus the lower bound of
@@ -52,7 +52,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from synth.analysis.best import BestPrograms, Choice
+from synth.search.best import BestPrograms, Choice
 from synth.language import Program
 from synth.model.bound import bound_line
 from synth.model.context import CostContext

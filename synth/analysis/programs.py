@@ -1,11 +1,8 @@
 """Programs as the cost model sees them: for each step, its calls and the chunks each spans.
 
 A program's steps become `StepCalls` (synth/model/engine.py) by walking it over the quotient
-state graph of its hierarchy (synth/semantics.py), whose members carry the real range
-lengths: the calls of a step are its groups in the real hierarchy (`Semantics.real_calls`)
-and each call spans the chunks the semantics reads from the state before the step
-(`Semantics.call_spans`: the root's range, or a join's output). That is cheaper than
-lowering every program and gives the same calls (tests check both).
+state graph of its hierarchy (synth.search.StateWalker). That is cheaper than lowering every
+program and gives the same calls (tests check both).
 
 A `ProgramSet` is many programs of one hierarchy as one `ProgramTable` (each program a row of
 indices into the distinct steps), with the typed programs and their texts for ties.
@@ -27,110 +24,11 @@ from functools import cached_property
 
 import numpy as np
 
-from synth.analysis.completion import StateAbstraction
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
-from synth.model.engine import ProgramTable, StepCalls
-from synth.search import Enumerator, SearchOptions
-from synth.semantics import QUOTIENT_CAP, InternedMachine, Semantics, StepFailure
-
-
-class StateWalker:
-    """Steps of programs over the quotient state graph of one hierarchy, with memoized
-    transitions and `StepCalls` (shared by the full ranking and the search); the search walks
-    interned states (`machine`, `interned_step`) and bounds their completions (`abstraction`)."""
-
-    def __init__(self, hierarchy: SynthesisHierarchy):
-        self.hierarchy = hierarchy
-        self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
-        self.alphabet = self.semantics.alphabet
-        self.goal = self.semantics.goal
-        # Each alphabet entry's calls in the real hierarchy (the semantics' `real_calls`).
-        self.calls = [self.semantics.real_calls(step) for step, _ in self.alphabet]
-        self._spelled = {step: i for i, (step, _) in enumerate(self.alphabet)}
-        self._index = {(instruction.collective, instruction.groups): i
-                       for i, (_, instruction) in enumerate(self.alphabet)}
-        self._transitions: dict[tuple[tuple, int], tuple | None] = {}
-        self._steps: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
-        self._enumerators: dict[int, Enumerator] = {}
-
-    def enumerator(self, max_len: int) -> Enumerator:
-        if max_len not in self._enumerators:
-            self._enumerators[max_len] = Enumerator(self.semantics, SearchOptions(max_len=max_len))
-        return self._enumerators[max_len]
-
-    def index_of(self, step: Step) -> int:
-        """The alphabet entry of a step, whichever of its equal spellings (docs/model.md section 5) it uses."""
-        index = self._spelled.get(step)
-        if index is None:
-            instruction = self.semantics.instruction_of(step)
-            index = self._index[(instruction.collective, instruction.groups)]
-        return index
-
-    def advance(self, state: tuple, index: int) -> tuple | None:
-        """The next state, or None when the step is invalid or a no-op (no valid program goes on)."""
-        key = (state, index)
-        if key not in self._transitions:
-            try:
-                self._transitions[key] = self.semantics.apply(state, self.alphabet[index][1])
-            except StepFailure:
-                self._transitions[key] = None
-        return self._transitions[key]
-
-    def step(self, state: tuple, index: int) -> StepCalls:
-        """Alphabet entry `index` taken from `state`, as the cost model sees it."""
-        chunks = self.semantics.call_spans(state, self.alphabet[index][0])
-        key = (index, chunks)
-        found = self._steps.get(key)
-        if found is None:
-            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], chunks)
-        return found
-
-    def walk(self, program: Program) -> tuple[StepCalls, ...]:
-        """The steps of a valid program; ValueError when it is not valid on this hierarchy."""
-        state, result = self.semantics.initial, []
-        for step in program.steps:
-            index = self.index_of(step)
-            result.append(self.step(state, index))
-            state = self.advance(state, index)
-            if state is None:
-                raise ValueError(f"{program} is not a valid program on this hierarchy")
-        if state != self.goal:
-            raise ValueError(f"{program} does not reach the goal on this hierarchy")
-        return tuple(result)
-
-    # --- the search's view: interned states (synth/semantics.py InternedMachine) -------------------
-
-    @cached_property
-    def machine(self) -> InternedMachine:
-        """The semantics over interned states (tuples of member ids), for the top-K search."""
-        return InternedMachine(self.semantics)
-
-    @cached_property
-    def abstraction(self) -> StateAbstraction:
-        """What the search's completion bound knows of an interned state (synth/analysis/completion.py)."""
-        return StateAbstraction(self.semantics, self.machine)
-
-    @cached_property
-    def _call_roots(self) -> tuple[tuple[tuple[int, ...], int], ...]:
-        """Per alphabet entry: the state member standing for each call's root, and the span
-        factor (what `Semantics.call_spans` reads)."""
-        representative = self.semantics.representative
-        result = []
-        for (step, instruction), calls in zip(self.alphabet, self.calls):
-            factor = instruction.record.span_factor(instruction.real_group_size)
-            result.append((tuple(representative[members[0]] for members in calls), factor))
-        return tuple(result)
-
-    def interned_step(self, state: tuple[int, ...], index: int) -> StepCalls:
-        """`step` for an interned state: the same calls and spans, read from the member table."""
-        roots, factor = self._call_roots[index]
-        members = self.machine.members
-        key = (index, tuple(members[state[root]][3] * factor for root in roots))
-        found = self._steps.get(key)
-        if found is None:
-            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], key[1])
-        return found
+from synth.model.engine import ProgramTable
+from synth.search import Enumerator, SearchOptions, StateWalker
+from synth.semantics import QUOTIENT_CAP, Semantics
 
 
 @dataclass(frozen=True, eq=False)

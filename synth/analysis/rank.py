@@ -5,18 +5,9 @@ every rank of a job) picks the same program. The default all-reduce (the one pro
 length 1) is always listed and marked, whatever its place. Times come from one estimate
 (synth/model/estimate.py, lockstep or pipelined) through the costing engine.
 
-`top=K` does not list every program. It is a best-first search over the tree of program
-prefixes: a node is a prefix with its quotient state (synth/analysis/programs.py), an edge a
-valid step; a prefix's key is the estimate's `value`, a lower bound on every program that
-extends it which equals the program's time once it is complete (the estimate module proves
-both for each estimate). So complete programs are popped in exactly the order of the full
-ranking, (time, text) included (a prefix's text sorts before its extensions'), and the first
-K popped are its head. The value is raised by what any completion must still add: an exact
-bound over a small abstraction of the prefix's state (synth/analysis/completion.py: range
-lengths, doublings still needed, empty members; infinite when the state cannot reach the goal
-in the steps left, so such a prefix is never pushed), computed once per abstract state. The
-enumerator's Z3 dead-prefix oracle is not asked: the bound already refuses most dead prefixes,
-for far less than a solver call per state.
+`top=K` does not list every program: the best-first search of synth/search/best_first.py
+pops complete programs in exactly the order of the full ranking, (time, text) included, and
+the first K popped are its head.
 
 Objectives besides time, per program:
 
@@ -31,7 +22,6 @@ Objectives besides time, per program:
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -39,19 +29,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.analysis.completion import INFINITY, CompletionBound
-from synth.analysis.programs import ProgramSet, ProgramSets, StateWalker, program_set
+from synth.analysis.programs import ProgramSet, ProgramSets, program_set
 from synth.language import Program
 from synth.model.bound import LowerBound, achievable_line, bound_line
 from synth.model.context import CostContext
 from synth.model.cost import baseline_program, bus_factor
-from synth.model.engine import CostEngine, ProgramTable, StepCalls, engine_for
+from synth.model.engine import CostEngine, ProgramTable, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
+from synth.search import StateWalker
+from synth.search.best_first import cheapest_programs
 
 __all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
-
-_PREFIX, _STEPS, _PROGRAM = 0, 1, 2  # heap entry kinds (see Ranker.cheapest)
-_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -202,134 +190,9 @@ class Ranker:
     # --- the search -----------------------------------------------------------------------------------
 
     def cheapest(self, size: int) -> Iterator[tuple[float, Program]]:
-        """Every valid program up to max_len steps, cheapest first (ties by text), lazily.
-
-        A best-first search over program prefixes (see the module docstring). Three kinds of
-        entries share one heap, each keyed by a lower bound on every program below it:
-
-        * a prefix (its state, its estimate so far): key = its value raised by the completion
-          bound of its state (synth/analysis/completion.py);
-        * a step not yet taken from a prefix (an edge): key = the prefix's value raised by the
-          bound on completions that begin with that step, known from the prefix's abstraction
-          alone. Taking the step (applying it, costing it exactly) waits until the edge is
-          popped; a prefix's edges are pushed one at a time, in (key, text) order, the next
-          one when the previous is popped, so an edge's key and text never exceed those of the
-          edges behind it;
-        * a complete program: key = its time.
-
-        Every program below an entry has a time at least its key and a text that extends its
-        text, so complete programs come out in (time, text) order: the full ranking's."""
-        walker, engine, estimate = self.walker, self.engine, self.estimate
-        size = int(size)
-        machine, abstraction = walker.machine, walker.abstraction
-        bound = CompletionBound(walker.semantics, walker.calls, engine, size)
-        max_len, goal, alphabet = self.max_len, machine.goal, walker.alphabet
-        rank_of, index_of = self._text_ranks()
-        value, extend = estimate.value, estimate.extend
-        costed: dict[StepCalls, object] = {}
-        count = len(alphabet)
-        tie = itertools.count()
-        push, pop = heapq.heappush, heapq.heappop
-        orders: dict[tuple, tuple] = {}
-        followers: dict[tuple, tuple] = {}
-        applied: dict[tuple[int, ...], dict[int, tuple[int, ...] | None]] = {}  # state -> {index: next state}
-
-        def steps_from(state: tuple[int, ...], a, left: int) -> tuple:
-            """The valid steps from a state that may begin a completion of at most `left` steps:
-            ((least, text rank, index, next state, its abstraction), ...) by least then rank,
-            `least` bounding every completion that begins with the step (the bound from the
-            state's abstraction, raised by the step's least cost plus the next state's bound);
-            and for each position the smallest rank from there on."""
-            found = followers.get((state, left))
-            if found is None:
-                firsts = orders.get((a, left))
-                if firsts is None:
-                    firsts = orders[(a, left)] = sorted(
-                        (least, rank_of[index], index) for index in range(count)
-                        if (least := bound.edge(a, index, left)) != INFINITY)
-                kept = []
-                known = applied.get(state)
-                if known is None:
-                    known = applied[state] = {}
-                for least, rank, index in firsts:
-                    after = known.get(index, _UNSET)
-                    if after is _UNSET:
-                        after = known[index] = machine.apply(state, index)
-                    if after is None:
-                        continue
-                    if after == goal or left > 1:
-                        kept.append((least, rank, index, after))
-                kept.sort()
-                smallest = [0] * len(kept)
-                lowest = count
-                for position in range(len(kept) - 1, -1, -1):
-                    lowest = min(lowest, kept[position][1])
-                    smallest[position] = lowest
-                found = followers[(state, left)] = (tuple(kept), tuple(smallest))
-            return found
-
-        def push_steps(text, depth, state, prefix, steps, position):
-            """The untaken steps steps[position:] of a prefix as one entry: keyed by the first's
-            bound (the least of them) and the smallest text among them."""
-            kept, smallest = steps
-            if position < len(kept):
-                push(heap, (value(prefix, size, (kept[position][0],)), text + (smallest[position],), next(tie), _STEPS,
-                            depth, state, prefix, (steps, position)))
-
-        initial = machine.initial
-        a = abstraction.of(initial)
-        if a is None:
-            return
-        start = estimate.start(engine, size)
-        least = bound.bound(a, max_len)
-        if least == INFINITY:
-            return
-        heap = [(value(start, size, (least,)), (), next(tie), _PREFIX, 0, initial, start, a)]
-        while heap:
-            key, text, _, what, depth, state, prefix, extra = pop(heap)
-            if what == _PROGRAM:
-                yield key, Program(tuple(alphabet[index_of[rank]][0] for rank in text))
-                continue
-            if what == _PREFIX:
-                push_steps(text, depth, state, prefix, steps_from(state, extra, max_len - depth), 0)
-                continue
-            # the untaken steps of a prefix: take the first, keep the rest as one entry
-            steps, position = extra
-            text = text[:-1]
-            push_steps(text, depth, state, prefix, steps, position + 1)
-            _, rank, index, after = steps[0][position]
-            text += (rank,)
-            if after != goal:
-                following = abstraction.of(after)
-                if following is None:
-                    continue
-                least = bound.bound(following, max_len - depth - 1)
-                if least == INFINITY:
-                    continue
-            step = walker.interned_step(state, index)
-            figures = costed.get(step)
-            if figures is None:
-                figures = costed[step] = engine.figures([step], [size])
-            extended = extend(engine, prefix, figures, 0)
-            if after == goal:
-                push(heap, (value(extended, size), text, next(tie), _PROGRAM, depth + 1, after, extended, None))
-                continue
-            push(heap, (max(key, value(extended, size, (least,))), text, next(tie), _PREFIX, depth + 1, after,
-                        extended, following))
-
-    def _text_ranks(self) -> tuple[list[int], dict[int, int]]:
-        """Each alphabet entry's place in text order, and back. A prefix's text is the tuple of
-        its steps' places: no step's text is a proper beginning of another's (each ends with
-        its closing brackets), so tuples compare as the "; "-joined texts do."""
-        texts = [str(step) for step, _ in self.walker.alphabet]
-        order = sorted(range(len(texts)), key=texts.__getitem__)
-        for a, b in zip(order, order[1:]):
-            if texts[b].startswith(texts[a]):
-                raise AssertionError(f"step text {texts[a]!r} begins {texts[b]!r}: text ranks would misorder ties")
-        rank_of = [0] * len(texts)
-        for place, index in enumerate(order):
-            rank_of[index] = place
-        return rank_of, {place: index for place, index in enumerate(order)}
+        """Every valid program up to max_len steps, cheapest first (ties by text), lazily: the
+        best-first search of synth/search/best_first.py."""
+        return cheapest_programs(self.walker, self.engine, self.estimate, size, self.max_len)
 
     def top(self, size: int, k: int) -> list[RankedProgram]:
         """The K fastest programs at `size` (the default all-reduce added when not among them),

@@ -351,7 +351,7 @@ def check_search(hierarchies, max_len: int, goal="allreduce") -> None:
     enumeration serves every hierarchy of the same sizes. A topology too deep to search is
     refused before its network is built (a 20-level system used gigabytes first)."""
     from synth.search import MAX_PROGRAM_LENGTH
-    from synth.search_budget import check_budget
+    from synth.search.budget import check_budget
 
     if max_len > MAX_PROGRAM_LENGTH or max_len < 1:
         from synth.search import Enumerator, SearchOptions, semantics_for

@@ -138,7 +138,7 @@ def search_progress(label: str):
 
 def run_programs(args) -> int:
     from synth.search import Enumerator, SearchOptions, semantics_for
-    from synth.search_budget import check_budget
+    from synth.search.budget import check_budget
 
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)

@@ -3,7 +3,7 @@
 The step model (synth/plan/step.py) asks four questions, all for one placement on one topology:
 
 * `all_reduce`: the fastest synthesized all-reduce program for S bytes over some axes, and the
-  default all-reduce's time (synth.analysis.best.BestPrograms, the exact cost-guided search);
+  default all-reduce's time (synth.search.best.BestPrograms, the exact cost-guided search);
 * `reduce_scatter` / `all_gather` / `all_to_all`: what sequence and context parallelism, the
   sharded optimizer, ZeRO-3/FSDP and the mixture-of-experts token dispatch and combine run:
   the fastest valid program of that goal over the groups' synthesis hierarchy
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.analysis.best import BestPrograms, CandidateTimes
+from synth.search.best import BestPrograms, CandidateTimes
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.goal_rank import GoalPrograms
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule

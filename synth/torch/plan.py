@@ -7,7 +7,7 @@ the next range. It is built once, before training:
 
 - from the search, at each size the program the simulator ranks first (`plan_reduction`, or
   `best_by_size` on a hierarchy): the sizes where the best program changes are found once, by
-  bisection between powers of two on the exact ranking (synth.analysis.best);
+  bisection between powers of two on the exact ranking (synth.search.best);
 - from given programs (`plan_programs`): one program runs at every size, or the ranges given;
 - from a file: the JSON plan `synth export --format json` writes (`load_plan`), or a plan
   saved with `ReductionPlan.save` (which keeps the size ranges).
@@ -246,11 +246,11 @@ def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, m
     """At every size the program of `collective` the simulator ranks first on `topology` for
     `backend` (the all-reduce by its best-first search, the other goals by
     synth.analysis.goal_rank): the
-    ranking (synth.analysis.best) is asked at powers of two from `min_bytes` to `max_bytes`
+    ranking (synth.search.best) is asked at powers of two from `min_bytes` to `max_bytes`
     and bisected where its answer changes; below `min_bytes` the first program runs, above
     `max_bytes` the last. `estimate` is the model's (synth.model.estimate: "pipelined", the
     default, or "lockstep"), as `synth rank --estimate` takes it."""
-    from synth.analysis.best import BestPrograms
+    from synth.search.best import BestPrograms
     from synth.model.context import cost_context
     from synth.model.estimate import ESTIMATES, resolve_estimate
 

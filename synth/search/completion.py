@@ -1,6 +1,6 @@
 """What any completion of a search state must still cost: an admissible bound for the top-K search.
 
-The best-first search of synth/analysis/rank.py keys a prefix by its time plus a lower bound
+The best-first search of synth/search/best_first.py keys a prefix by its time plus a lower bound
 on what any valid completion adds. This module computes that bound exactly over a small
 abstraction of the quotient state (synth/semantics.py), for one size:
 
@@ -68,16 +68,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from synth.collectives import Combine, Delivery
 from synth.model.engine import CostEngine
-from synth.pruning import instruction_class
+from synth.search.pruning import instruction_class
 from synth.semantics import InternedMachine, Semantics
 
 INFINITY = math.inf
 
-# One abstract state: (lo, short, hi, need, empty).
-Abstract = tuple[int, int, int, int, bool]
+
+
+class Abstract(NamedTuple):
+    """One abstract state (see the module docstring). A NamedTuple: it keys every memo of
+    the bound, so it hashes and compares as the plain tuple it is."""
+
+    lo: int  # at most the shortest range, in real chunks, a non-empty member holds
+    short: int  # at least the shortest
+    hi: int  # at least the longest
+    need: int  # doublings still needed
+    empty: bool  # some member surely holds nothing
+
+
+class UnknownStepKindError(TypeError):
+    """The bound was asked about a step it has no rule for (a collective's combine and
+    delivery, or a goal, not in the module docstring): a defect to fix here, never a bound
+    silently too high."""
+
+
+# (combine, delivery) pairs the abstraction has a rule for.
+KNOWN_KINDS = frozenset({(Combine.SUM, Delivery.EVERY), (Combine.SUM, Delivery.BLOCKS), (Combine.SUM, Delivery.ROOT),
+                         (Combine.JOIN, Delivery.EVERY), (Combine.ROOT, Delivery.EVERY)})
 
 _UNSET = object()
 
@@ -146,7 +167,7 @@ class StateAbstraction:
             lengths = [self._lengths[member] for member in state]
             held = [length for length in lengths if length]
             shortest = min(held)
-            found = (shortest, shortest, max(held), need, len(held) < len(lengths))
+            found = Abstract(shortest, shortest, max(held), need, len(held) < len(lengths))
         self._abstract[state] = found
         return found
 
@@ -194,8 +215,13 @@ class CompletionBound:
         self._kind_of: list[int] = []  # alphabet index -> kind id
         self._calls: list[tuple[str, tuple]] = []
         self._sites: dict[int, tuple] = {}
-        for index, (_, instruction) in enumerate(semantics.alphabet):
+        if str(semantics.goal_kind) != "allreduce":
+            raise UnknownStepKindError(f"the completion bound has no finishing rule for the goal {semantics.goal_kind}")
+        for index, (step, instruction) in enumerate(semantics.alphabet):
             record = instruction.record
+            if instruction.is_permute or (record.combine, record.delivery) not in KNOWN_KINDS:
+                raise UnknownStepKindError(f"the completion bound has no rule for the step {step} "
+                                           f"({record.combine.value} combine, {record.delivery.value} delivery)")
             busy = 0
             for group in instruction.groups:
                 for member in group:
@@ -258,20 +284,24 @@ class CompletionBound:
             delivery = kind.delivery
             if delivery is Delivery.EVERY:
                 finishing = full if short == full and not empty and need <= kind.growth else None
-                return lo, (lo, short, hi, left, empty), finishing
+                return lo, Abstract(lo, short, hi, left, empty), finishing
             if delivery is Delivery.BLOCKS:
                 if kind.idle:
-                    return lo, (max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), None
-                return lo, (max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), None
-            return lo, (lo, hi, hi, left, True), None
+                    return lo, Abstract(max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), None
+                return lo, Abstract(max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), None
+            if delivery is Delivery.ROOT:
+                return lo, Abstract(lo, hi, hi, left, True), None
+            raise UnknownStepKindError(f"no rule for a sum with {delivery.value} delivery")
         if combine is Combine.JOIN:
             if (empty and not kind.idle) or lo * k > full:
                 return None
             widest = min(full, hi * k)
             finishing = full if short * k >= full and not empty and need == 0 else None
-            return lo * k, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty), finishing
-        finishing = full if hi == full and need == 0 else None
-        return lo, (lo, hi, hi, need, False), finishing
+            return lo * k, Abstract(lo if kind.idle else lo * k, min(full, short * k), widest, need, empty), finishing
+        if combine is Combine.ROOT and kind.delivery is Delivery.EVERY:
+            finishing = full if hi == full and need == 0 else None
+            return lo, Abstract(lo, hi, hi, need, False), finishing
+        raise UnknownStepKindError(f"no rule for a step of {combine.value} combine, {kind.delivery.value} delivery")
 
     def _moved(self, a: Abstract, kind_id: int):
         """A kind's move from a as (least cost, least cost when it finishes, successor or None
@@ -341,4 +371,4 @@ class CompletionBound:
         return best
 
 
-__all__ = ["Abstract", "CompletionBound", "StateAbstraction", "StepKind"]
+__all__ = ["Abstract", "CompletionBound", "KNOWN_KINDS", "StateAbstraction", "StepKind", "UnknownStepKindError"]

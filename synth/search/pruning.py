@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache, reduce
 from operator import itemgetter, or_
+from typing import NamedTuple
 
 from synth.goals import ALL_REDUCE, Goal
 
@@ -45,8 +46,16 @@ class AbstractState:
     split_min: int = 0
 
 
-# (reduces, leaves partial, leaves empty, widens, fills empty, growth): one instruction class.
-InstructionClass = tuple[bool, bool, bool, bool, bool, int]
+class InstructionClass(NamedTuple):
+    """What the oracle knows of an instruction (its record's pruning facts and its growth).
+    A NamedTuple: classes are sorted and read by position inside the Z3 formula."""
+
+    reduces: bool
+    leaves_partial: bool
+    leaves_empty: bool
+    widens: bool
+    fills_empty: bool
+    growth: int
 
 
 def chunk_counts(member, member_count: int) -> tuple[int, ...]:
@@ -86,9 +95,9 @@ def instruction_class(instruction, use_quotient_sizes: bool) -> InstructionClass
     lives in (quotient members or real ones), as `need` is. A Permute sums nothing and leaves
     every range as long as it was (it moves a whole buffer or one block)."""
     if instruction.is_permute:
-        return (False, False, False, False, False, 0)
+        return InstructionClass(False, False, False, False, False, 0)
     k = len(instruction.groups[0]) if use_quotient_sizes else instruction.real_group_size
-    return instruction.record.pruning_facts + (instruction.record.growth(k),)
+    return InstructionClass(*instruction.record.pruning_facts, instruction.record.growth(k))
 
 
 class DeadPrefixOracle:

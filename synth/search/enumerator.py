@@ -6,13 +6,13 @@ benchmark:
 
 * invalid steps and no-op steps end a branch (by docs/model.md section 7 no extension is valid);
 * dead prefixes: a Z3 query over an abstract state says the goal is out of reach in the
-  steps that remain (synth/pruning.py);
+  steps that remain (synth/search/pruning.py);
 * shared suffixes: the number of valid completions of (state, steps left) is memoized, so a
   prefix that reaches an already-seen state reuses its suffixes instead of re-exploring them.
 
 States are interned (synth.semantics.InternedMachine): tuples of member ids, with every
 group's transition memoized. Before anything is built, the search's size is estimated
-(synth/search_budget.py) and one that cannot finish in the budget is refused with the
+(synth/search/budget.py) and one that cannot finish in the budget is refused with the
 longest length that does (SearchTooLargeError).
 
 Programs come out shortest first, then in alphabet order, from a generator, so a caller can
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from synth.errors import SearchTooLargeError, UsageError
 from synth.language import Program
-from synth.pruning import DeadPrefixOracle
-from synth.search_budget import DEFAULT_BUDGET_S, check_budget, search_depth
+from synth.search.budget import DEFAULT_BUDGET_S, check_budget, search_depth
+from synth.search.pruning import DeadPrefixOracle
 from synth.semantics import InternedMachine, Semantics
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class SearchOptions:
     prune_dead: bool = True
     share_suffixes: bool = True
     quotient: bool = True
-    # Refuse a search estimated above this many seconds (synth/search_budget.py); None: never.
+    # Refuse a search estimated above this many seconds (synth/search/budget.py); None: never.
     budget_s: float | None = DEFAULT_BUDGET_S
 
 
