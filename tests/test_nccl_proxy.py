@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from synth.model.nccl import Call, Hardware, Link, Network, estimate, estimate_for, tuning
-from synth.model.nccl.proxy import operations_per_step, proxy_floor_s, ring_loops
+from synth.model.nccl.proxy import (operations_per_step, proxy_floor_s, ring_loops, tree_loops,
+                                   tree_operations_per_loop)
 
 GB = 1e9
 NVLINK4 = Link("nvswitch", 450 * GB, 0.824, "topo.h SM90_NVLINK_BW")
@@ -58,13 +59,39 @@ def test_simple_steps_cost_three_times_and_large_calls_run_more_loops():
     assert e.time_s > 2e-3 and e.latency_s == pytest.approx(table.get("ring", "Simple")[0] * 1.4e-6)
 
 
-def test_no_proxy_floor_inside_a_node_or_for_trees():
-    """One node has no network connection; NCCL's tree latency has no per-step proxy term."""
+def test_no_proxy_floor_inside_a_node_nor_for_the_nvls_tree():
+    """One node has no network connection; the NVLS tree's fill counts its proxy stages."""
     one_node = Call("AllReduce", 1, 8, 1 << 20)
-    hardware = Hardware("hopper", 8, NVLINK4, IB400)
+    hardware = Hardware("hopper", 8, NVLINK4, IB400, nvls=True)
     assert proxy_floor_s(tuning(hardware, one_node), hardware, one_node, "ring", "LL128", 16) == 0.0
     two_nodes = Call("AllReduce", 2, 8, 1 << 20)
     table = tuning(hardware, two_nodes)
-    assert proxy_floor_s(table, hardware, two_nodes, "tree", "LL128", 16) == 0.0
-    tree = estimate_for(hardware, two_nodes, "tree", "LL128")
-    assert tree.latency_s == pytest.approx(table.get("tree", "LL128")[0] * 1e-6)
+    assert proxy_floor_s(table, hardware, two_nodes, "nvls_tree", "Simple", 16) == 0.0
+    nvls_tree = estimate_for(hardware, two_nodes, "nvls_tree", "Simple")
+    assert nvls_tree.latency_s == pytest.approx(table.get("nvls_tree", "Simple")[0] * 1e-6)
+
+
+def test_a_tree_ll128_call_over_eight_h100_nodes_waits_for_its_proxy():
+    """8 x 8 H100, tree/LL128 AllReduce of 4 MiB on 16 channels: 256 KiB per channel. The LL128
+    chunk (576,000 bytes) shrinks for it (enqueue.cc:1901-1909, nsteps = 1 + log2 8 + 0.1 x 8 =
+    4.8): halved while bytes/chunk < 4.8 x 64 / 8 = 38.4 and chunk > 128 KiB (72,000), then while
+    < 9.6 and > 32 KiB (18,000): 15 loops. An inner node of the double binary tree has 3 network
+    peers, one operation each per direction: 6 per loop and channel, 2 channels per GPU (16 over
+    8 NICs): 15 x 12 = 180 operations at 1 us. Floor 14 + 180 = 194 us, above NCCL's latency
+    14 + 2 x (7 x 1.25 + 3 x 8.5) = 82.5 us plus 36 us of transfer (measured on
+    NVIDIA/nccl-tests#309's 8-node cluster: 204 us)."""
+    hardware = Hardware("hopper", 8, NVLINK4, IB400, algorithms=("tree",), protocols=("LL128",))
+    call = Call("AllReduce", 8, 8, 4 << 20)
+    table = tuning(hardware, call)
+    assert table.get("tree", "LL128")[0] == pytest.approx(82.5)
+    assert tree_loops(table, hardware, call, "LL128", 16) == 15
+    assert tree_operations_per_loop(hardware, call, 16) == 12
+    e = estimate(hardware, call)
+    assert (e.choice.algorithm, e.choice.channels) == ("tree", 16)
+    assert e.time_s == pytest.approx(194e-6)
+
+
+def test_a_tree_across_two_nodes_has_one_peer():
+    """Two nodes: one network peer per tree node, 2 operations per loop and channel."""
+    call = Call("AllReduce", 2, 8, 4 << 20)
+    assert tree_operations_per_loop(Hardware("hopper", 8, NVLINK4, IB400), call, 16) == 4

@@ -13,9 +13,13 @@ at least baseLat + steps x loops x operations per step x the per-step overhead. 
 per GPU the channels' entries and exits spread over the NICs the call reaches: ceil(2 x
 channels / NICs) operations per step on the busiest thread.
 
-Rings only: the tree's latency in NCCL's table has no per-step proxy term, and the NVLS tree's
-pipeline fill already counts the proxy's post and poll as stages of a network hop
-(protocols.NET_HOP_STAGES)."""
+The classic tree (AllReduce) likewise: every loop of a channel moves one chunk up the tree and
+one down (enqueue.cc: ncclPatternTreeUpDown, one chunk per loop, calcCollChunking's tree chunk),
+and at a tree node each network peer costs one operation per direction: two per loop across two
+nodes (one peer), six beyond (NCCL's double binary tree: an inner node has a parent and two
+children; the busiest GPU is an inner node). The NVLS tree's pipeline fill already counts the
+proxy's post and poll as stages of a network hop (protocols.NET_HOP_STAGES), so it has no floor
+here."""
 
 from __future__ import annotations
 
@@ -54,12 +58,34 @@ def operations_per_step(hardware: Hardware, call: Call, channels: int) -> int:
     return max(1, math.ceil(2 * channels / max(1, nics_used(hardware, call.ranks_per_node))))
 
 
+def tree_loops(table: Tuning, hardware: Hardware, call: Call, protocol: str, channels: int) -> int:
+    """Loops of the tree each channel runs: one chunk per loop (ncclPatternTreeUpDown), the chunk
+    as calcCollChunking sizes it for the channel's bytes (LL128 shrinks it for smaller calls)."""
+    per_channel = call.nbytes / channels
+    chunk = chunk_bytes(table, hardware, Call(call.collective, call.nodes, call.ranks_per_node, per_channel), "tree",
+                        protocol, 1)
+    return max(1, math.ceil(per_channel / chunk))
+
+
+def tree_operations_per_loop(hardware: Hardware, call: Call, channels: int) -> int:
+    """Network operations the busiest proxy thread posts per tree loop: per channel whose tree
+    node sits at its GPU, one per network peer and direction (2 across two nodes, 6 beyond)."""
+    per_channel = 2 if call.nodes == 2 else 6
+    return per_channel * max(1, math.ceil(channels / max(1, nics_used(hardware, call.ranks_per_node))))
+
+
 def proxy_floor_s(table: Tuning, hardware: Hardware, call: Call, algorithm: str, protocol: str, channels: int) -> float:
     """The least time of a call whose network steps one proxy thread posts (module docstring):
-    0 where the call does not cross nodes or is not a ring."""
-    if (algorithm != "ring" or call.nodes < 2 or hardware.network is None or call.collective not in RING_COLLECTIVES
-            or channels < 1):
+    0 where the call does not cross nodes, or for algorithms other than the ring and the tree."""
+    if call.nodes < 2 or hardware.network is None or channels < 1:
         return 0.0
-    steps = ring_steps(call) * ring_loops(table, hardware, call, protocol, channels)
-    busy_us = steps * operations_per_step(hardware, call, channels) * step_overhead_us(hardware, protocol)
-    return (BASE_LATENCY["ring"][PROTOCOLS.index(protocol)] + busy_us) * 1e-6
+    if algorithm == "ring" and call.collective in RING_COLLECTIVES:
+        steps = ring_steps(call) * ring_loops(table, hardware, call, protocol, channels)
+        operations = steps * operations_per_step(hardware, call, channels)
+    elif algorithm == "tree" and call.collective == "AllReduce":
+        operations = tree_loops(table, hardware, call, protocol, channels) * tree_operations_per_loop(hardware, call,
+                                                                                                     channels)
+    else:
+        return 0.0
+    busy_us = operations * step_overhead_us(hardware, protocol)
+    return (BASE_LATENCY[algorithm][PROTOCOLS.index(protocol)] + busy_us) * 1e-6
