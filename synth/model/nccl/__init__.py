@@ -11,6 +11,7 @@ One module per concern of NCCL's source:
 * `protocols`: payload shares, buffers, chunking (calcCollChunking) and pipeline stages;
 * `transports`: what a network transport does to a call (sockets' streams, net plugins);
 * `launch`: the host's share of a call (launch mode, per-call floor);
+* `proxy`: the proxy thread that posts every network step of the channels crossing at a GPU;
 * `timing`: the time of NCCL's choice on the hardware (`estimate`);
 * `hardware`: a synth topology read as NCCL sees it (`nccl_view`, `estimate_group`);
 * `backend`: the model as the costing engine's `nccl` backend.
@@ -97,6 +98,7 @@ _EXPORTS = {
     'host_stream_share': 'synth.model.nccl.transports',
     'socket_capacity': 'synth.model.nccl.transports',
     'launch_floor_s': 'synth.model.nccl.launch',
+    'proxy_floor_s': 'synth.model.nccl.proxy',
     'Load': 'synth.model.nccl.timing',
     'Estimate': 'synth.model.nccl.timing',
     'bus_factor': 'synth.model.nccl.timing',

@@ -57,7 +57,8 @@ import numpy as np
 from synth.model import algorithms as flows
 from synth.model.nccl import system as nccl
 from synth.model.nccl import tables, timing
-from synth.model.nccl.protocols import MAX_THREADS, PAYLOAD, THREAD_THRESHOLD
+from synth.model.nccl.protocols import (BUFFER, LL128_DATA_ELEMS, LL128_LINE_ELEMS, MAX_THREADS, NCCL_STEPS, PAYLOAD,
+                                        THREAD_THRESHOLD, log2i)
 from synth.model.algorithms import Phase, Plan
 from synth.model.backend import CallSite
 from synth.model.nccl.hardware import NcclView, call_for, nccl_view
@@ -97,6 +98,7 @@ class Envelope:
     pairs: tuple[tuple[str, str], ...]  # the enabled (algorithm, protocol) pairs, NCCL's loop order
     points: tuple[float, ...]  # ascending
     least_from: tuple[float, ...]  # least_from[j] = min over points[j:] of T
+    least_at: tuple[int, ...] = ()  # the index of the point where least_from[j] is reached
 
     def timed(self, nbytes: float) -> timing.Estimate:
         shape = self.shape
@@ -107,6 +109,11 @@ class Envelope:
         """min over thresholds > nbytes of NCCL's time there (inf when none)."""
         j = bisect.bisect_right(self.points, nbytes)
         return self.least_from[j] if j < len(self.points) else math.inf
+
+    def fastest_above(self, nbytes: float) -> timing.Estimate | None:
+        """The call above `nbytes` whose time is `least_above` (None when none)."""
+        j = bisect.bisect_right(self.points, nbytes)
+        return self.timed(self.points[self.least_at[j]]) if j < len(self.points) else None
 
 
 @lru_cache(maxsize=512)
@@ -121,15 +128,39 @@ def envelope(shape: Shape) -> Envelope:
         threshold = THREAD_THRESHOLD[protocol] * (shape.ranks if (algorithm, protocol) == ("ring", "LL") else 1)
         for channels in range(2, table.channels + 1):
             points.add(float(channels * MAX_THREADS[protocol] * threshold))
+    points.update(_tree_chunk_changes(shape, table, pairs))
     ordered = sorted(b for b in points if 1 <= b <= LARGEST)
     points.update(_pick_changes(shape, table, ordered))
     ordered = sorted(b for b in points if 1 <= b <= LARGEST)
     probe = Envelope(shape, table, pairs, (), ())
     times = [probe.timed(b).time_s for b in ordered]
     least_from = list(times)
+    least_at = list(range(len(times)))
     for j in range(len(times) - 2, -1, -1):
-        least_from[j] = min(least_from[j], least_from[j + 1])
-    return Envelope(shape, table, pairs, tuple(ordered), tuple(least_from))
+        if least_from[j + 1] < least_from[j]:
+            least_from[j], least_at[j] = least_from[j + 1], least_at[j + 1]
+    return Envelope(shape, table, pairs, tuple(ordered), tuple(least_from), tuple(least_at))
+
+
+def _tree_chunk_changes(shape: Shape, table: tables.Tuning, pairs) -> set[float]:
+    """Sizes where the tree's LL128 chunk grows (enqueue.cc:1901-1909, per channel's bytes), so
+    its loops and its proxy floor (proxy.py) drop: on every channel count, bytes per channel =
+    the shrink rule's bound x each chunk the rule can leave."""
+    if ("tree", "LL128") not in pairs or shape.nodes < 2:
+        return set()
+    ppn = shape.ranks_per_node
+    steps = 1 + log2i(shape.nodes) + 0.1 * ppn
+    chunk = BUFFER["LL128"] // NCCL_STEPS // LL128_LINE_ELEMS * LL128_DATA_ELEMS
+    chunks = []
+    while chunk > 16384:
+        chunks.append(chunk)
+        chunk //= 2
+    found = set()
+    for bound in (steps * 64 / ppn, steps * 16 / ppn):
+        for size in chunks:
+            for channels in range(1, table.channels + 1):
+                found.add(float(channels * math.ceil(bound) * size))
+    return found
 
 
 def _pick_changes(shape: Shape, table: tables.Tuning, ordered: list[float]) -> list[float]:
@@ -246,8 +277,11 @@ class NcclMeasured:
             estimate = curve.timed(nbytes)
             picks[z] = column[(estimate.choice.algorithm, estimate.choice.protocol)]
             least[z] = min(estimate.time_s, curve.least_above(nbytes))
-            fixed[z] = estimate.time_s - estimate.transfer_s
-            links[z] = _links_s(curve, estimate)
+            parts = estimate
+            if least[z] < estimate.time_s:  # charged a larger call's time: that call's fixed part and links
+                parts = curve.fastest_above(nbytes)
+            fixed[z] = parts.time_s - parts.transfer_s
+            links[z] = _links_s(curve, parts)
         found = (picks, least, fixed, links)
         self._cache[key] = found
         return found

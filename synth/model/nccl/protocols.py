@@ -23,6 +23,7 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 NCCL_STEPS = 8
 BUFFER = {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8, "Simple": 1 << 22}
 RING_CHUNK_STEPS = NCCL_STEPS // 2  # src/include/collectives.h:18 ALLREDUCE_CHUNKSTEPS (also AG/RS)
+LL128_LINE_ELEMS, LL128_DATA_ELEMS = 16, 15  # src/include/device.h NCCL_LL128_LINEELEMS / NCCL_LL128_DATAELEMS (8-byte elements)
 NVLS_CHUNK = 128 * 1024  # src/transport/nvls.cc:149 NCCL_NVLS_CHUNKSIZE default
 
 # Pipeline fill of NVLS trees (Simple): before every channel streams, the first chunk
@@ -66,6 +67,8 @@ def chunk_bytes(table: Tuning, hardware: Hardware, call: Call, algorithm: str, p
     chunk = step * (RING_CHUNK_STEPS if (protocol == "Simple" and algorithm == "ring") else 1)
     if protocol == "LL":
         chunk //= 2
+    if protocol == "LL128":  # enqueue.cc:1864: a 128-byte line carries 120 bytes of data
+        chunk = chunk // LL128_LINE_ELEMS * LL128_DATA_ELEMS
     nbytes = call.nbytes
     if algorithm == "nvls":
         heads = call.ranks_per_node

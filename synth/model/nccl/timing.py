@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from synth.model.nccl.launch import launch_floor_s
 from synth.model.nccl.protocols import PAYLOAD, chunk_bytes, pipeline_stages
+from synth.model.nccl.proxy import proxy_floor_s
 from synth.model.nccl.graph import nics_used
 from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.transports import socket_capacity
@@ -184,9 +185,13 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         chunk = min(chunk_bytes(table, hardware, call, algorithm, protocol, channels), call.nbytes / channels)
         fill = stages * chunk / per_channel
     latency = latency_us * 1e-6 + hardware.overhead_s
-    floor = launch_floor_s(hardware)
-    if latency + fill + transfer < floor:  # the GPUs wait for the host (a launch floor, not an added latency)
-        latency = floor - fill - transfer
+    # the GPUs wait for the host: the thread launching the call (launch.py) and the proxy thread
+    # posting its network steps (proxy.py); floors, not added latencies
+    floor = max(launch_floor_s(hardware),
+                proxy_floor_s(table, hardware, call, algorithm, protocol, channels) * figures.latency + hardware.overhead_s)
+    total = latency + fill + transfer
+    if total < floor:
+        latency, total = floor - fill - transfer, floor
     loads = []
     if intra_load > 0:
         loads.append(Load("intra", intra_load * call.nbytes, intra_cap))
@@ -194,7 +199,7 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         loads.append(Load("net", net_load * call.nbytes, net_cap))
         if stream_cap > 0:
             loads.append(Load("streams", net_load * call.nbytes, stream_cap))
-    return Estimate(call, choice, latency + fill + transfer, latency, fill, transfer, bottleneck, tuple(loads))
+    return Estimate(call, choice, total, latency, fill, transfer, bottleneck, tuple(loads))
 
 
 def _protocol_cap(table: Tuning, call: Call, algorithm: str, protocol: str) -> float:
