@@ -349,13 +349,15 @@ class PublishedRun:
     settings: tuple  # the published settings (or, where unstated, every runnable choice: the best counts)
     published_tflops: float
     model_flops_only: bool  # True: model FLOPs (MCore); False: eq. 3 with recomputation (Narayanan et al.)
+    grad_accumulation: str = "fused"  # how weight gradients reach fp32 main grads (synth/plan/kernels.py)
 
 
 def published_runs(h100_attention: str = "fa2", h100_interleaving: bool = True) -> list[PublishedRun]:
     runs = []
     for name, t, p, gpus, micro, virtual, overlap, reported in TABLE_1:
         runs.append(PublishedRun("a100", None, name, PRESETS[name], selene(gpus), Degrees(gpus // (t * p), t, p),
-                                 (Settings(micro, virtual, False, "full", False, overlap),), reported, False))
+                                 (Settings(micro, virtual, False, "full", False, overlap),), reported, False,
+                                 "none" if overlap else "hook"))
     for row in H100_TABLE:
         model, t, p, d = h100_model(row), row[4], row[5], row[6]
         per_stage = model.layers // p
@@ -381,7 +383,7 @@ class RunPredictor:
             self._costs[key] = CommunicationCosts(topology)
         placement = self._placements.setdefault((key, run.degrees), published_placement(run.degrees, topology))
         compute = compute_of(topology.device, run.model.precision, sustained=sustained, host_s=host_s,
-                             attention_kernel=run.attention_kernel)
+                             attention_kernel=run.attention_kernel, grad_accumulation=run.grad_accumulation)
         best = None
         for settings in run.settings:
             if settings_problem(run.model, run.degrees, settings):

@@ -137,7 +137,8 @@ class Compute:
 
 def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "",
                sustained: float | None = None, matmul_precision: str | None = None,
-               host_s: float | None = None, attention_kernel: str | None = None) -> Compute:
+               host_s: float | None = None, attention_kernel: str | None = None,
+               grad_accumulation: str = "fused") -> Compute:
     """The figures the step model needs from a topology's [device] table (or a refusal naming what
     is missing). A device with a built-in description (synth/plan/devices.py) gets the kernel model
     unless `efficiency` is given; another device needs its matmul_efficiency (or `efficiency`)."""
@@ -150,7 +151,7 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
     described = device_named(device.name)
     if efficiency is None and described is not None:
         rates = rates_for(described, precision, SUSTAINED.value if sustained is None else sustained, matmul_precision,
-                          HOST_LAYER_S.value if host_s is None else host_s, attention_kernel)
+                          HOST_LAYER_S.value if host_s is None else host_s, attention_kernel, grad_accumulation)
         if rates is None and matmul_precision is not None and described.matmul_for(matmul_precision) is None:
             raise UsageError(f"{where}: device {described.key} has no {matmul_precision} matmul rate; it has "
                              f"{', '.join(name for name, _ in described.matmul)}")
