@@ -101,3 +101,28 @@ def test_model_holds_against_the_measured_h100_layer_gemms():
     assert len(totals) == 9
     for hidden, (model, seconds) in totals.items():
         assert abs(model / seconds - 1) < (0.12 if hidden == 2048 else 0.05), hidden
+
+
+def test_megatron_fsdp_accumulates_by_hook_not_in_the_gemm():
+    """ZeRO-2/3 launch with --no-gradient-accumulation-fusion (Megatron-FSDP's required flags):
+    the same candidate's backward is priced with the hook's separate add, not the fused epilogue."""
+    from synth.plan.costs import CommunicationCosts
+    from synth.plan.degrees import Degrees
+    from synth.plan.launch import published_placement
+    from synth.plan.model import PRESETS
+    from synth.plan.step import Settings, compute_of, predict
+    from synth.topology_file import load_topology
+
+    topology = load_topology("dgx-h100-2x8x8")
+    model = PRESETS["llama2-7b"]
+    degrees = Degrees(topology.device_count, 1, 1)
+    placement = published_placement(degrees, topology)
+    costs = CommunicationCosts(topology)
+    fused = compute_of(topology.device, model.precision)
+    hook = dataclasses.replace(fused, kernels=dataclasses.replace(fused.kernels, grad_accumulation="hook"))
+    zero3 = Settings(1, sharded_optimizer=True, zero=3)
+    assert predict(model, fused, costs, degrees, placement, zero3).breakdown.compute == pytest.approx(
+        predict(model, hook, costs, degrees, placement, zero3).breakdown.compute)
+    zero1 = Settings(1, sharded_optimizer=True, zero=1)
+    assert predict(model, fused, costs, degrees, placement, zero1).breakdown.compute != pytest.approx(
+        predict(model, hook, costs, degrees, placement, zero1).breakdown.compute)

@@ -331,10 +331,13 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     # --- compute per layer and for the output layer, per micro-batch ------------------------------
     if compute.kernels is not None:
-        times = layer_times(model, compute.kernels, settings.micro_batch, tp, cp, settings.sequence_parallel,
-                            degrees.ep)
+        kernels = compute.kernels
+        if settings.sharded_optimizer and settings.zero > 1 and kernels.grad_accumulation == "fused":
+            # Megatron-FSDP runs without gradient-accumulation fusion (launch.py): a separate add per weight
+            kernels = dataclasses.replace(kernels, grad_accumulation="hook")
+        times = layer_times(model, kernels, settings.micro_batch, tp, cp, settings.sequence_parallel, degrees.ep)
         forward1, backward1, scores1 = times.forward, times.backward, times.attention_forward
-        head_forward, head_backward = head_times(model, compute.kernels, settings.micro_batch, tp, cp)
+        head_forward, head_backward = head_times(model, kernels, settings.micro_batch, tp, cp)
     else:
         layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
         traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
