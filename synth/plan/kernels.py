@@ -35,10 +35,12 @@ accelerator (a synth.plan.devices.KernelDevice).
   benchmark's: every tensor-core rate is scaled by the device's measured `power_capped`
   fraction (synth/plan/devices.py; 1 where not measured).
 
-`sustained` scales every compute rate: the fraction of the isolated benchmark's rate the
-kernels keep inside a whole training step (clocks under the step's power draw, caches shared
-with communication kernels). It is the one figure fitted to published training runs
-(benchmarks/plan.py, results/plan/), never to the run it is reported on.
+`sustained` scales every tensor-core rate on top of the power cap: the fraction of the
+(power-capped) benchmark rate the kernels keep inside a whole training step (gaps between
+kernels, caches shared with communication kernels, what the shapes above miss). With
+`host_s` it is one of the two figures fitted to published training runs (benchmarks/plan.py,
+results/plan/), never to the run it is reported on; the mechanisms above are each checked
+against kernels measured on an H100 (benchmarks/kernel_rates.py, results/kernels/).
 """
 
 from __future__ import annotations
