@@ -130,10 +130,18 @@ def report(path: str) -> str:
     whole = rates_for(__import__("dataclasses").replace(device, stream_k=""), "bf16", sustained=1.0)
     late = [rate for t, rate in data["sus"] if t >= 5]
     first = data["sus"][0][1]
+    import os
+    import platform
+    from datetime import datetime, timezone
+
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     lines = ["# Kernel rates measured on an H100, against the kernel model", "",
-             f"Command: `python -m benchmarks.kernel_rates measure {path}` on one {data['device']} ({data['sms']} SMs; "
+             f"Command: `python -m benchmarks.kernel_rates report {path}` (this page; {platform.node() or 'this machine'}, "
+             f"{os.cpu_count()} cores, load {load}, {stamp}), from the measurement "
+             f"`python -m benchmarks.kernel_rates measure {path}` (2026-11-26) on one {data['device']} ({data['sms']} SMs; "
              f"{data['smi'].splitlines()[-1].strip()} = driver, max SM clock, power limit), torch {data['torch']}, CUDA "
-             f"{data['cuda']}, cuDNN {data['cudnn']}; this page by `python -m benchmarks.kernel_rates report {path}`. "
+             f"{data['cuda']}, cuDNN {data['cudnn']}. "
              "Each time: the mean of 20 calls after 5 warm-up calls, CUDA events, bf16 random data. Newer libraries "
              "than the published H100 runs had (mid-2024): a check of the model's mechanisms, not an input.", "",
              "## The power cap", "",
