@@ -25,7 +25,8 @@ accelerator (a synth.plan.devices.KernelDevice).
   accumulates over the micro-batches in them). With Megatron's gradient-accumulation fusion
   (`--gradient-accumulation-fusion`, Megatron-Core's default; Transformer Engine's
   `fuse_wgrad_accumulation`) the weight-gradient GEMM reads and writes the fp32 main gradient
-  as its output (cuBLAS with an fp32 C, beta = 1): its epilogue moves 8 bytes per output
+  as its output (apex csrc/megatron/fused_weight_gradient_dense.cu, `wgrad_gemm_accum_fp32`:
+  cublasGemmEx with C in CUDA_R_32F and beta = 1): its epilogue moves 8 bytes per output
   instead of 2 ("fused"). Megatron-LM's 2021 local DDP let the GEMM write the 16-bit
   gradient and a backward hook add it to the main-gradient buffer (`param.main_grad.add_(param.grad)`,
   the buffer in the precision gradients are reduced in): the gradient read, the buffer read
