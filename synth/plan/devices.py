@@ -19,7 +19,17 @@ What a description holds and why:
   dense 16-bit peak it reaches on long sequences (the papers' headline figures); the first is
   the device's default;
 * `tiles`: the thread-block tiles the vendor library picks among (the guide's section 2.3 names
-  256x128 and 128x256 as the largest and most efficient cuBLAS tiles).
+  256x128 and 128x256 as the largest and most efficient cuBLAS tiles);
+* `power_capped`: the fraction of the benchmark's matmul rate the device keeps once its power
+  cap holds the clock down under back-to-back matrix products (the benchmark's 150 products
+  finish before the cap bites; a training step runs for seconds). Measured on an H100 SXM
+  (results/kernels/README.md); where not measured it is 1 and the fitted `sustained` carries
+  whatever the device loses;
+* `stream_k`: on Hopper the library's persistent kernels split the last wave's work over all
+  SMs (stream-K), so a product pays its tiles' work spread evenly, not whole waves
+  (CUTLASS 3.x's SM90 stream-K tile scheduler; measured against the layer shapes of the H100
+  table in results/kernels/README.md: the whole-wave model was 1.10x slow at the median and up
+  to 1.75x, the spread one 1.04x and at most 1.19x).
 
 Peaks, memory and bandwidth come from the vendor datasheets (dense rates, without structured
 sparsity).
@@ -42,6 +52,12 @@ _FA3 = ("J. Shah et al., FlashAttention-3 (arXiv:2407.08608), abstract: BF16 up 
 _FA2_H100 = ("J. Shah et al., FlashAttention-3 (arXiv:2407.08608), abstract: FlashAttention-2 achieves only 35% "
              "utilization on H100")
 ATTENTION_KERNELS = ("fa2", "fa3")
+_STREAM_K = ("CUTLASS 3.x include/cutlass/gemm/kernel/sm90_tile_scheduler_stream_k.hpp (persistent stream-K tile "
+             "scheduler for SM90); checked against cuBLAS on an H100 at the H100 table's layer shapes "
+             "(results/kernels/README.md)")
+_H100_POWER = ("measured (results/kernels/README.md, benchmarks/kernel_rates.py): an 8192^3 bf16 product repeated for "
+               "15 s on an H100 80GB HBM3 SXM (700 W cap, driver 580.159.04, torch 2.11.0+cu130) ran 794 TFLOP/s for "
+               "its first 60 ms, then 683 TFLOP/s mean (SM clock 1380 MHz at 691 W): 683/794.5")
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,8 @@ class KernelDevice:
     memory_bandwidth: Figure  # bytes/s
     tiles: tuple[tuple[int, int], ...] = ((256, 128), (128, 256))
     tiles_source: str = _GUIDE
+    power_capped: Figure = Figure(1.0, "not measured: 1 (the fitted sustained fraction carries it)")
+    stream_k: str = ""  # where set, the source saying the library spreads a part-empty last wave over all SMs
 
     def attention_for(self, kernel: str | None) -> Figure | None:
         """The attention kernel's fraction of peak: the named kernel's, or the device's default."""
@@ -115,7 +133,8 @@ DEVICES: tuple[KernelDevice, ...] = (
         (("bf16", (2048, 2048, 13312)), ("fp8", (1024, 9216, 14336))),
         (("fa3", Figure(0.75, _FA3)), ("fa2", Figure(0.35, _FA2_H100))),
         Figure(80 * 2**30, "NVIDIA H100 datasheet: H100 SXM 80 GB"),
-        Figure(3.35e12, "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s")),
+        Figure(3.35e12, "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s"),
+        power_capped=Figure(0.86, _H100_POWER), stream_k=_STREAM_K),
     KernelDevice(
         "h200-sxm-141gb", ("NVIDIA H200", "NVIDIA H200 141GB HBM3e", "H200-SXM-141GB"), _H100_SMS,
         tuple((name, Figure(figure.value, figure.source.replace("H100 datasheet: H100 SXM", "H200 datasheet: H200 SXM")))
@@ -126,7 +145,7 @@ DEVICES: tuple[KernelDevice, ...] = (
         (("fa3", Figure(0.75, _FA3 + " (the H200 is the same GH100 chip)")),
          ("fa2", Figure(0.35, _FA2_H100 + " (the H200 is the same GH100 chip)"))),
         Figure(141e9, "NVIDIA H200 datasheet: 141 GB HBM3e"),
-        Figure(4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s")),
+        Figure(4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s"), stream_k=_STREAM_K + " (the H200 is the same GH100 chip)"),
 )
 
 _BY_NAME = {name.lower(): device for device in DEVICES for name in (device.key,) + device.names}

@@ -8,6 +8,8 @@ accelerator (a synth.plan.devices.KernelDevice).
   compute padding (tile quantization). The library's choice among its tiles is modelled as the
   fastest (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, chapter 3).
   When the tiles fill less than one wave the reduction is split over the idle SMs (split-K).
+  On Hopper the library's persistent kernels spread a part-empty last wave over all SMs
+  (stream-K, synth/plan/devices.py): the waves count fractionally.
   Each tile ends by writing its `Tm x Tn` outputs at one SM's share of the memory bandwidth (the
   epilogue), which is what makes a shallow reduction (small k) slow.
   Below the ridge point the operands' bytes (`(mk + kn + mn)` values, each moved once) at the
@@ -19,11 +21,27 @@ accelerator (a synth.plan.devices.KernelDevice).
   benchmarks/benchmark_flash_attention.py counts them). Without FlashAttention the scores are two batched matrix
   multiplications and a memory-bound softmax (synth/plan/formulas.py's traffic).
 * Element-wise and normalization work moves its bytes at the memory bandwidth.
+* Each micro-batch's weight gradients reach fp32 main gradients (mixed precision; Megatron
+  accumulates over the micro-batches in them). With Megatron's gradient-accumulation fusion
+  (`--gradient-accumulation-fusion`, Megatron-Core's default; Transformer Engine's
+  `fuse_wgrad_accumulation`) the weight-gradient GEMM reads and writes the fp32 main gradient
+  as its output (apex csrc/megatron/fused_weight_gradient_dense.cu, `wgrad_gemm_accum_fp32`:
+  cublasGemmEx with C in CUDA_R_32F and beta = 1): its epilogue moves 8 bytes per output
+  instead of 2 ("fused"). Megatron-LM's 2021 local DDP let the GEMM write the 16-bit
+  gradient and a backward hook add it to the main-gradient buffer (`param.main_grad.add_(param.grad)`,
+  the buffer in the precision gradients are reduced in): the gradient read, the buffer read
+  and written, per weight at the memory bandwidth ("hook"). torch DDP over 16-bit
+  gradients does neither ("none").
+* Under back-to-back matrix products a device's power cap lowers its clock below the
+  benchmark's: every tensor-core rate is scaled by the device's measured `power_capped`
+  fraction (synth/plan/devices.py; 1 where not measured).
 
-`sustained` scales every compute rate: the fraction of the isolated benchmark's rate the
-kernels keep inside a whole training step (clocks under the step's power draw, caches shared
-with communication kernels). It is the one figure fitted to published training runs
-(benchmarks/plan.py, results/plan/), never to the run it is reported on.
+`sustained` scales every tensor-core rate on top of the power cap: the fraction of the
+(power-capped) benchmark rate the kernels keep inside a whole training step (gaps between
+kernels, caches shared with communication kernels, what the shapes above miss). With
+`host_s` it is one of the two figures fitted to published training runs (benchmarks/plan.py,
+results/plan/), never to the run it is reported on; the mechanisms above are each checked
+against kernels measured on an H100 (benchmarks/kernel_rates.py, results/kernels/).
 """
 
 from __future__ import annotations
@@ -37,11 +55,14 @@ from synth.topology import Figure
 _FITTED = ("fitted by benchmarks/plan.py (results/plan/README.md, 'Fitted on one table, predicting the other') on the "
            "nine rows of Megatron-Core r0.8's H100 weak-scaling table only; Narayanan et al.'s A100 Table 1 is its "
            "held-out check")
-SUSTAINED = Figure(0.704, f"sustained fraction of the benchmark matmul and attention rates, {_FITTED}")
-HOST_LAYER_S = Figure(3.8e-3, f"host time to issue one layer's forward and backward kernels per micro-batch, {_FITTED}")
+SUSTAINED = Figure(0.8115, f"sustained fraction of the benchmark matmul and attention rates, {_FITTED}")
+HOST_LAYER_S = Figure(0.0, f"host time to issue one layer's forward and backward kernels per micro-batch, {_FITTED} "
+                           "(the fit puts it at 0: no published row's layers are short enough to be issue-bound)")
 MIN_SPLIT_K = 256  # the shallowest reduction one split-K block is given (one pipeline of 4 64-deep k-tiles)
 FLASH_BLOCK = 128  # queries per thread block (FlashAttention-2/3 forward kernels)
 FLASH_BACKWARD_FLOPS = 2.5  # backward over forward FLOPs (flash-attention, benchmarks/benchmark_flash_attention.py)
+MAIN_GRAD_BYTES = 4  # fp32 main gradients (Megatron's mixed precision)
+GRAD_ACCUMULATION = ("fused", "hook", "none")  # module docstring
 
 
 @dataclass(frozen=True)
@@ -71,10 +92,32 @@ class KernelRates:
     attention_flops: float  # attention kernel FLOP/s
     sustained: float = 1.0
     host_s: float = 0.0  # host time to issue one layer's forward and backward kernels (a floor on the layer)
+    grad_accumulation: str = "fused"  # how weight gradients reach the fp32 main gradients (module docstring)
 
     @property
     def bandwidth(self) -> float:
         return self.device.memory_bandwidth.value
+
+    @property
+    def clock(self) -> float:
+        """The fraction of the benchmark's tensor-core rates kept: the fitted sustained fraction
+        times the device's measured power-capped clock."""
+        return self.sustained * self.device.power_capped.value
+
+    def wgrad_output_bytes(self, value_bytes: float) -> float:
+        """Bytes per output a weight-gradient GEMM's epilogue moves: the fp32 main gradient read
+        and written with gradient-accumulation fusion, else the gradient in the model's precision."""
+        if self.grad_accumulation == "fused" and value_bytes < MAIN_GRAD_BYTES:
+            return 2 * MAIN_GRAD_BYTES
+        return value_bytes
+
+    def accumulation_seconds(self, weights: float, value_bytes: float, main_bytes: float) -> float:
+        """The hook's separate accumulation of `weights` gradients into the main gradients
+        (`main_bytes` each, the precision they are reduced in): read the gradient, read and
+        write the main gradient."""
+        if self.grad_accumulation == "hook" and value_bytes < MAIN_GRAD_BYTES:
+            return weights * (value_bytes + 2 * main_bytes) / self.bandwidth
+        return 0.0
 
     def tiles(self, gemm: Gemm, tile: tuple[int, int]) -> int:
         return math.ceil(gemm.m / tile[0]) * math.ceil(gemm.n / tile[1]) * gemm.batch
@@ -84,19 +127,24 @@ class KernelRates:
         separate thread block over k/splits, at least MIN_SPLIT_K deep."""
         return max(1, min(int(self.device.sms.value) // self.tiles(gemm, tile), gemm.k // MIN_SPLIT_K))
 
-    def waves(self, gemm: Gemm, tile: tuple[int, int]) -> int:
+    def waves(self, gemm: Gemm, tile: tuple[int, int]) -> float:
+        """Whole waves of thread blocks; with stream-K (Hopper) the blocks' work spread evenly."""
         blocks = self.tiles(gemm, tile) * self.split_k(gemm, tile)
+        if self.device.stream_k:
+            return blocks / int(self.device.sms.value)
         return math.ceil(blocks / int(self.device.sms.value))
 
-    def gemm_seconds(self, gemm: Gemm, value_bytes: float) -> float:
-        """Wave-quantized compute time or the operands' traffic, whichever is longer."""
-        per_sm = self.matmul_flops * self.sustained / self.device.sms.value
+    def gemm_seconds(self, gemm: Gemm, value_bytes: float, output_bytes: float | None = None) -> float:
+        """Wave-quantized compute time or the operands' traffic, whichever is longer; the epilogue
+        moves `output_bytes` per output (default: the operands' precision, written once)."""
+        output_bytes = value_bytes if output_bytes is None else output_bytes
+        per_sm = self.matmul_flops * self.clock / self.device.sms.value
         share = self.bandwidth / self.device.sms.value  # one SM's share of the memory bandwidth
         compute = min(self.waves(gemm, tile) * (2.0 * tile[0] * tile[1] * math.ceil(gemm.k / self.split_k(gemm, tile))
-                                                / per_sm + tile[0] * tile[1] * value_bytes / share)
+                                                / per_sm + tile[0] * tile[1] * output_bytes / share)
                       for tile in self.device.tiles)
-        traffic = (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.batch * value_bytes / self.bandwidth
-        return max(compute, traffic)
+        traffic = ((gemm.m * gemm.k + gemm.k * gemm.n) * value_bytes + gemm.m * gemm.n * output_bytes) * gemm.batch
+        return max(compute, traffic / self.bandwidth)
 
     def attention_seconds(self, queries: int, keys: int, head_dim: int, heads: int, batch: int,
                           causal: bool = True) -> tuple[float, float]:
@@ -105,7 +153,7 @@ class KernelRates:
         blocks = math.ceil(queries / FLASH_BLOCK) * heads * batch
         sms = int(self.device.sms.value)
         fill = blocks / (math.ceil(blocks / sms) * sms)  # wave quantization: the last wave's empty SMs
-        forward = flops / (self.attention_flops * self.sustained * fill)
+        forward = flops / (self.attention_flops * self.clock * fill)
         return forward, FLASH_BACKWARD_FLOPS * forward
 
     def memory_seconds(self, nbytes: float) -> float:
@@ -113,7 +161,8 @@ class KernelRates:
 
 
 def rates_for(device: KernelDevice, precision: str, sustained: float = 1.0, matmul_precision: str | None = None,
-              host_s: float = 0.0, attention_kernel: str | None = None) -> KernelRates | None:
+              host_s: float = 0.0, attention_kernel: str | None = None,
+              grad_accumulation: str = "fused") -> KernelRates | None:
     """The device's rates for a model in `precision` (matmuls in `matmul_precision`, e.g. fp8
     with Transformer Engine; attention stays in the 16-bit precision), or None when the device
     has no achievable-rate figure for it."""
@@ -124,8 +173,10 @@ def rates_for(device: KernelDevice, precision: str, sustained: float = 1.0, matm
         return None
     shape = device.matmul_shape_for(matmul_precision or precision)
     value_bytes = 1 if (matmul_precision or precision) == "fp8" else 2
+    if grad_accumulation not in GRAD_ACCUMULATION:
+        raise ValueError(f"grad_accumulation {grad_accumulation!r}: one of {', '.join(GRAD_ACCUMULATION)}")
     return KernelRates(device, mainloop_rate(device, matmul.value, shape, value_bytes), attention.value * peak,
-                       sustained, host_s)
+                       sustained, host_s, grad_accumulation)
 
 
 def mainloop_rate(device: KernelDevice, benchmark_flops: float, shape: tuple[int, int, int], value_bytes: int) -> float:
@@ -162,10 +213,21 @@ def layer_gemms(hidden: int, ffn: int, kv: int, gated: bool, tokens: int, tp: in
             Gemm(tokens, hidden, ffn // tp))
 
 
-def gemms_seconds(rates: KernelRates, gemms, value_bytes: float) -> tuple[float, float]:
-    """(forward, backward) seconds of weight matmuls: backward is each one's two gradients."""
+def gemms_seconds(rates: KernelRates, gemms, value_bytes: float, weights: bool = True,
+                  main_bytes: float = MAIN_GRAD_BYTES) -> tuple[float, float]:
+    """(forward, backward) seconds of matmuls: backward is each one's two gradients. With
+    `weights` the second operand is a weight: its gradient reaches the fp32 main gradient
+    (KernelRates.wgrad_output_bytes, accumulation_seconds); else both are activations."""
     forward = sum(rates.gemm_seconds(g, value_bytes) for g in gemms)
-    backward = sum(rates.gemm_seconds(part, value_bytes) for g in gemms for part in g.backward())
+    backward = 0.0
+    for g in gemms:
+        data, weight = g.backward()
+        backward += rates.gemm_seconds(data, value_bytes)
+        if weights:
+            backward += (rates.gemm_seconds(weight, value_bytes, rates.wgrad_output_bytes(value_bytes))
+                         + rates.accumulation_seconds(g.k * g.n * g.batch, value_bytes, main_bytes))
+        else:
+            backward += rates.gemm_seconds(weight, value_bytes)
     return forward, backward
 
 
@@ -182,7 +244,7 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
     tokens = micro_batch * queries
     heads = max(model.heads // tp, 1)
     gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
-    matmul_f, matmul_b = gemms_seconds(rates, gemms, value)
+    matmul_f, matmul_b = gemms_seconds(rates, gemms, value, main_bytes=model.grad_bytes_per_value)
     experts_f, experts_b = moe.mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
     matmul_f, matmul_b = matmul_f + experts_f, matmul_b + experts_b
     if model.flash_attention:
@@ -190,7 +252,7 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
     else:  # scores Q K^T and their product with V as batched matmuls (the softmax is in the traffic)
         scores = (Gemm(queries, model.seq_len, model.head_dim, micro_batch * heads),
                   Gemm(queries, model.head_dim, model.seq_len, micro_batch * heads))
-        attention_f, attention_b = gemms_seconds(rates, scores, value)
+        attention_f, attention_b = gemms_seconds(rates, scores, value, weights=False)
     traffic = formulas.layer_traffic_bytes(model, micro_batch, tp, cp, sequence_parallel)
     memory_f = rates.memory_seconds(traffic.total)
     return LayerTimes(matmul_f + attention_f + memory_f, matmul_b + attention_b + 2 * memory_f,
@@ -202,6 +264,7 @@ def head_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int) ->
     from synth.plan import formulas
 
     tokens = micro_batch * model.seq_len // cp
-    forward, backward = gemms_seconds(rates, (Gemm(tokens, model.vocab // tp, model.hidden),), model.bytes_per_value)
+    forward, backward = gemms_seconds(rates, (Gemm(tokens, model.vocab // tp, model.hidden),), model.bytes_per_value,
+                                      main_bytes=model.grad_bytes_per_value)
     traffic_forward, traffic_backward = formulas.head_traffic_bytes(model, micro_batch, tp, cp)
     return forward + rates.memory_seconds(traffic_forward), backward + rates.memory_seconds(traffic_backward)

@@ -137,7 +137,8 @@ class Compute:
 
 def compute_of(device: Device | None, precision: str, efficiency: float | None = None, topology_name: str = "",
                sustained: float | None = None, matmul_precision: str | None = None,
-               host_s: float | None = None, attention_kernel: str | None = None) -> Compute:
+               host_s: float | None = None, attention_kernel: str | None = None,
+               grad_accumulation: str = "fused") -> Compute:
     """The figures the step model needs from a topology's [device] table (or a refusal naming what
     is missing). A device with a built-in description (synth/plan/devices.py) gets the kernel model
     unless `efficiency` is given; another device needs its matmul_efficiency (or `efficiency`)."""
@@ -150,7 +151,7 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
     described = device_named(device.name)
     if efficiency is None and described is not None:
         rates = rates_for(described, precision, SUSTAINED.value if sustained is None else sustained, matmul_precision,
-                          HOST_LAYER_S.value if host_s is None else host_s, attention_kernel)
+                          HOST_LAYER_S.value if host_s is None else host_s, attention_kernel, grad_accumulation)
         if rates is None and matmul_precision is not None and described.matmul_for(matmul_precision) is None:
             raise UsageError(f"{where}: device {described.key} has no {matmul_precision} matmul rate; it has "
                              f"{', '.join(name for name, _ in described.matmul)}")
@@ -332,10 +333,13 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     # --- compute per layer and for the output layer, per micro-batch ------------------------------
     if compute.kernels is not None:
-        times = layer_times(model, compute.kernels, settings.micro_batch, tp, cp, settings.sequence_parallel,
-                            degrees.ep)
+        kernels = compute.kernels
+        if settings.sharded_optimizer and settings.zero > 1 and kernels.grad_accumulation == "fused":
+            # Megatron-FSDP runs without gradient-accumulation fusion (launch.py): a separate add per weight
+            kernels = dataclasses.replace(kernels, grad_accumulation="hook")
+        times = layer_times(model, kernels, settings.micro_batch, tp, cp, settings.sequence_parallel, degrees.ep)
         forward1, backward1, scores1 = times.forward, times.backward, times.attention_forward
-        head_forward, head_backward = head_times(model, compute.kernels, settings.micro_batch, tp, cp)
+        head_forward, head_backward = head_times(model, kernels, settings.micro_batch, tp, cp)
     else:
         layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
         traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
