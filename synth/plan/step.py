@@ -51,12 +51,14 @@ first and the last stage's devices both fit.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
 from synth.plan import formulas, moe
+from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.plan.devices import device_keys, device_named
@@ -191,19 +193,21 @@ class Breakdown:
     optimizer: float
     data_parallel_overlapped: float  # gradient reduction hidden behind backward (not in the sum)
     expert_parallel: float = 0.0  # MoE token all-to-alls (dispatch and combine), on the critical path
+    contention: float = 0.0  # critical-path collectives slowed by overlapped ones on the same links (contention.py)
 
     @property
     def total(self) -> float:
         return (self.compute + self.tensor_parallel + self.context_parallel + self.pipeline_p2p
                 + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer
-                + self.expert_parallel)
+                + self.expert_parallel + self.contention)
 
     def to_json(self) -> dict:
         return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
                 "context_parallel_s": self.context_parallel, "pipeline_p2p_s": self.pipeline_p2p,
                 "pipeline_bubble_s": self.pipeline_bubble, "data_parallel_exposed_s": self.data_parallel,
                 "embedding_sync_s": self.embedding_sync, "optimizer_s": self.optimizer,
-                "data_parallel_overlapped_s": self.data_parallel_overlapped, "expert_parallel_s": self.expert_parallel}
+                "data_parallel_overlapped_s": self.data_parallel_overlapped, "expert_parallel_s": self.expert_parallel,
+                "contention_s": self.contention}
 
 
 @dataclass(frozen=True)
@@ -377,7 +381,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             tp1 = forward_s * (2 if full else 1) + backward_s
 
     # --- context parallelism ----------------------------------------------------------------------
-    cp1 = 0.0
+    cp1 = cp_backward1 = 0.0
     if cp > 1:
         kv = 2 * tokens * cp * model.query_groups * model.head_dim * act_bytes // tp  # gathered keys and values
         gather = costs.all_gather(placement, ("cp",), kv)
@@ -385,15 +389,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         exchange = gather.time_s * (2 if full else 1) + scatter.time_s
         attention = scores1 * (3 + (1 if full or selective else 0))
         cp1 = max(0.0, exchange - attention)
+        cp_backward1 = cp1 * scatter.time_s / exchange if exchange > 0 else 0.0
 
     # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (synth/plan/moe.py) --
-    ep1 = 0.0
+    ep1 = ep_backward1 = 0.0
     if degrees.ep > 1:
         local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
         dispatched = moe.dispatch_bytes(model, local)
         exchange_ep = costs.all_to_all(placement, ("ep",), dispatched)
         calls_ep = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
         ep1 = calls_ep * exchange_ep.time_s
+        ep_backward1 = 2 * exchange_ep.time_s  # dispatch and combine of the backward
     if model.is_moe and tp > 1 and settings.sequence_parallel:
         # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
         # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
@@ -429,6 +435,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         shard = sharding.axis_sizes[sharding.axis_index("dp")]
         replicas = dp // shard
     fsdp_moe1 = 0.0  # what a MoE layer's gathers and scatters expose beyond a dense layer's
+    shared1 = shared_moe1 = 0.0  # critical-path collectives slowed by those gathers and scatters, per layer
     if zero3 and shard > 1:
         shard_axes = ("dp",) if settings.hsdp else degrees.data_axes()
 
@@ -466,10 +473,22 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                                     gather_e.time_s + scatter_e.time_s, m * moe_layers_all, int(experts * act_bytes),
                                     expert_axes))
             fsdp_moe1 = exposed_fsdp(gather_s, scatter_s) - fsdp1
+        # The gathers and scatters run behind the layer's compute, sharing links with its
+        # critical-path collectives (contention.py), every layer of every micro-batch.
+        members = sharding.axis_sizes[sharding.axis_index("dp")] if settings.hsdp else dp
+        layer_background = Background(shard_axes, moved_bytes(layer_params * (act_bytes * (2 if full else 1) + act_bytes
+                                                                              + model.grad_bytes_per_value), members),
+                                      gather_w.time_s * (3 if full else 2) + scatter_g.time_s,
+                                      min(1.0, (gather_w.time_s * (3 if full else 2) + scatter_g.time_s)
+                                          / max(compute1, 1e-12)))
+        if settings.overlap_gradients:
+            shared1 = extra_seconds(costs, sharding, {("tp",): tp1, ("cp",): cp1}, layer_background)
+        if settings.overlap_gradients and degrees.ep > 1:
+            shared_moe1 = extra_seconds(costs, placement, {("ep",): ep1}, layer_background)
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
-        return (count * (compute1 + tp1 + cp1 + fsdp1) + moe_count * (ep1 + fsdp_moe1)
+        return (count * (compute1 + tp1 + cp1 + fsdp1 + shared1) + moe_count * (ep1 + fsdp_moe1 + shared_moe1)
                 + (compute_head + tp_head if head else 0.0))
 
     def exposed_p2p(work: float) -> float:
@@ -495,6 +514,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
     cp_mb = layers * cp1
     fsdp_mb = layers * fsdp1 + moe_layers * fsdp_moe1
+    shared_mb = layers * shared1 + moe_layers * shared_moe1
     if tp > 1:
         routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
     if cp > 1:
@@ -517,6 +537,14 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
     data_axes, expert_axes = degrees.data_axes(), degrees.expert_data_axes()
     dp_exposed = dp_overlapped = 0.0
+    contention_s = 0.0  # critical-path collectives slowed by the gradient reduction and the weight gather
+    data_members = math.prod(costs.factors(placement, data_axes)) if dp > 1 else 1
+
+    def window(forward: bool) -> dict[tuple[str, ...], float]:
+        """The first stage's critical-path collectives of one micro-batch's backward (or forward)."""
+        tp_s = first * (tp_backward1 if not forward else tp1 - tp_backward1) if tp > 1 else 0.0
+        cp_s = first * (cp_backward1 if not forward else cp1 - cp_backward1)
+        return {("tp",): tp_s, ("cp",): cp_s, ("ep",): moe_first * ep_backward1}
 
     def weights_gather_exposed(seconds: float) -> float:
         if settings.overlap_param_gather:
@@ -540,6 +568,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         dp_overlapped = gradients.busy_s - dp_exposed
         routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
                             gradients.buckets, sum(tensors) // gradients.buckets, data_axes))
+        if backward_s > 0:  # the reduction behind the last backward shares links with its collectives
+            contention_s += extra_seconds(costs, placement, window(False), Background(
+                data_axes, moved_bytes(sum(tensors), data_members, not settings.sharded_optimizer), gradients.busy_s,
+                min(1.0, gradients.busy_s / backward_s)))
         if experts_first and expert_axes:
             # The experts' gradients on the same stream after the dense ones (both exposures counted).
             expert_grad = int(experts_first / first * grad_bytes)
@@ -555,6 +587,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             gather = costs.all_gather(placement, data_axes, weights)
             dp_exposed += weights_gather_exposed(gather.time_s)
             routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, data_axes))
+            if settings.overlap_param_gather:  # behind the first forward, sharing links with its collectives
+                contention_s += extra_seconds(costs, placement, window(True), Background(
+                    data_axes, moved_bytes(weights, data_members), gather.time_s,
+                    min(1.0, gather.time_s / max(first * forward1, 1e-12))))
             if experts_first and expert_axes:
                 weights = int(experts_first * model.bytes_per_value)
                 gather = costs.all_gather(placement, expert_axes, weights)
@@ -598,8 +634,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         optimizer_s = local * touched / compute.memory_bandwidth
 
     breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
-                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb)
-    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
+                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb, contention_s + m * shared_mb)
+    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s + contention_s  # pipeline_s holds m * shared_mb
 
     # --- memory -----------------------------------------------------------------------------------
     per_parameter = formulas.state_bytes_per_parameter(model, shard if zero3 else dp, settings.sharded_optimizer,
