@@ -58,6 +58,7 @@ from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
 from synth.plan import formulas, moe
+from synth.plan import offload
 from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
@@ -82,6 +83,7 @@ class Settings:
     zero: int = 1  # with sharded_optimizer: ZeRO stage 1 (optimizer states), 2 (+ gradients), 3 (+ weights: FSDP)
     hsdp: bool = False  # with ZeRO-3: shard inside the innermost level (a node), replicate across it (HSDP)
     overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
+    offload_layers: int = 0  # layers whose activations are copied to host memory (megatron-core cpu_offloading)
 
     @property
     def text(self) -> str:
@@ -102,6 +104,8 @@ class Settings:
             parts.append("param-overlap")
         if self.overlap_p2p:
             parts.append("p2p-overlap")
+        if self.offload_layers:
+            parts.append(f"offload={self.offload_layers}")
         return " ".join(parts)
 
     def to_json(self) -> dict:
@@ -110,7 +114,7 @@ class Settings:
                 "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
                 "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
                 "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp,
-                "overlap_p2p": self.overlap_p2p}
+                "overlap_p2p": self.overlap_p2p, "activation_offload_layers": self.offload_layers}
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ class Compute:
     memory_bytes: float
     memory_bandwidth: float | None
     kernels: KernelRates | None = None
+    host_bandwidth: float | None = None  # bytes/s per device each way to host memory (offload.py), None: unknown
 
     @property
     def rate(self) -> float:
@@ -166,7 +171,7 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
                 rates = dataclasses.replace(rates, device=dataclasses.replace(
                     described, memory_bandwidth=device.memory_bandwidth))
         if rates is not None:
-            return Compute(peak, None, device.memory.value, bandwidth, rates)
+            return Compute(peak, None, device.memory.value, bandwidth, rates, _host_bandwidth(device))
     if matmul_precision not in (None, precision):
         raise UsageError(f"{where}: matmuls in {matmul_precision} need a built-in device description "
                          f"({', '.join(device_keys())}); device {device.name!r} is not one")
@@ -176,7 +181,12 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
                                      f"and no matmul_efficiency; add one to [device] or give a matmul efficiency",
                                      figure="matmul_efficiency")
         efficiency = device.matmul_efficiency.value
-    return Compute(peak, efficiency, device.memory.value, bandwidth)
+    return Compute(peak, efficiency, device.memory.value, bandwidth, None, _host_bandwidth(device))
+
+
+def _host_bandwidth(device: Device) -> float | None:
+    link = offload.host_link(device.name)
+    return link.bytes_per_s if link is not None else None
 
 
 @dataclass(frozen=True)
@@ -194,12 +204,13 @@ class Breakdown:
     data_parallel_overlapped: float  # gradient reduction hidden behind backward (not in the sum)
     expert_parallel: float = 0.0  # MoE token all-to-alls (dispatch and combine), on the critical path
     contention: float = 0.0  # critical-path collectives slowed by overlapped ones on the same links (contention.py)
+    offload: float = 0.0  # activation copies to and from host memory not hidden behind compute (offload.py)
 
     @property
     def total(self) -> float:
         return (self.compute + self.tensor_parallel + self.context_parallel + self.pipeline_p2p
                 + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer
-                + self.expert_parallel + self.contention)
+                + self.expert_parallel + self.contention + self.offload)
 
     def to_json(self) -> dict:
         return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
@@ -207,7 +218,7 @@ class Breakdown:
                 "pipeline_bubble_s": self.pipeline_bubble, "data_parallel_exposed_s": self.data_parallel,
                 "embedding_sync_s": self.embedding_sync, "optimizer_s": self.optimizer,
                 "data_parallel_overlapped_s": self.data_parallel_overlapped, "expert_parallel_s": self.expert_parallel,
-                "contention_s": self.contention}
+                "contention_s": self.contention, "activation_offload_s": self.offload}
 
 
 @dataclass(frozen=True)
@@ -310,6 +321,9 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "pipeline send/receive overlap without the interleaved schedule"
     if model.is_moe and degrees.tp > 1 and not settings.sequence_parallel:
         return "MoE with tensor parallelism needs sequence parallelism"  # Megatron-LM's validate_args
+    problem = offload.offload_problem(model.layers, settings.offload_layers, degrees.pp, settings.recompute)
+    if problem is not None:
+        return problem
     if model.is_moe and settings.hsdp:
         # megatron-core 0.16.1's Megatron-FSDP builds no expert data-parallel group under HSDP
         # (mcore_fsdp_adapter.py) and refuses expert parameters without one.
@@ -486,10 +500,21 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         if settings.overlap_gradients and degrees.ep > 1:
             shared_moe1 = extra_seconds(costs, placement, {("ep",): ep1}, layer_background)
 
+    # --- activation offload (pp = 1 only): copies to host and back not hidden behind compute -------
+    offload_mb = 0.0
+    if settings.offload_layers:
+        if compute.host_bandwidth is None:
+            raise UsageError("activation offload needs the device's host link (PCIe) bandwidth: a built-in device "
+                             f"({', '.join(device_keys())}); leave offload out")
+        offloaded_bytes = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp,
+                                                          settings.sequence_parallel, settings.recompute)
+        offload_mb = settings.offload_layers * offload.exposed_seconds(offloaded_bytes, compute.host_bandwidth,
+                                                                       forward1, backward1)
+
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
         return (count * (compute1 + tp1 + cp1 + fsdp1 + shared1) + moe_count * (ep1 + fsdp_moe1 + shared_moe1)
-                + (compute_head + tp_head if head else 0.0))
+                + (compute_head + tp_head + offload_mb if head else 0.0))
 
     def exposed_p2p(work: float) -> float:
         """With the overlap (Megatron's default for the interleaved schedule) each transfer runs
@@ -634,7 +659,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         optimizer_s = local * touched / compute.memory_bandwidth
 
     breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
-                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb, contention_s + m * shared_mb)
+                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb, contention_s + m * shared_mb,
+                          m * offload_mb)
     step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s + contention_s  # pipeline_s holds m * shared_mb
 
     # --- memory -----------------------------------------------------------------------------------
@@ -654,9 +680,9 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer,
                                                     settings.zero if settings.sharded_optimizer else 0)
     memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter) + gathered,
-                    per_layer * first_layers + extra.first,
+                    per_layer * (first_layers - settings.offload_layers) + extra.first,
                     params.last * per_parameter + experts_last * (per_expert - per_parameter) + gathered,
-                    per_layer * stages.last + extra.last)
+                    per_layer * (stages.last - settings.offload_layers) + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
 
