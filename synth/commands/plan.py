@@ -521,6 +521,11 @@ def _print_tables(result, launchable=None) -> None:
                       prediction.degrees.text, prediction.placement.to_text(), prediction.settings.text, split,
                       programs_text(prediction, result.costs))
     console.print(table)
+    from synth.plan.gain import gain_text
+
+    gain = gain_text(result.ranked)
+    if gain:
+        console.print(gain, highlight=False, soft_wrap=True)
     pareto = Table(title="Pareto set: no other candidate is both faster and smaller")
     for name in ("step", "memory", "MFU"):
         pareto.add_column(name, justify="right", no_wrap=True)
@@ -581,6 +586,7 @@ def prediction_json(prediction, request, costs=None) -> dict:
 def plan_json(result, launchable=None) -> dict:
     request = result.request
     from synth.plan.formulas import active_parameter_count, parameter_count
+    from synth.plan.gain import gain_json
     from synth.plan.model import describe_architecture
 
     return {
@@ -599,4 +605,5 @@ def plan_json(result, launchable=None) -> dict:
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
         "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
         "best_launchable": None if launchable is None else prediction_json(launchable, request, result.costs),
+        "winner_gain": gain_json(result.ranked),
     }
