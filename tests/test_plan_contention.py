@@ -79,3 +79,14 @@ def test_contention_in_the_step_is_computed_from_the_links():
     # without the overlap there is nothing running beside the critical path
     serial = _step(Degrees(2, 8, 1, 4), ((2, 1), (4, 1), (1, 8)), sequence_parallel=True, overlap_gradients=False)
     assert serial.breakdown.contention == 0.0
+
+
+def test_overlapped_pipeline_transfers_share_the_network_with_the_context_exchange():
+    # pp 2 and cp 4 across the nodes, tp 8 inside: with the interleaved schedule's overlap each
+    # transfer runs beside its chunk's context-parallel exchange on InfiniBand
+    degrees, matrix = Degrees(1, 8, 2, 4), ((2, 1), (4, 1), (1, 8))
+    overlapped = _step(degrees, matrix, virtual=2, sequence_parallel=True, overlap_p2p=True)
+    assert overlapped.breakdown.context_parallel > 0 and overlapped.breakdown.contention > 0
+    assert overlapped.step_s == pytest.approx(overlapped.breakdown.total)
+    serial = _step(degrees, matrix, virtual=2, sequence_parallel=True, overlap_p2p=False)
+    assert serial.breakdown.contention == 0.0

@@ -2,7 +2,8 @@
 
 An overlapped collective (the data-parallel gradient reduction behind backward, the sharded
 optimizer's weight all-gather behind the next forward, ZeRO-3's per-layer gathers and
-scatters behind compute) is hidden from the step only as far as compute is concerned: while it
+scatters behind compute, the interleaved schedule's pipeline transfers behind the next chunk)
+is hidden from the step only as far as compute is concerned: while it
 runs, it also occupies links, and a critical-path collective (tensor-parallel, context-parallel
 or expert-parallel) that crosses the same links gets less bandwidth and takes longer.
 

@@ -523,9 +523,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             return p2p_mb
         return 2 * v * max(0.0, per_transfer - work / (2 * v))
 
+    def p2p_shared(count: int, moe_count: int, work: float) -> float:
+        """Overlapped transfers share links with the chunk's critical-path collectives (contention.py)."""
+        if not settings.overlap_p2p or pp == 1 or per_transfer <= 0:
+            return 0.0
+        background = Background(("pp",), float(sent), per_transfer, min(1.0, 2 * v * per_transfer / max(work, 1e-12)))
+        return extra_seconds(costs, placement, {("tp",): count * tp1, ("cp",): count * cp1, ("ep",): moe_count * ep1},
+                             background)
+
     def stage_mb(count: int, head: bool, moe_count: int) -> float:
         work = stage_work(count, head, moe_count)
-        return work + exposed_p2p(work)
+        return work + exposed_p2p(work) + p2p_shared(count, moe_count, work)
 
     candidates = [(stage_mb(stages.last, True, moe_last), stages.last, True, moe_last)]
     if pp > 1:
@@ -539,7 +547,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
     cp_mb = layers * cp1
     fsdp_mb = layers * fsdp1 + moe_layers * fsdp_moe1
-    shared_mb = layers * shared1 + moe_layers * shared_moe1
+    shared_mb = (layers * shared1 + moe_layers * shared_moe1
+                 + (p2p_shared(layers, moe_layers, stage_work(layers, with_head, moe_layers)) if pp > 1 else 0.0))
     if tp > 1:
         routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
     if cp > 1:
