@@ -214,6 +214,10 @@ UNITS = (("candidates", ("candidates",)), ("placements", ("placements",)),
          ("gradient_schedules", ("gradient_schedules", "schedule_member_devices")))
 
 
+def _unit_cost(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
+
+
 def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
     calibration = [row for row in rows if row.get("code") == 0 and row["calibration"]]
     constants = {unit: dict(zip(counts, _least_squares(calibration, unit, counts))) for unit, counts in UNITS}
@@ -223,12 +227,12 @@ def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
              "placements; the first costing of each group shape (a program search or a call's estimate on "
              "its equivalent system); the full predictions with their gradient schedules, per (degree choice, "
              "data-parallel span) pair of the space and, per distinct span, per member and device of its equivalent system. The "
-             "per-unit costs come from the Selene GPT-3 175B rows (calibration) by least squares on relative "
-             "error; the other rows are held out. Which candidates the step-time bound stops is known only "
+             "per-unit costs come from the Selene GPT-3 175B rows (calibration) by non-negative least squares on "
+             "relative error; the other rows are held out. Which candidates the step-time bound stops is known only "
              "during the search, so the schedules' unit is an average over the pairs of the space, the "
              "stopped ones included.", "", "Per-unit CPU costs (for synth/plan/search.py):", ""]
     for unit, per in constants.items():
-        lines.append(f"- {unit}: " + ", ".join(f"{seconds * 1e6:,.1f} us per {count}" for count, seconds in per.items()))
+        lines.append(f"- {unit}: " + ", ".join(f"{_unit_cost(seconds)} per {count}" for count, seconds in per.items()))
     lines += ["", "| command | GPUs-row | role | load | unit: measured / predicted by the units (CPU s) | "
                   "search CPU | units' total | ratio |", "|---|---|---|---|---|---:|---:|---:|"]
     for row in rows:

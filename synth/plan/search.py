@@ -58,12 +58,12 @@ from synth.topology import Topology
 # Derived by benchmarks/plan_speed.py --units from the Selene GPT-3 175B series (64 to 131,072
 # GPUs) and checked on five other plans; where it misses (a span of 1,024 data-parallel
 # members costs more per device than the unit says) is in results/plan-speed/units.md.
-SECONDS_PER_CANDIDATE = 145e-6
-SECONDS_PER_PLACEMENT = 0.97e-3
-SECONDS_PER_SHAPE = 18e-3
-SECONDS_PER_SHAPE_DEVICE = 137e-6
-SECONDS_PER_SCHEDULE = 0.61e-3
-SECONDS_PER_SCHEDULE_DEVICE = 0.249e-6  # per member x device
+SECONDS_PER_CANDIDATE = 150e-6
+SECONDS_PER_PLACEMENT = 1.06e-3
+SECONDS_PER_SHAPE = 16.9e-3
+SECONDS_PER_SHAPE_DEVICE = 179e-6
+SECONDS_PER_SCHEDULE = 0.49e-3
+SECONDS_PER_SCHEDULE_DEVICE = 0.265e-6  # per member x device
 # Memory: the process's bytes before the search, then per device of the equivalent systems
 # (networks, groups, per-link tables) and per member pair of a reduction's shape (the cost
 # model lays out every whole-group call as a member x member table).
