@@ -27,7 +27,9 @@ pipeline stage (each stage's own layers; the last one also runs the output layer
   their gradients reduce-scattered in backward, exposed where they exceed the attention's
   own compute (the ring exchange overlaps with it);
 * ZeRO-3: each layer's weights all-gathered before forward and backward, its gradients
-  reduce-scattered after backward, every micro-batch, prefetched behind compute;
+  reduce-scattered after backward, every micro-batch, prefetched behind compute (with experts:
+  a MoE layer's dense part over the whole data-parallel group, its routed experts over the
+  expert data-parallel group, as Megatron-FSDP shards them);
 * expert parallelism (MoE models, synth/plan/moe.py): the token dispatch and combine
   all-to-alls over the `ep` groups, 4 per MoE layer of the stage (6 with full recomputation),
   each of `tokens x h x k x c` values per device, on the critical path, and with tensor
@@ -41,10 +43,14 @@ micro-batch's backward by synth.analysis.fusion's dynamic program, or one call a
 not overlapped), the tied embedding's gradient exchange between first and last stage, the
 sharded optimizer's all-gather of the updated weights (behind the next forward with
 `overlap_param_gather`), and the optimizer step itself, which reads and writes its states
-once at the device's memory bandwidth.
+once at the device's memory bandwidth. Overlapped collectives (the gradient reduction, the
+weight all-gather, ZeRO-3's gathers and scatters, overlapped pipeline transfers) slow the
+critical-path collectives that cross the same links (synth/plan/contention.py), and activation
+offload pays its host copies beyond the compute they run behind (synth/plan/offload.py).
 
 Memory: weights, gradients and optimizer states of the device's stage (formulas.py, per ZeRO
-stage), plus the activations of the micro-batches it holds in flight; a candidate fits when the
+stage), plus the activations of the micro-batches it holds in flight (one layer's with
+activation offload); a candidate fits when the
 first and the last stage's devices both fit.
 """
 
@@ -57,8 +63,7 @@ from dataclasses import dataclass
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
-from synth.plan import formulas, moe
-from synth.plan import offload
+from synth.plan import formulas, moe, offload
 from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
