@@ -178,6 +178,10 @@ def render(document: dict) -> str:
              f"machine's load, CPU time much less) and the process's peak memory; est./search CPU and est./peak RSS "
              f"compare them with what happened.", ""]
     lines += summary(document) + [""]
+    lines += ["The estimate adds up units of work, each unit's CPU cost measured inside real plans: "
+              "[units.md](units.md) (`python -m benchmarks.plan_speed --units`). Under load the wall "
+              "time is several times the CPU time; the CPU time is what the estimate predicts and the figure "
+              "comparable across loads.", ""]
     if document.get("before"):
         lines += [f"## Before ({document['before_label']})", ""] + table(document["before"]) + [""]
         lines += ["## After", ""]
