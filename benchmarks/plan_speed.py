@@ -1,6 +1,7 @@
 """Planning at scale: how `synth plan` grows with the cluster, and whether its own estimate knows.
 
     python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--before DIR]
+    python -m benchmarks.plan_speed --units [-o results]
 
 For each size, the whole user command (start-up, imports, search, JSON output)
 
@@ -15,6 +16,13 @@ checkout (the code before a change) and puts both curves in the report.
 
 Writes results/plan-speed/README.md (the growth table, command, machine, load, date) and
 plan-speed.json beside it.
+
+`--units` times each unit of the search's work inside the same plans (benchmarks/plan_speed_units.py:
+lower-bound predictions, placement listing, first costings of each group shape, full
+predictions with their gradient schedules), derives the per-unit CPU costs from the Selene
+GPT-3 175B series (least squares on relative error, each unit against the counts the estimate
+makes), and checks them on the five other plans. Writes results/plan-speed/units.md and
+units.json: the constants for synth/plan/search.py.
 """
 
 from __future__ import annotations
@@ -170,11 +178,81 @@ def render(document: dict) -> str:
              f"machine's load, CPU time much less) and the process's peak memory; est./search CPU and est./peak RSS "
              f"compare them with what happened.", ""]
     lines += summary(document) + [""]
+    lines += ["The estimate adds up units of work, each unit's CPU cost measured inside real plans: "
+              "[units.md](units.md) (`python -m benchmarks.plan_speed --units`). Under load the wall "
+              "time is several times the CPU time; the CPU time is what the estimate predicts and the figure "
+              "comparable across loads.", ""]
     if document.get("before"):
         lines += [f"## Before ({document['before_label']})", ""] + table(document["before"]) + [""]
         lines += ["## After", ""]
     lines += table(document["rows"])
     return "\n".join(lines) + "\n"
+
+
+UNIT_WORKER = "benchmarks.plan_speed_units"
+
+
+def measure_units(topology: str, resize: str, model: str = MODEL) -> dict:
+    """One plan in a fresh process with its units timed (benchmarks/plan_speed_units.py)."""
+    argv = command_for(topology, resize, model)
+    load = os.getloadavg()
+    done = subprocess.run([sys.executable, "-m", UNIT_WORKER, *argv], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    row = json.loads(lines[-1]) if lines else {"code": done.returncode, "error": done.stderr[-300:]}
+    row.update(command="synth " + " ".join(argv), load_before=load, calibration=topology == "selene" and model == MODEL)
+    return row
+
+
+def _least_squares(rows: list[dict], unit: str, counts: tuple[str, ...]) -> tuple[float, ...]:
+    """Per-count costs of one unit: non-negative least squares on relative error over the rows."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    a = np.array([[row["search"][c] / row["times"][unit] for c in counts] for row in rows])
+    return tuple(float(x) for x in nnls(a, np.ones(len(rows)))[0])
+
+
+UNITS = (("candidates", ("candidates",)), ("placements", ("placements",)),
+         ("group_shapes", ("searched_shapes", "searched_devices")),
+         ("gradient_schedules", ("gradient_schedules", "schedule_member_devices")))
+
+
+def _unit_cost(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
+
+
+def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
+    calibration = [row for row in rows if row.get("code") == 0 and row["calibration"]]
+    constants = {unit: dict(zip(counts, _least_squares(calibration, unit, counts))) for unit, counts in UNITS}
+    lines = ["# The plan search's CPU time by unit of work", "", header(command), "",
+             "Each plan runs in a fresh process with the search's functions wrapped by process-time timers "
+             "(benchmarks/plan_speed_units.py). Units: a lower-bound prediction per candidate; listing the "
+             "placements; the first costing of each group shape (a program search or a call's estimate on "
+             "its equivalent system); the full predictions with their gradient schedules, per (degree choice, "
+             "data-parallel span) pair of the space and, per distinct span, per member and device of its equivalent system. The "
+             "per-unit costs come from the Selene GPT-3 175B rows (calibration) by non-negative least squares on "
+             "relative error; the other rows are held out. Which candidates the step-time bound stops is known only "
+             "during the search, so the schedules' unit is an average over the pairs of the space, the "
+             "stopped ones included.", "", "Per-unit CPU costs (for synth/plan/search.py):", ""]
+    for unit, per in constants.items():
+        lines.append(f"- {unit}: " + ", ".join(f"{_unit_cost(seconds)} per {count}" for count, seconds in per.items()))
+    lines += ["", "| command | GPUs-row | role | load | unit: measured / predicted by the units (CPU s) | "
+                  "search CPU | units' total | ratio |", "|---|---|---|---|---|---:|---:|---:|"]
+    for row in rows:
+        if row.get("code") != 0:
+            lines.append(f"| `{row['command']}` | | | | failed: {row.get('error', '')} | | | |")
+            continue
+        cells, total = [], 0.0
+        for unit, counts in UNITS:
+            predicted = sum(row["search"][c] * constants[unit][c] for c in counts)
+            total += predicted
+            cells.append(f"{unit} {row['times'][unit]:.2f}/{predicted:.2f}")
+        load = "/".join(f"{x:.1f}" for x in row["load_before"])
+        lines.append(f"| `{row['command']}` | {row['search']['candidates']:,} candidates | "
+                     f"{'calibration' if row['calibration'] else 'held out'} | {load} | {'; '.join(cells)} | "
+                     f"{row['cpu_s']:.2f} | {total:.2f} | {total / row['cpu_s']:.2f} |")
+    return constants, "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -184,7 +262,18 @@ def main(argv=None) -> int:
                         help="Selene node counts (8 GPUs each), comma-separated")
     parser.add_argument("--before", metavar="DIR", help="a checkout of the code before the change, run alike")
     parser.add_argument("--before-label", default="the code before this change", help="what --before is")
+    parser.add_argument("--units", action="store_true", help="time the search's units of work instead")
     args = parser.parse_args(argv)
+    if args.units:
+        nodes = tuple(int(part) for part in args.nodes.split(","))
+        rows = [measure_units("selene", f"node={count}") for count in nodes]
+        rows += [measure_units(topology, resize, model) for model, topology, resize in EXTRA]
+        constants, text = units_report(rows, "python -m benchmarks.plan_speed --units")
+        folder = study_dir(STUDY, args.output)
+        (folder / "units.json").write_text(json.dumps({"constants": constants, "rows": rows}, indent=1) + "\n")
+        (folder / "units.md").write_text(text)
+        print(text)
+        return 0
     nodes = tuple(int(part) for part in args.nodes.split(","))
     command = ("python -m benchmarks.plan_speed" + (f" --nodes {args.nodes}" if args.nodes != parser.get_default("nodes") else "")
                + (" --before OLD" if args.before else ""))

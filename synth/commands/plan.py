@@ -54,6 +54,9 @@ def register(subparsers) -> None:
                              "comma-separated (default 1)")
     parser.add_argument("--hsdp", choices=("on", "off", "both"), default="off",
                         help="with ZeRO-3: shard inside a node and replicate across nodes (HSDP; default off)")
+    parser.add_argument("--offload", choices=("on", "off", "both"), default="both",
+                        help="activation offload of all layers but one to host memory (pp 1, no recomputation; "
+                             "default both: chosen where it pays)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
     parser.add_argument("--no-tp-overlap", action="store_true",
@@ -259,7 +262,8 @@ def build_request(args):
                         sharded_optimizer=_switch(args.zero1), overlap_gradients=not args.no_overlap,
                         zero_stages=_zero_stages(args.zero_stage), hsdp=_switch(args.hsdp),
                         tp_overlap=not args.no_tp_overlap,
-                        overlap_param_gather=not args.no_param_overlap)
+                        overlap_param_gather=not args.no_param_overlap,
+                        activation_offload=_switch(args.offload))
     budget = _budget_seconds(args.budget) if args.budget is not None else DEFAULT_BUDGET_S
     memory = None
     if args.search_memory is not None:
@@ -555,6 +559,11 @@ def _print_tables(result, launchable=None) -> None:
                       programs_text(prediction, result.costs))
     console.print(table)
     console.print(synthesized_text(result.ranked[0], result.costs), highlight=False, soft_wrap=True)
+    from synth.plan.gain import gain_text
+
+    gain = gain_text(result.ranked)
+    if gain:
+        console.print(gain, highlight=False, soft_wrap=True)
     pareto = Table(title="Pareto set: no other candidate is both faster and smaller")
     for name in ("step", "memory", "MFU"):
         pareto.add_column(name, justify="right", no_wrap=True)
@@ -616,6 +625,7 @@ def prediction_json(prediction, request, costs=None) -> dict:
 def plan_json(result, launchable=None) -> dict:
     request = result.request
     from synth.plan.formulas import active_parameter_count, parameter_count
+    from synth.plan.gain import gain_json
     from synth.plan.model import describe_architecture
 
     return {
@@ -634,4 +644,5 @@ def plan_json(result, launchable=None) -> dict:
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],
         "pareto": [prediction_json(prediction, request, result.costs) for prediction in result.pareto],
         "best_launchable": None if launchable is None else prediction_json(launchable, request, result.costs),
+        "winner_gain": gain_json(result.ranked),
     }

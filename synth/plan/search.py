@@ -37,22 +37,36 @@ from synth.plan.reserve import MemoryReserve
 from synth.plan.step import Compute, Prediction, Settings, predict, settings_problem
 from synth.topology import Topology
 
-# What the search costs on this project's 2-core machine, in CPU seconds (a loaded machine adds
-# wall time) and bytes: per candidate predicted, per placement enumerated, per distinct group
-# shape of a reduction (one program search each, synth/plan/costs.py), per device of the
-# equivalent systems those searches and the pipeline's transfers run on
-# (synth/plan/equivalent.py: networks, groups, per-link tables) and per member pair of a
-# reduction's shape (the cost model lays out every whole-group call as a member x member table);
-# the process's bytes before the search. Rates fitted (the largest log ratio made smallest) on
-# ten plans from 64 to 131,072 GPUs: the six of benchmarks/plan_speed.py and llama2-70b on
-# selene at 4,096 and 131,072, gpt3-6.7b and megatron-18.4b on dgx-h100-2x8x8 at 1,024 and
-# 4,096 GPUs; the estimate is within 1.8x of every one (results/plan-speed/), which is what a
-# refusal needs. A fit, not a model of the machine.
-SECONDS_PER_CANDIDATE = 75e-6
-SECONDS_PER_PLACEMENT = 0.16e-3
-SECONDS_PER_SHAPE = 1.3e-3
-SECONDS_PER_DEVICE = 71e-6
-SECONDS_PER_PAIR = 0.27e-6
+# What the search costs, in CPU seconds (a loaded machine adds wall time, not CPU time) and
+# bytes, unit by unit of the work it does (benchmarks/plan_speed.py --units times each unit
+# inside real plans; results/plan-speed/README.md has the figures and the check):
+# * every candidate is predicted once without its data-parallel terms (the lower bound the
+#   search ranks by): its kernel times, its communication looked up, its memory;
+# * every placement is listed (Z3, synth.placement.enumerate_placements);
+# * every distinct group shape the lower-bound pass costs (tensor-, context-, expert-parallel
+#   groups and pipeline transfers) is searched once (the program search and its cost model,
+#   synth/plan/costs.py) on its equivalent system (synth/plan/equivalent.py): a fixed part (the
+#   search's context) and a part per device of that system;
+# * for every pair of a degree choice (with dp > 1) and a span of its data-parallel groups,
+#   the full predictions of the candidates the bound does not stop: their gradient schedules
+#   (bucket dynamic program, each bucket's program from a grid of candidates built on the
+#   data-parallel shape's equivalent system): a part per pair, and per distinct span a part
+#   per member and device of its equivalent system (the cost model lays out each whole-group
+#   call member by member over the system's devices). Which candidates the bound stops is known only once they are predicted, so this
+#   unit is an average over the pairs of the space, stopped ones included (the search reached
+#   30-60% of the pairs in the measured plans): the one figure here that folds in a share.
+# Derived by benchmarks/plan_speed.py --units from the Selene GPT-3 175B series (64 to 131,072
+# GPUs) and checked on five other plans; where it misses (a span of 1,024 data-parallel
+# members costs more per device than the unit says) is in results/plan-speed/units.md.
+SECONDS_PER_CANDIDATE = 150e-6
+SECONDS_PER_PLACEMENT = 1.06e-3
+SECONDS_PER_SHAPE = 16.9e-3
+SECONDS_PER_SHAPE_DEVICE = 179e-6
+SECONDS_PER_SCHEDULE = 0.49e-3
+SECONDS_PER_SCHEDULE_DEVICE = 0.265e-6  # per member x device
+# Memory: the process's bytes before the search, then per device of the equivalent systems
+# (networks, groups, per-link tables) and per member pair of a reduction's shape (the cost
+# model lays out every whole-group call as a member x member table).
 BASE_BYTES = 163 * 2**20
 BYTES_PER_DEVICE = 2000
 BYTES_PER_PAIR = 90
@@ -98,8 +112,12 @@ class SearchSpace:
     overlap_param_gather: bool = True  # with the sharded optimizer (never slower either)
     hsdp: tuple[bool, ...] = (False,)  # with ZeRO-3: also shard inside a node and replicate across (HSDP)
     overlap_p2p: bool = True  # interleaved schedule: pipeline transfers behind compute (Megatron's default)
+    # activation offload of L - 1 layers (synth/plan/offload.py), on devices with a host link
+    # figure: it never saves time, so it ranks first only where its copies hide entirely (then
+    # the smaller memory breaks the tie) and otherwise enters the Pareto set or fits what did not
+    activation_offload: tuple[bool, ...] = (False, True)
 
-    def settings(self, model: Transformer, degrees: Degrees) -> list[Settings]:
+    def settings(self, model: Transformer, degrees: Degrees, host_link: bool = True) -> list[Settings]:
         micro = self.micro_batches or (model.micro_batch,)
         if self.virtual:
             virtual = self.virtual
@@ -113,12 +131,14 @@ class SearchSpace:
                         for sharded in self.sharded_optimizer:
                             for stage in (self.zero_stages if sharded else (1,)):
                                 for hsdp in (self.hsdp if stage == 3 else (False,)):
-                                    settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
-                                                        self.tp_overlap and sp,
-                                                        self.overlap_param_gather and sharded and stage < 3, stage, hsdp,
-                                                        self.overlap_p2p and v > 1)
-                                    if settings_problem(model, degrees, settings) is None:
-                                        result.append(settings)
+                                    for off in (self.activation_offload if host_link else (False,)):
+                                        settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
+                                                            self.tp_overlap and sp,
+                                                            self.overlap_param_gather and sharded and stage < 3, stage,
+                                                            hsdp, self.overlap_p2p and v > 1,
+                                                            model.layers - 1 if off else 0)
+                                        if settings_problem(model, degrees, settings) is None:
+                                            result.append(settings)
         return result
 
 
@@ -176,10 +196,25 @@ class SearchSize:
     estimated_bytes: float = 0.0  # the process's peak memory
     too_many_placements: tuple[Degrees, ...] = ()  # choices whose placements cannot be listed
     pairs: int = 0  # member pairs of the reduction groups' shapes, summed (a call's layout is one row per pair)
+    searched_shapes: int = 0  # group shapes the lower-bound pass costs (all but the data-parallel groups')
+    searched_devices: int = 0  # devices of their equivalent systems, summed
+    schedules: int = 0  # (degree choice, data-parallel span) pairs: the gradient schedules' unit
+    schedule_devices: int = 0  # per distinct span: its members x the devices of its equivalent system, summed
+
+    def seconds_by_unit(self) -> dict[str, float]:
+        """The estimated CPU seconds split by unit of work (module constants)."""
+        return {"candidates": self.candidates * SECONDS_PER_CANDIDATE,
+                "placements": self.placements * SECONDS_PER_PLACEMENT,
+                "group_shapes": self.searched_shapes * SECONDS_PER_SHAPE + self.searched_devices * SECONDS_PER_SHAPE_DEVICE,
+                "gradient_schedules": self.schedules * SECONDS_PER_SCHEDULE
+                + self.schedule_devices * SECONDS_PER_SCHEDULE_DEVICE}
 
     def to_json(self) -> dict:
         return {"degrees": self.degrees, "placements": self.placements, "candidates": self.candidates,
                 "group_shapes": self.shapes, "equivalent_devices": self.devices, "member_pairs": self.pairs,
+                "searched_shapes": self.searched_shapes, "searched_devices": self.searched_devices,
+                "gradient_schedules": self.schedules, "schedule_member_devices": self.schedule_devices,
+                "estimated_s_by_unit": self.seconds_by_unit(),
                 "estimated_s": self.estimated_s, "estimated_bytes": self.estimated_bytes,
                 "refused_degrees": dict(self.refused)}
 
@@ -233,9 +268,11 @@ def estimate(request: PlanRequest) -> SearchSize:
     collectives: set[tuple[int, ...]] = set()  # group shapes of the reductions: a program search each
     transfers: set[tuple[int, ...]] = set()  # of the pipeline's point-to-point: a network each
     too_many = []
+    data_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # (choice, its data-parallel groups' span)
+    lower_bound: set[tuple[int, ...]] = set()  # shapes the lower-bound pass costs (not the data-parallel ones)
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
-        settings = request.space.settings(request.model, choice)
+        settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None)
         if constraints is None or not settings:
             continue
         axes = choice.axes()
@@ -249,17 +286,30 @@ def estimate(request: PlanRequest) -> SearchSize:
             too_many.append(choice)
             continue
         rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
+        data_rows = [index for index, axis in enumerate(axes) if axis.name in choice.data_axes()]
         for matrix in matching_matrices(topology, axes, constraints):
             for index, name in rows:
                 (transfers if name == "pp" else collectives).add(matrix[index])
-    equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in collectives | transfers}
-    devices = sum(equivalent.values())
+                if index not in data_rows:
+                    lower_bound.add(matrix[index])
+            if choice.dp > 1:
+                data_spans.add((choice, tuple(math.prod(matrix[index][level] for index in data_rows)
+                                              for level in range(len(topology.sizes)))))
+    shapes = collectives | transfers | lower_bound | {span for _, span in data_spans}
+    equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in shapes}
+    devices = sum(equivalent[shape] for shape in collectives | transfers)
     pairs = sum(math.prod(shape) ** 2 for shape in collectives)
+    searched_devices = sum(equivalent[shape] for shape in lower_bound)
+    schedules = len(data_spans)
+    spans = {span for _, span in data_spans}
+    schedule_devices = sum(math.prod(span) * equivalent[span] for span in spans)
     seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
-               + len(collectives) * SECONDS_PER_SHAPE + devices * SECONDS_PER_DEVICE + pairs * SECONDS_PER_PAIR)
+               + len(lower_bound) * SECONDS_PER_SHAPE + searched_devices * SECONDS_PER_SHAPE_DEVICE
+               + schedules * SECONDS_PER_SCHEDULE + schedule_devices * SECONDS_PER_SCHEDULE_DEVICE)
     memory = BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
     return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())),
-                      len(collectives), devices, memory, tuple(too_many), pairs)
+                      len(collectives), devices, memory, tuple(too_many), pairs, len(lower_bound), searched_devices,
+                      schedules, schedule_devices)
 
 
 def check_size(size: SearchSize, request: PlanRequest) -> None:
@@ -303,7 +353,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     done = 0
     try:
         for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
-            settings = request.space.settings(request.model, degrees)
+            settings = request.space.settings(request.model, degrees, request.compute.host_bandwidth is not None)
             constraints = _constraints_for(degrees, request.constraints)
             if constraints is None or not settings:
                 result.no_placement += constraints is None

@@ -27,7 +27,9 @@ pipeline stage (each stage's own layers; the last one also runs the output layer
   their gradients reduce-scattered in backward, exposed where they exceed the attention's
   own compute (the ring exchange overlaps with it);
 * ZeRO-3: each layer's weights all-gathered before forward and backward, its gradients
-  reduce-scattered after backward, every micro-batch, prefetched behind compute;
+  reduce-scattered after backward, every micro-batch, prefetched behind compute (with experts:
+  a MoE layer's dense part over the whole data-parallel group, its routed experts over the
+  expert data-parallel group, as Megatron-FSDP shards them);
 * expert parallelism (MoE models, synth/plan/moe.py): the token dispatch and combine
   all-to-alls over the `ep` groups, 4 per MoE layer of the stage (6 with full recomputation),
   each of `tokens x h x k x c` values per device, on the critical path, and with tensor
@@ -41,22 +43,28 @@ micro-batch's backward by synth.analysis.fusion's dynamic program, or one call a
 not overlapped), the tied embedding's gradient exchange between first and last stage, the
 sharded optimizer's all-gather of the updated weights (behind the next forward with
 `overlap_param_gather`), and the optimizer step itself, which reads and writes its states
-once at the device's memory bandwidth.
+once at the device's memory bandwidth. Overlapped collectives (the gradient reduction, the
+weight all-gather, ZeRO-3's gathers and scatters, overlapped pipeline transfers) slow the
+critical-path collectives that cross the same links (synth/plan/contention.py), and activation
+offload pays its host copies beyond the compute they run behind (synth/plan/offload.py).
 
 Memory: weights, gradients and optimizer states of the device's stage (formulas.py, per ZeRO
-stage), plus the activations of the micro-batches it holds in flight; a candidate fits when the
+stage), plus the activations of the micro-batches it holds in flight (one layer's with
+activation offload); a candidate fits when the
 first and the last stage's devices both fit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
-from synth.plan import formulas, moe
+from synth.plan import formulas, moe, offload
+from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.plan.devices import device_keys, device_named
@@ -80,6 +88,7 @@ class Settings:
     zero: int = 1  # with sharded_optimizer: ZeRO stage 1 (optimizer states), 2 (+ gradients), 3 (+ weights: FSDP)
     hsdp: bool = False  # with ZeRO-3: shard inside the innermost level (a node), replicate across it (HSDP)
     overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
+    offload_layers: int = 0  # layers whose activations are copied to host memory (megatron-core cpu_offloading)
 
     @property
     def text(self) -> str:
@@ -100,6 +109,8 @@ class Settings:
             parts.append("param-overlap")
         if self.overlap_p2p:
             parts.append("p2p-overlap")
+        if self.offload_layers:
+            parts.append(f"offload={self.offload_layers}")
         return " ".join(parts)
 
     def to_json(self) -> dict:
@@ -108,7 +119,7 @@ class Settings:
                 "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
                 "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
                 "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp,
-                "overlap_p2p": self.overlap_p2p}
+                "overlap_p2p": self.overlap_p2p, "activation_offload_layers": self.offload_layers}
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,7 @@ class Compute:
     memory_bytes: float
     memory_bandwidth: float | None
     kernels: KernelRates | None = None
+    host_bandwidth: float | None = None  # bytes/s per device each way to host memory (offload.py), None: unknown
 
     @property
     def rate(self) -> float:
@@ -165,7 +177,7 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
                 rates = dataclasses.replace(rates, device=dataclasses.replace(
                     described, memory_bandwidth=device.memory_bandwidth))
         if rates is not None:
-            return Compute(peak, None, device.memory.value, bandwidth, rates)
+            return Compute(peak, None, device.memory.value, bandwidth, rates, _host_bandwidth(device))
     if matmul_precision not in (None, precision):
         raise UsageError(f"{where}: matmuls in {matmul_precision} need a built-in device description "
                          f"({', '.join(device_keys())}); device {device.name!r} is not one")
@@ -175,7 +187,12 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
                                      f"and no matmul_efficiency; add one to [device] or give a matmul efficiency",
                                      figure="matmul_efficiency")
         efficiency = device.matmul_efficiency.value
-    return Compute(peak, efficiency, device.memory.value, bandwidth)
+    return Compute(peak, efficiency, device.memory.value, bandwidth, None, _host_bandwidth(device))
+
+
+def _host_bandwidth(device: Device) -> float | None:
+    link = offload.host_link(device.name)
+    return link.bytes_per_s if link is not None else None
 
 
 @dataclass(frozen=True)
@@ -192,19 +209,22 @@ class Breakdown:
     optimizer: float
     data_parallel_overlapped: float  # gradient reduction hidden behind backward (not in the sum)
     expert_parallel: float = 0.0  # MoE token all-to-alls (dispatch and combine), on the critical path
+    contention: float = 0.0  # critical-path collectives slowed by overlapped ones on the same links (contention.py)
+    offload: float = 0.0  # activation copies to and from host memory not hidden behind compute (offload.py)
 
     @property
     def total(self) -> float:
         return (self.compute + self.tensor_parallel + self.context_parallel + self.pipeline_p2p
                 + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer
-                + self.expert_parallel)
+                + self.expert_parallel + self.contention + self.offload)
 
     def to_json(self) -> dict:
         return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
                 "context_parallel_s": self.context_parallel, "pipeline_p2p_s": self.pipeline_p2p,
                 "pipeline_bubble_s": self.pipeline_bubble, "data_parallel_exposed_s": self.data_parallel,
                 "embedding_sync_s": self.embedding_sync, "optimizer_s": self.optimizer,
-                "data_parallel_overlapped_s": self.data_parallel_overlapped, "expert_parallel_s": self.expert_parallel}
+                "data_parallel_overlapped_s": self.data_parallel_overlapped, "expert_parallel_s": self.expert_parallel,
+                "contention_s": self.contention, "activation_offload_s": self.offload}
 
 
 @dataclass(frozen=True)
@@ -307,6 +327,9 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
         return "pipeline send/receive overlap without the interleaved schedule"
     if model.is_moe and degrees.tp > 1 and not settings.sequence_parallel:
         return "MoE with tensor parallelism needs sequence parallelism"  # Megatron-LM's validate_args
+    problem = offload.offload_problem(model.layers, settings.offload_layers, degrees.pp, settings.recompute)
+    if problem is not None:
+        return problem
     if model.is_moe and settings.hsdp:
         # megatron-core 0.16.1's Megatron-FSDP builds no expert data-parallel group under HSDP
         # (mcore_fsdp_adapter.py) and refuses expert parameters without one.
@@ -381,7 +404,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             tp1 = forward_s * (2 if full else 1) + backward_s
 
     # --- context parallelism ----------------------------------------------------------------------
-    cp1 = 0.0
+    cp1 = cp_backward1 = 0.0
     if cp > 1:
         kv = 2 * tokens * cp * model.query_groups * model.head_dim * act_bytes // tp  # gathered keys and values
         gather = costs.all_gather(placement, ("cp",), kv)
@@ -389,15 +412,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         exchange = gather.time_s * (2 if full else 1) + scatter.time_s
         attention = scores1 * (3 + (1 if full or selective else 0))
         cp1 = max(0.0, exchange - attention)
+        cp_backward1 = cp1 * scatter.time_s / exchange if exchange > 0 else 0.0
 
     # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (synth/plan/moe.py) --
-    ep1 = 0.0
+    ep1 = ep_backward1 = 0.0
     if degrees.ep > 1:
         local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
         dispatched = moe.dispatch_bytes(model, local)
         exchange_ep = costs.all_to_all(placement, ("ep",), dispatched)
         calls_ep = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
         ep1 = calls_ep * exchange_ep.time_s
+        ep_backward1 = 2 * exchange_ep.time_s  # dispatch and combine of the backward
     if model.is_moe and tp > 1 and settings.sequence_parallel:
         # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
         # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
@@ -433,6 +458,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         shard = sharding.axis_sizes[sharding.axis_index("dp")]
         replicas = dp // shard
     fsdp_moe1 = 0.0  # what a MoE layer's gathers and scatters expose beyond a dense layer's
+    shared1 = shared_moe1 = 0.0  # critical-path collectives slowed by those gathers and scatters, per layer
     if zero3 and shard > 1:
         shard_axes = ("dp",) if settings.hsdp else degrees.data_axes()
 
@@ -470,11 +496,34 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                                     gather_e.time_s + scatter_e.time_s, m * moe_layers_all, int(experts * act_bytes),
                                     expert_axes))
             fsdp_moe1 = exposed_fsdp(gather_s, scatter_s) - fsdp1
+        # The gathers and scatters run behind the layer's compute, sharing links with its
+        # critical-path collectives (contention.py), every layer of every micro-batch.
+        members = sharding.axis_sizes[sharding.axis_index("dp")] if settings.hsdp else dp
+        layer_background = Background(shard_axes, moved_bytes(layer_params * (act_bytes * (2 if full else 1) + act_bytes
+                                                                              + model.grad_bytes_per_value), members),
+                                      gather_w.time_s * (3 if full else 2) + scatter_g.time_s,
+                                      min(1.0, (gather_w.time_s * (3 if full else 2) + scatter_g.time_s)
+                                          / max(compute1, 1e-12)))
+        if settings.overlap_gradients:
+            shared1 = extra_seconds(costs, sharding, {("tp",): tp1, ("cp",): cp1}, layer_background)
+        if settings.overlap_gradients and degrees.ep > 1:
+            shared_moe1 = extra_seconds(costs, placement, {("ep",): ep1}, layer_background)
+
+    # --- activation offload (pp = 1 only): copies to host and back not hidden behind compute -------
+    offload_mb = 0.0
+    if settings.offload_layers:
+        if compute.host_bandwidth is None:
+            raise UsageError("activation offload needs the device's host link (PCIe) bandwidth: a built-in device "
+                             f"({', '.join(device_keys())}); leave offload out")
+        offloaded_bytes = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp,
+                                                          settings.sequence_parallel, settings.recompute)
+        offload_mb = settings.offload_layers * offload.exposed_seconds(offloaded_bytes, compute.host_bandwidth,
+                                                                       forward1, backward1)
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
-        return (count * (compute1 + tp1 + cp1 + fsdp1) + moe_count * (ep1 + fsdp_moe1)
-                + (compute_head + tp_head if head else 0.0))
+        return (count * (compute1 + tp1 + cp1 + fsdp1 + shared1) + moe_count * (ep1 + fsdp_moe1 + shared_moe1)
+                + (compute_head + tp_head + offload_mb if head else 0.0))
 
     def exposed_p2p(work: float) -> float:
         """With the overlap (Megatron's default for the interleaved schedule) each transfer runs
@@ -483,9 +532,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             return p2p_mb
         return 2 * v * max(0.0, per_transfer - work / (2 * v))
 
+    def p2p_shared(count: int, moe_count: int, work: float) -> float:
+        """Overlapped transfers share links with the chunk's critical-path collectives (contention.py)."""
+        if not settings.overlap_p2p or pp == 1 or per_transfer <= 0:
+            return 0.0
+        background = Background(("pp",), float(sent), per_transfer, min(1.0, 2 * v * per_transfer / max(work, 1e-12)))
+        return extra_seconds(costs, placement, {("tp",): count * tp1, ("cp",): count * cp1, ("ep",): moe_count * ep1},
+                             background)
+
     def stage_mb(count: int, head: bool, moe_count: int) -> float:
         work = stage_work(count, head, moe_count)
-        return work + exposed_p2p(work)
+        return work + exposed_p2p(work) + p2p_shared(count, moe_count, work)
 
     candidates = [(stage_mb(stages.last, True, moe_last), stages.last, True, moe_last)]
     if pp > 1:
@@ -499,6 +556,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     tp_mb = layers * tp1 + (tp_head if with_head else 0.0)
     cp_mb = layers * cp1
     fsdp_mb = layers * fsdp1 + moe_layers * fsdp_moe1
+    shared_mb = (layers * shared1 + moe_layers * shared_moe1
+                 + (p2p_shared(layers, moe_layers, stage_work(layers, with_head, moe_layers)) if pp > 1 else 0.0))
     if tp > 1:
         routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
     if cp > 1:
@@ -521,6 +580,14 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
     data_axes, expert_axes = degrees.data_axes(), degrees.expert_data_axes()
     dp_exposed = dp_overlapped = 0.0
+    contention_s = 0.0  # critical-path collectives slowed by the gradient reduction and the weight gather
+    data_members = math.prod(costs.factors(placement, data_axes)) if dp > 1 else 1
+
+    def window(forward: bool) -> dict[tuple[str, ...], float]:
+        """The first stage's critical-path collectives of one micro-batch's backward (or forward)."""
+        tp_s = first * (tp_backward1 if not forward else tp1 - tp_backward1) if tp > 1 else 0.0
+        cp_s = first * (cp_backward1 if not forward else cp1 - cp_backward1)
+        return {("tp",): tp_s, ("cp",): cp_s, ("ep",): moe_first * ep_backward1}
 
     def weights_gather_exposed(seconds: float) -> float:
         if settings.overlap_param_gather:
@@ -544,6 +611,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         dp_overlapped = gradients.busy_s - dp_exposed
         routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
                             gradients.buckets, sum(tensors) // gradients.buckets, data_axes))
+        if backward_s > 0:  # the reduction behind the last backward shares links with its collectives
+            contention_s += extra_seconds(costs, placement, window(False), Background(
+                data_axes, moved_bytes(sum(tensors), data_members, not settings.sharded_optimizer), gradients.busy_s,
+                min(1.0, gradients.busy_s / backward_s)))
         if experts_first and expert_axes:
             # The experts' gradients on the same stream after the dense ones (both exposures counted).
             expert_grad = int(experts_first / first * grad_bytes)
@@ -559,6 +630,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
             gather = costs.all_gather(placement, data_axes, weights)
             dp_exposed += weights_gather_exposed(gather.time_s)
             routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, data_axes))
+            if settings.overlap_param_gather:  # behind the first forward, sharing links with its collectives
+                contention_s += extra_seconds(costs, placement, window(True), Background(
+                    data_axes, moved_bytes(weights, data_members), gather.time_s,
+                    min(1.0, gather.time_s / max(first * forward1, 1e-12))))
             if experts_first and expert_axes:
                 weights = int(experts_first * model.bytes_per_value)
                 gather = costs.all_gather(placement, expert_axes, weights)
@@ -602,8 +677,9 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         optimizer_s = local * touched / compute.memory_bandwidth
 
     breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
-                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb)
-    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s
+                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb, contention_s + m * shared_mb,
+                          m * offload_mb)
+    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s + contention_s  # pipeline_s holds m * shared_mb
 
     # --- memory -----------------------------------------------------------------------------------
     per_parameter = formulas.state_bytes_per_parameter(model, shard if zero3 else dp, settings.sharded_optimizer,
@@ -622,9 +698,9 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer,
                                                     settings.zero if settings.sharded_optimizer else 0)
     memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter) + gathered,
-                    per_layer * first_layers + extra.first,
+                    per_layer * (first_layers - settings.offload_layers) + extra.first,
                     params.last * per_parameter + experts_last * (per_expert - per_parameter) + gathered,
-                    per_layer * stages.last + extra.last)
+                    per_layer * (stages.last - settings.offload_layers) + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
 

@@ -1,0 +1,55 @@
+"""The plan search's estimate by unit of work (synth/plan/search.py): each count checked against
+the placements themselves, and the seconds the sum of count x measured unit cost."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from synth.placement import enumerate_placements
+from synth.plan import search
+from synth.plan.degrees import enumerate_degrees
+from synth.plan.equivalent import equivalent_sizes, span
+from synth.plan.model import PRESETS
+from synth.plan.search import PlanRequest, estimate
+from synth.plan.step import compute_of
+from synth.topology_file import load_topology
+
+
+@pytest.fixture(scope="module")
+def request_and_size():
+    topology = load_topology("dgx-a100-x4")
+    model = PRESETS["gpt3-1.3b"]
+    request = PlanRequest(model, topology, compute_of(topology.device, model.precision))
+    return request, estimate(request)
+
+
+def test_schedule_pairs_and_their_sizes_are_counted_from_the_placements(request_and_size):
+    request, size = request_and_size
+    pairs, lower_bound = set(), set()
+    for choice in enumerate_degrees(request.topology.device_count, request.model, request.limits):
+        if not request.space.settings(request.model, choice):
+            continue
+        for placement in enumerate_placements(request.topology, choice.axes()):
+            if choice.dp > 1:
+                pairs.add((choice, span(placement, choice.data_axes())))
+            for axis in choice.axes():
+                if axis.size > 1 and axis.name not in choice.data_axes():
+                    lower_bound.add(span(placement, (axis.name,)))
+    assert size.schedules == len(pairs)
+    spans = {factors for _, factors in pairs}
+    assert size.schedule_devices == sum(math.prod(f) * math.prod(equivalent_sizes(request.topology, f)) for f in spans)
+    assert size.searched_shapes == len(lower_bound)
+
+
+def test_the_seconds_are_the_units_times_their_counts(request_and_size):
+    _, size = request_and_size
+    units = size.seconds_by_unit()
+    assert units["candidates"] == pytest.approx(size.candidates * search.SECONDS_PER_CANDIDATE)
+    assert units["placements"] == pytest.approx(size.placements * search.SECONDS_PER_PLACEMENT)
+    assert units["group_shapes"] == pytest.approx(size.searched_shapes * search.SECONDS_PER_SHAPE
+                                                  + size.searched_devices * search.SECONDS_PER_SHAPE_DEVICE)
+    assert units["gradient_schedules"] == pytest.approx(size.schedules * search.SECONDS_PER_SCHEDULE
+                                                        + size.schedule_devices * search.SECONDS_PER_SCHEDULE_DEVICE)
+    assert sum(units.values()) == pytest.approx(size.estimated_s)
