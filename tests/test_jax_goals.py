@@ -17,6 +17,7 @@ import pytest
 
 from export_cases import CASES
 from synth.errors import UsageError
+from synth.language import parse_program
 from synth.search import Enumerator, SearchOptions, semantics_for
 
 GOALS = ("reducescatter", "allgather", "alltoall")
@@ -133,3 +134,21 @@ def test_goals_without_a_jax_collective_and_rooted_steps_are_refused():
     with pytest.raises(UsageError, match="cannot run in shard_map.*Master"):
         program_body("AllGather(InsideGroup(gpu)); AllGather(Master(node)); Broadcast(InsideGroup(node))", hierarchy,
                      collective="allgather")
+
+
+@pytest.mark.parametrize("goal", GOALS)
+def test_best_expressible_is_the_goals_best_program_jax_can_run(goal):
+    from synth.analysis.goal_rank import rank_goal
+    from synth.hierarchy import build_hierarchy
+    from synth.jax import best_expressible, expressible
+    from synth.lowering import lower
+    from synth.model.context import cost_context
+    from synth.placement import make_placement, parse_axes
+    from synth.topology_file import load_topology
+
+    topology = load_topology("dgx-a100-x4")
+    hierarchy = build_hierarchy(make_placement(topology, parse_axes("data=32"), [[4, 8]]), ("data",))
+    best = best_expressible(hierarchy, topology, 2**16, max_len=4, collective=goal)
+    lower(parse_program(best), hierarchy, goal)  # valid for the goal
+    ranked = [str(row.program) for row in rank_goal(cost_context(hierarchy, topology, "nccl"), goal, [2**16], 4)[0]]
+    assert best == next(text for text in ranked if expressible(text))

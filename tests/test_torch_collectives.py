@@ -86,6 +86,7 @@ def test_every_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_rank
         assert refused["avg_diff"] == 0 and refused["premul_diff"] == 0  # powers of two: exact
         assert "sums (SUM, AVG, PREMUL_SUM)" in refused["max_refused"]
         assert "collective='alltoall'" in refused["wrong_goal"]
+        assert "run it with synth.torch.HierarchicalReduceScatter" in refused["not_an_all_reduce"]
     assert all("other ranks than the plan's" in report["refusals"]["other_group"] for report in ranks[:4])
 
 

@@ -30,7 +30,7 @@ except ImportError:  # run from a checkout: the repository root
 
 from export_cases import CASES  # noqa: E402
 from synth.search import Enumerator, SearchOptions, semantics_for  # noqa: E402
-from synth.torch import ReducerSetupError, plan_programs  # noqa: E402
+from synth.torch import HierarchicalReducer, ReducerSetupError, plan_programs  # noqa: E402
 from synth.torch.collectives import HierarchicalAllGather, HierarchicalAllToAll, HierarchicalReduceScatter  # noqa: E402
 from synth.torch.plan import SizeRange  # noqa: E402
 
@@ -133,6 +133,10 @@ def check_refusals(rank: int) -> dict:
         HierarchicalAllToAll(scatter.plan)
     except ReducerSetupError as error:
         report["wrong_goal"] = str(error)
+    try:
+        HierarchicalReducer(scatter.plan)
+    except ReducerSetupError as error:
+        report["not_an_all_reduce"] = str(error)
     return report
 
 

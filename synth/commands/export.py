@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
+from synth.commands.common import (resolve_goal, DEFAULT_BACKEND, Job, check_search, add_backend_option, add_bytes_option, add_job_options, add_max_len_option,
                                    add_output_option, add_size_options, add_top_option, echo, flagged, hierarchy_for,
                                    iter_placements, natural_int, one_placement, output_directory, positive_int,
                                    read_program_text, resolve_axes, resolve_job, resolve_reduce, resolve_sizes, seconds)
@@ -166,8 +166,11 @@ def run_export(args) -> int:
         raise UsageError("--bytes is for --format json or --top (scripts take --bytes when they run)")
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
-    # Torch scripts, NCCL C files and JSON plans take every goal (given, or ranked by --top); the mesh all-reduce.
-    goal = resolve_goal(args, supported=None if args.format in ("torch", "nccl", "json") else ALL_REDUCE_ONLY)
+    # Every format takes every goal: programs given or ranked by --top; the mesh says where the goal's blocks go.
+    goal = resolve_goal(args)
+    if args.format == "mesh" and goal.name != "allreduce" and reduce_axes is None:
+        raise UsageError(f"--collective {goal.name} with --format mesh says where its blocks go in each reduction "
+                         "group: give the axes it runs over with --reduce")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
@@ -201,6 +204,8 @@ def run_export(args) -> int:
         if args.format == "mesh":
             if hierarchy is not None:
                 metadata.update(hierarchy_metadata(hierarchy))
+                if goal.name != "allreduce":
+                    metadata["collective"] = mesh.collective_layout(hierarchy, goal)
             files.append(mesh.render(placement, provenance, metadata))
         elif args.format == "json":
             _check_json_size(hierarchy, programs, goal.name)

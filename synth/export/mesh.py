@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import permutations
 
 import numpy as np
 
@@ -136,6 +137,59 @@ def _check_order(placement: Placement, order: tuple[str, ...]) -> None:
         stride *= placement.axis_sizes[a]
     if not np.array_equal(rank, np.arange(placement.device_count)):
         raise AssertionError(f"axis order {order} does not number the ranks of {placement.to_text()}")
+
+
+JAX_CALLS = {"reducescatter": "psum_scatter(x, {axes}, scatter_dimension=0, tiled=True)",
+             "allgather": "all_gather(x, {axes}, axis=0, tiled=True)",
+             "alltoall": "all_to_all(x, {axes}, 0, 0, tiled=True)"}
+TORCH_CALLS = {"reducescatter": "reduce_scatter_tensor", "allgather": "all_gather_into_tensor",
+               "alltoall": "all_to_all_single", "broadcast": "broadcast", "reduce": "reduce"}
+
+
+def jax_axis_order(hierarchy) -> tuple[str, ...] | None:
+    """The order of the reduced axes (those of more than one device) whose row-major numbering
+    of a group's devices is its member order in every group (JAX numbers the members of a
+    collective over several axes so), or None when no order does."""
+    placement = hierarchy.placement
+    axes = [name for name in hierarchy.reduce_axes if placement.axis_sizes[placement.axis_index(name)] > 1]
+    coords = placement.axis_coordinates
+    for order in permutations(axes):
+        index = [placement.axis_index(name) for name in order]
+        sizes = [placement.axis_sizes[a] for a in index]
+        if all(int(np.ravel_multi_index(tuple(coords[rank, index]), sizes)) == member
+               for group in hierarchy.groups for member, rank in enumerate(group)):
+            return order
+    return None
+
+
+def collective_layout(hierarchy, goal) -> dict:
+    """Where the goal's blocks (or its root) are on the framework meshes (see the module docstring)."""
+    groups = hierarchy.groups
+    in_rank_order = all(list(group) == sorted(group) for group in groups)
+    axes = list(hierarchy.reduce_axes)
+    layout = {"name": goal.name, "torch_call": TORCH_CALLS[goal.name]}
+    if goal.name in ("broadcast", "reduce"):
+        layout["root"] = "the first rank of each reduction group (member 0, its lowest global rank)"
+        layout["jax"] = {"axis_name": None, "statement": (
+            f"no JAX counterpart: a {goal.title} has a root, and JAX's collectives have none (every device of the "
+            "named axes takes part and gets the result)")}
+        return layout
+    layout["blocks"] = ("block r of each reduction group is its member r: reduction_groups lists each group's ranks "
+                        "in that order (global rank order)")
+    layout["torch"] = {"in_rank_order": in_rank_order, "statement": (
+        f"{TORCH_CALLS[goal.name]} over the group of the mesh dimension(s) {', '.join(axes)} lays the blocks out so: "
+        "torch numbers a group's ranks by global rank" if in_rank_order else
+        "the members are not in global rank order, which torch's groups use: torch would number the blocks otherwise")}
+    order = jax_axis_order(hierarchy)
+    if order is None:
+        layout["jax"] = {"axis_name": None, "statement": (
+            f"no order of the axes {', '.join(axes)} numbers each group's devices in member order (an axis is split "
+            "around another one): a JAX call over them would lay blocks out otherwise; use a mesh whose axes are the "
+            "reduced axes split per level (synth.jax.group_axes)")}
+    else:
+        call = JAX_CALLS[goal.name].format(axes=tuple(order))
+        layout["jax"] = {"axis_name": list(order), "statement": f"{call} lays the blocks out in member order"}
+    return layout
 
 
 def mesh_document(placement: Placement, provenance: Provenance, metadata: dict) -> dict:

@@ -6,6 +6,10 @@ any tensor, and the hooks DDP and FSDP2 take (docs/training.md).
     reducer = synth.torch.HierarchicalReducer(plan, op="avg", mesh=mesh)
     reducer.attach(model)    # every fully_shard module of the model (each layer, the root), or its DDP
 
+Plans of the other collectives (`plan_reduction(..., collective="reducescatter")`) run in
+HierarchicalReduceScatter, HierarchicalAllGather (FSDP2's custom comms) and
+HierarchicalAllToAll (MoE), in place of torch's own calls (synth.torch.collectives).
+
 The plans (synth.torch.plan) need no torch; the reducer and hooks need torch, an optional
 extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on first use.
 """
@@ -14,7 +18,9 @@ from synth.torch.errors import MissingReductionError, RankDisagreementError, Red
 from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
                               size_thresholds)
 
-_TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "synth.torch.reducer"}
+_TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "synth.torch.reducer",
+                "HierarchicalReduceScatter": "synth.torch.collectives", "HierarchicalAllGather": "synth.torch.collectives",
+                "HierarchicalAllToAll": "synth.torch.collectives"}
 
 __all__ = ["MissingReductionError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
            "best_by_size", "load_plan", "plan_programs", "plan_reduction", "size_thresholds", *_TORCH_NAMES]

@@ -208,6 +208,15 @@ class HierarchicalReduceScatter(PlanCollective, _FSDPReduceScatter):
         """torch.distributed.reduce_scatter_tensor(output, input, op, group): rank r of the group
         gets piece r of the sum (divided by N for AVG, the input multiplied by the factor first
         for PREMUL_SUM). The input is left as it was (unless built with reuse_input=True)."""
+        self._reduce_scatter(output, input, op, group, self.reuse_input)
+        return _WorkDone() if async_op else None
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op=SUM, async_op: bool = False):
+        """FSDP2's call: its input is a scratch copy of the gradients, which the program runs in."""
+        self._reduce_scatter(output_tensor, input_tensor, op, group, True)
+        return _WorkDone() if async_op else None
+
+    def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op, group, reuse: bool) -> None:
         self.check_group(group)
         out, flat_in = _flat(output, "the output"), _flat(input, "the input")
         self._pieces(flat_in.numel(), out.numel(), "reduce-scatter input")
@@ -215,7 +224,7 @@ class HierarchicalReduceScatter(PlanCollective, _FSDPReduceScatter):
             raise TypeError(f"output {out.dtype} and input {flat_in.dtype}: reduce_scatter_tensor takes one type")
         factor, code = _scale(op, self.group_size)
         index = self._program(flat_in, code)
-        buffer = flat_in if self.reuse_input else flat_in.clone()
+        buffer = flat_in if reuse else flat_in.clone()
         if factor is not None:
             buffer.mul_(factor)
         self._run(index, buffer)
@@ -223,16 +232,6 @@ class HierarchicalReduceScatter(PlanCollective, _FSDPReduceScatter):
         place = places[self.key] if places else self.key
         piece = out.numel()
         out.copy_(buffer[place * piece:(place + 1) * piece])
-        return _WorkDone() if async_op else None
-
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op=SUM, async_op: bool = False):
-        """FSDP2's call (its input is a scratch copy of the gradients, free to overwrite)."""
-        self.check_group(group)
-        reuse, self.reuse_input = self.reuse_input, True
-        try:
-            return self.reduce_scatter_tensor(output_tensor, input_tensor, op, group, async_op)
-        finally:
-            self.reuse_input = reuse
 
 
 class HierarchicalAllGather(PlanCollective, _FSDPAllGather):

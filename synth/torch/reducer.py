@@ -83,6 +83,12 @@ class HierarchicalReducer:
         if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
             raise ReducerSetupError(f"timeout {timeout!r}: give a positive datetime.timedelta (or None: the "
                                     "default process group's timeout)")
+        if plan.collective != "allreduce":
+            classes = {"reducescatter": "HierarchicalReduceScatter", "allgather": "HierarchicalAllGather",
+                       "alltoall": "HierarchicalAllToAll"}
+            use = classes.get(plan.collective)
+            raise ReducerSetupError(f"the plan's programs compute --collective {plan.collective}, not an all-reduce: "
+                                    + (f"run it with synth.torch.{use}" if use else "plan an all-reduce"))
         self.plan = plan
         self.op = op
         self.rank = dist.get_rank()
