@@ -8,7 +8,11 @@ Writes three studies, each a folder under the results directory whose README.md 
 * placement-spread/ (README.md, placement-spread.json): on gcp-a2-2x16 and gcp-n1-v100-4x8,
   for every data x model job, reducing over data, model and both, at 64 KiB and 256 MiB: the
   slowest over the fastest placement, for the best program and for the default all-reduce;
-* synthesis-wins/ (README.md, synthesis-wins.json, synthesis-wins-rows.csv): on every built-in
+* synthesis-wins/ (README.md, synthesis-wins.json, synthesis-wins-rows.csv, synthesis-wins-goals.csv):
+  per goal (all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, reduce; benchmarks/goal_wins.py),
+  where the fastest synthesized program beats NCCL's flat call of that goal (placements x sizes on
+  every built-in multi-level NCCL system), each win beside the model's held-out error and the
+  wins inside it marked and not counted; then, for the all-reduce, on every built-in
   multi-level system, the share of (placement, request) pairs where the best synthesized program beats the
   default all-reduce, with its largest and mean speedup, per system and size and overall:
   NCCL as measured (the `nccl` backend) under the default (pipelined) and the lockstep
@@ -32,6 +36,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from benchmarks.goal_wins import OTHER_GOALS, all_reduce_pairs, goal_pairs
+from benchmarks.goal_wins import render as render_goals
+from benchmarks.goal_wins import summary as goal_summary
+from benchmarks.goal_wins import write_rows as write_goal_rows
 from benchmarks.index import write_index
 from benchmarks.plots import KEY, job_curves, plot
 from benchmarks.record import REPORT, header, study_dir
@@ -69,6 +77,7 @@ PUBLISHED = "Xie et al., MLSys 2022 (measured on GCP GPU systems): placements di
             "synthesized program beats the default all-reduce on 69% of (placement, request) pairs, max 2.04x, " \
             "mean 1.27x"
 MAX_LEN = 5
+GOAL_ROWS = "synthesis-wins-goals.csv"  # every predicted win of every goal, with its held-out error and verdict
 
 
 @dataclass(frozen=True)
@@ -300,11 +309,13 @@ def _cells(wins: Wins) -> str:
 
 
 def render_wins(command: str, sweeps: dict[str, list[JobSweep]], systems: list[Topology],
-                what_if: list[dict], logs: dict[str, list[dict]]) -> str:
+                what_if: list[dict], logs: dict[str, list[dict]], goal_lines: list[str] = ()) -> str:
     default = sweeps[DEFAULT_VARIANT]
     nccl_names = [system.name for system in nccl_systems(systems)]
     cloud = [name for name in CLOUD if name in nccl_names]
-    lines = ["# How often a synthesized program beats the default all-reduce", "", header(command), ""]
+    lines = ["# How often a synthesized program beats NCCL's flat call", "", header(command), ""]
+    if goal_lines:
+        lines += list(goal_lines) + ["", "## The all-reduce in detail", ""]
     lines.append(
         "Every built-in system with two levels or more; on each, every data x model job filling it (both axes "
         "of size 2 or more), every placement, reducing over data, over model and over both. A pair is one "
@@ -529,8 +540,16 @@ def main(argv=None) -> int:
                                    for s in win_systems if any(job.topology.name == s.name for job in sweeps[label])}}
                for label, _, _ in VARIANTS}
     cloud = {label: win_share(_pooled(sweeps[label], CLOUD)).to_json() for label, _, _ in VARIANTS}
+    goal_systems = nccl_systems(win_systems)
+    pairs = all_reduce_pairs(sweeps[DEFAULT_VARIANT], held_out_median)
+    pairs += [pair for system in goal_systems for pair in goal_pairs(system, OTHER_GOALS, WIN_SIZES, MAX_LEN)]
+    write_goal_rows(pairs, wins_dir / GOAL_ROWS)
+    goals = {goal: {name: goal_summary([p for p in pairs if p.goal == goal and (name == "all" or p.topology == name)])
+                    for name in [s.name for s in goal_systems] + ["all"]}
+             for goal in dict.fromkeys(pair.goal for pair in pairs)}
+    print(f"every goal: {time.perf_counter() - started:.0f} s", flush=True)
     (wins_dir / "synthesis-wins.json").write_text(json.dumps(
-        {"command": command, "sizes": list(WIN_SIZES), "published": PUBLISHED, "variants": summary,
+        {"command": command, "sizes": list(WIN_SIZES), "published": PUBLISHED, "goals": goals, "variants": summary,
          "cloud": cloud, "beyond_held_out_error": {
              name: dict(zip(("wins", "pairs"), beyond_held_out(sweeps[DEFAULT_VARIANT], [name])))
              for name in {job.topology.name for job in sweeps[DEFAULT_VARIANT]}},
@@ -540,7 +559,8 @@ def main(argv=None) -> int:
                                                                     for k, logs_of in logs.items()}},
         indent=1) + "\n")
     write_wins_rows(sweeps, wins_dir / "synthesis-wins-rows.csv")
-    (wins_dir / REPORT).write_text(render_wins(command, sweeps, win_systems, what_if, logs))
+    goal_lines = render_goals(pairs, [system.name for system in goal_systems], WIN_SIZES, GOAL_ROWS)
+    (wins_dir / REPORT).write_text(render_wins(command, sweeps, win_systems, what_if, logs, goal_lines))
     print(f"share of wins: {time.perf_counter() - started:.0f} s", flush=True)
 
     figures = []

@@ -36,6 +36,12 @@ all-reduce), each costed exactly at every bucket size (in batches); with `exact=
 exact top-1 search at every distinct bucket size. Buckets whose start plus the lower bound of
 synth/model/bound.py already ends after the best found are not costed at all.
 
+Other goals that reduce gradients (`GRADIENT_GOALS`: the sharded optimizer's and FSDP's
+reduce-scatter, a reduce) are planned alike, C(S) being the fastest of every valid program
+of the goal (synth.analysis.goal_rank.GoalPrograms, exact) and the baseline's buckets running
+the goal's flat call; a goal that moves no gradients (all-gather, all-to-all, broadcast) is
+refused (FusionGoalError).
+
 The baseline is PyTorch DDP's default bucketing running the default all-reduce:
 `DistributedDataParallel(bucket_cap_mb=25)` (torch/nn/parallel/distributed.py; the cap is
 `int(bucket_cap_mb * 1024 * 1024)` bytes, i.e. 25 MiB), and after the first iteration the
@@ -283,11 +289,42 @@ def bucket_chooser(best: BestPrograms, tensors: tuple[int, ...], exact: bool = F
     return candidates
 
 
+# The goals whose calls reduce gradients in buckets behind backward: DDP's all-reduce, the
+# sharded optimizer's and FSDP's reduce-scatter, a reduce to one rank.
+GRADIENT_GOALS = ("allreduce", "reducescatter", "reduce")
+
+
+class FusionGoalError(ValueError):
+    """A goal that does not reduce gradients: nothing for the bucketing to fuse."""
+
+
+def goal_chooser(context: CostContext, goal, tensors: tuple[int, ...], max_len: int = 5,
+                 estimate: str | Estimate | None = None) -> Callable[[int], Choice]:
+    """C(S) for a goal other than all-reduce: the fastest of every valid program of the goal
+    (synth.analysis.goal_rank.GoalPrograms, exact: the goals' programs are few) and the goal's
+    flat call, every bucket size costed in batches up front when there are not too many."""
+    from synth.analysis.goal_rank import GoalPrograms
+
+    programs = GoalPrograms(context, goal, max_len, estimate)
+    if len(tensors) <= PREFETCH_TENSORS:
+        programs.prefetch(bucket_sizes(tensors))
+    return programs.best
+
+
 def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
                 compute_rate: float = DEFAULT_COMPUTE_RATE, max_len: int = 5, exact: bool = False,
                 bucket_cap: int = DDP_BUCKET_CAP, first_bucket_cap: int = DDP_FIRST_BUCKET_CAP,
-                estimate: str | Estimate | None = None) -> FusionPlan:
-    """The optimal bucketing and programs for these gradients, and DDP's default beside it."""
+                estimate: str | Estimate | None = None, goal="allreduce") -> FusionPlan:
+    """The optimal bucketing and programs for these gradients, and DDP's default beside it
+    (its buckets running the goal's flat call: the default all-reduce, or one ReduceScatter
+    or Reduce call over the group for those goals)."""
+    from synth.analysis.goal_rank import goal_baseline
+    from synth.goals import parse_goal
+
+    goal = parse_goal(goal)
+    if goal.name not in GRADIENT_GOALS:
+        raise FusionGoalError(f"fusion buckets gradients behind backward: its goals are {', '.join(GRADIENT_GOALS)}, "
+                              f"not {goal.name}")
     tensors = tuple(int(size) for size in tensors)
     if not tensors:
         raise ValueError("no tensors to fuse")
@@ -297,17 +334,23 @@ def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
         raise ValueError(f"{len(tensors)} tensors: the planner handles at most {MAX_TENSORS}")
     if bucket_cap < 1 or first_bucket_cap < 1:
         raise ValueError("bucket caps must be positive byte counts")
-    chooser = bucket_chooser(BestPrograms(context, max_len, estimate), tensors, exact)
+    if goal.name == "allreduce":
+        chooser = bucket_chooser(BestPrograms(context, max_len, estimate), tensors, exact)
+        floor = bound_floor(context, estimate)
+        default = baseline_program(context.hierarchy)
+    else:  # every program of the goal costed exactly; no floor (the bound is the all-reduce's)
+        chooser = goal_chooser(context, goal, tensors, max_len, estimate)
+        floor = None
+        default = goal_baseline(context.hierarchy, goal)
     ready = ready_times(tensors, compute_rate)
     seconds = lambda size: chooser(size).time_s  # noqa: E731
-    ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, bound_floor(context, estimate)),
-                        seconds)
+    ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, floor), seconds)
     ddp = ddp_ranges(tensors, bucket_cap, first_bucket_cap)
-    default = baseline_program(context.hierarchy)
     best = lambda size: (chooser(size).program, chooser(size).time_s)  # noqa: E731
     fallback = lambda size: (default, chooser(size).baseline_time_s)  # noqa: E731
     return FusionPlan(tensors, compute_rate, plan=schedule(tensors, ready, ranges, best),
                       baseline=schedule(tensors, ready, ddp, fallback),
                       buckets_only=schedule(tensors, ready, ranges, fallback),
                       programs_only=schedule(tensors, ready, ddp, best), bucket_cap=bucket_cap,
-                      first_bucket_cap=first_bucket_cap, times="exact" if exact else "candidates")
+                      first_bucket_cap=first_bucket_cap,
+                      times="exact" if exact or goal.name != "allreduce" else "candidates")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -29,12 +30,13 @@ from synth.analysis.rank import RankedProgram, _calls_per_device, _communicators
 from synth.collectives import collective
 from synth.goals import Goal, parse_goal
 from synth.language import Program, Step
-from synth.lowering import lower
+from synth.lowering import lower, lower_on
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
 from synth.model.engine import CostEngine, ProgramTable, step_calls
 from synth.model.estimate import resolve_estimate
-from synth.search import Enumerator, SearchOptions, semantics_for
+from synth.search import Enumerator, SearchOptions
+from synth.semantics import Semantics
 
 # Bytes per second a Permute copies on one device: estimates until a calibration measures them.
 # GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
@@ -75,6 +77,26 @@ def _lowered(context: CostContext, goal: Goal, programs) -> tuple[ProgramTable, 
     return ProgramTable.of(rows), np.array(copied, dtype=float)
 
 
+@lru_cache(maxsize=512)
+def _enumerated(level_names: tuple[str, ...], sizes: tuple[int, ...], goal_name: str, max_len: int):
+    """(programs, texts, baseline index, ProgramTable, copied) of every valid program of the
+    goal on a hierarchy of this shape: they depend on its level names and sizes only (which
+    devices the members are only changes the costs), so placements of one shape share them."""
+    goal = parse_goal(goal_name)
+    semantics = Semantics(level_names, sizes, quotient=True, goal=goal)
+    programs = list(Enumerator(semantics, SearchOptions(max_len=max_len)).programs())
+    baseline = Program((Step(goal.collective, "InsideGroup", level_names[0]),))
+    if baseline not in programs:
+        programs.append(baseline)
+    rows, copied = [], []
+    for program in programs:
+        lowered = lower_on(program, level_names, sizes, goal)
+        rows.append([step_calls(step) for step in lowered.steps if step.places is None])
+        copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
+    return (tuple(programs), tuple(str(program) for program in programs), programs.index(baseline),
+            ProgramTable.of(rows), np.array(copied, dtype=float))
+
+
 def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):
     """(ProgramTable, times[program, size]) of valid programs of the goal: their collective
     steps in one batch through the estimate, each Permute at the copy rate."""
@@ -112,21 +134,15 @@ class GoalPrograms:
     any size (memoized): what `rank_goal` ranks and what the planner prices a reduce-scatter,
     all-gather or all-to-all by (synth/plan/costs.py), so the two agree by construction."""
 
-    def __init__(self, context: CostContext, goal, max_len: int = 5, estimate=None):
+    def __init__(self, context: CostContext, goal, max_len: int = 5, estimate=None, engine: CostEngine | None = None):
         self.context = context
         self.goal = parse_goal(goal)
         self.max_len = max_len
         self.estimate = resolve_estimate(estimate)
-        self.engine = CostEngine(context)
+        self.engine = engine or CostEngine(context)  # one engine per context, shared by its goals
         hierarchy = context.hierarchy
-        programs = list(Enumerator(semantics_for(hierarchy, goal=self.goal), SearchOptions(max_len=max_len)).programs())
-        baseline = goal_baseline(hierarchy, self.goal)
-        if baseline not in programs:
-            programs.append(baseline)
-        self.programs = tuple(programs)
-        self.texts = tuple(str(program) for program in programs)
-        self.baseline_index = programs.index(baseline)
-        self.table, self.copied = _lowered(context, self.goal, programs)
+        self.programs, self.texts, self.baseline_index, self.table, self.copied = _enumerated(
+            hierarchy.level_names, hierarchy.sizes, self.goal.name, max_len)
         self._best: dict[int, GoalChoice] = {}
 
     @property

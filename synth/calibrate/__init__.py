@@ -7,6 +7,7 @@ model: the simulator's time for one call, piecewise linear in the fitted figures
 fit: weighted least squares of one level's latency and bandwidth for one collective.
 calibration: every level and collective, innermost first, into a topology (link model, gloo).
 nccl_fit: the NCCL model's figures (efficiency, overhead, pipeline stages) per level (nccl).
+all_to_all: all-to-all measurements under the NCCL model (the spanned level's AllToAll figures).
 infer: a base topology from nccl-tests rank lines, with what it assumed.
 confidence: the model's error on the nearest measured configuration of a calibrated topology.
 synth_bench: the CSV `synth bench` writes; report: what the command prints of an NCCL fit.

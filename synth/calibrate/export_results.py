@@ -12,10 +12,15 @@
     # baseline: one all_reduce over each reduction group
     ...rows...   (programs 0)
 
-A measurement is one collective call per group: every baseline row (one all_reduce over each
-reduction group), and the rows of programs of one AllReduce step. Multi-step programs are
-programs, not calls, and are skipped. The group is the first reduction group, placed on the
-topology that `--topology` names, else the one the `# command:` line exported for.
+A measurement is one collective call per group: every baseline row (one call of the goal's
+collective over each reduction group: torch's all_reduce, reduce_scatter_tensor,
+all_gather_into_tensor, all_to_all_single, broadcast or reduce, or NCCL's), and the rows of
+programs of one step of that collective over the whole group. Multi-step programs are
+programs, not calls, and are skipped. The goal is the `--collective` of the `# command:` line
+(all-reduce without one), the C program's baseline line names its NCCL call, the JSON's
+baselines their "goal"; the baseline rows measure that goal's collective, never an all-reduce
+unless the goal is one. The group is the first reduction group, placed on the topology that
+`--topology` names, else the one the `# command:` line exported for.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from __future__ import annotations
 import json
 import re
 
-from synth.calibrate.measurements import Measurement, Span, check_time, parse_count, parse_float
+from synth.calibrate.measurements import (Measurement, Span, check_time, collective_from_name, parse_count,
+                                         parse_float)
 from synth.calibrate.nccl_text import TABLE_END, _table_columns, strip_prefixes
 from synth.calibrate.synth_bench import ONE_STEP, _span, command_options
 from synth.errors import UsageError
@@ -32,7 +38,7 @@ from synth.names import echo
 GROUPS = re.compile(r"^#\s*reduction groups:\s*(\[.*\])\s*$")
 PROGRAM = re.compile(r"^#\s*program(?: (\d+))?(?: \(.*?\))?: (.*)$")  # torch: "program 0 (label): T"; C: "program: T"
 BASELINE = re.compile(r"^#\s*baseline:")
-OTHER_GOAL_BASELINE = re.compile(r"\bnccl(?!AllReduce\b)[A-Z]\w*")  # the C program's baseline of another goal
+NCCL_BASELINE = re.compile(r"\bnccl([A-Z]\w*)")  # the C program's baseline line names its NCCL call
 BACKEND = re.compile(r"^#\s*\d+ program\(s\) on \d+ ranks, backend (\w+)")
 OLDER = re.compile(r"^#\s*(\d+ program\(s\) on \d+ ranks, backend|\d+ ranks, reduction groups of n = )")
 PROGRAMS_SUFFIX = re.compile(r"\s+\(programs ([\d,]+)\)\s*$")
@@ -57,7 +63,9 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
                          f"synth wrote the program): export it again with this synth and rerun it")
     backend, programs, groups = "nccl", {}, {}
     current, baseline, columns, rows = 0, False, None, []
-    other_goal = False  # a baseline of another goal's call (ncclReduceScatter, ...): not an all-reduce measurement
+    options = _options(text, path, topology)
+    goal = _goal_collective(options.get("collective"), path)  # the collective every program computes
+    measured = goal  # what the rows being read measure
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
         found = BACKEND.match(line)
@@ -74,7 +82,8 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
             continue
         if BASELINE.match(line):
             baseline, columns = True, None
-            other_goal = bool(OTHER_GOAL_BASELINE.search(line))
+            named = NCCL_BASELINE.search(line)  # the C program: "one ncclReduceScatter over ..."
+            measured = collective_from_name(named.group(1), f"{path}:{number}") if named else goal
             continue
         if line.startswith("#"):
             names = _table_columns(line.lstrip("#").split())
@@ -89,15 +98,15 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
         owner = int(suffix.group(1).split(",")[0]) if suffix else current
         if suffix:
             line = line[:suffix.start()]
-        if (baseline and other_goal) or (not baseline and not _one_call(programs.get(current, ""))):
+        if not baseline and not _one_call(programs.get(current, ""), goal):
             continue
         tokens = line.split()
         where = f"{path}:{number}"
         if len(tokens) != len(columns):
             raise UsageError(f"{where}: a result row with {len(tokens)} fields where the header has {len(columns)}; "
                              f"give the output as the program printed it")
-        rows.append((number, tokens, columns, owner))
-    return _measurements(rows, groups, path, level, topology, _options(text, path, topology), backend)
+        rows.append((number, tokens, columns, owner, measured if baseline else goal))
+    return _measurements(rows, groups, path, level, topology, options, backend)
 
 
 def parse_export_json(text: str, path: str, level: str | None, topology: str | None) -> list[Measurement]:
@@ -109,6 +118,7 @@ def parse_export_json(text: str, path: str, level: str | None, topology: str | N
         raise UsageError(f"{path}: an exported script's JSON without its 'programs' (an older synth wrote the script): "
                          f"export it again with this synth and rerun it")
     options = _options("", path, topology, document.get("command"))
+    goal = _goal_collective(options.get("collective"), path)
     backend = document.get("backend") if document.get("backend") in ("nccl", "gloo") else None
     groups, rows = {}, []
     for index, program in enumerate(document["programs"]):
@@ -129,12 +139,11 @@ def parse_export_json(text: str, path: str, level: str | None, topology: str | N
         owner = owners[0] if isinstance(owners, list) and owners else None
         if type(owner) is not int or owner not in groups:
             raise UsageError(f"{path}: an entry of {key} names program {echo(owner)}, which the file does not list")
-        if not baseline and not _one_call(str(document["programs"][owner].get("text", ""))):
+        if not baseline and not _one_call(str(document["programs"][owner].get("text", "")), goal):
             continue
-        if baseline and entry.get("goal", "allreduce") != "allreduce":  # another goal's torch call
-            continue
+        measured = _goal_collective(entry.get("goal"), path) if baseline and "goal" in entry else goal
         tokens = [str(entry.get("bytes")), str(entry.get("time_us"))]
-        rows.append((number, tokens, ["size", "time"], owner))
+        rows.append((number, tokens, ["size", "time"], owner, measured))
     return _measurements(rows, groups, path, level, topology, options, backend)
 
 
@@ -155,10 +164,24 @@ def named_topology(text: str) -> str | None:
     return options.get("topology") or options.get("emulate") or None
 
 
-def _one_call(program: str) -> bool:
-    """A program of one AllReduce step: one call per reduction group, like the baseline."""
+def _one_call(program: str, collective: str = "AllReduce") -> bool:
+    """A program of one step of the goal's collective: one call per reduction group, like the baseline."""
     step = ONE_STEP.match(program)
-    return bool(step) and step.group(1) == "AllReduce"
+    return bool(step) and step.group(1) == collective
+
+
+def _goal_collective(name, path: str) -> str:
+    """The collective a goal's name computes ('reducescatter' -> 'ReduceScatter'); all-reduce
+    when nothing names one."""
+    from synth.goals import parse_goal
+
+    if name in (None, ""):
+        return "AllReduce"
+    try:
+        return parse_goal(str(name)).collective
+    except UsageError:
+        raise UsageError(f"{path}: the export names collective {echo(name)}, which synth does not know; "
+                         f"give the output of an export of this synth") from None
 
 
 def _groups(text: str, where: str) -> list[tuple[int, ...]]:
@@ -188,15 +211,15 @@ def _measurements(rows, groups, path, level, topology, options, backend) -> list
     from synth.topology_file import load_topology
 
     if not rows:
-        raise UsageError(f"{path}: no row is one collective call per group (a baseline all_reduce or a program of one "
-                         f"AllReduce step); give the whole output")
+        raise UsageError(f"{path}: no row is one collective call per group (a baseline call or a program of one step "
+                         f"over the whole group); give the whole output")
     name = topology or options.get("topology") or options.get("emulate")
     if not name:
         raise UsageError(f"{path}: the '# command:' line names no --topology; give it with --topology")
     base = load_topology(name)
     spans: dict[int, Span] = {}
     measurements = []
-    for number, tokens, columns, owner in rows:
+    for number, tokens, columns, owner, collective in rows:
         where = f"{path}:{number}"
         if owner not in groups:
             raise UsageError(f"{where}: a row of program {owner}, whose '# reduction groups:' line is missing")
@@ -212,5 +235,5 @@ def _measurements(rows, groups, path, level, topology, options, backend) -> list
         if text.upper() == "N/A" and len(times) > 1:
             text = tokens[times[0]]
         time_s = check_time(parse_float(text, "time", where), text, where) * 1e-6
-        measurements.append(Measurement("AllReduce", size, time_s, spans[owner], path, number, backend))
+        measurements.append(Measurement(collective, size, time_s, spans[owner], path, number, backend))
     return measurements

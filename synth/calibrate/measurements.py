@@ -14,9 +14,9 @@ from synth.errors import UsageError
 from synth.language import collective_names
 
 # Collectives nccl-tests (and rccl-tests) measure that no program uses.
-UNSUPPORTED = ("AllToAll", "AllToAllv", "SendRecv", "Scatter", "Gather", "HyperCube")
-# The collectives whose timings calibration fits: all-to-all is costed from its flows alone
-# (synth/model/algorithms.py, pairwise send/recv), not fitted yet.
+UNSUPPORTED = ("AllToAllv", "SendRecv", "Scatter", "Gather", "HyperCube")
+# The collectives whose timings calibration fits: every collective a program uses (all-to-all
+# through its pairwise send/recv flows: synth/calibrate/all_to_all.py under the NCCL model).
 CALIBRATED = tuple(name for name in collective_names() if name not in UNSUPPORTED)
 
 

@@ -1,5 +1,5 @@
 """nccl-tests text output (all_reduce_perf, reduce_scatter_perf, all_gather_perf,
-broadcast_perf, reduce_perf), as printed by nccl-tests 2.x and rccl-tests:
+broadcast_perf, reduce_perf, alltoall_perf), as printed by nccl-tests 2.x and rccl-tests:
 
     # nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 ...
     #  Rank  0 Group  0 Pid  12345 on     node01 device  0 [0x07] NVIDIA A100-SXM4-80GB
@@ -16,9 +16,10 @@ printed into the table that do not start with a number, are ignored.
 
 The output does not name the collective, so it is read from a `<test>_perf` name in the
 file (a captured command line) or in the file name, and from the table itself: the `redop`
-(`none` for AllGather and Broadcast), the `root` (-1 for AllReduce, ReduceScatter and
-AllGather) and busbw / algbw (nccl-tests' bus factors 2(n-1)/n, (n-1)/n, 1). When both
-name and table tell, they must agree.
+(`none` for AllGather, Broadcast and AllToAll), the `root` (-1 for AllReduce, ReduceScatter,
+AllGather and AllToAll) and busbw / algbw (nccl-tests' bus factors 2(n-1)/n, (n-1)/n, 1;
+alltoall_perf's is (n-1)/n, as all_gather_perf's, so an all-to-all table is told apart by its
+name only). When both name and table tell, they must agree.
 
 Output captured through a launcher is read as printed: `mpirun --tag-output` prefixes
 (`[1,0]<stdout>:`; `<stderr>` lines are dropped), `srun --label` prefixes (`0: `), markdown
@@ -49,6 +50,9 @@ LABEL = re.compile(r"^\s*\d+:\s")
 TORCHRUN = re.compile(r"^\[(?:default|rank)\d+\]:")  # torchrun --tee / --local-ranks-filter prefixes
 TEST_NAME = re.compile(r"(?<![A-Za-z])(all_reduce|reduce_scatter|all_gather|broadcast|reduce|alltoallv?|sendrecv|"
                        r"scatter|gather|hypercube)_perf(?![A-Za-z])")
+# The nccl-tests binary of each collective (<name>_perf).
+TEST_OF = {"AllReduce": "all_reduce", "ReduceScatter": "reduce_scatter", "AllGather": "all_gather",
+           "Broadcast": "broadcast", "Reduce": "reduce", "AllToAll": "alltoall"}
 # nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
 BUS_FACTOR = {record.name: record.bus_factor for record in RECORDS.values()}
 LOG_LINE = re.compile(r"\bNCCL\b|\bRCCL\b")
@@ -253,6 +257,11 @@ def _collective(run: _Run, columns: list[str], parsed, n: int, path: str) -> str
         return named
     if len(possible) == 1:
         return next(iter(possible))
+    fits = " or ".join(c for c in CALIBRATED if c in possible)
+    if fits:
+        example = " or ".join(f"{TEST_OF[c]}_perf.txt" for c in CALIBRATED if c in possible)
+        raise UsageError(f"{path}:{run.line}: cannot tell which collective this run measured: its table fits {fits} "
+                         f"(nccl-tests output does not name it); name the file after the test, e.g. {example}")
     raise UsageError(f"{path}:{run.line}: cannot tell which collective this run measured (nccl-tests output does "
                      f"not name it); name the file after the test, e.g. all_reduce_perf.txt")
 
@@ -269,9 +278,11 @@ def _possible_from_table(columns: list[str], parsed, n: int) -> set[str]:
     possible = set(CALIBRATED)
     redops, roots = values("redop"), values("root")
     if len(redops) == 1:
-        possible &= {"AllGather", "Broadcast"} if redops == {"none"} else {"AllReduce", "ReduceScatter", "Reduce"}
+        possible &= ({"AllGather", "Broadcast", "AllToAll"} if redops == {"none"}
+                     else {"AllReduce", "ReduceScatter", "Reduce"})
     if len(roots) == 1:
-        possible &= {"AllReduce", "ReduceScatter", "AllGather"} if roots == {"-1"} else {"Reduce", "Broadcast"}
+        possible &= ({"AllReduce", "ReduceScatter", "AllGather", "AllToAll"} if roots == {"-1"}
+                     else {"Reduce", "Broadcast"})
     factor = _bus_factor(columns, parsed)
     if factor is not None:
         possible = {c for c in possible if abs(factor / BUS_FACTOR[c](n) - 1) < 0.03}

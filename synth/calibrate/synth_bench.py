@@ -2,7 +2,8 @@
 the command that made it in a `# command:` comment.
 
 Only rows that are one collective call per group are measurements of a call: the baseline
-`torch.distributed.all_reduce` rows, and programs of one step `Collective(InsideGroup(L))`
+rows (`torch.distributed.all_reduce`, or the goal's own call: `reduce_scatter_tensor` is a
+ReduceScatter, ...), and programs of one step `Collective(InsideGroup(L))`
 over the outermost level L of their hierarchy (one call over the whole reduction group, the
 default all-reduce among them). The group comes from the command's --topology (or
 --emulate), --axes and --reduce and the row's placement; the backend from the `# backend:`
@@ -23,6 +24,18 @@ from synth.errors import UsageError
 
 COLUMNS = ("placement", "hierarchy", "role", "program", "bytes", "time_us")
 ONE_STEP = re.compile(r"^\s*(\w+)\(\s*InsideGroup\(\s*([\w.]+)\s*\)\s*\)\s*;?\s*$")
+
+
+def _baseline_collective(call: str, where: str) -> str:
+    """The collective of a baseline row's torch call (synth/execute/report.py TORCH_CALLS)."""
+    from synth.execute.report import TORCH_CALLS
+    from synth.goals import parse_goal
+
+    for goal, name in TORCH_CALLS.items():
+        if name == call:
+            return parse_goal(goal).collective
+    raise UsageError(f"{where}: a baseline of torch.distributed.{call}, which synth does not time; give the file "
+                     f"as synth bench wrote it")
 
 
 def looks_like_synth_bench(header: list[str]) -> bool:
@@ -92,11 +105,8 @@ def parse_synth_bench_csv(text: str, path: str, level: str | None) -> tuple[list
             raise UsageError(f"{where}: {len(values)} fields where the header has {len(header)}")
         row = dict(zip(header, (value.strip() for value in values)))
         program = row["program"]
-        if row["role"] == "baseline all_reduce":
-            collective = "AllReduce"
-        elif row["role"].startswith("baseline"):  # another goal's torch call: not an all-reduce
-            skipped += 1
-            continue
+        if row["role"].startswith("baseline"):  # the goal's torch call: "baseline reduce_scatter_tensor", ...
+            collective = _baseline_collective(row["role"][len("baseline"):].strip(), where)
         else:
             step = ONE_STEP.match(program)
             hierarchy_levels = row["hierarchy"].split(",")

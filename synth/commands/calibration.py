@@ -97,7 +97,8 @@ def _base_contradiction(base, spec: str | None, measurements, result, errors, as
 
     import numpy as np
 
-    from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
+    from synth.calibrate.all_to_all import calibrate_with_all_to_all as calibrate_nccl  # all-to-alls apart
+    from synth.calibrate.all_to_all import replay_with_all_to_all as replay_nccl
 
     rms = float(np.sqrt(np.mean(np.square(errors))))
     outliers = sum(group.outliers for fit in result.fits for group in fit.groups)
@@ -241,7 +242,8 @@ def _run_nccl(args, measurements, formats) -> int:
     from rich.table import Table
 
     from synth.calibrate.infer import infer_nccl_base
-    from synth.calibrate.nccl_fit import calibrate_nccl, replay_nccl
+    from synth.calibrate.all_to_all import calibrate_with_all_to_all as calibrate_nccl  # all-to-alls apart
+    from synth.calibrate.all_to_all import replay_with_all_to_all as replay_nccl
     from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
     from synth.commands.terminal import console as text_console
     from synth.topology_file import load_topology, render_topology, topology_from_text

@@ -280,15 +280,18 @@ def run_fusion(args) -> int:
     bucket_cap = parse_bytes(args.bucket_cap, where="--bucket-cap")
     first_cap = parse_bytes(args.first_bucket_cap, where="--first-bucket-cap")
     reduce_axes = resolve_reduce(args, job)
-    resolve_goal(args, supported=ALL_REDUCE_ONLY)
+    from synth.analysis.fusion import GRADIENT_GOALS
+
+    goal = resolve_goal(args, supported=GRADIENT_GOALS)
     placement = one_placement(args, job, "fusion")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     if hierarchy.group_size == 1:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to fuse")
-    check_search([hierarchy], args.max_len)
+    check_search([hierarchy], args.max_len, goal)
     try:
         plan = plan_fusion(cost_context(hierarchy, job.topology, args.backend), tensors, compute_rate=rate,
-                           max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap)
+                           max_len=args.max_len, exact=args.exact, bucket_cap=bucket_cap, first_bucket_cap=first_cap,
+                           goal=goal)
     except KeyboardInterrupt:
         # Nothing partial is worth printing: the buckets come from one optimization over all the
         # tensors (a prefix's optimum is no plan for the step), and the comparison with DDP needs
@@ -304,16 +307,17 @@ def run_fusion(args) -> int:
             f"({hierarchy_text(hierarchy)}): {len(tensors)} tensors, {format_bytes(sum(tensors))} per device, "
             f"gradients {rate_text} (backward ends at {format_time(plan.plan.compute_end_s)})")
     console.print(_schedule_table(f"{head}\nplanned buckets", plan.plan, programs=True))
+    flat = plan.baseline.buckets[0].program if plan.baseline.buckets else baseline_program(hierarchy)
     baseline_title = (f"DDP default: buckets of {format_bytes(plan.bucket_cap)} (first {format_bytes(plan.first_bucket_cap)}) "
-                      f"running {baseline_program(hierarchy)}")
+                      f"running {flat}")
     console.print(_schedule_table(baseline_title, plan.baseline, programs=False))
     console.print(
         f"planned: reduction finishes at {format_time(plan.plan.finish_s)} ({format_time(plan.plan.exposed_s)} after "
         f"backward, {_buckets(plan.plan)})\n"
         f"DDP default: finishes at {format_time(plan.baseline.finish_s)} ({format_time(plan.baseline.exposed_s)} after "
         f"backward, {_buckets(plan.baseline)})\n"
-        f"gain: {plan.gain:.3f}x, {format_time(plan.saved_s)} saved per step; the planned buckets with the default "
-        f"all-reduce finish at {format_time(plan.buckets_only.finish_s)}, DDP's buckets with the fastest programs at "
+        f"gain: {plan.gain:.3f}x, {format_time(plan.saved_s)} saved per step; the planned buckets with the flat "
+        f"{goal.collective} call finish at {format_time(plan.buckets_only.finish_s)}, DDP's buckets with the fastest programs at "
         f"{format_time(plan.programs_only.finish_s)}\n"
         f"bucket times: {'exact search per size' if plan.times == 'exact' else 'best of the grid candidates'}; "
         f"backend {args.backend}", highlight=False)
@@ -356,6 +360,7 @@ def _fusion_json(plan: FusionPlan, hierarchy, args) -> dict:
     return {
         "matrix": [list(row) for row in hierarchy.placement.matrix], "placement": hierarchy.placement.to_text(),
         "reduce": list(hierarchy.reduce_axes), "hierarchy": hierarchy_text(hierarchy), "backend": args.backend,
+        "collective": getattr(args, "collective", None) or "allreduce",
         "tensors": len(plan.tensors), "bytes": sum(plan.tensors),
         "compute_rate_Bps": None if math.isinf(plan.compute_rate) else plan.compute_rate,
         "compute_end_s": plan.plan.compute_end_s, "times": plan.times,
