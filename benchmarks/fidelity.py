@@ -138,12 +138,12 @@ def with_nodes(topology: Topology, nodes: int | None) -> Topology:
     return replace(topology, levels=tuple(levels))
 
 
-_ENV = re.compile(r"NCCL_(ALGO|PROTO)=([A-Za-z0-9,]+)")
+_ENV = re.compile(r"NCCL_(ALGO|PROTO|MIN_CTAS|MAX_CTAS)=([A-Za-z0-9,]+)")
 
 
 def with_environment(topology: Topology, path: Path) -> Topology:
-    """The topology with the NCCL_ALGO / NCCL_PROTO a log's command line sets (NCCL's choice is
-    then restricted as the run's was)."""
+    """The topology with the NCCL_ALGO / NCCL_PROTO (NCCL's choice is then restricted as the
+    run's was) and NCCL_MIN_CTAS / NCCL_MAX_CTAS (its channels) a log's command line sets."""
     text = path.read_text(encoding="utf-8", errors="replace")
     found = dict(_ENV.findall(text))
     if not found or topology.nccl is None:
@@ -155,6 +155,9 @@ def with_environment(topology: Topology, path: Path) -> Topology:
         nccl = replace(nccl, algorithms=tuple(names[a.lower()] for a in found["ALGO"].split(",")))
     if "PROTO" in found:
         nccl = replace(nccl, protocols=tuple(names[p.lower()] for p in found["PROTO"].split(",")))
+    for key in ("MIN_CTAS", "MAX_CTAS"):
+        if key in found:
+            nccl = replace(nccl, **{key.lower(): int(found[key])})
     return replace(topology, nccl=nccl)
 
 

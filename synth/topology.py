@@ -120,6 +120,11 @@ class NcclSystem:
     # multi-GPU program), and whether the calls are captured in CUDA graphs.
     gpus_per_thread: int = 1
     cuda_graphs: bool = False
+    # NCCL_MIN_CTAS / NCCL_MAX_CTAS (ncclConfig_t minCTAs / maxCTAs): bounds on the channels every
+    # communicator runs on (src/graph/connect.cc:480-484, src/transport/nvls.cc:178); None: NCCL's
+    # defaults (1 and MAXCHANNELS)
+    min_ctas: int | None = None
+    max_ctas: int | None = None
 
 
 @dataclass(frozen=True)

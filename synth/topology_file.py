@@ -71,6 +71,8 @@ them is a separate figure with its own source::
     protocols = ["Simple", "LL128"]    # optional: NCCL_PROTO; default all
     gpus_per_thread = 1                # optional: GPUs one host thread launches calls on (nccl-tests -g N); default 1
     cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
+    min_ctas = 24                      # optional: NCCL_MIN_CTAS, the fewest channels a communicator runs on; default NCCL's
+    max_ctas = 32                      # optional: NCCL_MAX_CTAS, the most; default NCCL's
     source = "..."                     # required
 
     [[levels]]
@@ -132,7 +134,7 @@ from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
-              "cuda_graphs")
+              "cuda_graphs", "min_ctas", "max_ctas")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend")
 _OPTIONAL_CALIBRATION_KEYS = ("backend",)
@@ -489,7 +491,9 @@ def _nccl(value, where: str) -> NcclSystem:
             else _positive_int(table["buffsize"], where, "nccl.buffsize", 'buffsize = "8MiB"')
     gpus_per_thread = _positive_int(table.get("gpus_per_thread", 1), where, "nccl.gpus_per_thread", "gpus_per_thread = 8")
     cuda_graphs = _bool(table.get("cuda_graphs", False), where, "nccl.cuda_graphs")
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs)
+    ctas = [_positive_int(table[key], where, f"nccl.{key}", f"{key} = 24") if key in table else None
+            for key in ("min_ctas", "max_ctas")]
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -581,6 +585,9 @@ def render_topology(topology: Topology, header: str = "") -> str:
             table["gpus_per_thread"] = nccl.gpus_per_thread
         if nccl.cuda_graphs:
             table["cuda_graphs"] = True
+        for key in ("min_ctas", "max_ctas"):
+            if getattr(nccl, key) is not None:
+                table[key] = getattr(nccl, key)
         table["source"] = nccl.source
         document["nccl"] = table
     document["levels"] = [_level_table(level) for level in topology.levels]

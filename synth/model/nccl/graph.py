@@ -241,10 +241,22 @@ def _nvls_supported(hardware: Hardware, call: Call) -> bool:
 def communicator_channels(ring: Graph, tree: Graph, hardware: Hardware, call: Call) -> int:
     """comm->nChannels: the fewer of ring and tree channels, doubled by ncclTopoPostset
     (connect.cc:452), doubled again on Hopper+ across nodes with fast rings (connect.cc:465-467)
-    and for GPU-unpack net plugins (connect.cc:471-473)."""
+    and for GPU-unpack net plugins (connect.cc:471-473), then bounded by NCCL_MAX_CTAS and
+    NCCL_MIN_CTAS (`with_ctas`)."""
     channels = min(MAX_CHANNELS, min(ring.channels, tree.channels) * 2)
     if hardware.generation in ("hopper", "blackwell") and call.nodes > 1 and ring.bw_intra > 45.0 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)
     if hardware.network is not None and hardware.network.unpack and call.nodes > 1 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)
-    return channels
+    return with_ctas(channels, hardware)
+
+
+def with_ctas(channels: int, hardware: Hardware) -> int:
+    """NCCL_MAX_CTAS then NCCL_MIN_CTAS on a channel count (connect.cc:480-484: keep the first
+    maxCTAs channels, then duplicate them up to minCTAs; nvls.cc:178 bounds the NVLS channels
+    alike), within MAXCHANNELS."""
+    if hardware.max_ctas is not None:
+        channels = min(channels, hardware.max_ctas)
+    if hardware.min_ctas is not None:
+        channels = max(channels, hardware.min_ctas)
+    return min(MAX_CHANNELS, channels)

@@ -90,7 +90,9 @@ def nccl_view(topology: Topology) -> NcclView:
     launch = topology.nccl
     hardware = nccl.Hardware(generation, gpus_per_node, intra, network, nvls, cpu, 0.0, algorithms, protocols, buffsize,
                              gpus_per_thread=launch.gpus_per_thread if launch is not None else 1,
-                             cuda_graphs=launch.cuda_graphs if launch is not None else False)
+                             cuda_graphs=launch.cuda_graphs if launch is not None else False,
+                             min_ctas=launch.min_ctas if launch is not None else None,
+                             max_ctas=launch.max_ctas if launch is not None else None)
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
     protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
                                                  factors.latency.value if factors.latency else 1.0)

@@ -91,6 +91,8 @@ class Hardware:
     protocol_figures: tuple[ProtocolFigures, ...] = ()  # fitted per-protocol factors (none: NCCL's own)
     gpus_per_thread: int = 1  # GPUs one host thread launches each call on (nccl-tests -g N); 1: a process per GPU
     cuda_graphs: bool = False  # calls replayed from CUDA graphs: no per-call host launch
+    min_ctas: int | None = None  # NCCL_MIN_CTAS: the fewest channels a communicator runs on (None: NCCL's 1)
+    max_ctas: int | None = None  # NCCL_MAX_CTAS: the most (None: NCCL's MAXCHANNELS)
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from synth.model.nccl.graph import (NVLS_CHANNELS, NVLS_MAX_ARITY, PATH_NVB, PATH_NVL, PATH_PXB, PATH_PXN, Graph,
-                                    communicator_channels, search)
+                                    communicator_channels, search, with_ctas)
 from synth.model.nccl.names import PROTOCOLS, generation_index
 from synth.model.nccl.protocols import MAX_THREADS, THREAD_THRESHOLD, log2i
 from synth.model.nccl.system import Call, Hardware
@@ -170,7 +170,7 @@ def _tuning(hardware: Hardware, collective: str, nodes: int, ranks_per_node: int
             bandwidth, latency, cap = _entry(call, hardware, a, p, graph, ring, ll_max, per_tree, per_ring_ll128,
                                              per_tree_ll128, ppn, nsteps, gi, unpack)
             entries.append((a, p, latency, bandwidth, cap))
-    nvls_channels = NVLS_CHANNELS.get(g, 0) if nvls is not None else 0
+    nvls_channels = with_ctas(NVLS_CHANNELS.get(g, 0), hardware) if nvls is not None else 0
     return Tuning(tuple(entries), communicator_channels(ring, tree, hardware, call), nvls_channels,
                   tuple(x for x in (ring, tree, nvls) if x is not None))
 
