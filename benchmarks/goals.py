@@ -1,6 +1,6 @@
 """Synthesis speed for every goal (--collective), and the search-size tables of its budget.
 
-    python -m benchmarks.goals [-o results]
+    python -m benchmarks.goals [-o results] [--before DIR]
     python -m benchmarks.goals --calibrate [-o results]
 
 Times the complete, pruned search (every valid program up to length 5) of each goal on
@@ -47,6 +47,32 @@ def time_search(names, sizes, goal: str, max_len: int) -> dict:
             "wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
 
 
+_BEFORE_SCRIPT = """
+import json, sys, time
+from synth.search import Enumerator, SearchOptions
+from synth.semantics import Semantics
+rows = []
+for names, sizes, goal, max_len in json.loads(sys.argv[1]):
+    started, cpu = time.perf_counter(), time.process_time()
+    enumerator = Enumerator(Semantics(names, sizes, goal=goal), SearchOptions(max_len=max_len, budget_s=None))
+    programs = sum(1 for _ in enumerator.programs())
+    rows.append({"programs": programs, "expanded": enumerator.stats.expanded,
+                 "wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu})
+print(json.dumps(rows))
+"""
+
+
+def time_before(source: str, searches: list) -> list[dict]:
+    """The same searches, in the same order and one fresh interpreter, with the synth package
+    of `source` (a checkout of an earlier commit) first on the path."""
+    import subprocess
+
+    environment = {**os.environ, "PYTHONPATH": str(source)}
+    done = subprocess.run([sys.executable, "-c", _BEFORE_SCRIPT, json.dumps(searches)], capture_output=True,
+                          text=True, env=environment, cwd=source, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def calibrate(output: str) -> int:
     tables = {}
     for goal in GOALS:
@@ -79,6 +105,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="results", help="results directory (default results)")
     parser.add_argument("--calibrate", action="store_true", help="measure synth/search/budget.py's goal tables")
+    parser.add_argument("--before", metavar="DIR",
+                        help="also run every search with the synth package of DIR (a checkout of an earlier commit)")
     args = parser.parse_args(argv)
     if args.calibrate:
         return calibrate(args.output)
@@ -91,6 +119,13 @@ def main(argv=None) -> int:
             rows.append(found)
             print(f"{label:42s} {goal:14s} {found['programs']:6d} programs {found['expanded']:7d} expanded "
                   f"{found['wall_s']:6.2f} s wall {found['cpu_s']:6.2f} s CPU", flush=True)
+    if args.before:
+        searches = [(names, sizes, goal, MAX_LEN) for _, names, sizes in CASES for goal in GOALS]
+        for row, before in zip(rows, time_before(args.before, searches)):
+            if before["programs"] != row["programs"]:
+                raise SystemExit(f"{row['case']} {row['goal']}: {before['programs']} programs before, "
+                                 f"{row['programs']} now: the searches differ")
+            row["before"] = before
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     folder = study_dir(STUDY, args.output)
@@ -103,10 +138,22 @@ def main(argv=None) -> int:
              f"Every valid program up to {MAX_LEN} steps, pruned, over the quotient state (each level shrunk to 2 "
              f"members: the search does not grow with the device count). Target: under {TARGET_S:g} s per goal on a "
              f"4096-member group.", "",
-             "| group | goal | programs | expanded | wall s | CPU s |", "|---|---|---:|---:|---:|---:|"]
+             ("CPU s is the search process's own CPU time (time.process_time): the machine's 2 cores are shared, "
+              "so wall time also counts the time other work held the cores. The first search of the run (all-reduce "
+              "on the first group) also pays for importing Z3."), ""]
+    if args.before:
+        lines += [f"`before`: the same searches, in the same order, with the synth package of `{args.before}` "
+                  f"(run just after, in one fresh interpreter), which found the same programs.", ""]
+        lines += ["| group | goal | programs | expanded | wall s | CPU s | expanded before | CPU s before |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+    else:
+        lines += ["| group | goal | programs | expanded | wall s | CPU s |", "|---|---|---:|---:|---:|---:|"]
     for row in rows:
-        lines.append(f"| {row['case']} | {row['goal']} | {row['programs']} | {row['expanded']} | {row['wall_s']:.2f} | "
-                     f"{row['cpu_s']:.2f} |")
+        line = (f"| {row['case']} | {row['goal']} | {row['programs']} | {row['expanded']} | {row['wall_s']:.2f} | "
+                f"{row['cpu_s']:.2f} |")
+        if args.before:
+            line += f" {row['before']['expanded']} | {row['before']['cpu_s']:.2f} |"
+        lines.append(line)
     slow = [row for row in rows if row["case"].startswith("4096") and row["cpu_s"] > TARGET_S]
     lines += ["", "Over the target (CPU s): " + (", ".join(f"{r['goal']} on {r['case']} ({r['cpu_s']:.2f} s)"
                                                            for r in slow) or "none") + "."]

@@ -63,17 +63,17 @@ def test_estimates_grow_with_length_and_depth():
             estimate(d, length).expansions for d in range(1, MAX_DEPTH + 1))
 
 
-def test_a_seven_level_hierarchy_at_the_default_length_is_refused_with_the_length_that_fits():
+def test_a_seven_level_hierarchy_at_length_six_is_refused_with_the_length_that_fits():
     names, sizes = levels(7)
     with pytest.raises(SearchTooLargeError) as refusal:
-        Enumerator(Semantics(names, sizes), SearchOptions())
+        Enumerator(Semantics(names, sizes), SearchOptions(max_len=6))
     error = refusal.value
     assert isinstance(error, UsageError)
-    assert (error.depth, error.max_len) == (7, 5)
-    assert 1 <= error.largest_length < 5
+    assert (error.depth, error.max_len) == (7, 6)
+    assert 1 <= error.largest_length < 6
     assert estimate(7, error.largest_length).seconds <= DEFAULT_BUDGET_S < estimate(7, error.largest_length + 1).seconds
     message = str(error)
-    assert "7-level" in message and "length 5" in message and f"at most {error.largest_length} steps" in message
+    assert "7-level" in message and "length 6" in message and f"at most {error.largest_length} steps" in message
     assert "--" not in message  # the library describes values; the command names its flags
     Enumerator(Semantics(names, sizes), SearchOptions(max_len=error.largest_length))  # that length is accepted
 
@@ -114,7 +114,7 @@ def test_split_hierarchies_of_three_reduced_axes_are_refused_together():
 
 
 @pytest.mark.parametrize("arguments, hint", [
-    (("--levels", "2,2,2,2,2,2,2", "--axes", "128", "--reduce", "a0"), "--max-len"),
+    (("--levels", "2,2,2,2,2,2,2", "--axes", "128", "--reduce", "a0", "--max-len", "6"), "--max-len"),
     (("--topology", "dgx-h100-2x8x8", "--axes", "data=4,pipe=4,model=8", "--reduce", "data,pipe,model",
       "--hierarchy", "split", "--count"), "--max-len"),
     (("--levels", "2,2,2,2,2,2,2,2,2", "--axes", "512", "--reduce", "a0", "--max-len", "2"), "--hierarchy merged"),
@@ -144,5 +144,5 @@ def test_a_goal_search_beyond_the_budget_is_refused_with_the_length_that_fits():
     from synth.errors import SearchTooLargeError
 
     with pytest.raises(SearchTooLargeError) as refused:
-        search_budget.check_budget([(("a", "b", "c", "d", "e", "f"), (2,) * 6)], 8, goal="reducescatter")
+        search_budget.check_budget([(("a", "b", "c", "d", "e", "f"), (2,) * 6)], 8, goal="reduce")
     assert 0 < refused.value.largest_length < 8

@@ -13,6 +13,8 @@ from synth.hierarchy import build_hierarchy
 from synth.model import cost_context
 from synth.model.engine import CostEngine
 from synth.placement import enumerate_placements, parse_axes
+from synth.collectives import Combine, Delivery
+from synth.search import completion
 from synth.search.completion import Abstract, CompletionBound, UnknownStepKindError
 from synth.semantics import Semantics
 from synth.topology_file import load_topology
@@ -42,10 +44,26 @@ def test_the_state_abstraction_is_a_named_type():
     assert isinstance(a, Abstract) and a.lo == a.short == a.hi == 8 and not a.empty
 
 
-def test_the_completion_bound_refuses_a_goal_it_has_no_finishing_rule_for():
+def _bound_for(goal):
     context = _context()
     hierarchy = context.hierarchy
-    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, goal="alltoall")
+    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, goal=goal)
     calls = [semantics.real_calls(step) for step, _ in semantics.alphabet]
+    return lambda: CompletionBound(semantics, calls, CostEngine(context), 1 << 20)
+
+
+def test_the_completion_bound_refuses_a_goal_it_has_no_finishing_rule_for(monkeypatch):
+    monkeypatch.delitem(completion.FINISHING, "alltoall")
     with pytest.raises(UnknownStepKindError, match="alltoall"):
-        CompletionBound(semantics, calls, CostEngine(context), 1 << 20)
+        _bound_for("alltoall")()
+
+
+def test_the_completion_bound_refuses_a_collective_it_has_no_rule_for(monkeypatch):
+    monkeypatch.setattr(completion, "KNOWN_KINDS", completion.KNOWN_KINDS - {(Combine.EXCHANGE, Delivery.TRANSPOSE)})
+    with pytest.raises(UnknownStepKindError, match="AllToAll"):
+        _bound_for("alltoall")()
+
+
+@pytest.mark.parametrize("goal", ["allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "reduce"])
+def test_the_completion_bound_has_a_rule_for_every_goal(goal):
+    assert _bound_for(goal)() is not None

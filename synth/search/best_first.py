@@ -73,6 +73,16 @@ class Untaken(NamedTuple):
     position: int
 
 
+class Prefix(NamedTuple):
+    """What a prefix has cost so far: the estimate's running value of its collective steps
+    (synth/model/estimate.py), its Permute steps' copied shares of the buffer summed in
+    program order, and whether its last step is a Permute."""
+
+    estimate: object
+    copied: float
+    after_permute: bool
+
+
 class Entry(NamedTuple):
     """One heap entry. Ordered by (key, text, tie): `tie` is unique, so nothing after it is
     ever compared. `extra` is the abstract state of a PREFIX, the `Untaken` of a STEPS entry,
@@ -84,7 +94,7 @@ class Entry(NamedTuple):
     kind: EntryKind
     depth: int
     state: tuple[int, ...]
-    prefix: object  # the estimate's running value of the prefix (synth/model/estimate.py)
+    prefix: Prefix
     extra: Abstract | Untaken | None
 
 
@@ -103,14 +113,25 @@ def text_ranks(walker: StateWalker) -> tuple[list[int], dict[int, int]]:
     return rank_of, {place: index for place, index in enumerate(order)}
 
 
-def cheapest_programs(walker: StateWalker, engine: CostEngine, estimate, size: int,
-                      max_len: int) -> Iterator[tuple[float, Program]]:
-    """Every valid program up to `max_len` steps with its time at `size` bytes per device,
-    cheapest first (ties by text), lazily (see the module docstring)."""
+def cheapest_programs(walker: StateWalker, engine: CostEngine, estimate, size: int, max_len: int,
+                      copy_bytes_per_s: float | None = None) -> Iterator[tuple[float, Program]]:
+    """Every valid program of the walker's goal up to `max_len` steps with its time at `size`
+    bytes per device, cheapest first (ties by text), lazily (see the module docstring).
+
+    A program's time is the estimate's time of its collective steps plus its Permute steps'
+    copies at `copy_bytes_per_s` (each copies the share `StateWalker.copied` of the buffer),
+    added as the full ranking adds them: (copied shares summed in program order) x size /
+    rate. The key of an entry adds the copies of its prefix the same way: both terms only
+    grow along a program, so keys stay lower bounds and end at the program's time. A goal
+    whose programs may permute needs the rate (ValueError without it)."""
     size = int(size)
+    permutes = walker.permutes
+    if any(permutes) and copy_bytes_per_s is None:
+        raise ValueError(f"the {walker.semantics.goal_kind.title} search needs a copy rate for its Permute steps")
+    rate = copy_bytes_per_s
     machine, abstraction = walker.machine, walker.abstraction
     bound = CompletionBound(walker.semantics, walker.calls, engine, size)
-    goal, alphabet = machine.goal, walker.alphabet
+    is_goal, alphabet = machine.is_goal, walker.alphabet
     rank_of, index_of = text_ranks(walker)
     value, extend = estimate.value, estimate.extend
     costed: dict[StepCalls, object] = {}
@@ -123,11 +144,11 @@ def cheapest_programs(walker: StateWalker, engine: CostEngine, estimate, size: i
     PREFIX, STEPS, PROGRAM = EntryKind.PREFIX, EntryKind.STEPS, EntryKind.PROGRAM
     new = tuple.__new__  # Entry(...) without NamedTuple's Python-level __new__: entries are many
 
-    def steps_from(state: tuple[int, ...], a: Abstract, left: int) -> Edges:
+    def steps_from(state: tuple[int, ...], a: Abstract, left: int, after_permute: bool) -> Edges:
         """The valid steps from a state that may begin a completion of at most `left` steps,
         `least` bounding every completion that begins with the step (from the state's
-        abstraction alone)."""
-        found = followers.get((state, left))
+        abstraction alone); no Permute right after a Permute (docs/model.md section 7)."""
+        found = followers.get((state, left, after_permute))
         if found is None:
             firsts = orders.get((a, left))
             if firsts is None:
@@ -139,12 +160,14 @@ def cheapest_programs(walker: StateWalker, engine: CostEngine, estimate, size: i
             if known is None:
                 known = applied[state] = {}
             for least, rank, index in firsts:
+                if after_permute and permutes[index]:
+                    continue
                 after = known.get(index, _UNSET)
                 if after is _UNSET:
                     after = known[index] = machine.apply(state, index)
                 if after is None:
                     continue
-                if after == goal or left > 1:
+                if left > 1 or is_goal(after):
                     kept.append(Edge(least, rank, index, after))
             kept.sort()
             smallest = [0] * len(kept)
@@ -152,32 +175,37 @@ def cheapest_programs(walker: StateWalker, engine: CostEngine, estimate, size: i
             for position in range(len(kept) - 1, -1, -1):
                 lowest = min(lowest, kept[position].rank)
                 smallest[position] = lowest
-            found = followers[(state, left)] = Edges(tuple(kept), tuple(smallest))
+            found = followers[(state, left, after_permute)] = Edges(tuple(kept), tuple(smallest))
         return found
+
+    def copies(prefix) -> float:
+        """The time of a prefix's copies so far."""
+        return prefix[1] * size / rate if prefix[1] else 0.0
 
     def push_steps(text, depth, state, prefix, edges: Edges, position: int) -> None:
         """The untaken steps edges[position:] of a prefix as one entry: keyed by the first's
         bound (the least of them) and the smallest text among them."""
         if position < len(edges.kept):
-            push(heap, new(Entry, (value(prefix, size, (edges.kept[position].least,)), text + (edges.smallest[position],),
-                                   next(tie), STEPS, depth, state, prefix, Untaken(edges, position))))
+            push(heap, new(Entry, (value(prefix[0], size, (edges.kept[position].least,)) + copies(prefix),
+                                   text + (edges.smallest[position],), next(tie), STEPS, depth, state, prefix,
+                                   Untaken(edges, position))))
 
     initial = machine.initial
     a = abstraction.of(initial)
     if a is None:
         return
-    start = estimate.start(engine, size)
+    start = Prefix(estimate.start(engine, size), 0.0, False)
     least = bound.bound(a, max_len)
     if least == INFINITY:
         return
-    heap = [Entry(value(start, size, (least,)), (), next(tie), PREFIX, 0, initial, start, a)]
+    heap = [Entry(value(start[0], size, (least,)), (), next(tie), PREFIX, 0, initial, start, a)]
     while heap:
         key, text, _, kind, depth, state, prefix, extra = pop(heap)
         if kind == PROGRAM:
             yield key, Program(tuple(alphabet[index_of[rank]][0] for rank in text))
             continue
         if kind == PREFIX:
-            push_steps(text, depth, state, prefix, steps_from(state, extra, max_len - depth), 0)
+            push_steps(text, depth, state, prefix, steps_from(state, extra, max_len - depth, prefix[2]), 0)
             continue
         # the untaken steps of a prefix: take the first, keep the rest as one entry
         edges, position = extra
@@ -185,23 +213,28 @@ def cheapest_programs(walker: StateWalker, engine: CostEngine, estimate, size: i
         push_steps(text, depth, state, prefix, edges, position + 1)
         _, rank, index, after = edges.kept[position]
         text += (rank,)
-        if after != goal:
+        done = is_goal(after)
+        if not done:
             following = abstraction.of(after)
             if following is None:
                 continue
             least = bound.bound(following, max_len - depth - 1)
             if least == INFINITY:
                 continue
-        step = walker.interned_step(state, index)
-        figures = costed.get(step)
-        if figures is None:
-            figures = costed[step] = engine.figures([step], [size])
-        extended = extend(engine, prefix, figures, 0)
-        if after == goal:
-            push(heap, new(Entry, (value(extended, size), text, next(tie), PROGRAM, depth + 1, after, extended, None)))
+        if permutes[index]:
+            extended = new(Prefix, (prefix[0], prefix[1] + walker.copied(state), True))
+        else:
+            step = walker.interned_step(state, index)
+            figures = costed.get(step)
+            if figures is None:
+                figures = costed[step] = engine.figures([step], [size])
+            extended = new(Prefix, (extend(engine, prefix[0], figures, 0), prefix[1], False))
+        if done:
+            push(heap, new(Entry, (value(extended[0], size) + copies(extended), text, next(tie), PROGRAM, depth + 1,
+                                   after, extended, None)))
             continue
-        push(heap, new(Entry, (max(key, value(extended, size, (least,))), text, next(tie), PREFIX, depth + 1, after,
-                               extended, following)))
+        push(heap, new(Entry, (max(key, value(extended[0], size, (least,)) + copies(extended)), text, next(tie), PREFIX,
+                               depth + 1, after, extended, following)))
 
 
-__all__ = ["Edge", "Edges", "Entry", "EntryKind", "Untaken", "cheapest_programs", "text_ranks"]
+__all__ = ["Edge", "Edges", "Entry", "EntryKind", "Prefix", "Untaken", "cheapest_programs", "text_ranks"]

@@ -25,18 +25,18 @@ from synth.errors import SearchTooLargeError
 # Expanded (state, steps left) pairs of a complete search over 2-member levels, by depth and
 # length 1, 2, ... (results/synthesis-speed/synthesis-calibration.json).
 EXPANSIONS: dict[int, tuple[int, ...]] = {
-    1: (1, 5, 9, 13, 17, 21, 25, 29),
-    2: (1, 11, 45, 110, 194, 281, 368, 455),
-    3: (1, 17, 111, 524, 1761, 4341, 8389, 13635),
-    4: (1, 23, 215, 1523, 8749, 38943, 134989, 379459),
-    5: (1, 29, 357, 3486, 28841, 199546),
-    6: (1, 35, 537, 6753, 74222),
-    7: (1, 41, 755, 11664),
-    8: (1, 47, 1011, 18559),
+    1: (1, 4, 7, 10, 13, 16, 19, 22),
+    2: (1, 7, 30, 65, 103, 141, 179, 217),
+    3: (1, 10, 54, 245, 654, 1306, 2126, 3015),
+    4: (1, 13, 87, 533, 2512, 8507, 22869, 51061),
+    5: (1, 16, 129, 1023, 6634, 35603, 154129, 561491),
+    6: (1, 19, 180, 1770, 14938, 109593),
+    7: (1, 22, 240, 2829, 29630),
+    8: (1, 25, 309, 4255),
 }
 # CPU seconds per expansion at each depth, from the largest search of that depth (never less
 # than at a smaller depth: small searches are dominated by fixed costs).
-SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4: 5.4e-05, 5: 9.7e-05, 6: 0.00018, 7: 0.00049, 8: 0.0026}
+SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.7e-05, 2: 4.7e-05, 3: 4.7e-05, 4: 4.7e-05, 5: 0.00011, 6: 0.00034, 7: 0.0013, 8: 0.012}
 # The same for the other goals (synth/goals.py), measured the same way (2-member levels, every
 # length until a search took more than 8 s: `python -m benchmarks.goals --calibrate`,
 # results/synthesis-goals/goals-calibration.json), and
@@ -44,12 +44,12 @@ SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.3e-05, 2: 4.3e-05, 3: 4.3e-05, 4
 # not measured for a goal scales its deepest measured row by the all-reduce table's growth.
 GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
     "reducescatter": {
-        1: (1, 4, 8, 12, 16, 20, 24, 28),
-        2: (1, 13, 63, 178, 347, 544, 754, 971),
-        3: (1, 23, 282, 1560, 5637, 14637, 29299, 49946),
-        4: (1, 47, 1247, 11324, 70709, 324154),
-        5: (1, 40, 950, 10857, 92514, 618081),
-        6: (1, 51, 1601, 23401, 265954),
+        1: (1, 2, 3, 4, 5, 6, 7, 8),
+        2: (1, 5, 10, 16, 22, 28, 34, 40),
+        3: (1, 9, 28, 56, 88, 120, 152, 184),
+        4: (1, 27, 98, 221, 389, 577, 765, 953),
+        5: (1, 14, 48, 106, 189, 295, 408, 521),
+        6: (1, 19, 68, 152, 272, 428, 618, 817),
     },
     "allgather": {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
@@ -76,19 +76,18 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
         6: (1, 3, 6, 10, 15, 21, 27, 33),
     },
     "reduce": {
-        1: (1, 4, 7, 10, 13, 16, 19, 22),
-        2: (1, 16, 64, 134, 210, 288, 366, 444),
-        3: (1, 28, 251, 1141, 3184, 6553, 11096, 16571),
-        4: (1, 40, 564, 4696, 25257, 95024, 277081),
-        5: (1, 52, 1003, 12429, 108977, 700202),
-        6: (1, 64, 1568, 25983, 322996),
+        1: (1, 3, 5, 7, 9, 11, 13, 15),
+        2: (1, 12, 35, 63, 92, 121, 150, 179),
+        3: (1, 21, 127, 407, 893, 1557, 2315, 3105),
+        4: (1, 30, 277, 1524, 5751, 16488, 38603, 76081),
+        5: (1, 39, 485, 3867, 22955, 106764, 405829),
+        6: (1, 48, 751, 7902, 65626),
     },
 }
 GOAL_SECONDS_PER_EXPANSION: dict[str, dict[int, float]] = {
-    "reducescatter": {3: 1.9e-05, 4: 3.1e-05, 5: 4.1e-05, 6: 8.1e-05},
-    "allgather": {5: 5e-05, 6: 0.00011},
-    "alltoall": {4: 0.00019, 5: 0.00027, 6: 0.0055},
-    "reduce": {4: 3.2e-05, 5: 5.4e-05, 6: 6.9e-05},
+    "allgather": {5: 6e-05, 6: 0.00012},
+    "alltoall": {4: 0.00012, 5: 0.00018, 6: 0.00066},
+    "reduce": {4: 4.4e-05, 5: 7e-05, 6: 0.00017},
 }
 CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
 # A search estimated above this is refused: it would not finish within a minute.

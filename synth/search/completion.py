@@ -15,7 +15,10 @@ abstraction of the quotient state (synth/semantics.py), for one size:
   fewest that partition all members; one sum over groups of k merges at most k sets into
   one, so reaching m(c) pieces takes sums whose ceil(log2 k) add up to ceil(log2 m(c)).
   `need` is the most over chunks; a chunk whose sets cannot partition all members can never
-  be summed whole (the state is dead);
+  be summed whole (the state is dead). A chunk here is a block of the goal: where blocks
+  move (synth/goals.py), the block a chunk's tag names, whose sets move with it. Goals that
+  sum nothing (all-gather, all-to-all, broadcast) need no doublings: `need` is 0, and a
+  block held by nobody is lost for good (dead);
 * `empty`: some member surely holds nothing.
 
 An alphabet step acts on the abstraction as its collective's record says (what it combines,
@@ -34,13 +37,31 @@ g = ceil(log2 k) in the instance the state lives in, and whether it leaves membe
 
 Its cost is at least launch plus its costliest call alone at the span every call has at
 least: `lo` chunks, or `k * lo` for a join, whose calls span their output (CostEngine.
-least_step_s). A step reaches the goal only if every member ends holding the whole buffer,
-complete: an AllReduce when every member already holds the whole range (short = N), none
-is empty and need <= g; an AllGather when the ranges it takes are 1/k of the buffer and the
-rest whole (short * k >= N), none is empty and need = 0; a Broadcast from roots holding the
-goal (hi = N, need = 0). A ReduceScatter or a Reduce never does. A finishing step's calls all
-span the whole buffer (its roots, or a join's outputs, hold it), so it costs at least its
-time at N chunks.
+least_step_s). An AllToAll keeps every range's length and needs every member it takes to
+hold data; a Permute keeps lengths too, and its bound is 0 (a copy costs at least nothing;
+the search charges its copy exactly when it takes it).
+
+Which step can reach the goal (FINISHING, per goal; each condition is implied by the same
+condition on the concrete state before a step that reaches the goal):
+
+* all-reduce, every member ends with the whole buffer, complete: an AllReduce when every
+  member already holds the whole range (short = N), none is empty and need <= g; an
+  AllGather when the ranges it takes are 1/k of the buffer and the rest whole (short * k >=
+  N), none is empty and need = 0; a Broadcast from roots holding the goal (hi = N, need = 0);
+* reduce-scatter, each member ends with one real chunk: only a ReduceScatter (a sum or a
+  copy gives the members of a group one same block; a Permute never changes which block a
+  member holds), over groups of k with every member it takes holding k chunks (lo <= k <=
+  hi), none empty, need <= g; its calls span k chunks;
+* all-gather: an AllGather or a Broadcast as for all-reduce, or a last Permute (cost 0)
+  when every member holds the whole buffer;
+* all-to-all: an AllToAll or a last Permute, every member holding the whole buffer;
+* broadcast: a Broadcast from roots holding the whole buffer;
+* reduce, member 0 ends with the whole buffer summed: an AllReduce or a Reduce over ranges
+  that reach the whole buffer (hi = N) with need <= g, or an AllGather whose output does
+  (hi * k >= N) with need = 0.
+
+A finishing collective's calls span the whole buffer (its roots, or a join's outputs, hold
+it; k chunks for a reduce-scatter's last step), so it costs at least its time at that span.
 
 `bound(a, L)` is the least total cost of an abstract path of at most L steps that ends with a
 finishing step (infinite when there is none: the prefix cannot finish in L steps).
@@ -72,7 +93,7 @@ from typing import NamedTuple
 
 from synth.collectives import Combine, Delivery
 from synth.model.engine import CostEngine
-from synth.search.pruning import instruction_class
+from synth.search.pruning import block_pieces, fewest_partition, instruction_class
 from synth.semantics import InternedMachine, Semantics
 
 INFINITY = math.inf
@@ -98,7 +119,8 @@ class UnknownStepKindError(TypeError):
 
 # (combine, delivery) pairs the abstraction has a rule for.
 KNOWN_KINDS = frozenset({(Combine.SUM, Delivery.EVERY), (Combine.SUM, Delivery.BLOCKS), (Combine.SUM, Delivery.ROOT),
-                         (Combine.JOIN, Delivery.EVERY), (Combine.ROOT, Delivery.EVERY)})
+                         (Combine.JOIN, Delivery.EVERY), (Combine.ROOT, Delivery.EVERY),
+                         (Combine.EXCHANGE, Delivery.TRANSPOSE)})
 
 _UNSET = object()
 
@@ -119,29 +141,37 @@ class StateAbstraction:
         self._abstract: dict[tuple[int, ...], Abstract | None] = {}
 
     def _learn_members(self) -> None:
-        n, every = self.semantics.member_count, self._every
+        n = self.semantics.member_count
         for member in self.machine.members[len(self._lengths):]:
             if member is None:
                 self._lengths.append(0)
                 self._pieces.append(None)
                 continue
-            lo, hi, sets, length = member[:4]
-            self._lengths.append(length)
-            self._pieces.append(tuple((sets >> (chunk * n)) & every if lo <= chunk < hi else 0 for chunk in range(n)))
+            self._lengths.append(member[3])
+            self._pieces.append(block_pieces(member, n))
 
     def need(self, distinct: frozenset[int]) -> int:
         """Doublings still needed (see the module docstring) from the member ids present; -1
-        when some chunk's sets cannot partition all members."""
+        when some block's sets cannot partition all members (goals that sum) or some block is
+        held by nobody (the others: nothing is summed, every block must survive)."""
         found = self._needs.get(distinct)
         if found is None:
             pieces = [self._pieces[i] for i in distinct if self._pieces[i] is not None]
             found = 0
-            for family in set(map(frozenset, zip(*pieces))):  # per chunk, the sets held (0: not held)
+            sums = self.semantics.goal_kind.sums
+            for family in set(map(frozenset, zip(*pieces))):  # per block, the sets held (0: not held)
+                if not sums:
+                    if not family - {0}:
+                        found = -1
+                        break
+                    continue
                 fewest = self._cover(family)
                 if fewest is None:
                     found = -1
                     break
                 found = max(found, (fewest - 1).bit_length())
+            if not pieces:
+                found = -1
             self._needs[distinct] = found
         return found
 
@@ -150,7 +180,7 @@ class StateAbstraction:
         partition all members, or None."""
         found = self._covers.get(family, _UNSET)
         if found is _UNSET:
-            found = self._covers[family] = _fewest(tuple(sorted(family - {0})), self._every, {})
+            found = self._covers[family] = fewest_partition(tuple(sorted(family - {0})), self._every, {})
         return found
 
     def of(self, state: tuple[int, ...]) -> Abstract | None:
@@ -172,34 +202,81 @@ class StateAbstraction:
         return found
 
 
-def _fewest(family: tuple[int, ...], uncovered: int, memo: dict) -> int | None:
-    """The fewest sets of `family` (bitmasks) that partition `uncovered`, or None: the lowest
-    uncovered member first, with each set holding it that fits."""
-    if not uncovered:
-        return 0
-    found = memo.get(uncovered, _UNSET)
-    if found is not _UNSET:
-        return found
-    lowest = uncovered & -uncovered
-    best = None
-    for piece in family:
-        if piece & lowest and not piece & ~uncovered:
-            rest = _fewest(family, uncovered & ~piece, memo)
-            if rest is not None and (best is None or rest + 1 < best):
-                best = rest + 1
-    memo[uncovered] = best
-    return best
-
-
 @dataclass(frozen=True)
 class StepKind:
     """What the abstraction knows of an alphabet step (steps of one kind act alike on it)."""
 
-    combine: Combine
-    delivery: Delivery
+    combine: Combine | None  # None: a Permute (no collective)
+    delivery: Delivery | None
     k: int  # real group size
     growth: int  # ceil(log2) of the group size in the instance the state lives in
     idle: bool  # some member takes no part
+
+    @property
+    def permute(self) -> bool:
+        return self.combine is None
+
+
+# --- which step can reach each goal, and the span its calls then have (module docstring) -----------
+
+
+def _ends_all_reduce(kind: StepKind, a: Abstract, full: int) -> int | None:
+    lo, short, hi, need, empty = a
+    if kind.combine is Combine.SUM and kind.delivery is Delivery.EVERY:
+        return full if short == full and not empty and need <= kind.growth else None
+    if kind.combine is Combine.JOIN:
+        return full if short * kind.k >= full and not empty and need == 0 else None
+    if kind.combine is Combine.ROOT:
+        return full if hi == full and need == 0 else None
+    return None
+
+
+def _ends_reduce_scatter(kind: StepKind, a: Abstract, full: int) -> int | None:
+    lo, short, hi, need, empty = a
+    if kind.combine is Combine.SUM and kind.delivery is Delivery.BLOCKS:
+        return kind.k if not empty and lo <= kind.k <= hi and need <= kind.growth else None
+    return None
+
+
+def _ends_all_gather(kind: StepKind, a: Abstract, full: int) -> int | None:
+    lo, short, hi, need, empty = a
+    if kind.permute:
+        return 0 if short == full and not empty and need == 0 else None
+    if kind.combine is Combine.JOIN:
+        return full if short * kind.k >= full and not empty and need == 0 else None
+    if kind.combine is Combine.ROOT:
+        return full if hi == full and need == 0 else None
+    return None
+
+
+def _ends_all_to_all(kind: StepKind, a: Abstract, full: int) -> int | None:
+    lo, short, hi, need, empty = a
+    if kind.permute:
+        return 0 if short == full and not empty else None
+    if kind.combine is Combine.EXCHANGE:
+        return full if short == full and not empty else None
+    return None
+
+
+def _ends_broadcast(kind: StepKind, a: Abstract, full: int) -> int | None:
+    if kind.combine is Combine.ROOT:
+        return full if a.hi == full and a.need == 0 else None
+    return None
+
+
+def _ends_reduce(kind: StepKind, a: Abstract, full: int) -> int | None:
+    lo, short, hi, need, empty = a
+    if kind.combine is Combine.SUM and kind.delivery in (Delivery.EVERY, Delivery.ROOT):
+        return full if hi == full and need <= kind.growth else None
+    if kind.combine is Combine.JOIN:
+        return full if hi * kind.k >= full and need == 0 else None
+    return None
+
+
+# Goal name -> (step kind, abstract state, N) -> the span of a step of that kind that can reach
+# the goal from the state, or None. A goal missing here is refused (UnknownStepKindError).
+FINISHING = {"allreduce": _ends_all_reduce, "reducescatter": _ends_reduce_scatter, "allgather": _ends_all_gather,
+             "alltoall": _ends_all_to_all, "broadcast": _ends_broadcast, "reduce": _ends_reduce}
 
 
 class CompletionBound:
@@ -215,11 +292,19 @@ class CompletionBound:
         self._kind_of: list[int] = []  # alphabet index -> kind id
         self._calls: list[tuple[str, tuple]] = []
         self._sites: dict[int, tuple] = {}
-        if str(semantics.goal_kind) != "allreduce":
-            raise UnknownStepKindError(f"the completion bound has no finishing rule for the goal {semantics.goal_kind}")
+        self._goal = semantics.goal_kind.name
+        if self._goal not in FINISHING:
+            raise UnknownStepKindError(f"the completion bound has no finishing rule for the goal {self._goal}")
+        self._permutes: set[int] = set()
         for index, (step, instruction) in enumerate(semantics.alphabet):
+            if instruction.is_permute:
+                kind = StepKind(None, None, 1, 0, False)
+                self._permutes.add(index)
+                self._kind_of.append(kinds.setdefault(kind, len(kinds)))
+                self._calls.append(("Permute", ()))
+                continue
             record = instruction.record
-            if instruction.is_permute or (record.combine, record.delivery) not in KNOWN_KINDS:
+            if (record.combine, record.delivery) not in KNOWN_KINDS:
                 raise UnknownStepKindError(f"the completion bound has no rule for the step {step} "
                                            f"({record.combine.value} combine, {record.delivery.value} delivery)")
             busy = 0
@@ -227,7 +312,7 @@ class CompletionBound:
                 for member in group:
                     busy |= 1 << member
             kind = StepKind(record.combine, record.delivery, instruction.real_group_size,
-                            instruction_class(instruction, semantics.quotient)[5], busy != every)
+                            instruction_class(instruction, semantics.quotient).growth, busy != every)
             self._kind_of.append(kinds.setdefault(kind, len(kinds)))
             self._calls.append((record.name, calls[index]))
         self._kinds = tuple(kinds)
@@ -247,6 +332,8 @@ class CompletionBound:
         distinct call site (calls at alike sites cost alike, as the engine itself assumes)."""
         key = (index, chunks)
         found = self._step_costs.get(key)
+        if found is None and index in self._permutes:  # a local copy: at least nothing
+            found = self._step_costs[key] = 0.0
         if found is None:
             collective, calls = self._calls[index]
             sites = self._sites.get(index)
@@ -276,6 +363,9 @@ class CompletionBound:
         full = self._full
         k = kind.k
         combine = kind.combine
+        finishing = FINISHING[self._goal](kind, a, full)
+        if combine is None:  # a Permute: ranges keep their lengths, nothing is summed
+            return 0, a, finishing
         if combine is Combine.SUM:
             if empty and not kind.idle:
                 return None
@@ -283,23 +373,24 @@ class CompletionBound:
             left = left if left > 0 else 0
             delivery = kind.delivery
             if delivery is Delivery.EVERY:
-                finishing = full if short == full and not empty and need <= kind.growth else None
                 return lo, Abstract(lo, short, hi, left, empty), finishing
             if delivery is Delivery.BLOCKS:
                 if kind.idle:
-                    return lo, Abstract(max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), None
-                return lo, Abstract(max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), None
+                    return lo, Abstract(max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), finishing
+                return lo, Abstract(max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), finishing
             if delivery is Delivery.ROOT:
-                return lo, Abstract(lo, hi, hi, left, True), None
+                return lo, Abstract(lo, hi, hi, left, True), finishing
             raise UnknownStepKindError(f"no rule for a sum with {delivery.value} delivery")
         if combine is Combine.JOIN:
             if (empty and not kind.idle) or lo * k > full:
                 return None
             widest = min(full, hi * k)
-            finishing = full if short * k >= full and not empty and need == 0 else None
             return lo * k, Abstract(lo if kind.idle else lo * k, min(full, short * k), widest, need, empty), finishing
+        if combine is Combine.EXCHANGE:  # every member keeps its range's length; blocks move
+            if empty and not kind.idle:
+                return None
+            return lo, a, finishing
         if combine is Combine.ROOT and kind.delivery is Delivery.EVERY:
-            finishing = full if hi == full and need == 0 else None
             return lo, Abstract(lo, hi, hi, need, False), finishing
         raise UnknownStepKindError(f"no rule for a step of {combine.value} combine, {kind.delivery.value} delivery")
 

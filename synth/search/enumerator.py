@@ -105,6 +105,8 @@ class Enumerator:
         self._goals: list[bool | None] = []  # id -> whether it is a goal state
         self._permuted: list[bool] = []  # id -> reached by a Permute
         self._is_permute = tuple(instruction.is_permute for _, instruction in self.alphabet)
+        self._can_end = tuple(_can_end(semantics, instruction) for _, instruction in self.alphabet)
+        self._last_indices: dict[frozenset[int] | None, tuple[int, ...]] = {}
         self._initial = self._state_id(self.machine.initial)
 
     def _state_id(self, state: tuple[int, ...], permuted: bool = False) -> int:
@@ -130,7 +132,9 @@ class Enumerator:
             facts = self._facts[sid] = self.oracle.facts(self._states[sid])
         return self.oracle.answer(facts, remaining)
 
-    def _successors(self, sid: int, allowed: frozenset[int] | None) -> list[tuple[int, int]]:
+    def _successors(self, sid: int, allowed: frozenset[int] | None, remaining: int = 2) -> list[tuple[int, int]]:
+        """(alphabet index, next state id) of the valid steps worth taking with `remaining`
+        steps left (the last step only among those that can end a program)."""
         known = self._next[sid] if self.options.share_suffixes else None
         if known is None:
             known = {}
@@ -139,7 +143,7 @@ class Enumerator:
         result = []
         apply, state = self.machine.apply, self._states[sid]
         permuted, is_permute = self._permuted[sid], self._is_permute
-        for index in self._indices(allowed):
+        for index in (self._indices(allowed) if remaining > 1 else self._final_indices(allowed)):
             next_id = known.get(index, _UNSEEN)
             if next_id is _UNSEEN:
                 self.stats.steps_applied += 1
@@ -156,6 +160,29 @@ class Enumerator:
             indices = self._allowed_indices[allowed] = tuple(
                 index for index in range(len(self.alphabet)) if allowed is None or self.oracle.class_of[index] in allowed
             )
+        return indices
+
+    def _finishing(self, sid: int, allowed: frozenset[int] | None) -> int:
+        """How many last steps take a state to the goal: each is applied and its result only
+        compared with the goal, not kept as a search node (most of them are not the goal)."""
+        apply, is_goal, state = self.machine.apply, self.machine.is_goal, self._states[sid]
+        permuted, is_permute = self._permuted[sid], self._is_permute
+        total = 0
+        for index in self._final_indices(allowed):
+            self.stats.steps_applied += 1
+            if permuted and is_permute[index]:
+                continue
+            after = apply(state, index)
+            if after is not None and is_goal(after):
+                total += 1
+        return total
+
+    def _final_indices(self, allowed: frozenset[int] | None) -> tuple[int, ...]:
+        """`_indices` less the steps that can never end a program (see `_can_end`)."""
+        indices = self._last_indices.get(allowed)
+        if indices is None:
+            can_end = self._can_end
+            indices = self._last_indices[allowed] = tuple(index for index in self._indices(allowed) if can_end[index])
         return indices
 
     def count(self, state: tuple, remaining: int) -> int:
@@ -183,7 +210,8 @@ class Enumerator:
             self.stats.expanded += 1
             if self.on_progress is not None and self.stats.expanded % 2000 == 0:
                 self.on_progress(self.stats)
-            total = sum(self._count(next_id, remaining - 1) for _, next_id in self._successors(sid, allowed))
+            total = (self._finishing(sid, allowed) if remaining == 1 else
+                     sum(self._count(next_id, remaining - 1) for _, next_id in self._successors(sid, allowed, remaining)))
         if self.oracle is not None:
             self.stats.z3_queries = self.oracle.queries
         if self.options.share_suffixes:
@@ -197,7 +225,7 @@ class Enumerator:
             return
         if self._goals[sid]:
             return
-        for index, next_id in self._successors(sid, self._allowed(sid, remaining)):
+        for index, next_id in self._successors(sid, self._allowed(sid, remaining), remaining):
             if self._count(next_id, remaining - 1) == 0:
                 continue
             prefix.append(index)
@@ -219,6 +247,18 @@ class Enumerator:
 
 
 _UNSEEN = object()
+
+
+def _can_end(semantics: Semantics, instruction) -> bool:
+    """Whether a step can be the last of a program. Every collective can; a Permute only into
+    the hierarchy's order, where the goal has one goal state (its members are in that order,
+    docs/model.md section 7): a Permute into another order leaves every holding member in it.
+    A reduce-scatter is reached by its blocks' tags, lengths and sums, which a Permute never
+    changes (a single block moves with its sums), so a state one Permute away from its goal is
+    already the goal, and no program goes on from a goal."""
+    if not instruction.is_permute:
+        return True
+    return semantics.goal is not None and instruction.order == semantics.canonical_order
 
 
 def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from synth.goals import ALL_REDUCE, Goal
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.model.engine import StepCalls
@@ -22,13 +23,14 @@ from synth.semantics import InternedMachine, Semantics, StepFailure
 
 
 class StateWalker:
-    """Steps of programs over the quotient state graph of one hierarchy, with memoized
-    transitions and `StepCalls` (shared by the full ranking and the search); the search walks
-    interned states (`machine`, `interned_step`) and bounds their completions (`abstraction`)."""
+    """Steps of programs of one goal over the quotient state graph of one hierarchy, with
+    memoized transitions and `StepCalls` (shared by the full ranking and the search); the
+    search walks interned states (`machine`, `interned_step`, `copied`) and bounds their
+    completions (`abstraction`). A Permute calls nothing: it is a local copy (`copied`)."""
 
-    def __init__(self, hierarchy: SynthesisHierarchy):
+    def __init__(self, hierarchy: SynthesisHierarchy, goal: Goal | str = ALL_REDUCE):
         self.hierarchy = hierarchy
-        self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True)
+        self.semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=True, goal=goal)
         self.alphabet = self.semantics.alphabet
         self.goal = self.semantics.goal
         # Each alphabet entry's calls in the real hierarchy (the semantics' `real_calls`).
@@ -104,9 +106,25 @@ class StateWalker:
         representative = self.semantics.representative
         result = []
         for (step, instruction), calls in zip(self.alphabet, self.calls):
+            if instruction.is_permute:
+                result.append(((), 0))
+                continue
             factor = instruction.record.span_factor(instruction.real_group_size)
             result.append((tuple(representative[members[0]] for members in calls), factor))
         return tuple(result)
+
+    @cached_property
+    def permutes(self) -> tuple[bool, ...]:
+        """Per alphabet entry: whether it is a Permute (no calls; costed by `copied`)."""
+        return tuple(instruction.is_permute for _, instruction in self.alphabet)
+
+    def copied(self, state: tuple[int, ...]) -> float:
+        """The share of the buffer a Permute from this interned state copies on the busiest
+        device: its longest range over the real member count, as lowering computes it
+        (synth/lowering.py), so the search and the full ranking charge the same copy."""
+        members = self.machine.members
+        return max((members[member][3] for member in state if members[member] is not None),
+                   default=0) / self.semantics.real_member_count
 
     def interned_step(self, state: tuple[int, ...], index: int) -> StepCalls:
         """`step` for an interned state: the same calls and spans, read from the member table."""
