@@ -85,3 +85,21 @@ def test_plan_of_a_published_moe_model_names_its_synthesized_collectives(capsys)
     for row in rows:
         assert row["collective"] in ("AllReduce", "ReduceScatter", "AllGather", "AllToAll")
         assert row["gain"] > 1 and row["time_s"] < row["flat_time_s"]
+
+
+@pytest.mark.parametrize("names, sizes", [(("rack", "node", "gpu"), (16, 2, 8)), (("node", "gpu"), (8, 4)),
+                                          (("vm", "gpu"), (3, 1))])
+@pytest.mark.parametrize("goal", ["reducescatter", "allgather", "alltoall", "broadcast", "reduce"])
+def test_one_enumeration_per_quotient_shape_lists_every_program_of_the_real_one(names, sizes, goal):
+    """goal_rank enumerates once per level count and quotient sizes and renames the levels:
+    the same programs as the search on the real hierarchy (max_len 4 keeps it quick)."""
+    from synth.analysis.goal_rank import _enumerated
+    from synth.search import Enumerator, SearchOptions
+    from synth.semantics import Semantics
+
+    direct = {str(program) for program in
+              Enumerator(Semantics(names, sizes, quotient=True, goal=goal), SearchOptions(max_len=4)).programs()}
+    listed = set(_enumerated(names, sizes, goal, 4)[1])
+    flat = {f"{collective}(InsideGroup({names[0]}))" for collective in
+            ("ReduceScatter", "AllGather", "AllToAll", "Broadcast", "Reduce")}
+    assert direct <= listed and listed - direct <= flat  # the flat call is always listed (the baseline)

@@ -29,14 +29,14 @@ import numpy as np
 from synth.analysis.rank import RankedProgram, _calls_per_device, _communicators
 from synth.collectives import collective
 from synth.goals import Goal, parse_goal
-from synth.language import Program, Step
+from synth.language import Program, Step, permute_step
 from synth.lowering import lower, lower_on
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
 from synth.model.engine import CostEngine, ProgramTable, step_calls
 from synth.model.estimate import resolve_estimate
 from synth.search import Enumerator, SearchOptions
-from synth.semantics import Semantics
+from synth.semantics import QUOTIENT_CAP, Semantics
 
 # Bytes per second a Permute copies on one device: estimates until a calibration measures them.
 # GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
@@ -77,24 +77,51 @@ def _lowered(context: CostContext, goal: Goal, programs) -> tuple[ProgramTable, 
     return ProgramTable.of(rows), np.array(copied, dtype=float)
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=256)
+def _canonical_programs(levels: int, capped: tuple[int, ...], goal_name: str, max_len: int) -> tuple[Program, ...]:
+    """Every valid program of the goal on a hierarchy of `levels` levels named level0, level1,
+    ... of the quotient sizes `capped`: the search runs on the quotient state, which decides
+    validity exactly as the real sizes do (synth/semantics.py, QUOTIENT_CAP), so one
+    enumeration serves every hierarchy of that level count and capped sizes."""
+    names = tuple(f"level{index}" for index in range(levels))
+    semantics = Semantics(names, capped, quotient=True, goal=parse_goal(goal_name))
+    return tuple(Enumerator(semantics, SearchOptions(max_len=max_len)).programs())
+
+
+def _renamed(program: Program, names: tuple[str, ...]) -> Program:
+    """The canonical program with level{i} spelled names[i]."""
+    rename = {f"level{index}": name for index, name in enumerate(names)}
+    return Program(tuple(permute_step(rename[level] for level in step.order) if step.is_permute
+                         else Step(step.collective, step.form, rename[step.level]) for step in program.steps))
+
+
 def _enumerated(level_names: tuple[str, ...], sizes: tuple[int, ...], goal_name: str, max_len: int):
     """(programs, texts, baseline index, ProgramTable, copied) of every valid program of the
-    goal on a hierarchy of this shape: they depend on its level names and sizes only (which
-    devices the members are only changes the costs), so placements of one shape share them."""
+    goal on a hierarchy of this shape: the programs depend on the level count and the
+    quotient sizes only (one enumeration, renamed), the table on the real sizes only (the
+    steps' member groups name no level; which devices the members are only changes the
+    costs). Lowering checks every program again on the real sizes."""
+    canonical, table, copied, baseline_index = _lowered_shape(sizes, goal_name, max_len)
+    programs = tuple(_renamed(program, level_names) for program in canonical)
+    return programs, tuple(str(program) for program in programs), baseline_index, table, copied
+
+
+@lru_cache(maxsize=512)
+def _lowered_shape(sizes: tuple[int, ...], goal_name: str, max_len: int):
+    """(canonical programs, ProgramTable, copied, baseline index) for real sizes `sizes`."""
     goal = parse_goal(goal_name)
-    semantics = Semantics(level_names, sizes, quotient=True, goal=goal)
-    programs = list(Enumerator(semantics, SearchOptions(max_len=max_len)).programs())
-    baseline = Program((Step(goal.collective, "InsideGroup", level_names[0]),))
+    names = tuple(f"level{index}" for index in range(len(sizes)))
+    capped = tuple(min(size, QUOTIENT_CAP) for size in sizes)
+    programs = list(_canonical_programs(len(sizes), capped, goal.name, max_len))
+    baseline = Program((Step(goal.collective, "InsideGroup", names[0]),))
     if baseline not in programs:
         programs.append(baseline)
     rows, copied = [], []
     for program in programs:
-        lowered = lower_on(program, level_names, sizes, goal)
+        lowered = lower_on(program, names, sizes, goal)
         rows.append([step_calls(step) for step in lowered.steps if step.places is None])
         copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
-    return (tuple(programs), tuple(str(program) for program in programs), programs.index(baseline),
-            ProgramTable.of(rows), np.array(copied, dtype=float))
+    return tuple(programs), ProgramTable.of(rows), np.array(copied, dtype=float), programs.index(baseline)
 
 
 def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_bytes_option, check_search, echo, read_text, add_job_options, add_json_option, add_model_options,
+from synth.commands.common import (resolve_goal, add_bytes_option, check_search, echo, read_text, add_job_options, add_json_option, add_model_options,
                                    hierarchy_for, one_placement, parse_size, print_json, resolve_job,
                                    resolve_placements, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
