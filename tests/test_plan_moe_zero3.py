@@ -107,3 +107,13 @@ def test_hsdp_with_experts_is_refused_naming_the_fix():
     problem = settings_problem(PRESETS["mixtral-8x7b"], Degrees(8, 1, 1, 1, 8),
                                Settings(1, sharded_optimizer=True, zero=3, hsdp=True))
     assert "HSDP with experts" in problem and "use ZeRO-3 without HSDP" in problem
+
+
+def test_the_command_names_the_fix_when_no_settings_are_runnable():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "synth", "plan", "--topology", "selene", "--model", "mixtral-8x7b",
+                           "--tp", "1", "--pp", "2", "--ep", "8", "--zero1", "on", "--zero-stage", "3", "--hsdp", "on"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "use ZeRO-3 without HSDP" in done.stderr and "Traceback" not in done.stderr

@@ -117,7 +117,9 @@ class SearchSpace:
     # the smaller memory breaks the tie) and otherwise enters the Pareto set or fits what did not
     activation_offload: tuple[bool, ...] = (False, True)
 
-    def settings(self, model: Transformer, degrees: Degrees, host_link: bool = True) -> list[Settings]:
+    def settings(self, model: Transformer, degrees: Degrees, host_link: bool = True,
+                 refused: Counter | None = None) -> list[Settings]:
+        """The runnable settings (`refused`, when given, counts the others by Megatron's reason)."""
         micro = self.micro_batches or (model.micro_batch,)
         if self.virtual:
             virtual = self.virtual
@@ -137,8 +139,11 @@ class SearchSpace:
                                                             self.overlap_param_gather and sharded and stage < 3, stage,
                                                             hsdp, self.overlap_p2p and v > 1,
                                                             model.layers - 1 if off else 0)
-                                        if settings_problem(model, degrees, settings) is None:
+                                        problem = settings_problem(model, degrees, settings)
+                                        if problem is None:
                                             result.append(settings)
+                                        elif refused is not None:
+                                            refused[problem] += 1
         return result
 
 
@@ -200,6 +205,8 @@ class SearchSize:
     searched_devices: int = 0  # devices of their equivalent systems, summed
     schedules: int = 0  # (degree choice, data-parallel span) pairs: the gradient schedules' unit
     schedule_devices: int = 0  # per distinct span: its members x the devices of its equivalent system, summed
+    refused_settings: tuple[tuple[str, int], ...] = ()  # settings not runnable, by reason (Megatron's checks)
+    runnable_choices: int = -1  # degree choices with a runnable setting (-1: not counted)
 
     def seconds_by_unit(self) -> dict[str, float]:
         """The estimated CPU seconds split by unit of work (module constants)."""
@@ -268,11 +275,15 @@ def estimate(request: PlanRequest) -> SearchSize:
     collectives: set[tuple[int, ...]] = set()  # group shapes of the reductions: a program search each
     transfers: set[tuple[int, ...]] = set()  # of the pipeline's point-to-point: a network each
     too_many = []
+    refused_settings: Counter = Counter()
+    runnable = 0
     data_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # (choice, its data-parallel groups' span)
     lower_bound: set[tuple[int, ...]] = set()  # shapes the lower-bound pass costs (not the data-parallel ones)
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
-        settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None)
+        settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None,
+                                          refused_settings)
+        runnable += bool(settings)
         if constraints is None or not settings:
             continue
         axes = choice.axes()
@@ -309,7 +320,7 @@ def estimate(request: PlanRequest) -> SearchSize:
     memory = BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
     return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())),
                       len(collectives), devices, memory, tuple(too_many), pairs, len(lower_bound), searched_devices,
-                      schedules, schedule_devices)
+                      schedules, schedule_devices, tuple(sorted(refused_settings.items())), runnable)
 
 
 def check_size(size: SearchSize, request: PlanRequest) -> None:
@@ -319,6 +330,10 @@ def check_size(size: SearchSize, request: PlanRequest) -> None:
         reasons = "; ".join(f"{reason}: {count}" for reason, count in size.refused) or "none"
         raise NoSolutionError(f"no degree choice for {request.model.name} on {request.topology.device_count} devices "
                               f"passes the model's and the limits' rules (refused: {reasons}); relax a fixed degree")
+    if size.runnable_choices == 0 and size.refused_settings:
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in size.refused_settings)
+        raise UsageError(f"no settings for {request.model.name} on {request.topology.device_count} devices are "
+                         f"runnable with any degree choice ({reasons}); change the settings asked for")
     work = (f"the search has {size.degrees} degree choices, {size.placements} placements, {size.candidates} candidates "
             f"and up to {size.shapes} group shapes (on {size.devices} devices of their equivalent systems), "
             f"estimated {size.estimated_s:.0f} s and {size.estimated_bytes / 2**20:,.0f} MiB here")
