@@ -44,6 +44,7 @@ from benchmarks.accuracy_metrics import CaseMetrics, Measured, case_metrics, sum
 from benchmarks.record import REPORT, machine_description
 from synth.hierarchy import SynthesisHierarchy, build_hierarchy
 from synth.language import Program, Step, parse_program
+from synth.output_files import write_text, writing
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import enumerate_programs
 from synth.topology import Topology
@@ -192,7 +193,7 @@ def _measure_cases(setup: Setup, todo: list[Case], rep: int, iters: int, warmup:
             result = run_ranks(cluster, script, cluster.device_count, arguments, timeout=3600)
             script.unlink()
             if result.report is None or result.returncode != 0:
-                path.with_suffix(".log").write_text(result.log, encoding="utf-8")
+                write_text(path.with_suffix(".log"), result.log)
                 print(f"  FAILED (exit {result.returncode}); log in {path.with_suffix('.log')}", flush=True)
                 continue
             record = {"topology": case.topology, "scale": cluster.scale, "axes": case.axes,
@@ -202,7 +203,7 @@ def _measure_cases(setup: Setup, todo: list[Case], rep: int, iters: int, warmup:
                       "load_after": os.getloadavg(), "machine": machine_description(),
                       "seconds": (datetime.now(timezone.utc) - started).total_seconds(),
                       "report": result.report}
-            path.write_text(json.dumps(record), encoding="utf-8")
+            write_text(path, json.dumps(record))
 
 
 # --- the topologies predictions use ----------------------------------------------------------------
@@ -242,14 +243,13 @@ def prepare(setups) -> None:
         bases = {"emulated": (emulated_figures(topology, scale), "synth.emulate.layout.emulated_figures"),
                  "shaped": (shaped_topology(topology, scale), "synth.emulate.layout.shaped_topology")}
         for suffix, (figures, how) in bases.items():
-            variant_path(name, suffix).write_text(
-                render_topology(figures, f"{name} at scale {setup.scale} ({how})"), encoding="utf-8")
+            write_text(variant_path(name, suffix), render_topology(figures, f"{name} at scale {setup.scale} ({how})"))
         with (directory / f"microbench-{name}.csv").open(encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             rows, columns = list(reader), reader.fieldnames
         selected = calibration_rows(setup, rows)
         data = directory / f"microbench-{name}-calibration.csv"
-        with data.open("w", newline="", encoding="utf-8") as handle:
+        with writing(data, newline="") as handle:
             writer = csv.DictWriter(handle, columns)
             writer.writeheader()
             writer.writerows(selected)
@@ -280,8 +280,7 @@ def ship(path: Path, name: str, scale: str, source: Path) -> None:
               f"Predict emulated runs with it:\n"
               f"  synth bench --emulate {name} --scale {scale} -t {name}-{CHOSEN} ...\n"
               f"  synth rank --topology {name}-{CHOSEN} --backend gloo ...")
-    path.write_text(render_topology(replace(calibrated, name=f"{name}-{CHOSEN}", description=description), header),
-                    encoding="utf-8")
+    write_text(path, render_topology(replace(calibrated, name=f"{name}-{CHOSEN}", description=description), header))
 
 
 # --- reporting ---------------------------------------------------------------------------------
@@ -513,9 +512,9 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
     for label, text in extra.items():
         lines += ["", f"## {label}", "", text]
     lines += ["", "![predicted vs measured](predicted-vs-measured.png)", ""]
-    output.write_text("\n".join(lines), encoding="utf-8")
+    write_text(output, "\n".join(lines))
 
-    with (STUDY / "measurements.csv").open("w", newline="", encoding="utf-8") as handle:
+    with writing(STUDY / "measurements.csv", newline="") as handle:
         writer = csv.writer(handle)
         labels = list(predictions)
         writer.writerow(["topology", "axes", "placement", "request", "program", "default", "bytes", "measured_s",
@@ -528,7 +527,7 @@ def report(setups, output: Path, extra: dict[str, str]) -> None:
                        "cases": [dict(topology=c.topology, axes=c.axes, placement=c.placement, request=c.request,
                                       bytes=n, **asdict(m)) for c, n, m in res]}
                for label, res in evaluated.items()}
-    (STUDY / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    write_text(STUDY / "summary.json", json.dumps(summary, indent=1))
     shown = [label for label in (VARIANTS[6][0], VARIANTS[1][0], VARIANTS[0][0]) if label in predictions]
     plot(observed, {label: predictions[label] for label in shown}, STUDY / "predicted-vs-measured.png",
          f"gloo on the emulated cluster: {len(observed)} (program, placement, size) medians")

@@ -28,6 +28,7 @@ from benchmarks.accuracy_metrics import summarize
 from benchmarks.index import write_index
 from benchmarks.record import REPORT, header, study_dir
 from synth.model.estimate import DEFAULT_ESTIMATE
+from synth.output_files import write_text
 
 COMMAND = "python -m benchmarks.estimates"
 STUDY = "estimate-choice"
@@ -114,9 +115,9 @@ def main(argv=None) -> int:
     result = compare()
     chosen = choose(result)
     directory = study_dir(STUDY, args.output)
-    (directory / "estimate-choice.json").write_text(json.dumps(dict(result, chosen=chosen, command=COMMAND), indent=1)
-                                                    + "\n")
-    (directory / REPORT).write_text(render(result, chosen))
+    write_text(directory / "estimate-choice.json", json.dumps(dict(result, chosen=chosen, command=COMMAND), indent=1)
+                                                   + "\n")
+    write_text(directory / REPORT, render(result, chosen))
     print(f"chosen: {chosen}; wrote {directory / REPORT} and {write_index(args.output)}")
     return 0
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.record import REPORT, header, results_dir
+from synth.output_files import write_text
 
 COMMAND = "python -m benchmarks.index"
 INDEX = "README.md"  # the index at the top of the results directory
@@ -172,7 +173,7 @@ def _program_words(command: str) -> list[str]:
 def write_index(directory: str | Path = "results") -> Path:
     directory = results_dir(directory)
     path = directory / INDEX
-    path.write_text(render(describe(directory)), encoding="utf-8")
+    write_text(path, render(describe(directory)))
     return path
 
 

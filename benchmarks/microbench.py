@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.record import machine_description
+from synth.output_files import write_text, writing
 from synth.topology import Topology
 from synth.topology_file import load_topology
 from synth.units import parse_bytes
@@ -95,7 +96,7 @@ def rows_from_report(report: dict, backend: str = "gloo") -> list[Row]:
 
 
 def write_csv(path: Path, rows: list[Row]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with writing(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
         for row in rows:
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
             "seconds": (datetime.now(timezone.utc) - started).total_seconds(), "topology": args.emulate,
             "scale": scale, "scale_text": format_scale(scale), "load_before": load_before, "load_after": os.getloadavg(),
             "report": report}
-    output.with_suffix(".json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    write_text(output.with_suffix(".json"), json.dumps(meta, indent=1))
     for key, value in sorted(medians(rows).items()):
         print(*key, f"{value * 1e3:.3f} ms")
     print(f"wrote {output} ({len(rows)} rows) at scale {format_scale(scale)}")

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from benchmarks.record import header, study_dir
+from synth.output_files import write_text
 
 COMMAND = "python -m benchmarks.ranking"
 TOPS = (1, 5, 20, 100)
@@ -147,11 +148,11 @@ def main(argv=None) -> int:
                           f"(load {run.load_before:.1f})", flush=True)
     loads = (before, uptime())
     directory = study_dir("rank-speed", args.output)
-    (directory / "rank-speed.json").write_text(json.dumps(
+    write_text(directory / "rank-speed.json", json.dumps(
         {"command": COMMAND, "load": {"before": loads[0], "after": loads[1]},
          "runs": [dict(asdict(run), speedups={str(t.k): run.speedup(t) for t in run.tops}) for run in runs]},
         indent=1) + "\n")
-    (directory / "README.md").write_text(render(runs, loads))
+    write_text(directory / "README.md", render(runs, loads))
     print(f"wrote {directory / 'README.md'} and {directory / 'rank-speed.json'}")
     return 0
 

@@ -43,6 +43,7 @@ from benchmarks.goal_wins import write_rows as write_goal_rows
 from benchmarks.index import write_index
 from benchmarks.plots import KEY, job_curves, plot
 from benchmarks.record import REPORT, header, study_dir
+from synth.output_files import write_text, writing
 from synth.placement import enumerate_placements
 from synth.analysis.findings import (Spread, Wins, data_model_jobs, job_text, multi_level_topologies,
                                      placement_spreads, win_share)
@@ -455,7 +456,7 @@ READING = (
 
 
 def write_wins_rows(sweeps: dict[str, list[JobSweep]], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with writing(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(("axes", *FIELDS))
         for label in (DEFAULT_VARIANT, GLOO_VARIANT):
@@ -520,10 +521,10 @@ def main(argv=None) -> int:
     for system in spread_systems:
         spreads[system.name] = [spread for job in sweep_jobs(system, SPREAD_SIZES, "nccl", program_sets)
                                 for spread in placement_spreads(job.rows, job.axes)]
-    (spread_dir / "placement-spread.json").write_text(json.dumps(
+    write_text(spread_dir / "placement-spread.json", json.dumps(
         {"command": command, "spreads": {name: [s.to_json() for s in rows] for name, rows in spreads.items()}},
         indent=1) + "\n")
-    (spread_dir / REPORT).write_text(render_spread(command, spread_systems, spreads))
+    write_text(spread_dir / REPORT, render_spread(command, spread_systems, spreads))
     print(f"placement spread: {time.perf_counter() - started:.0f} s", flush=True)
 
     sweeps = {}
@@ -548,7 +549,7 @@ def main(argv=None) -> int:
                     for name in [s.name for s in goal_systems] + ["all"]}
              for goal in dict.fromkeys(pair.goal for pair in pairs)}
     print(f"every goal: {time.perf_counter() - started:.0f} s", flush=True)
-    (wins_dir / "synthesis-wins.json").write_text(json.dumps(
+    write_text(wins_dir / "synthesis-wins.json", json.dumps(
         {"command": command, "sizes": list(WIN_SIZES), "published": PUBLISHED, "goals": goals, "variants": summary,
          "cloud": cloud, "beyond_held_out_error": {
              name: dict(zip(("wins", "pairs"), beyond_held_out(sweeps[DEFAULT_VARIANT], [name])))
@@ -560,7 +561,7 @@ def main(argv=None) -> int:
         indent=1) + "\n")
     write_wins_rows(sweeps, wins_dir / "synthesis-wins-rows.csv")
     goal_lines = render_goals(pairs, [system.name for system in goal_systems], WIN_SIZES, GOAL_ROWS)
-    (wins_dir / REPORT).write_text(render_wins(command, sweeps, win_systems, what_if, logs, goal_lines))
+    write_text(wins_dir / REPORT, render_wins(command, sweeps, win_systems, what_if, logs, goal_lines))
     print(f"share of wins: {time.perf_counter() - started:.0f} s", flush=True)
 
     figures = []
@@ -570,11 +571,11 @@ def main(argv=None) -> int:
         image = f"time-vs-size-{system.name}.png"
         plot(system, axes, placement, panels, "nccl", plots_dir / image)
         figures.append((system, job_text(axes), placement, panels, image))
-    (plots_dir / "time-vs-size.json").write_text(json.dumps(
+    write_text(plots_dir / "time-vs-size.json", json.dumps(
         {"command": command, "figures": [{"topology": s.name, "axes": a, "placement": p.to_text(), "image": i,
                                           "panels": [c.to_json() for c in panels]}
                                          for s, a, p, panels, i in figures]}, indent=1) + "\n")
-    (plots_dir / REPORT).write_text(render_plots(command, figures))
+    write_text(plots_dir / REPORT, render_plots(command, figures))
     print(f"time vs size: {time.perf_counter() - started:.0f} s", flush=True)
     print(f"wrote {write_index(args.output)}")
     return 0

@@ -21,6 +21,7 @@ import sys
 import time
 
 from benchmarks.record import REPORT, header, study_dir
+from synth.output_files import write_text
 
 COMMAND = "python -m benchmarks.startup"
 STUDY = "startup"
@@ -82,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(args.runs)
     load_after = os.getloadavg()
     directory = study_dir(STUDY, args.output)
-    (directory / REPORT).write_text(report(rows, load_before, load_after, args.runs), encoding="utf-8")
-    (directory / "startup.json").write_text(json.dumps({"command": f"{COMMAND} --runs {args.runs}",
-                                                        "load_before": load_before, "load_after": load_after,
-                                                        "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    write_text(directory / REPORT, report(rows, load_before, load_after, args.runs))
+    write_text(directory / "startup.json", json.dumps({"command": f"{COMMAND} --runs {args.runs}",
+                                                       "load_before": load_before, "load_after": load_after,
+                                                       "rows": rows}, indent=1) + "\n")
     for row in rows:
         print(f"{row['case']}: median {row['median_s']:.3f} s, fastest {row['fastest_s']:.3f} s")
     return 0

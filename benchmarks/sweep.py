@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from benchmarks.index import write_index
 from benchmarks.record import REPORT, header, study_dir
 from synth.commands.simulation import resolve_sizes
+from synth.output_files import write_text
 from synth.placement import enumerate_placements, parse_axes
 from synth.analysis.sweep import configurations, run_sweep
 from synth.topology_file import load_topology
@@ -266,13 +267,13 @@ def main(argv=None) -> int:
               f"configurations per CPU second", flush=True)
     parts = profile_case(MAIN)
     directory = study_dir(STUDY, args.output)
-    (directory / "sweep-speed.json").write_text(json.dumps(
+    write_text(directory / "sweep-speed.json", json.dumps(
         {"command": COMMAND, "timings": [dict(asdict(t), per_second=t.per_second, per_cpu_second=t.per_cpu_second)
                                          for t in timings],
          "sweep_cpu": [dict(asdict(c), per_cpu_second=c.per_cpu_second) for c in cpus],
          "profile": [{"part": label, "seconds": seconds, "share": share} for label, seconds, share in parts]},
         indent=2) + "\n")
-    (directory / REPORT).write_text(render(timings, cpus, parts))
+    write_text(directory / REPORT, render(timings, cpus, parts))
     print(f"wrote {directory / REPORT} and {write_index(args.output)}")
     return 0
 

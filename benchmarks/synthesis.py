@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 from benchmarks.record import REPORT, header, study_dir
 from synth.hierarchy import build_hierarchy
+from synth.output_files import write_text
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search.pruning import _first_steps
 from synth.search import Enumerator, SearchOptions, brute_force_programs
@@ -172,8 +173,8 @@ def main(argv=None) -> int:
     directory = study_dir(STUDY, args.output)
     document = {"command": _command(argv), "load_before": load_before, "load_after": load_after,
                 "rows": [asdict(r) for r in rows], "before": before}
-    (directory / "synthesis-speed.json").write_text(json.dumps(document, indent=2) + "\n")
-    (directory / REPORT).write_text(render(chosen, rows, before, load_before, load_after, _command(argv)))
+    write_text(directory / "synthesis-speed.json", json.dumps(document, indent=2) + "\n")
+    write_text(directory / REPORT, render(chosen, rows, before, load_before, load_after, _command(argv)))
     print(f"wrote {directory / REPORT}")
     return 0
 
@@ -259,7 +260,7 @@ def calibrate(output: str) -> int:
     document = {"command": f"{COMMAND} --calibrate", "load_before": load_before, "load_after": load_after,
                 "expansions": {str(d): v for d, v in expansions.items()},
                 "seconds_per_expansion": {str(d): v for d, v in per_expansion.items()}, "runs": runs}
-    (directory / "synthesis-calibration.json").write_text(json.dumps(document, indent=2) + "\n")
+    write_text(directory / "synthesis-calibration.json", json.dumps(document, indent=2) + "\n")
     lines = ["# Calibration of the search-size estimate", "", header(f"{COMMAND} --calibrate"), "",
              (f"1-minute load average: {load_before:.2f} before, {load_after:.2f} after (CPU seconds are less "
               "affected by other work than wall time, but not immune)."), "",
@@ -272,7 +273,7 @@ def calibrate(output: str) -> int:
                      f"{run['cpu_seconds'] / run['expanded']:.2g} |")
     lines += ["", "Tables for synth/search/budget.py:", "", "```python",
               f"EXPANSIONS = {expansions!r}", f"SECONDS_PER_EXPANSION = {per_expansion!r}", "```"]
-    (directory / "synthesis-calibration.md").write_text("\n".join(lines) + "\n")
+    write_text(directory / "synthesis-calibration.md", "\n".join(lines) + "\n")
     print("\n".join(lines[-4:]))
     return 0
 

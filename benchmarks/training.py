@@ -36,6 +36,7 @@ from pathlib import Path
 
 from benchmarks.record import REPORT, machine_description
 from synth.emulate.layout import format_scale, parse_scale
+from synth.output_files import write_text
 
 WORKER = Path(__file__).with_name("training_worker.py")
 STUDY = "training"
@@ -147,15 +148,15 @@ def write(results: list[tuple], command: str, topology: str, scale: float,
         "",
     ])
     path = output / REPORT
-    path.write_text(text, encoding="utf-8")
-    (output / "training.json").write_text(json.dumps({"command": command, "machine": machine_description(),
-                                                      "date": started.isoformat(timespec="seconds"),
-                                                      "load_before": load[0], "load_after": load[1],
-                                                      "topology": topology, "scale": scale,
-                                                      "cases": [{"name": name, "configurations": configurations,
-                                                                 "report": report}
-                                                                for name, report, configurations in results]},
-                                                     indent=1), encoding="utf-8")
+    write_text(path, text)
+    write_text(output / "training.json", json.dumps({"command": command, "machine": machine_description(),
+                                                     "date": started.isoformat(timespec="seconds"),
+                                                     "load_before": load[0], "load_after": load[1],
+                                                     "topology": topology, "scale": scale,
+                                                     "cases": [{"name": name, "configurations": configurations,
+                                                                "report": report}
+                                                               for name, report, configurations in results]},
+                                                    indent=1))
     return path
 
 

@@ -118,6 +118,7 @@ from pathlib import Path
 
 from synth.errors import UsageError
 from synth.names import check_name, echo
+from synth.text import escaped
 from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem,
                             ProtocolFactors, Topology, Transport, Uplinks, check_levels)
 from synth.units import (BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, format_time, parse_bandwidth, parse_bytes,
@@ -555,7 +556,7 @@ def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
 def _comment(line: str) -> str:
     """One TOML comment line: control characters (a file name may hold any but NUL and /)
     written as escapes, which a comment may not hold raw."""
-    text = "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in line)
+    text = escaped(line, keep="\t")
     return f"# {text}" if text else "#"
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from synth.commands.common import BACKEND_NAMES, echo, flagged, print_json
 from synth.errors import UsageError
+from synth.text import escaped
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -142,9 +143,9 @@ def _named_topology(formats: dict[str, str]) -> str | None:
 
 
 def _plain(text: str) -> str:
-    """User text (file names reach notes and titles) with control characters as escapes, so
-    no escape sequence in a file name reaches the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """User text (file names reach notes and titles) on one line, every unprintable character
+    as an escape, so no escape sequence or line break in a file name reaches the terminal."""
+    return escaped(text)
 
 
 def _check_readable(path: str) -> None:

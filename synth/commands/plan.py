@@ -185,8 +185,8 @@ def model_line(model) -> str:
 
 def _warn_defaults(spec: str, source) -> None:
     """One short line on stderr naming the architecture keys a model file left to GPT-3's
-    defaults (the file name as a literal: no markup or escape codes reach the terminal)."""
-    print(f"warning: model file {spec!r} does not state {', '.join(source.defaulted)}: taking GPT-3's "
+    defaults (the file name echoed as a literal, cut if long: no markup or escape codes reach the terminal)."""
+    print(f"warning: model file {echo(spec)} does not state {', '.join(source.defaulted)}: taking GPT-3's "
           f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
 
 

@@ -9,18 +9,9 @@ takes no markup, emoji or highlighting and shows every control character as an e
 
 from __future__ import annotations
 
-import re
+from synth.text import printable  # noqa: F401  (the terminal's escaper; callers import it from here)
 
 PIPED_WIDTH = 160  # piped or captured output: wide enough that no figure is cut
-
-# C0 and C1 control characters and DEL, except the newline and tab that layout uses.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str, keep_newlines: bool = True) -> str:
-    """`text` with every control character written as an escape, so it shows as text."""
-    cleaned = _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
-    return cleaned if keep_newlines else cleaned.replace("\n", "\\n")
 
 
 def console(stderr: bool = False, width: int | None = None, piped_width: int | None = PIPED_WIDTH):

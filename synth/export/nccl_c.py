@@ -18,13 +18,13 @@ SYNTH_NCCL_ID_FILE pointing at a new file on a shared file system; see docs/expo
 from __future__ import annotations
 
 import json
-import re
 from importlib import resources
 
 from synth.collectives import RECORDS
 from synth.export.plan import Plan
 from synth.goals import GOALS
 from synth.export.provenance import Provenance
+from synth.text import c_comment, c_string
 
 MARKER = "/* SYNTH_PLAN */"
 # Building from the PyPI wheels nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12
@@ -39,28 +39,6 @@ WHEEL_BUILD = (
 )
 # The runtime's op enum, one per collective record (nccl_runtime.c lists them in this order).
 OPS = {record.name: "OP_" + record.snake_name.upper() for record in RECORDS.values()} | {"Permute": "OP_PERMUTE"}
-_SAFE_CHARS = re.compile(r"[A-Za-z0-9 _().;,=:\[\]{}+\-]")
-_COMMENT_SAFE = re.compile(r"[ -~]*\Z")
-
-
-def c_string(text: str) -> str:
-    """A C string literal of `text`: safe characters as they are, every other byte as an
-    octal escape of three digits (so a following digit cannot extend it)."""
-    parts = []
-    for char in text:
-        if _SAFE_CHARS.match(char):
-            parts.append(char)
-        else:
-            parts.extend(f"\\{byte:03o}" for byte in char.encode("utf-8"))
-    return '"' + "".join(parts) + '"'
-
-
-def c_comment(text: str) -> str:
-    """One `//` line: printable ASCII not ending in a backslash and without '??' (either
-    could splice the next line into the comment), else JSON-escaped with '?' as \\u003f."""
-    if not _COMMENT_SAFE.match(text) or text.endswith("\\") or "??" in text:
-        text = json.dumps(text, ensure_ascii=True).replace("?", "\\u003f")
-    return f"// {text}".rstrip()
 
 
 def _table(name: str, rows, width_names: str) -> str:

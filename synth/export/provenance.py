@@ -18,9 +18,9 @@ from synth.errors import UsageError
 from synth.hierarchy import SynthesisHierarchy
 from synth.names import check_name
 from synth.placement import Placement
+from synth.text import is_plain_ascii
 from synth.topology import Topology
 
-_PLAIN = re.compile(r"[ -~]*\Z")
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 
 
@@ -37,7 +37,7 @@ class Provenance:
     @property
     def command(self) -> str:
         text = shlex.join(self.argv)
-        if _PLAIN.match(text) and "\\" not in text:
+        if is_plain_ascii(text):
             return text
         return "argv " + json.dumps(list(self.argv), ensure_ascii=True)
 

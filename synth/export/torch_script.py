@@ -10,13 +10,12 @@ slow part on a small machine.
 from __future__ import annotations
 
 import json
-import re
 from importlib import resources
 
 from synth.export.plan import Plan
 from synth.export.provenance import Provenance
+from synth.text import python_comment as comment
 
-_COMMENT_SAFE = re.compile(r"[ -~]*\Z")
 
 
 def plan_data(plan: Plan) -> dict:
@@ -49,11 +48,6 @@ def plan_data(plan: Plan) -> dict:
     }
 
 
-def comment(text: str) -> str:
-    """One comment line; anything but printable ASCII is JSON-escaped so it stays one line."""
-    if not _COMMENT_SAFE.match(text) or "\\" in text:
-        text = json.dumps(text, ensure_ascii=True)
-    return f"# {text}".rstrip()
 
 
 def runtime_source() -> str:
