@@ -73,6 +73,15 @@ def time_before(source: str, searches: list) -> list[dict]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def _commit_of(source: str) -> str:
+    """The commit a checkout is of: its git head, else its directory's name (an export named
+    after its commit)."""
+    import subprocess
+
+    found = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else os.path.basename(os.path.normpath(source))
+
+
 def calibrate(output: str) -> int:
     tables = {}
     for goal in GOALS:
@@ -127,7 +136,7 @@ def main(argv=None) -> int:
                                  f"{row['programs']} now: the searches differ")
             row["before"] = before
     load_after = os.getloadavg()[0]
-    command = "python -m benchmarks.goals" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    command = "python -m benchmarks.goals" + (" --before OLD" if args.before else "")
     folder = study_dir(STUDY, args.output)
     (folder / "synthesis-goals.json").write_text(json.dumps(
         {"command": command, "max_len": MAX_LEN, "load_before": load_before, "load_after": load_after, "rows": rows},
@@ -142,8 +151,9 @@ def main(argv=None) -> int:
               "so wall time also counts the time other work held the cores. The first search of the run (all-reduce "
               "on the first group) also pays for importing Z3."), ""]
     if args.before:
-        lines += [f"`before`: the same searches, in the same order, with the synth package of `{args.before}` "
-                  f"(run just after, in one fresh interpreter), which found the same programs.", ""]
+        lines += [f"`before`: the same searches, in the same order, with the synth package of OLD, a checkout of "
+                  f"commit {_commit_of(args.before)} (run just after, in one fresh interpreter), which found the same "
+                  f"programs.", ""]
         lines += ["| group | goal | programs | expanded | wall s | CPU s | expanded before | CPU s before |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
     else:

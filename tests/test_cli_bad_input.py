@@ -489,7 +489,7 @@ def _interrupt_on_call(monkeypatch, owner, name: str, at: int) -> None:
     ("workload", ("--reduction", "data:1MiB")),
 ])
 def test_ctrl_c_of_explore_and_workload_shows_the_placements_done(run_cli, monkeypatch, command, rest):
-    from synth.search.best import BestPrograms
+    from synth.search import BestPrograms
 
     _interrupt_on_call(monkeypatch, BestPrograms, "best_row" if command == "explore" else "best", 3)
     code, out, err = run_cli(command, "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "-L", "3", *rest,

@@ -14,8 +14,7 @@ import pytest
 
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, make_placement, parse_axes
-from synth.search import enumerate_programs
-from synth.search.best import BestPrograms, grid_sizes
+from synth.search import BestPrograms, enumerate_programs, grid_sizes
 from synth.analysis.explore import explore_placements
 from synth.analysis.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, bucket_chooser, ddp_ranges, merge_idle, optimal_ranges,
                                    plan_fusion, ready_times, schedule)

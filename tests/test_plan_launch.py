@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from synth.search.best import BestPrograms
+from synth.search import BestPrograms
 from synth.model.context import cost_context
 from synth.export.mesh import device_mesh_array
 from synth.hierarchy import build_hierarchy

@@ -64,7 +64,7 @@ def test_a_json_plan_export_gives_the_plan_it_was_made_from(tmp_path):
 def test_best_by_size_follows_the_ranking():
     """Each range's program is the ranking's first at both ends of the range, and the next
     range's start is where the first place changes (checked one byte either side)."""
-    from synth.search.best import BestPrograms
+    from synth.search import BestPrograms
     from synth.model.context import cost_context
     from synth.hierarchy import build_hierarchy
     from synth.placement import make_placement, parse_axes

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from synth.search.best import BestPrograms
+from synth.search import BestPrograms
 from synth.analysis.goal_rank import goal_bound, rank_goal
 from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy

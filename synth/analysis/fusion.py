@@ -58,7 +58,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from synth.search.best import BestPrograms, Choice
+from synth.search import BestPrograms, Choice
 from synth.language import Program
 from synth.model.bound import bound_line
 from synth.model.context import CostContext

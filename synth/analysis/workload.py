@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from synth.search.best import BestPrograms
+from synth.search import BestPrograms
 from synth.analysis.explore import hierarchy_text
 from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy

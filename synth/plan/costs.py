@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.search.best import BestPrograms, CandidateTimes
+from synth.search import BestPrograms, CandidateTimes
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.goal_rank import GoalPrograms
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule

@@ -250,7 +250,7 @@ def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, m
     and bisected where its answer changes; below `min_bytes` the first program runs, above
     `max_bytes` the last. `estimate` is the model's (synth.model.estimate: "pipelined", the
     default, or "lockstep"), as `synth rank --estimate` takes it."""
-    from synth.search.best import BestPrograms
+    from synth.search import BestPrograms
     from synth.model.context import cost_context
     from synth.model.estimate import ESTIMATES, resolve_estimate
 
