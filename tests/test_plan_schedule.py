@@ -130,3 +130,25 @@ def test_even_stages_with_the_output_layer_on_the_last_bubble_the_idle_stages():
     b, m = prediction.breakdown, prediction.microbatches
     last = (b.compute + b.tensor_parallel + b.pipeline_p2p) / m  # the slowest (last) stage per micro-batch
     assert 0 < b.pipeline_bubble < 3 * last
+
+
+def test_megatron_r08_reduces_bf16_gradients_in_fp32():
+    """Megatron-LM r0.8's arguments.py sets accumulate_allreduce_grads_in_fp32 whenever --bf16 is
+    given (training.py passes it as DDP's grad_reduce_in_fp32): the H100 rows' reduce-scatter moves
+    4 bytes per gradient, twice bf16's, and exposes more behind the same last backward."""
+    from benchmarks.plan import H100_TABLE, h100_model
+
+    model = h100_model(H100_TABLE[3])  # the 32B row: t 8, d 48
+    assert model.grad_bytes_per_value == 4
+    topology = load_topology("dgx-h100-2x8x8")
+    degrees = Degrees(16, 8, 1)
+    placement = published_placement(degrees, topology)
+    compute = compute_of(topology.device, model.precision)
+    costs = CommunicationCosts(topology)
+    settings = Settings(1, 1, True, "none", True, tp_overlap=True, overlap_param_gather=True)
+    model = dataclasses.replace(model, global_batch=64)
+    fp32 = predict(model, compute, costs, degrees, placement, settings)
+    bf16 = predict(dataclasses.replace(model, grad_precision="bf16"), compute, costs, degrees, placement, settings)
+    reduced = lambda p: sum(r.bytes * r.calls for r in p.routes if r.name == "data" and r.calls > 1)  # noqa: E731
+    assert reduced(fp32) == pytest.approx(2 * reduced(bf16), rel=0.01)
+    assert fp32.breakdown.data_parallel >= bf16.breakdown.data_parallel
