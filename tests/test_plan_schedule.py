@@ -152,3 +152,18 @@ def test_megatron_r08_reduces_bf16_gradients_in_fp32():
     reduced = lambda p: sum(r.bytes * r.calls for r in p.routes if r.name == "data" and r.calls > 1)  # noqa: E731
     assert reduced(fp32) == pytest.approx(2 * reduced(bf16), rel=0.01)
     assert fp32.breakdown.data_parallel >= bf16.breakdown.data_parallel
+
+
+@pytest.mark.parametrize("pp, virtual", [(2, 1), (4, 1), (2, 21), (4, 3), (8, 12)])
+def test_interleaved_in_flight_activations_follow_megatrons_warm_up(pp, virtual):
+    """The first stage holds its warm-up chunks plus the one in its first steady forward:
+    Megatron's warm-up for rank 0 (pipeline_parallel/schedules.py, interleaved) is (p-1) 2 + (v-1) p chunks
+    interleaved (p-1 without interleaving), each of L/(p v) layers; the memory term's
+    L/p min(p, m) (1 + (p-1)/(p v)) is that count (m >= p)."""
+    from synth.plan.formulas import in_flight_layers
+
+    layers = pp * virtual * 2
+    model = dataclasses.replace(PRESETS["llama2-7b"], layers=layers)
+    warm_up = (pp - 1) * 2 + (virtual - 1) * pp if virtual > 1 else pp - 1
+    by_hand = (warm_up + 1) * layers / (pp * virtual)
+    assert in_flight_layers(model, pp, virtual, 4 * pp) == pytest.approx(by_hand)
