@@ -81,7 +81,9 @@ H100_TABLE = (
 )
 _H100_SOURCE = ("NVIDIA/Megatron-LM README, images/model_table.png (Megatron-Core r0.8.0, 2024-07): vocabulary 131072, "
                 "sequence 4096, FFN 4h, no GQA, untied embeddings; unstated and assumed here: bf16, micro-batch 1, "
-                "FlashAttention-2 (the kernel of mid-2024), rotary positions, no dropout, gradients reduced in bf16 (Megatron-Core's default)")
+                "FlashAttention-2 (the kernel of mid-2024), rotary positions, no dropout. Gradients reduced in fp32: "
+                "Megatron-LM r0.8's arguments.py sets accumulate_allreduce_grads_in_fp32 whenever --bf16 is given, and "
+                "training.py passes it to the DDP wrapper as grad_reduce_in_fp32")
 
 
 def selene(gpus: int):
@@ -210,7 +212,12 @@ def main(argv=None) -> int:
         {"case": "the H100 rows at the micro-batch (1, 2 or 4, whichever fits in memory) the planner predicts "
                  "fastest instead of 1 (unstated in the source)",
          "directions": [{key: value for key, value in direction.items() if key != "rows"}
-                        for direction in cross_fit("fa2", True, (1, 2, 4))["directions"]]}]
+                        for direction in cross_fit("fa2", True, (1, 2, 4))["directions"]]},
+        {"case": "the H100 rows' gradients reduced in bf16 (megatron-core's DistributedDataParallelConfig default, "
+                 "grad_reduce_in_fp32=False; Megatron-LM r0.8's training script overrides it with --bf16, so above "
+                 "they are reduced in fp32)",
+         "directions": [{key: value for key, value in direction.items() if key != "rows"}
+                        for direction in cross_fit("fa2", True, (1,), "bf16")["directions"]]}]
     fitted["residuals"] = residuals(fitted)
     document = {"command": command, "machine": machine, "date": stamp, "load": os.getloadavg(),
                 "compute_model": compute_of(selene(32).device, "fp16").text, "cross_fit": fitted,
@@ -239,8 +246,9 @@ def render_cross_fit(fitted: dict) -> list[str]:
              "optimizer, --overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap with sequence parallelism, "
              "pipeline transfers overlapped with the interleaved schedule), "
              "model FLOPs; not stated there and assumed: bf16, micro-batch 1, no recomputation, FlashAttention-2 "
-             "(35% of peak on H100, FlashAttention-3's paper), gradients reduced in bf16, the interleaving the "
-             "planner predicts fastest. `*` marks a held-out row (a prediction).", ""]
+             "(35% of peak on H100, FlashAttention-3's paper), the interleaving the "
+             "planner predicts fastest; gradients reduced in fp32, as Megatron-LM r0.8 does whenever --bf16 is given "
+             "(arguments.py: accumulate_allreduce_grads_in_fp32). `*` marks a held-out row (a prediction).", ""]
     for direction in fitted["directions"]:
         figures = direction["figures"]
         lines += [f"### Fitted on {direction['fitted_on'].upper()}, predicting {direction['held_out'].upper()}", "",
@@ -272,18 +280,20 @@ def render_cross_fit(fitted: dict) -> list[str]:
 # What each held-out row beyond 5% lacks, as far as the per-term breakdown and the measurements
 # (results/kernels/) show it; the figures in brackets are computed by `residuals` on each run.
 RESIDUAL_NOTES = {
-    "mcore-h100-32b": "exposed data-parallel traffic: the weights' all-gather (one bucket ahead of each layer's "
-                      "forward, Megatron-Core r0.8's --overlap-param-gather) outlasts the first micro-batch's forward, "
-                      "and the gradients' reduce-scatter the last backward, with 4 micro-batches of 1 sequence; the "
-                      "published throughput leaves room for almost none of it. At the fastest micro-batch that fits "
-                      "(unstated in the source) the row comes out {mb4}. Missing: what hid it in the published run (a larger micro-batch, or an "
-                      "overlap the model does not know); not identified from the source",
+    "mcore-h100-32b": "exposed data-parallel traffic, as Megatron-LM r0.8 runs it: the gradients reduce-scattered "
+                      "in fp32 (arguments.py forces accumulate_allreduce_grads_in_fp32 under --bf16), bucket by "
+                      "bucket (max(40M, 1M x dp) parameters) in the last of 4 micro-batches' backward only (no_sync "
+                      "before it), some 15 GB per device over one 400 Gb/s NIC against a 0.14 s backward; the weights' "
+                      "bf16 all-gather one bucket at a time, each dispatched when the forward reaches the previous "
+                      "one (distrib_optimizer.py), against a 0.07 s first forward. The model follows that mechanism; "
+                      "at micro-batch 1 the published throughput leaves no room for it. At the fastest micro-batch "
+                      "that fits (unstated in the source; 4 makes one micro-batch whose whole backward hides the "
+                      "reduction) the row comes out {mb4}. Missing: the published micro-batch",
     "mcore-h100-16b": "the same exposed data-parallel traffic, smaller (tp 4): at the fastest micro-batch that fits the "
                       "row comes out {mb4}",
-    "megatron-1t": "pipeline bubble: 1F1B over 64 stages, the bubble is 63 micro-batch slots of the slowest stage (the "
-                   "last, with the output layer); the others are shorter, which the model does not credit (some 0.6% "
-                   "of the step); and the 2021 hook's main-gradient adds at micro-batch 1 (some 3% of compute) are "
-                   "priced with the buffer in fp16, which run_table_1.sh does not state",
+    "megatron-1t": "the 2021 hook's main-gradient adds at micro-batch 1 (some 3% of compute) are priced with the "
+                   "buffer in fp16, which run_table_1.sh does not state; the 1F1B bubble is priced from the schedule "
+                   "(63 slots of the stages other than the slowest, not of the last with the output layer)",
     "megatron-1.7b": "one micro-batch of 16 and torch DDP's all-reduce overlapped with backward: the model prices the "
                      "hidden all-reduce as free (no contention for SMs and memory, some 1-2%) and the optimizer as "
                      "one Adam pass (Megatron's unscale, norm and copy passes add some 0.5%)",
@@ -403,10 +413,11 @@ def h100_cluster(gpus: int):
     return dataclasses.replace(topology, levels=(node, topology.levels[2]))
 
 
-def h100_model(row) -> Transformer:
+def h100_model(row, grad_precision: str = "fp32") -> Transformer:
+    """One H100 row's model; gradients reduced in fp32 as Megatron-LM r0.8 does under --bf16 (_H100_SOURCE)."""
     params, layers, hidden, heads, t, p, d, gpus, batch, _ = row
     return Transformer(f"mcore-h100-{params}b", layers, hidden, heads, 4 * hidden, 4096, 131072, 1, batch,
-                       precision="bf16", grad_precision="bf16", dropout=False, learned_positions=False,
+                       precision="bf16", grad_precision=grad_precision, dropout=False, learned_positions=False,
                        tied_embeddings=False, flash_attention=True, source=_H100_SOURCE)
 
 
@@ -427,14 +438,14 @@ class PublishedRun:
 
 
 def published_runs(h100_attention: str = "fa2", h100_interleaving: bool = True,
-                   h100_micro_batches: tuple[int, ...] = (1,)) -> list[PublishedRun]:
+                   h100_micro_batches: tuple[int, ...] = (1,), h100_grad_precision: str = "fp32") -> list[PublishedRun]:
     runs = []
     for name, t, p, gpus, micro, virtual, overlap, reported in TABLE_1:
         runs.append(PublishedRun("a100", None, name, PRESETS[name], selene(gpus), Degrees(gpus // (t * p), t, p),
                                  (Settings(micro, virtual, False, "full", False, overlap),), reported, False,
                                  "none" if overlap else "hook"))
     for row in H100_TABLE:
-        model, t, p, d = h100_model(row), row[4], row[5], row[6]
+        model, t, p, d = h100_model(row, h100_grad_precision), row[4], row[5], row[6]
         per_stage = model.layers // p
         virtual = [v for v in range(1, per_stage + 1) if per_stage % v == 0] if p > 1 and h100_interleaving else [1]
         choices = tuple(Settings(micro, v, t > 1, "none", True, True, t > 1, True, overlap_p2p=v > 1)
@@ -501,9 +512,9 @@ def fit(predictor: RunPredictor, runs) -> dict:
 
 
 def cross_fit(h100_attention: str = "fa2", h100_interleaving: bool = True,
-              h100_micro_batches: tuple[int, ...] = (1,)) -> dict:
+              h100_micro_batches: tuple[int, ...] = (1,), h100_grad_precision: str = "fp32") -> dict:
     """Fit on each family and predict the other: every row of both tables, held out or fitted."""
-    runs = published_runs(h100_attention, h100_interleaving, h100_micro_batches)
+    runs = published_runs(h100_attention, h100_interleaving, h100_micro_batches, h100_grad_precision)
     predictor = RunPredictor(runs)
     families = {"a100": [r for r in runs if r.family == "a100"], "h100": [r for r in runs if r.family == "h100"]}
     directions = []

@@ -24,7 +24,8 @@ BASIS: dict[str, tuple[str, str]] = {
     "tensor_parallel_s": ("tensor-parallel collectives", "the cost model's programs; overlap computed per GEMM"),
     "context_parallel_s": ("context-parallel exchange", "the cost model, beyond the attention it overlaps"),
     "pipeline_p2p_s": ("pipeline send/receive", "the network's link loads"),
-    "pipeline_bubble_s": ("pipeline bubble", "the 1F1B / interleaved schedule's (p-1)/v"),
+    "pipeline_bubble_s": ("pipeline bubble", "the 1F1B / interleaved schedule: the other stages' time over v, "
+                                             "plus overlapped transfers on the warm-up and cool-down"),
     "data_parallel_exposed_s": ("exposed data-parallel reduction and gathers", "the bucket schedule behind backward"),
     "embedding_sync_s": ("tied embedding's gradient exchange", "the network's link loads"),
     "optimizer_s": ("optimizer step", "states read and written at the memory bandwidth"),

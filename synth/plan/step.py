@@ -37,8 +37,9 @@ pipeline stage (each stage's own layers; the last one also runs the output layer
   FFN's; the MoE layers' matmuls (router, the local experts' grouped GEMMs of the routed
   tokens, shared experts) are timed by their shapes in the compute term.
 
-The step is `(m + (p-1)/v) t_mb` (the 1F1B and interleaved schedules; the bubble is
-`(p-1)/v t_mb`), then the exposed part of the gradient reduction (bucketed behind the last
+The step is `m t_mb + bubble` (the 1F1B and interleaved schedules; `pipeline_bubble`: the
+other stages' time per micro-batch over v, `(p-1)/v t_mb` with even stages, plus the warm-up and
+cool-down chain of overlapped transfers), then the exposed part of the gradient reduction (bucketed behind the last
 micro-batch's backward by synth.analysis.fusion's dynamic program, or one call after it when
 not overlapped), the tied embedding's gradient exchange between first and last stage, the
 sharded optimizer's all-gather of the updated weights (behind the next forward with
@@ -550,6 +551,16 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         if stages.middle:
             candidates += [(stage_mb(stages.middle, False, moe_middle), stages.middle, False, moe_middle)]
     t_mb, layers, with_head, moe_layers = max(candidates, key=lambda c: (c[0], c[2]))
+    # every stage's time per micro-batch, first to last (the bubble is the stages other than the slowest)
+    counts = [(stages.first, False, moe_first)] + [(stages.middle, False, moe_middle)] * (pp - 2) if pp > 1 else []
+    counts.append((stages.last, True, moe_last))
+    share = forward1 / max(compute1, 1e-12)  # the forward's share of a layer's work (warm-up forwards)
+    if settings.overlap_p2p and pp > 1:
+        # overlapped transfers are hidden in the steady state but not on the warm-up and cool-down
+        # chain: the bubble is the stages' work plus that chain's transfers (pipeline_bubble)
+        bubble = pipeline_bubble([stage_work(*c) for c in counts], m, v, per_transfer, share)
+    else:  # blocking transfers: each stage's time already holds its 2v transfers per micro-batch
+        bubble = pipeline_bubble([stage_mb(*c) for c in counts], m, v, 0.0, share)
     p2p_mb = exposed_p2p(stage_work(layers, with_head, moe_layers)) if pp > 1 else 0.0
     ep_mb = moe_layers * ep1
     compute_mb = layers * compute1 + (compute_head if with_head else 0.0)
@@ -567,7 +578,6 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                             m * moe_layers * calls_ep, dispatched))
     if pp > 1:
         routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
-    bubble = (pp - 1) / v * t_mb
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
@@ -705,6 +715,44 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
 
 
+def pipeline_bubble(stage_seconds, microbatches: int, virtual: int = 1, chain_transfer_s: float = 0.0,
+                    forward_share: float = 1 / 3) -> float:
+    """Seconds a 1F1B or interleaved pipeline step takes beyond `m x` its slowest stage's time per
+    micro-batch, given every stage's time per micro-batch (forward and backward), first to last,
+    and the forward's share of it.
+
+    1F1B (Narayanan et al. 2021, section 2.2; Megatron's forward_backward_pipelining_without_
+    interleaving: stage i runs p-i-1 warm-up forwards, then one forward and one backward
+    alternately, then the rest of its backwards). Through each stage k runs a chain: the first
+    micro-batch's forward reaches it after the forwards of the stages before it, it runs its m
+    micro-batches, the last backward then passes the stages before it; and its first backward
+    waits for the first micro-batch to pass the stages after it and come back, less the p-k-1
+    warm-up forwards it runs meanwhile:
+
+        m t_k + sum_{i<k} t_i + max(0, sum_{i>k} t_i - (p-k-1) f_k)
+
+    The step is the longest chain; the bubble is that less m max(t). Even stages give (p-1) t;
+    stages whose last one also runs the output layer give (p-1) times the OTHER stages' time,
+    not (p-1) times the slowest. With v interleaved chunks each pass is through chunks of 1/v of a
+    stage's work: the bubble / v (Narayanan et al.'s (p-1)/v t with even stages).
+
+    `chain_transfer_s`: with the transfers overlapped with compute (interleaved schedule's
+    overlap_p2p_comm) the steady state hides them, but the warm-up's first micro-batch crosses
+    all p v chunks one after another (p v - 1 transfers: the first device idles p transfers at
+    each of the v - 1 returns from the last device) and the cool-down's last backward crosses
+    them again: 2 (p v - 1) transfers on the critical path. Without the overlap each stage's
+    time already holds its blocking transfers (pass 0)."""
+    times = list(stage_seconds)
+    pp = len(times)
+    if pp <= 1:
+        return 0.0
+    slowest = max(times)
+    longest = max(microbatches * t + sum(times[:k])
+                  + max(0.0, sum(times[k + 1:]) - (pp - k - 1) * forward_share * t)
+                  for k, t in enumerate(times))
+    return (longest - microbatches * slowest) / virtual + 2 * (pp * virtual - 1) * chain_transfer_s
+
+
 # Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub):
 # all-gathers by "ring_exchange" on 1 SM in tp steps, reduce-scatters by "pipeline" on 16 SMs in 4 splits.
 RING_EXCHANGE_SMS, PIPELINE_SMS, PIPELINE_SPLITS = 1, 16, 4
@@ -731,9 +779,13 @@ def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: in
     if compute.kernels is not None:
         sms = int(compute.kernels.device.sms.value)
         seconds = lambda g: compute.kernels.gemm_seconds(g, model.bytes_per_value)  # noqa: E731
+        # the weight-gradient GEMM as it runs: with gradient-accumulation fusion its epilogue reads
+        # and writes the fp32 main gradient (kernels.py), a longer window for the scatter it hides
+        wgrad_seconds = lambda g: compute.kernels.gemm_seconds(  # noqa: E731
+            g, model.bytes_per_value, compute.kernels.wgrad_output_bytes(model.bytes_per_value))
     else:
         sms = 132  # no device description: an H100's SM count for the contention share
-        seconds = lambda g: g.flops / compute.rate  # noqa: E731
+        seconds = wgrad_seconds = lambda g: g.flops / compute.rate  # noqa: E731
     qkv, proj, fc1, fc2 = gemms
     forward = (_overlapped(gather_s, seconds(qkv), RING_EXCHANGE_SMS, sms, 0.0)
                + _overlapped(scatter_s, seconds(proj), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS)
@@ -741,8 +793,8 @@ def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: in
                + _overlapped(scatter_s, seconds(fc2), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS))
     backward = (_overlapped(gather_s, seconds(proj.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
                 + _overlapped(gather_s, seconds(fc2.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
-                + _overlapped(scatter_s, seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
-                + _overlapped(scatter_s, seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
+                + _overlapped(scatter_s, wgrad_seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
+                + _overlapped(scatter_s, wgrad_seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
     return forward, backward
 
 
