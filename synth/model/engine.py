@@ -34,8 +34,8 @@ same costs, so `engine_for` keys engines by that pattern and costs it on canonic
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -138,14 +138,53 @@ class _Candidate:
     alone_s_per_byte: float  # one group's call alone on an idle network, per byte of B
 
 
+@dataclass(frozen=True)
+class _SiteCosts:
+    """What every call at one site shares (calls at alike sites cost alike: the network cannot
+    tell their units apart): its plans, their latencies and one group's time alone."""
+
+    plans: tuple[Plan, ...]
+    latencies: tuple[tuple[float, ...], ...]  # [candidate] per phase
+    latency: np.ndarray  # [candidate] latency sum
+    per_byte: np.ndarray  # [candidate] alone seconds per byte of B
+
+
 @dataclass(frozen=True, eq=False)
 class _Call:
     site: CallSite
     site_id: int  # the engine's number for the site (hashing a site is slow)
-    plans: tuple[Plan, ...]
-    candidates: tuple[_Candidate, ...]
-    latency: np.ndarray  # [candidate] latency sum
-    per_byte: np.ndarray  # [candidate] alone seconds per byte of B
+    shared: _SiteCosts
+    members: np.ndarray  # the call's member ranks
+    devices: np.ndarray = field(repr=False)  # the engine's [group, member] devices
+
+    @property
+    def plans(self) -> tuple[Plan, ...]:
+        return self.shared.plans
+
+    @property
+    def latency(self) -> np.ndarray:
+        return self.shared.latency
+
+    @property
+    def per_byte(self) -> np.ndarray:
+        return self.shared.per_byte
+
+    @cached_property
+    def candidates(self) -> tuple[_Candidate, ...]:
+        """Each plan's flows on every reduction group's devices (built when a step's regime
+        first needs them: bounds and choices need only the site's figures)."""
+        groups = len(self.devices)
+        found = []
+        for plan, latencies, latency, alone in zip(self.plans, self.shared.latencies, self.shared.latency.tolist(),
+                                                   self.shared.per_byte.tolist()):
+            flows, counts = [], []
+            for src_local, dst_local, weight in _local_flows(plan):
+                src = self.devices[:, self.members[src_local]]
+                dst = self.devices[:, self.members[dst_local]]
+                flows.append((src.ravel(), dst.ravel(), np.tile(weight, groups)))
+                counts.append(len(weight))
+            found.append(_Candidate(plan, latencies, latency, tuple(flows), tuple(counts), alone))
+        return tuple(found)
 
 
 @lru_cache(maxsize=4096)
@@ -183,6 +222,7 @@ class CostEngine:
         self._regime_ids: dict[tuple[StepCalls, tuple[int, ...]], int] = {}
         self._choices: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
         self._site_ids: dict[CallSite, int] = {}
+        self._site_costs: dict[int, _SiteCosts] = {}
         self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
 
     # --- one call ------------------------------------------------------------------------------
@@ -192,29 +232,31 @@ class CostEngine:
         found = self._calls.get(key)
         if found is not None:
             return found
-        network = self.context.network_of(collective)
         coords = self.network.coords[self.devices[0, list(members)]]
         site = CallSite(collective, canonical_coords(coords), self.context.levels_of(collective),
                         self.context.topology.nccl)
-        plans = _plans(self.backend, site)
-        member_ranks = np.array(members, dtype=np.int64)
-        groups = len(self.devices)
-        candidates = []
-        for plan in plans:
-            flows, counts, alone = [], [], 0.0
-            for src_local, dst_local, weight in _local_flows(plan):
-                src = self.devices[:, member_ranks[src_local]]
-                dst = self.devices[:, member_ranks[dst_local]]
-                flows.append((src.ravel(), dst.ravel(), np.tile(weight, groups)))
-                counts.append(len(weight))
-                alone += network.makespan(src[0], dst[0], weight)[0]
-            latencies = tuple(phase.latency_s for phase in plan.phases)
-            candidates.append(_Candidate(plan, latencies, sum(latencies), tuple(flows), tuple(counts), alone))
         site_id = self._site_ids.setdefault(site, len(self._site_ids))
-        found = _Call(site, site_id, plans, tuple(candidates), np.array([c.latency_s for c in candidates]),
-                      np.array([c.alone_s_per_byte for c in candidates]))
+        member_ranks = np.array(members, dtype=np.int64)
+        shared = self._site_costs.get(site_id)
+        if shared is None:
+            shared = self._site_costs[site_id] = self._site_figures(collective, site, member_ranks)
+        found = _Call(site, site_id, shared, member_ranks, self.devices)
         self._calls[key] = found
         return found
+
+    def _site_figures(self, collective: str, site: CallSite, members: np.ndarray) -> _SiteCosts:
+        """The site's plans, their latencies and one group's time alone, from one of its calls."""
+        network = self.context.network_of(collective)
+        plans = _plans(self.backend, site)
+        devices = self.devices[0]
+        latencies, alone = [], []
+        for plan in plans:
+            total = 0.0
+            for src_local, dst_local, weight in _local_flows(plan):
+                total += network.makespan(devices[members[src_local]], devices[members[dst_local]], weight)[0]
+            latencies.append(tuple(phase.latency_s for phase in plan.phases))
+            alone.append(total)
+        return _SiteCosts(plans, tuple(latencies), np.array([sum(phase) for phase in latencies]), np.array(alone))
 
     def _call_choices(self, call: _Call, chunks: int, sizes: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -331,7 +373,7 @@ class CostEngine:
             distinct: dict[tuple[int, int], int] = {}
             kinds = tuple(distinct.setdefault((call.site_id, chunks), len(distinct))
                           for call, chunks in zip(calls, step.chunks))
-            found = self._step_calls[step] = (calls, kinds, any(len(call.candidates) > 1 for call in calls))
+            found = self._step_calls[step] = (calls, kinds, any(len(call.plans) > 1 for call in calls))
         calls, kinds, varied = found
         answers: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
         for call, chunks, kind in zip(calls, step.chunks, kinds):
