@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -109,10 +110,46 @@ def _distinct_rows(rows: np.ndarray) -> int:
     return len(np.unique(rows, axis=0))
 
 
+class FlowArrays(Sequence):
+    """A phase's flows as three arrays (from member, to member, fraction of B) instead of a
+    tuple of tuples: what an all-to-all's k x (k - 1) flows need to stay numpy work. Reads as
+    the same sequence of `Flow` tuples."""
+
+    __slots__ = ("src", "dst", "fraction", "_hash")
+
+    def __init__(self, src, dst, fraction):
+        self.src = np.asarray(src, dtype=np.int64)
+        self.dst = np.asarray(dst, dtype=np.int64)
+        self.fraction = np.asarray(fraction, dtype=float)
+        self._hash = None
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        return int(self.src[index]), int(self.dst[index]), float(self.fraction[index])
+
+    def __iter__(self):
+        return zip(self.src.tolist(), self.dst.tolist(), self.fraction.tolist())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, FlowArrays):
+            return (np.array_equal(self.src, other.src) and np.array_equal(self.dst, other.dst)
+                    and np.array_equal(self.fraction, other.fraction))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((len(self), self.src.tobytes(), self.dst.tobytes(), self.fraction.tobytes()))
+        return self._hash
+
+
 @dataclass(frozen=True)
 class Phase:
     latency_s: float
-    flows: tuple[Flow, ...]
+    flows: tuple[Flow, ...] | FlowArrays
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from synth.model.nccl import tables, timing
 from synth.model.nccl.protocols import (BUFFER, LL128_DATA_ELEMS, LL128_LINE_ELEMS, MAX_THREADS, NCCL_STEPS, PAYLOAD,
                                         THREAD_THRESHOLD, log2i)
 from synth.model.algorithms import Phase, Plan
-from synth.model.backend import CallSite
+from synth.model.backend import CallSite, FlowArrays
 from synth.model.nccl.hardware import NcclView, call_for, nccl_view
 from synth.topology import Level, NcclSystem, Topology
 
@@ -347,10 +347,16 @@ def _at_link_efficiency(phase: Phase, node: np.ndarray | None, net: float, intra
     crosses: the NICs' between nodes (`node` differs), the intra-node link's inside one."""
     if not phase.flows:
         return Phase(phase.latency_s, ())
-    src = np.array([a for a, _, _ in phase.flows], dtype=np.int64)
-    dst = np.array([b for _, b, _ in phase.flows], dtype=np.int64)
-    fraction = np.array([f for _, _, f in phase.flows], dtype=float)
+    given = phase.flows
+    if isinstance(given, FlowArrays):
+        src, dst, fraction = given.src, given.dst, given.fraction
+    else:
+        src = np.array([a for a, _, _ in given], dtype=np.int64)
+        dst = np.array([b for _, b, _ in given], dtype=np.int64)
+        fraction = np.array([f for _, _, f in given], dtype=float)
     divisor = np.full(len(src), intra, dtype=float) if node is None else np.where(node[src] != node[dst], net, intra)
+    if isinstance(given, FlowArrays):
+        return Phase(phase.latency_s, FlowArrays(src, dst, fraction / divisor))
     return Phase(phase.latency_s, tuple(zip(src.tolist(), dst.tolist(), (fraction / divisor).tolist())))
 
 
