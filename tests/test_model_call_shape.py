@@ -144,3 +144,18 @@ def test_a_layouts_hops_and_largest_hop_are_the_pairwise_definitions(coords):
     assert layout.hops(src, dst).tolist() == [value for row in expected for value in row]
     pairs = [expected[a][b] for a in range(k) for b in range(k) if a != b]
     assert layout.largest_hop() == max(pairs, default=0.0)
+
+
+@pytest.mark.parametrize("name", ["emu-2x2x2", "dgx-a100-x4", "dgx-h100-2x8x8", "paper-fig3"])
+def test_the_networks_first_difference_is_the_coordinates_outermost_differing_level(name):
+    from synth.model.network import network_for
+
+    network = network_for(topology(name))
+    k = network.device_count
+    src, dst = np.repeat(np.arange(k), k), np.tile(np.arange(k), k)
+    apart = src != dst
+    src, dst = src[apart], dst[apart]
+    expected = (network.coords[src] != network.coords[dst]).argmax(axis=-1)
+    assert network.first_difference(src, dst).tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="itself"):
+        network.first_difference([0], [0])
