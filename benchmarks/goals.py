@@ -135,7 +135,9 @@ def time_top(source: str, goal: str, estimate: str) -> dict:
 
     environment = {**os.environ, "PYTHONPATH": str(source)}
     done = subprocess.run([sys.executable, "-c", _TOP_SCRIPT, goal, estimate, str(TOP_K), str(TOP_BYTES)],
-                          capture_output=True, text=True, env=environment, cwd=source, check=True)
+                          capture_output=True, text=True, env=environment, cwd=source)
+    if done.returncode != 0:
+        raise SystemExit(f"{goal} {estimate} with {source} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
