@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 
-from synth.model.backend import CallSite, Flow, Layout, Phase, Plan, call_layout  # noqa: F401 - the seam's vocabulary
+from synth.model.backend import CallSite, Flow, FlowArrays, Layout, Phase, Plan, call_layout  # noqa: F401 - the seam's vocabulary
 
 Algorithm = Callable[[Layout], Plan]
 
@@ -95,14 +95,16 @@ def _ring(layout: Layout, fraction: float, spread: bool, step: int = 1) -> tuple
 def _ring_latency(layout: Layout, nsteps: int, step: int = 1) -> float:
     """The slowest path of `nsteps` consecutive ring hops (the critical chunk's path)."""
     k = layout.size
-    hops = np.array([layout.hop_latency[m][(m + step) % k] for m in range(k)])
+    members = np.arange(k)
+    hops = layout.hops(members, (members + step) % k)
     laps = -(-nsteps // k) + 1
     running = np.concatenate(([0.0], np.cumsum(np.tile(hops, laps))))
     return float(np.max(running[nsteps:nsteps + k] - running[:k]))
 
 
 def _chain_latency(layout: Layout) -> float:
-    return sum(layout.hop_latency[m][m + 1] for m in range(layout.size - 1))
+    members = np.arange(layout.size - 1)
+    return sum(layout.hops(members, members + 1).tolist())  # in member order, as the chain adds them
 
 
 def _chain(layout: Layout, toward_root: bool, spread: bool) -> tuple[Flow, ...]:
@@ -242,9 +244,10 @@ def pairwise_all_to_all(layout: Layout) -> Plan:
     slowest pair's. The received blocks land in a scratch buffer of B (NCCL has no in-place
     all-to-all) that is copied back."""
     k = layout.size
-    flows = tuple((a, b, 1.0 / k) for a in range(k) for b in range(k) if a != b)
-    latency = max((layout.hop_latency[a][b] for a, b, _ in flows), default=0.0)
-    return Plan("pairwise", (Phase(latency, flows),), extra_memory=1.0)
+    src, dst = np.repeat(np.arange(k), k), np.tile(np.arange(k), k)
+    pairs = src != dst
+    flows = FlowArrays(src[pairs], dst[pairs], np.full(k * (k - 1), 1.0 / k))  # k x (k-1) flows: arrays
+    return Plan("pairwise", (Phase(layout.largest_hop(), flows),), extra_memory=1.0)
 
 
 # --- gloo ----------------------------------------------------------------------------------------
@@ -273,7 +276,7 @@ def gloo_binomial_broadcast(layout: Layout) -> Plan:
     k, phases, span = layout.size, [], 1
     while span < k:
         flows = tuple((sender, sender + span, 1.0) for sender in range(span) if sender + span < k)
-        phases.append(Phase(max(layout.hop_latency[a][b] for a, b, _ in flows), flows))
+        phases.append(Phase(float(layout.hops([a for a, _, _ in flows], [b for _, b, _ in flows]).max()), flows))
         span <<= 1
     return Plan("binomial", tuple(phases))
 
@@ -282,7 +285,8 @@ def gloo_ring_reduce(layout: Layout) -> Plan:
     """Ring reduce-scatter, then every member sends its reduced block to the root (gloo/reduce.cc)."""
     k = layout.size
     scatter = Phase(_ring_latency(layout, k - 1, step=-1), _ring(layout, (k - 1) / k, spread=False, step=-1))
-    gather = Phase(max(layout.hop_latency[m][0] for m in range(1, k)), tuple((m, 0, 1 / k) for m in range(1, k)))
+    gather = Phase(float(layout.hops(np.arange(1, k), np.zeros(k - 1, dtype=np.int64)).max()),
+                   tuple((m, 0, 1 / k) for m in range(1, k)))
     return Plan("ring+gather", (scatter, gather))
 
 

@@ -45,8 +45,9 @@ channels, size ramp, transports) is the `nccl` backend built on this seam.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -59,15 +60,18 @@ from synth.topology import Level, NcclSystem
 Flow = tuple[int, int, float]  # (from member index, to member index, fraction of B)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Layout:
-    """What an algorithm needs to know about the members of one call."""
+    """What an algorithm needs to know about the members of one call. Hop latencies come from
+    the members' coordinates and the levels' latencies on demand (`hops`, vectorized), never as
+    a member x member table: a call's cost must not grow with its members squared."""
 
     size: int
     nodes: tuple[tuple[int, ...], ...]  # member indices of each node, in member order
-    hop_latency: tuple[tuple[float, ...], ...]  # s, [a][b]: latency of a message from a to b
     outer_latency: float  # s, latency of the outermost level the group spans
     inner_latency: float  # s, latency of the innermost level (hops inside a node)
+    coords: np.ndarray = field(repr=False)  # [member, level]
+    level_latency: np.ndarray = field(repr=False)  # s, [level]
 
     @cached_property
     def _node_index(self) -> dict[int, int]:
@@ -76,11 +80,76 @@ class Layout:
     def node_of(self, member: int) -> int:
         return self._node_index[member]
 
+    def hops(self, src, dst) -> np.ndarray:
+        """Latency of a message from each src member to the dst member beside it: that of the
+        outermost level at which the two differ (0 from a member to itself)."""
+        differs = self.coords[np.asarray(src, dtype=np.int64)] != self.coords[np.asarray(dst, dtype=np.int64)]
+        return np.where(differs.any(axis=-1), self.level_latency[differs.argmax(axis=-1)], 0.0)
+
+    def hop(self, a: int, b: int) -> float:
+        return float(self.hops([a], [b])[0])
+
+    def largest_hop(self) -> float:
+        """The largest latency of a message between two members (0.0 for one member): the
+        largest latency of a level at which two members of one parent unit differ."""
+        found = [float(self.level_latency[level]) for level in range(self.coords.shape[1])
+                 if _distinct_rows(self.coords[:, :level + 1]) > _distinct_rows(self.coords[:, :level])]
+        return max(found, default=0.0)
+
+    @cached_property
+    def hop_latency(self) -> tuple[tuple[float, ...], ...]:
+        """[a][b] latency of a message from a to b: the whole table (k x k; for checks and small
+        calls only, the algorithms use `hops`)."""
+        k = self.size
+        return tuple(map(tuple, self.hops(np.repeat(np.arange(k), k), np.tile(np.arange(k), k)).reshape(k, k).tolist()))
+
+
+def _distinct_rows(rows: np.ndarray) -> int:
+    if rows.shape[1] == 0:
+        return 1 if len(rows) else 0
+    return len(np.unique(rows, axis=0))
+
+
+class FlowArrays(Sequence):
+    """A phase's flows as three arrays (from member, to member, fraction of B) instead of a
+    tuple of tuples: what an all-to-all's k x (k - 1) flows need to stay numpy work. Reads as
+    the same sequence of `Flow` tuples."""
+
+    __slots__ = ("src", "dst", "fraction", "_hash")
+
+    def __init__(self, src, dst, fraction):
+        self.src = np.asarray(src, dtype=np.int64)
+        self.dst = np.asarray(dst, dtype=np.int64)
+        self.fraction = np.asarray(fraction, dtype=float)
+        self._hash = None
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        return int(self.src[index]), int(self.dst[index]), float(self.fraction[index])
+
+    def __iter__(self):
+        return zip(self.src.tolist(), self.dst.tolist(), self.fraction.tolist())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, FlowArrays):
+            return (np.array_equal(self.src, other.src) and np.array_equal(self.dst, other.dst)
+                    and np.array_equal(self.fraction, other.fraction))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((len(self), self.src.tobytes(), self.dst.tobytes(), self.fraction.tobytes()))
+        return self._hash
+
 
 @dataclass(frozen=True)
 class Phase:
     latency_s: float
-    flows: tuple[Flow, ...]
+    flows: tuple[Flow, ...] | FlowArrays
 
 
 @dataclass(frozen=True)
@@ -100,15 +169,13 @@ def call_layout(coords: np.ndarray, level_latencies) -> Layout:
     latency per level: nodes, hop latencies, and the outermost and innermost latencies."""
     coords = np.asarray(coords)
     nodes: dict[tuple, list[int]] = {}
-    for index, row in enumerate(coords.tolist()):
-        nodes.setdefault(tuple(row[:-1]), []).append(index)
+    for index, row in enumerate(coords[:, :-1].tolist()):
+        nodes.setdefault(tuple(row), []).append(index)
     latency_of_level = np.asarray(level_latencies, dtype=float)
-    differs = coords[:, None, :] != coords[None, :, :]
-    hop = np.where(differs.any(axis=-1), latency_of_level[differs.argmax(axis=-1)], 0.0)
-    spanned = [l for l in range(coords.shape[1]) if len(set(coords[:, l].tolist())) > 1]
+    spanned = [l for l in range(coords.shape[1]) if len(np.unique(coords[:, l])) > 1]
     outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
-    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), tuple(map(tuple, hop.tolist())),
-                  outer, float(latency_of_level[-1]))
+    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), outer, float(latency_of_level[-1]),
+                  coords, latency_of_level)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ import numpy as np
 
 from synth.lowering import LoweredProgram, LoweredStep
 from synth.model.algorithms import Plan
-from synth.model.backend import CallSite, canonical_coords
+from synth.model.backend import CallSite, FlowArrays, canonical_coords
 from synth.model.context import CostContext
 from synth.model.network import NO_LINK
 
@@ -127,25 +127,34 @@ class StepFigures:
 
 
 @dataclass(frozen=True)
-class _Candidate:
-    """One plan of one call, its flows on every reduction group's devices."""
+class _SiteCosts:
+    """What every call at one site shares (calls at alike sites cost alike: the network cannot
+    tell their units apart): its plans, their latencies and one group's time alone."""
 
-    plan: Plan
-    latencies: tuple[float, ...]  # per phase
-    latency_s: float
-    flows: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]  # per phase: src, dst, bytes per byte of B
-    per_group: tuple[int, ...]  # flows per group per phase (group 0's are the first)
-    alone_s_per_byte: float  # one group's call alone on an idle network, per byte of B
+    plans: tuple[Plan, ...]
+    latencies: tuple[tuple[float, ...], ...]  # [candidate] per phase
+    latency: np.ndarray  # [candidate] latency sum
+    per_byte: np.ndarray  # [candidate] alone seconds per byte of B
 
 
 @dataclass(frozen=True, eq=False)
 class _Call:
     site: CallSite
     site_id: int  # the engine's number for the site (hashing a site is slow)
-    plans: tuple[Plan, ...]
-    candidates: tuple[_Candidate, ...]
-    latency: np.ndarray  # [candidate] latency sum
-    per_byte: np.ndarray  # [candidate] alone seconds per byte of B
+    shared: _SiteCosts
+    members: np.ndarray  # the call's member ranks
+
+    @property
+    def plans(self) -> tuple[Plan, ...]:
+        return self.shared.plans
+
+    @property
+    def latency(self) -> np.ndarray:
+        return self.shared.latency
+
+    @property
+    def per_byte(self) -> np.ndarray:
+        return self.shared.per_byte
 
 
 @lru_cache(maxsize=4096)
@@ -153,6 +162,9 @@ def _local_flows(plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
     """A plan's flows per phase as (from member, to member, bytes per byte of B) arrays."""
     result = []
     for phase in plan.phases:
+        if isinstance(phase.flows, FlowArrays):
+            result.append((phase.flows.src, phase.flows.dst, phase.flows.fraction / plan.efficiency))
+            continue
         pairs = np.array([(a, b) for a, b, _ in phase.flows], dtype=np.int64).reshape(-1, 2)
         weight = np.array([f for _, _, f in phase.flows], dtype=float) / plan.efficiency
         result.append((pairs[:, 0], pairs[:, 1], weight))
@@ -183,6 +195,7 @@ class CostEngine:
         self._regime_ids: dict[tuple[StepCalls, tuple[int, ...]], int] = {}
         self._choices: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
         self._site_ids: dict[CallSite, int] = {}
+        self._site_costs: dict[int, _SiteCosts] = {}
         self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
 
     # --- one call ------------------------------------------------------------------------------
@@ -192,29 +205,31 @@ class CostEngine:
         found = self._calls.get(key)
         if found is not None:
             return found
-        network = self.context.network_of(collective)
         coords = self.network.coords[self.devices[0, list(members)]]
         site = CallSite(collective, canonical_coords(coords), self.context.levels_of(collective),
                         self.context.topology.nccl)
-        plans = _plans(self.backend, site)
-        member_ranks = np.array(members, dtype=np.int64)
-        groups = len(self.devices)
-        candidates = []
-        for plan in plans:
-            flows, counts, alone = [], [], 0.0
-            for src_local, dst_local, weight in _local_flows(plan):
-                src = self.devices[:, member_ranks[src_local]]
-                dst = self.devices[:, member_ranks[dst_local]]
-                flows.append((src.ravel(), dst.ravel(), np.tile(weight, groups)))
-                counts.append(len(weight))
-                alone += network.makespan(src[0], dst[0], weight)[0]
-            latencies = tuple(phase.latency_s for phase in plan.phases)
-            candidates.append(_Candidate(plan, latencies, sum(latencies), tuple(flows), tuple(counts), alone))
         site_id = self._site_ids.setdefault(site, len(self._site_ids))
-        found = _Call(site, site_id, plans, tuple(candidates), np.array([c.latency_s for c in candidates]),
-                      np.array([c.alone_s_per_byte for c in candidates]))
+        member_ranks = np.array(members, dtype=np.int64)
+        shared = self._site_costs.get(site_id)
+        if shared is None:
+            shared = self._site_costs[site_id] = self._site_figures(collective, site, member_ranks)
+        found = _Call(site, site_id, shared, member_ranks)
         self._calls[key] = found
         return found
+
+    def _site_figures(self, collective: str, site: CallSite, members: np.ndarray) -> _SiteCosts:
+        """The site's plans, their latencies and one group's time alone, from one of its calls."""
+        network = self.context.network_of(collective)
+        plans = _plans(self.backend, site)
+        devices = self.devices[0]
+        latencies, alone = [], []
+        for plan in plans:
+            total = 0.0
+            for src_local, dst_local, weight in _local_flows(plan):
+                total += network.makespan(devices[members[src_local]], devices[members[dst_local]], weight)[0]
+            latencies.append(tuple(phase.latency_s for phase in plan.phases))
+            alone.append(total)
+        return _SiteCosts(plans, tuple(latencies), np.array([sum(phase) for phase in latencies]), np.array(alone))
 
     def _call_choices(self, call: _Call, chunks: int, sizes: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -262,37 +277,60 @@ class CostEngine:
         found = self._regime_ids.get(key)
         if found is not None:
             return found
-        chosen = [self.call(step.collective, members).candidates[c] for members, c in zip(step.calls, choices)]
+        calls = [self.call(step.collective, members) for members in step.calls]
+        plans = [call.plans[c] for call, c in zip(calls, choices)]
+        phase_latencies = [call.shared.latencies[c] for call, c in zip(calls, choices)]
         largest = step.largest
         weights = [part / largest for part in step.chunks]
+        runs = _runs(calls, choices)
         network = self.context.network_of(step.collective)
         capacity = network.capacity
         latencies, drains, links, chain_drains = [], [], [], []
         link_s = np.zeros(len(capacity))
-        for phase in range(max(len(c.latencies) for c in chosen)):
-            present = [(c, w) for c, w in zip(chosen, weights) if phase < len(c.latencies)]
-            src = np.concatenate([c.flows[phase][0] for c, _ in present])
-            dst = np.concatenate([c.flows[phase][1] for c, _ in present])
-            nbytes = np.concatenate([c.flows[phase][2] * w for c, w in present])
+        one_group = len(self.devices) == 1
+        for phase in range(max(len(p) for p in phase_latencies)):
+            parts = [self._run_flows(calls, plans, weights, start, stop, phase) for start, stop in runs
+                     if phase < len(phase_latencies[start])]
+            src = np.concatenate([part[0] for part in parts])
+            dst = np.concatenate([part[1] for part in parts])
+            nbytes = np.concatenate([part[2] for part in parts])
             seconds = network.loads(src, dst, nbytes) / capacity
             busiest = int(np.argmax(seconds))  # the first of equals: deterministic
             drains.append(float(seconds[busiest]))
             links.append(busiest if seconds[busiest] > 0 else NO_LINK)
             link_s += seconds
-            src0 = np.concatenate([c.flows[phase][0][:c.per_group[phase]] for c, _ in present])
-            dst0 = np.concatenate([c.flows[phase][1][:c.per_group[phase]] for c, _ in present])
-            nbytes0 = np.concatenate([c.flows[phase][2][:c.per_group[phase]] * w for c, w in present])
+            latencies.append(max(p[phase] for p in phase_latencies if phase < len(p)))
+            if one_group:  # one group: its calls alone are all the flows
+                chain_drains.append(float(seconds.max()) if len(src) else 0.0)
+                continue
+            src0 = np.concatenate([part[3] for part in parts])
+            dst0 = np.concatenate([part[4] for part in parts])
+            nbytes0 = np.concatenate([part[5] for part in parts])
             chain_drains.append(float((network.loads(src0, dst0, nbytes0) / capacity).max()) if len(src0) else 0.0)
-            latencies.append(max(c.latencies[phase] for c, _ in present))
+        chosen_latency = [float(call.shared.latency[c]) for call, c in zip(calls, choices)]
         launch = self.backend.launch_s
         regime = StepRegime(
-            algorithm="+".join(sorted({c.plan.algorithm for c in chosen})),
+            algorithm="+".join(sorted({plan.algorithm for plan in plans})),
             latency_s=launch + sum(latencies), drain_s=tuple(drains), links=tuple(links),
-            chain_latency_s=launch + max(c.latency_s for c in chosen), chain_drain_s=tuple(chain_drains),
-            extra_memory=max(c.plan.extra_memory for c in chosen), link_s=link_s * (largest / self.group_size))
+            chain_latency_s=launch + max(chosen_latency), chain_drain_s=tuple(chain_drains),
+            extra_memory=max(plan.extra_memory for plan in plans), link_s=link_s * (largest / self.group_size))
         self.regimes.append(regime)
         self._regime_ids[key] = len(self.regimes) - 1
         return len(self.regimes) - 1
+
+    def _run_flows(self, calls, plans, weights, start: int, stop: int, phase: int):
+        """The flows of calls[start:stop] (one site, one plan) in one phase, in call order and,
+        within a call, group by group: (src, dst, bytes per byte of B_max) on every group's
+        devices, then the same on group 0's alone. One gather for the whole run."""
+        src_local, dst_local, weight = _local_flows(plans[start])[phase]
+        members = np.stack([call.members for call in calls[start:stop]])  # [call, member]
+        scale = np.array(weights[start:stop])[:, None]
+        devices = self.devices
+        src = devices[:, members[:, src_local]]  # [group, call, flow]
+        dst = devices[:, members[:, dst_local]]
+        nbytes = (np.tile(weight, len(devices))[None, :] * scale).ravel()
+        return (src.transpose(1, 0, 2).ravel(), dst.transpose(1, 0, 2).ravel(), nbytes,
+                src[0].ravel(), dst[0].ravel(), (weight[None, :] * scale).ravel())
 
     # --- steps x sizes -------------------------------------------------------------------------------
 
@@ -331,7 +369,7 @@ class CostEngine:
             distinct: dict[tuple[int, int], int] = {}
             kinds = tuple(distinct.setdefault((call.site_id, chunks), len(distinct))
                           for call, chunks in zip(calls, step.chunks))
-            found = self._step_calls[step] = (calls, kinds, any(len(call.candidates) > 1 for call in calls))
+            found = self._step_calls[step] = (calls, kinds, any(len(call.plans) > 1 for call in calls))
         calls, kinds, varied = found
         answers: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
         for call, chunks, kind in zip(calls, step.chunks, kinds):
@@ -378,6 +416,16 @@ class CostEngine:
 
     def link_name(self, link: int) -> str:
         return self.network.link_name(link)
+
+
+def _runs(calls, choices) -> list[tuple[int, int]]:
+    """[start, stop) of each run of consecutive calls at one site with one choice."""
+    runs, start = [], 0
+    for i in range(1, len(calls) + 1):
+        if i == len(calls) or calls[i].site_id != calls[start].site_id or choices[i] != choices[start]:
+            runs.append((start, i))
+            start = i
+    return runs
 
 
 def canonical_devices(context: CostContext) -> np.ndarray:

@@ -77,6 +77,7 @@ class Network:
         self.capacity = np.array([link.capacity for link in self.links], dtype=float)
         self.link_names = tuple(link.name for link in self.links)
         self._build_tables()
+        self._pack_codes()
 
     # --- the graph ---------------------------------------------------------------------------
 
@@ -162,10 +163,32 @@ class Network:
 
     def first_difference(self, src, dst) -> np.ndarray:
         """The outermost level at which each pair of devices differs (the level of their traffic)."""
+        if self._codes is not None:  # one integer per device: the highest bit two codes differ at
+            differs = self._codes[np.asarray(src)] ^ self._codes[np.asarray(dst)]
+            if not differs.all():
+                raise ValueError("a flow from a device to itself carries no traffic")
+            return self._level_of_bit[np.frexp(differs.astype(float))[1]]
         differs = self.coords[np.asarray(src)] != self.coords[np.asarray(dst)]
         if not differs.any(axis=-1).all():
             raise ValueError("a flow from a device to itself carries no traffic")
         return differs.argmax(axis=-1)
+
+    def _pack_codes(self) -> None:
+        """Each device's coordinates packed into one integer, outermost level in the high bits,
+        and the level each bit belongs to: two devices first differ at the level of the highest
+        bit their codes differ at (None past 52 bits, where floats stop being exact)."""
+        widths = [max(1, (size - 1).bit_length()) for size in self.sizes]
+        self._codes = self._level_of_bit = None
+        if sum(widths) > 52:
+            return
+        codes = np.zeros(self.device_count, dtype=np.int64)
+        level_of_bit = []
+        for level, width in enumerate(widths):
+            codes = (codes << width) | self.coords[:, level]
+            level_of_bit = [level] * width + level_of_bit
+        # frexp's exponent of a code difference is its bit length: bit e - 1 is the highest set
+        self._codes = codes
+        self._level_of_bit = np.array([0] + level_of_bit, dtype=np.int64)
 
     def route(self, src: int, dst: int) -> tuple[str, ...]:
         """The names of the links one flow crosses, by shortest path on the graph (for checks
@@ -196,7 +219,13 @@ class Network:
             turning = level == fabric_level  # the flow turns at this level's switch
             ids.append(self.fabric[src[turning], fabric_level])
             weights.append(nbytes[turning])
-        return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.links))
+        # Each link is in one of these parts only (its kind and level fix the part), so summing the
+        # parts' loads adds its bytes in the same order as one bincount over them all would,
+        # without a copy of every part (the copy was most of the time for millions of flows).
+        total = np.zeros(len(self.links))
+        for part, weight in zip(ids, weights):
+            total += np.bincount(part, weights=weight, minlength=len(self.links))
+        return total
 
     def makespan(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> tuple[float, int]:
         """(seconds, busiest link) for flows that start together: max over links of load/capacity."""

@@ -60,7 +60,7 @@ from synth.model.nccl import tables, timing
 from synth.model.nccl.protocols import (BUFFER, LL128_DATA_ELEMS, LL128_LINE_ELEMS, MAX_THREADS, NCCL_STEPS, PAYLOAD,
                                         THREAD_THRESHOLD, log2i)
 from synth.model.algorithms import Phase, Plan
-from synth.model.backend import CallSite
+from synth.model.backend import CallSite, FlowArrays
 from synth.model.nccl.hardware import NcclView, call_for, nccl_view
 from synth.topology import Level, NcclSystem, Topology
 
@@ -237,7 +237,7 @@ class NcclMeasured:
         shape = shape_of(call)
         found = envelope(shape)
         hardware = shape.hardware
-        crosses = _crosses_network(call)
+        node = _network_nodes(call)
         result = []
         for algorithm, protocol in found.pairs:
             plan = _builder(call.collective, algorithm)(call.layout)
@@ -245,8 +245,7 @@ class NcclMeasured:
             if algorithm in ("nvls", "nvls_tree"):
                 intra *= tables.NVLS_EFFICIENCY.get(hardware.generation, 1.0)
             net = hardware.network.link.efficiency if hardware.network is not None else 1.0
-            phases = tuple(Phase(phase.latency_s, tuple((a, b, f / (net if crosses[a][b] else intra))
-                                                        for a, b, f in phase.flows)) for phase in plan.phases)
+            phases = tuple(_at_link_efficiency(phase, node, net, intra) for phase in plan.phases)
             payload = PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
             result.append(Plan(f"{algorithm}/{protocol}", phases, 0.0, payload))
         return tuple(result)
@@ -324,23 +323,41 @@ def all_to_all_plans(call: CallSite) -> tuple[Plan, ...]:
     coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)
     devices = np.ravel_multi_index(tuple(coords.T), topology.sizes)
     hardware, _ = call_for(topology, view, devices, "AllReduce", 0.0)
-    crosses = _crosses_network(call)
+    node = _network_nodes(call)
     intra = hardware.intra.efficiency
     net = hardware.network.link.efficiency if hardware.network is not None else 1.0
     plan = flows.pairwise_all_to_all(call.layout)
-    phases = tuple(Phase(phase.latency_s, tuple((a, b, f / (net if crosses[a][b] else intra)) for a, b, f in phase.flows))
-                   for phase in plan.phases)
+    phases = tuple(_at_link_efficiency(phase, node, net, intra) for phase in plan.phases)
     return (Plan(plan.algorithm, phases, plan.extra_memory),)
 
 
-def _crosses_network(call: CallSite) -> tuple[tuple[bool, ...], ...]:
-    """[a][b]: whether members a and b sit in different nodes as NCCL sees them (they differ at
-    the network level or outside it), so a flow between them runs at the NICs' efficiency."""
+def _network_nodes(call: CallSite) -> np.ndarray | None:
+    """[member]: the node each member sits in as NCCL sees it (its coordinates down to the
+    network level); two members in different nodes talk at the NICs' efficiency. None when
+    NCCL's view has no network (every member in one node)."""
     view, _ = _view(call.levels, call.nccl)
     if view.node_level is None:
-        return tuple(tuple(False for _ in call.coords) for _ in call.coords)
-    outer = [row[:view.node_level + 1] for row in call.coords]
-    return tuple(tuple(x != y for y in outer) for x in outer)
+        return None
+    coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)
+    return np.unique(coords[:, :view.node_level + 1], axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def _at_link_efficiency(phase: Phase, node: np.ndarray | None, net: float, intra: float) -> Phase:
+    """The phase with each flow's fraction divided by the efficiency NCCL reaches on the link it
+    crosses: the NICs' between nodes (`node` differs), the intra-node link's inside one."""
+    if not phase.flows:
+        return Phase(phase.latency_s, ())
+    given = phase.flows
+    if isinstance(given, FlowArrays):
+        src, dst, fraction = given.src, given.dst, given.fraction
+    else:
+        src = np.array([a for a, _, _ in given], dtype=np.int64)
+        dst = np.array([b for _, b, _ in given], dtype=np.int64)
+        fraction = np.array([f for _, _, f in given], dtype=float)
+    divisor = np.full(len(src), intra, dtype=float) if node is None else np.where(node[src] != node[dst], net, intra)
+    if isinstance(given, FlowArrays):
+        return Phase(phase.latency_s, FlowArrays(src, dst, fraction / divisor))
+    return Phase(phase.latency_s, tuple(zip(src.tolist(), dst.tolist(), (fraction / divisor).tolist())))
 
 
 def _links_s(curve: Envelope, estimate: timing.Estimate) -> float:

@@ -1,0 +1,161 @@
+"""A call's cost depends on its shape, not on walking its members pair by pair: the layouts,
+network crossings and all-to-all plans are computed from the level structure (vectorized), and
+every predicted time stays bit for bit what the member-by-member code gave.
+
+REFERENCE holds, per case, a SHA-256 of the predicted times (float64 bytes, programs x sizes)
+of every valid program of a goal, recorded with the member-by-member code (the commit before
+this change) by running `digest(case_times(case))` for each case."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from synth.analysis.goal_rank import goal_program_times
+from synth.hierarchy import build_hierarchy
+from synth.model import cost_context
+from synth.model.algorithms import GLOO, NCCL_FLOWS
+from synth.model.backend import call_layout
+from synth.placement import enumerate_placements, parse_axes
+from synth.search import Enumerator, SearchOptions, semantics_for
+from synth.topology_file import load_topology
+
+SIZES = (4096, 3 * 2**20 + 5, 2**28)
+
+
+@lru_cache(maxsize=None)
+def topology(name: str):
+    """A built-in topology, or `dgx-h100-2x8x8` with its node level resized (`h100-rack2-nodeN`)."""
+    if name.startswith("h100-rack2-node"):
+        base = load_topology("dgx-h100-2x8x8")
+        rack, node, gpu = base.levels
+        nodes = int(name.removeprefix("h100-rack2-node"))
+        return dataclasses.replace(base, name=name, levels=(rack, dataclasses.replace(node, size=nodes), gpu))
+    return load_topology(name)
+
+
+BACKENDS = {"nccl": "nccl", "gloo": GLOO, "nccl-flows": NCCL_FLOWS}
+
+# (id, topology, axes, reduction, hierarchy kind, placement index, backend, goal, max length, estimate)
+CASES = (
+    ("emu-2x2x2 allreduce nccl", "emu-2x2x2", "data=8", ("data",), "merged", 0, "nccl", "allreduce", 4, "lockstep"),
+    ("dgx-a100-x4 allreduce nccl", "dgx-a100-x4", "data=8,model=4", ("data",), "merged", 1, "nccl", "allreduce", 4,
+     "pipelined"),
+    ("dgx-a100-x4 split alltoall nccl", "dgx-a100-x4", "data=8,model=4", ("data", "model"), "split", 0, "nccl",
+     "alltoall", 3, "lockstep"),
+    ("paper-fig3 reducescatter gloo", "paper-fig3", "data=4,model=4", ("data", "model"), "merged", 2, "gloo",
+     "reducescatter", 3, "pipelined"),
+    ("paper-fig3 broadcast gloo", "paper-fig3", "data=4,model=4", ("data", "model"), "merged", 2, "gloo",
+     "broadcast", 3, "lockstep"),
+    ("paper-fig3 reduce gloo", "paper-fig3", "data=4,model=4", ("data", "model"), "merged", 0, "gloo",
+     "reduce", 3, "lockstep"),
+    ("dgx-h100-2x8x8 allreduce nccl", "dgx-h100-2x8x8", "data=128", ("data",), "merged", 0, "nccl", "allreduce", 3,
+     "pipelined"),
+    ("dgx-h100-2x8x8 allreduce nccl-flows", "dgx-h100-2x8x8", "data=128", ("data",), "merged", 0, "nccl-flows",
+     "allreduce", 3, "lockstep"),
+    ("dgx-h100-2x8x8 allgather nccl", "dgx-h100-2x8x8", "data=128", ("data",), "merged", 0, "nccl", "allgather", 3,
+     "lockstep"),
+    ("dgx-h100-2x8x8 broadcast nccl", "dgx-h100-2x8x8", "data=128", ("data",), "merged", 0, "nccl", "broadcast", 3,
+     "pipelined"),
+    ("dgx-h100-2x8x8 reduce nccl", "dgx-h100-2x8x8", "data=128", ("data",), "merged", 0, "nccl", "reduce", 3,
+     "lockstep"),
+    ("dgx-h100-2x8x8 alltoall nccl", "dgx-h100-2x8x8", "data=128", ("data",), "merged", 0, "nccl", "alltoall", 3,
+     "pipelined"),
+    ("h100 256 members reducescatter nccl", "h100-rack2-node16", "data=256", ("data",), "merged", 0, "nccl",
+     "reducescatter", 3, "pipelined"),
+    ("h100 256 members alltoall gloo", "h100-rack2-node16", "data=256", ("data",), "merged", 0, "gloo", "alltoall", 3,
+     "lockstep"),
+    ("h100 512 members allreduce nccl", "h100-rack2-node32", "data=512", ("data",), "merged", 0, "nccl", "allreduce",
+     3, "lockstep"),
+    ("h100 512 members alltoall nccl", "h100-rack2-node32", "data=512", ("data",), "merged", 0, "nccl", "alltoall",
+     3, "pipelined"),
+)
+
+REFERENCE = {
+    'emu-2x2x2 allreduce nccl': '(229, 3):dba335087ef479e80b8696f48f19c414988ffbb3d03049d59da766fdd4fd259a',
+    'dgx-a100-x4 allreduce nccl': '(75, 3):f128ac74dd38e78ba5417be9650d7261baec7a18d06657979c6e41f27e9fd2cc',
+    'dgx-a100-x4 split alltoall nccl': '(4, 3):187bfc0c271902497fdff963b81849d8ef9dc4c04aa597473ca660bd2c030a8c',
+    'paper-fig3 reducescatter gloo': '(4, 3):b9b37d2d2383f79bb491e0c1d359cc9284b33ef5c26644778a4ae56813045dd8',
+    'paper-fig3 broadcast gloo': '(6, 3):4d4a50afc671dc0520467e3d457ca39a30680bbadb20cce810c1dc28f0bbbc43',
+    'paper-fig3 reduce gloo': '(73, 3):29c5699499f9d263a9906e9f9ccd34d91d4297118719cb49d9c0fff96e2a54fe',
+    'dgx-h100-2x8x8 allreduce nccl': '(33, 3):83c59af9bbcb35c64952b7eecde6f4f58bb78b1a4273b050de2f153d309c3c8a',
+    'dgx-h100-2x8x8 allreduce nccl-flows': '(33, 3):2fffc0ac0ea41c295dd33ac797f5f32fb4206b43e72b6b48834a39a815597588',
+    'dgx-h100-2x8x8 allgather nccl': '(5, 3):dbd25b11f043d3e570afdb46ef13b66b2feb14c3ff044df416c8170a5a0b992f',
+    'dgx-h100-2x8x8 broadcast nccl': '(6, 3):7511ed45f6e549819039f2b228d7f574f9deec8b0ed14f98b82d5ebedc81a735',
+    'dgx-h100-2x8x8 reduce nccl': '(73, 3):bd59e8e799546e344c066eb0aabfb25a73705e4416de8426d1b44a761ad512a5',
+    'dgx-h100-2x8x8 alltoall nccl': '(4, 3):725d7e4f19b88682099064e8104c5fcbfb6c10d37f9041f21452fd9d4ca8cb1e',
+    'h100 256 members reducescatter nccl': '(4, 3):4749f783df9ad733592f14250bb9c67db39d738ba777183f0215b69440f1dc30',
+    'h100 256 members alltoall gloo': '(4, 3):c9afdd1fb8b299a3d49f2c6769ef6406ef1e53a2af30f3788b5cdf2928e311b3',
+    'h100 512 members allreduce nccl': '(33, 3):44cf9404ef2932ea5feeb51d1f5b4a5284b510996fe10f02bc6b3608cd918e66',
+    'h100 512 members alltoall nccl': '(4, 3):49c9dac4e7902bfd2fc361a3bf03198f708059c1179bd49fbefa113adfaf6b0e',
+}
+
+
+def case_times(case) -> np.ndarray:
+    _, name, axes, reduction, kind, which, backend, goal, max_len, estimate = case
+    system = topology(name)
+    placements = enumerate_placements(system, parse_axes(axes))
+    hierarchy = build_hierarchy(placements[which % len(placements)], reduction, kind)
+    context = cost_context(hierarchy, system, BACKENDS[backend])
+    programs = list(Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=max_len)).programs())
+    return np.ascontiguousarray(goal_program_times(context, goal, programs, SIZES, estimate), dtype=np.float64)
+
+
+def digest(times: np.ndarray) -> str:
+    return f"{times.shape}:" + hashlib.sha256(times.tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case[0])
+def test_predicted_times_are_bit_identical_to_the_member_by_member_code(case):
+    assert digest(case_times(case)) == REFERENCE[case[0]]
+
+
+def _reference_hops(coords: np.ndarray, latencies) -> list[list[float]]:
+    """[a][b] latency of a message from a to b, pair by pair (the definition)."""
+    rows = coords.tolist()
+    result = []
+    for x in rows:
+        line = []
+        for y in rows:
+            level = next((l for l, (p, q) in enumerate(zip(x, y)) if p != q), None)
+            line.append(0.0 if level is None else float(latencies[level]))
+        result.append(line)
+    return result
+
+
+@pytest.mark.parametrize("coords", [
+    [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1], [1, 0, 0], [1, 0, 1]],
+    [[0, 0], [1, 1], [2, 0]],  # not canonical: no two members share a parent at the inner level
+    [[0, 3, 1], [0, 3, 0], [1, 0, 1], [0, 2, 1]],
+    [[0, 0]],
+])
+def test_a_layouts_hops_and_largest_hop_are_the_pairwise_definitions(coords):
+    coords = np.array(coords, dtype=np.int64)
+    latencies = [15e-6, 2e-6, 9e-6]
+    layout = call_layout(coords, latencies[:coords.shape[1]])
+    expected = _reference_hops(coords, latencies[:coords.shape[1]])
+    assert [list(row) for row in layout.hop_latency] == expected
+    k = len(coords)
+    src, dst = np.repeat(np.arange(k), k), np.tile(np.arange(k), k)
+    assert layout.hops(src, dst).tolist() == [value for row in expected for value in row]
+    pairs = [expected[a][b] for a in range(k) for b in range(k) if a != b]
+    assert layout.largest_hop() == max(pairs, default=0.0)
+
+
+@pytest.mark.parametrize("name", ["emu-2x2x2", "dgx-a100-x4", "dgx-h100-2x8x8", "paper-fig3"])
+def test_the_networks_first_difference_is_the_coordinates_outermost_differing_level(name):
+    from synth.model.network import network_for
+
+    network = network_for(topology(name))
+    k = network.device_count
+    src, dst = np.repeat(np.arange(k), k), np.tile(np.arange(k), k)
+    apart = src != dst
+    src, dst = src[apart], dst[apart]
+    expected = (network.coords[src] != network.coords[dst]).argmax(axis=-1)
+    assert network.first_difference(src, dst).tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="itself"):
+        network.first_difference([0], [0])
