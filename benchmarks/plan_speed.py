@@ -204,18 +204,24 @@ def measure_units(topology: str, resize: str, model: str = MODEL) -> dict:
     return row
 
 
-def _least_squares(rows: list[dict], unit: str, counts: tuple[str, ...]) -> tuple[float, ...]:
-    """Per-count costs of one unit: non-negative least squares on relative error over the rows."""
+def _least_squares(rows: list[dict], unit: str, counts: tuple[str, ...], figure: str = "times") -> tuple[float, ...]:
+    """Per-count costs of one unit: non-negative least squares on relative error over the rows
+    (rows where the unit measured nothing left out)."""
     import numpy as np
     from scipy.optimize import nnls
 
-    a = np.array([[row["search"][c] / row["times"][unit] for c in counts] for row in rows])
+    rows = [row for row in rows if row[figure][unit] > 0]
+    if not rows:
+        return tuple(0.0 for _ in counts)
+    a = np.array([[row["search"][c] / row[figure][unit] for c in counts] for row in rows])
     return tuple(float(x) for x in nnls(a, np.ones(len(rows)))[0])
 
 
 UNITS = (("candidates", ("candidates",)), ("placements", ("placements",)),
          ("group_shapes", ("searched_shapes", "searched_devices")),
-         ("gradient_schedules", ("gradient_schedules", "schedule_member_devices")))
+         ("gradient_schedules", ("gradient_schedules", "schedule_member_devices")),
+         ("goal_programs", ("goal_shapes", "goal_programs", "goal_schedule_programs")))
+MEMORY_UNITS = (("goal_programs", ("goal_shapes", "goal_programs", "goal_schedule_programs")),)  # RSS growth measured across the unit's calls
 
 
 def _unit_cost(seconds: float) -> str:
@@ -225,6 +231,8 @@ def _unit_cost(seconds: float) -> str:
 def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
     calibration = [row for row in rows if row.get("code") == 0 and row["calibration"]]
     constants = {unit: dict(zip(counts, _least_squares(calibration, unit, counts))) for unit, counts in UNITS}
+    memory = {unit: dict(zip(counts, _least_squares(calibration, unit, counts, "memory")))
+              for unit, counts in MEMORY_UNITS}
     lines = ["# The plan search's CPU time by unit of work", "", header(command), "",
              "Each plan runs in a fresh process with the search's functions wrapped by process-time timers "
              "(benchmarks/plan_speed_units.py). Units: a lower-bound prediction per candidate; listing the "
@@ -232,11 +240,19 @@ def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
              "its equivalent system); the full predictions with their gradient schedules, per (degree choice, "
              "data-parallel span) pair of the space and, per distinct span, per member and device of its equivalent system. The "
              "per-unit costs come from the Selene GPT-3 175B rows (calibration) by non-negative least squares on "
-             "relative error; the other rows are held out. Which candidates the step-time bound stops is known only "
+             "relative error; the other rows are held out. Goal programs: building and pricing the program list of a "
+             "reduce-scatter, all-gather or all-to-all on a group shape (synth.analysis.goal_rank.GoalPrograms), per "
+             "(collective, shape) and per program of the lists; their memory is the process's RSS growth across those "
+             "calls, fitted the same way; with the sharded optimizer every (degree choice, data-parallel span) pair's "
+             "gradient schedule prices its span's reduce-scatter list at every bucket size (goal_schedule_programs: "
+             "pairs x programs x devices of the span's equivalent system, an average over the space). Which candidates the step-time bound stops is known only "
              "during the search, so the schedules' unit is an average over the pairs of the space, the "
              "stopped ones included.", "", "Per-unit CPU costs (for synth/plan/search.py):", ""]
     for unit, per in constants.items():
         lines.append(f"- {unit}: " + ", ".join(f"{_unit_cost(seconds)} per {count}" for count, seconds in per.items()))
+    lines += ["", "Per-unit memory (for synth/plan/search.py):", ""]
+    for unit, per in memory.items():
+        lines.append(f"- {unit}: " + ", ".join(f"{value / 1024:.3g} KiB per {count}" for count, value in per.items()))
     lines += ["", "| command | GPUs-row | role | load | unit: measured / predicted by the units (CPU s) | "
                   "search CPU | units' total | ratio |", "|---|---|---|---|---|---:|---:|---:|"]
     for row in rows:
@@ -248,11 +264,14 @@ def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
             predicted = sum(row["search"][c] * constants[unit][c] for c in counts)
             total += predicted
             cells.append(f"{unit} {row['times'][unit]:.2f}/{predicted:.2f}")
+        for unit, counts in MEMORY_UNITS:
+            predicted = sum(row["search"][c] * memory[unit][c] for c in counts)
+            cells.append(f"{unit} memory {row['memory'][unit] / 2**20:.0f}/{predicted / 2**20:.0f} MiB")
         load = "/".join(f"{x:.1f}" for x in row["load_before"])
         lines.append(f"| `{row['command']}` | {row['search']['candidates']:,} candidates | "
                      f"{'calibration' if row['calibration'] else 'held out'} | {load} | {'; '.join(cells)} | "
                      f"{row['cpu_s']:.2f} | {total:.2f} | {total / row['cpu_s']:.2f} |")
-    return constants, "\n".join(lines) + "\n"
+    return {"seconds": constants, "bytes": memory}, "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

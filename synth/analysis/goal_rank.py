@@ -88,6 +88,18 @@ def _canonical_programs(levels: int, capped: tuple[int, ...], goal_name: str, ma
     return tuple(Enumerator(semantics, SearchOptions(max_len=max_len)).programs())
 
 
+def program_count(sizes: tuple[int, ...], goal_name: str, max_len: int = 5) -> int:
+    """How many programs a GoalPrograms on a hierarchy of these sizes prices (the flat call
+    included): one enumeration per level count and quotient sizes, memoized, so counting them
+    before a search costs the search nothing (the planner's estimate, synth/plan/search.py)."""
+    goal = parse_goal(goal_name)
+    names = tuple(f"level{index}" for index in range(len(sizes)))
+    capped = tuple(min(size, QUOTIENT_CAP) for size in sizes)
+    programs = _canonical_programs(len(sizes), capped, goal.name, max_len)
+    baseline = Program((Step(goal.collective, "InsideGroup", names[0]),))
+    return len(programs) + (baseline not in programs)
+
+
 def _renamed(program: Program, names: tuple[str, ...]) -> Program:
     """The canonical program with level{i} spelled names[i]."""
     rename = {f"level{index}": name for index, name in enumerate(names)}

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from synth.errors import NoSolutionError, UsageError
 from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, enumerate_placements, matching_matrices
-from synth.plan.costs import CommunicationCosts
+from synth.plan.costs import CommunicationCosts, goal_program_rows
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
 from synth.plan.errors import BudgetValueError, SearchBudgetError
@@ -58,18 +58,35 @@ from synth.topology import Topology
 # Derived by benchmarks/plan_speed.py --units from the Selene GPT-3 175B series (64 to 131,072
 # GPUs) and checked on five other plans; where it misses (a span of 1,024 data-parallel
 # members costs more per device than the unit says) is in results/plan-speed/units.md.
-SECONDS_PER_CANDIDATE = 150e-6
-SECONDS_PER_PLACEMENT = 1.06e-3
-SECONDS_PER_SHAPE = 16.9e-3
-SECONDS_PER_SHAPE_DEVICE = 179e-6
-SECONDS_PER_SCHEDULE = 0.49e-3
-SECONDS_PER_SCHEDULE_DEVICE = 0.265e-6  # per member x device
+SECONDS_PER_CANDIDATE = 170e-6
+SECONDS_PER_PLACEMENT = 0.845e-3
+SECONDS_PER_SHAPE = 19.8e-3
+SECONDS_PER_SHAPE_DEVICE = 0.0  # the fit leaves it out now that goal programs are their own unit
+SECONDS_PER_SCHEDULE = 0.183e-3
+SECONDS_PER_SCHEDULE_DEVICE = 0.160e-6  # per member x device
+# * every (collective, group shape) a reduce-scatter, all-gather or all-to-all is priced on gets
+#   its goal programs (synth.analysis.goal_rank.GoalPrograms: the program list of the shape's
+#   level count, lowered on its sizes, costed at every size asked): a part per such shape and a
+#   part per program of its list (a 3-level shape prices up to 80 programs, a 1-level shape 1).
+#   Counted over the whole space, the data-parallel shapes (sharded optimizer) included. With
+#   the sharded optimizer each (degree choice, data-parallel span) pair's gradient schedule
+#   prices its reduce-scatter list at every bucket size the DP may form: a part per pair,
+#   program of its span's list and device of the span's equivalent system (each size's cost
+#   is laid out over that system's devices; an average over the space, as the schedules' unit).
+SECONDS_PER_GOAL_SHAPE = 1.78e-3
+SECONDS_PER_GOAL_PROGRAM = 0.0  # the fit gives it no weight: the shape and schedule parts carry it
+SECONDS_PER_GOAL_SCHEDULE_PROGRAM = 4.53e-6
 # Memory: the process's bytes before the search, then per device of the equivalent systems
 # (networks, groups, per-link tables) and per member pair of a reduction's shape (the cost
 # model lays out every whole-group call as a member x member table).
 BASE_BYTES = 163 * 2**20
 BYTES_PER_DEVICE = 2000
 BYTES_PER_PAIR = 90
+# Goal programs (measured as the RSS growth across their calls): per (collective, shape), per
+# program of the lists, and per sharded schedule's program x equivalent device.
+BYTES_PER_GOAL_SHAPE = 5570
+BYTES_PER_GOAL_PROGRAM = 0
+BYTES_PER_GOAL_SCHEDULE_PROGRAM = 186
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
@@ -207,6 +224,10 @@ class SearchSize:
     schedule_devices: int = 0  # per distinct span: its members x the devices of its equivalent system, summed
     refused_settings: tuple[tuple[str, int], ...] = ()  # settings not runnable, by reason (Megatron's checks)
     runnable_choices: int = -1  # degree choices with a runnable setting (-1: not counted)
+    goal_shapes: int = 0  # (collective, group shape) pairs priced by goal programs
+    goal_programs: int = 0  # the programs of their lists, summed
+    goal_schedule_programs: int = 0  # per sharded (choice, data-parallel span) pair: its reduce-scatter list's
+    # programs x the devices of the span's equivalent system, summed
 
     def seconds_by_unit(self) -> dict[str, float]:
         """The estimated CPU seconds split by unit of work (module constants)."""
@@ -214,13 +235,18 @@ class SearchSize:
                 "placements": self.placements * SECONDS_PER_PLACEMENT,
                 "group_shapes": self.searched_shapes * SECONDS_PER_SHAPE + self.searched_devices * SECONDS_PER_SHAPE_DEVICE,
                 "gradient_schedules": self.schedules * SECONDS_PER_SCHEDULE
-                + self.schedule_devices * SECONDS_PER_SCHEDULE_DEVICE}
+                + self.schedule_devices * SECONDS_PER_SCHEDULE_DEVICE,
+                "goal_programs": self.goal_shapes * SECONDS_PER_GOAL_SHAPE
+                + self.goal_programs * SECONDS_PER_GOAL_PROGRAM
+                + self.goal_schedule_programs * SECONDS_PER_GOAL_SCHEDULE_PROGRAM}
 
     def to_json(self) -> dict:
         return {"degrees": self.degrees, "placements": self.placements, "candidates": self.candidates,
                 "group_shapes": self.shapes, "equivalent_devices": self.devices, "member_pairs": self.pairs,
                 "searched_shapes": self.searched_shapes, "searched_devices": self.searched_devices,
                 "gradient_schedules": self.schedules, "schedule_member_devices": self.schedule_devices,
+                "goal_shapes": self.goal_shapes, "goal_programs": self.goal_programs,
+                "goal_schedule_programs": self.goal_schedule_programs,
                 "estimated_s_by_unit": self.seconds_by_unit(),
                 "estimated_s": self.estimated_s, "estimated_bytes": self.estimated_bytes,
                 "refused_degrees": dict(self.refused)}
@@ -263,6 +289,38 @@ def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
     return tuple(kept)
 
 
+def goal_calls(choice: Degrees, settings: list[Settings], model: Transformer, axes, matrix
+               ) -> set[tuple[str, tuple[int, ...]]]:
+    """(collective, groups' span per level) of every reduce-scatter, all-gather and all-to-all the
+    step model (synth/plan/step.py) prices for this choice on a placement `matrix` of `axes`
+    under any of `settings`: sequence parallelism's pair (and the pipeline's gather without
+    it), context parallelism's, the MoE all-to-all, and the sharded optimizer's and ZeRO-3's
+    over the data-parallel (and expert data-parallel) groups. HSDP's shard groups (a placement
+    of their own) are not counted."""
+    index = {axis.name: row for row, axis in enumerate(axes)}
+
+    def spanned(names: tuple[str, ...]) -> tuple[int, ...]:
+        rows = [index[name] for name in names if name in index]
+        return tuple(math.prod(matrix[row][level] for row in rows) for level in range(len(matrix[0])))
+
+    calls = set()
+    if choice.tp > 1:
+        if any(s.sequence_parallel for s in settings):
+            calls |= {("ReduceScatter", spanned(("tp",))), ("AllGather", spanned(("tp",)))}
+        if choice.pp > 1 and not all(s.sequence_parallel for s in settings):
+            calls.add(("AllGather", spanned(("tp",))))
+    if choice.cp > 1:
+        calls |= {("ReduceScatter", spanned(("cp",))), ("AllGather", spanned(("cp",)))}
+    if choice.ep > 1:
+        calls.add(("AllToAll", spanned(("ep",))))
+    if choice.dp > 1 and any(s.sharded_optimizer and not s.hsdp for s in settings):
+        calls |= {("ReduceScatter", spanned(choice.data_axes())), ("AllGather", spanned(choice.data_axes()))}
+        if model.is_moe and choice.expert_data_axes():
+            expert = spanned(choice.expert_data_axes())
+            calls |= {("ReduceScatter", expert), ("AllGather", expert)}
+    return calls
+
+
 def estimate(request: PlanRequest) -> SearchSize:
     """The search's size, time and memory, counted before it starts (module docstring): exact
     placement and candidate counts, and the group shapes whose programs it searches (the span
@@ -279,6 +337,8 @@ def estimate(request: PlanRequest) -> SearchSize:
     runnable = 0
     data_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # (choice, its data-parallel groups' span)
     lower_bound: set[tuple[int, ...]] = set()  # shapes the lower-bound pass costs (not the data-parallel ones)
+    goals: set[tuple[str, tuple[int, ...]]] = set()  # (collective, shape) priced by goal programs
+    sharded_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # data_spans' pairs with a sharded optimizer
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
         settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None,
@@ -297,15 +357,20 @@ def estimate(request: PlanRequest) -> SearchSize:
             too_many.append(choice)
             continue
         rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
+        sharded = any(setting.sharded_optimizer and setting.zero < 3 for setting in settings)
         data_rows = [index for index, axis in enumerate(axes) if axis.name in choice.data_axes()]
         for matrix in matching_matrices(topology, axes, constraints):
             for index, name in rows:
                 (transfers if name == "pp" else collectives).add(matrix[index])
                 if index not in data_rows:
                     lower_bound.add(matrix[index])
+            goals |= goal_calls(choice, settings, request.model, axes, matrix)
             if choice.dp > 1:
-                data_spans.add((choice, tuple(math.prod(matrix[index][level] for index in data_rows)
-                                              for level in range(len(topology.sizes)))))
+                pair = (choice, tuple(math.prod(matrix[index][level] for index in data_rows)
+                                      for level in range(len(topology.sizes))))
+                data_spans.add(pair)
+                if sharded:
+                    sharded_spans.add(pair)
     shapes = collectives | transfers | lower_bound | {span for _, span in data_spans}
     equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in shapes}
     devices = sum(equivalent[shape] for shape in collectives | transfers)
@@ -317,10 +382,18 @@ def estimate(request: PlanRequest) -> SearchSize:
     seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
                + len(lower_bound) * SECONDS_PER_SHAPE + searched_devices * SECONDS_PER_SHAPE_DEVICE
                + schedules * SECONDS_PER_SCHEDULE + schedule_devices * SECONDS_PER_SCHEDULE_DEVICE)
-    memory = BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
+    goal_programs = sum(goal_program_rows(collective, shape, request.max_len) for collective, shape in goals)
+    schedule_programs = sum(goal_program_rows("ReduceScatter", span, request.max_len) * equivalent[span]
+                            for _, span in sharded_spans)
+    seconds += (len(goals) * SECONDS_PER_GOAL_SHAPE + goal_programs * SECONDS_PER_GOAL_PROGRAM
+                + schedule_programs * SECONDS_PER_GOAL_SCHEDULE_PROGRAM)
+    memory = (BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
+              + len(goals) * BYTES_PER_GOAL_SHAPE + goal_programs * BYTES_PER_GOAL_PROGRAM
+              + schedule_programs * BYTES_PER_GOAL_SCHEDULE_PROGRAM)
     return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())),
                       len(collectives), devices, memory, tuple(too_many), pairs, len(lower_bound), searched_devices,
-                      schedules, schedule_devices, tuple(sorted(refused_settings.items())), runnable)
+                      schedules, schedule_devices, tuple(sorted(refused_settings.items())), runnable,
+                      len(goals), goal_programs, schedule_programs)
 
 
 def check_size(size: SearchSize, request: PlanRequest) -> None:
