@@ -38,11 +38,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from synth.export.torch_runtime import Communicators, run_program
+from synth.export.torch_runtime import run_program
 from synth.torch import agreement
 from synth.torch.errors import ReducerSetupError
 from synth.torch.plan import ReductionPlan
-from synth.torch.reducer import mesh_matches
+from synth.torch.reducer import PlanRun
 
 try:  # FSDP2's interfaces for a custom reduce-scatter / all-gather (torch >= 2.9)
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FSDPAllGather
@@ -101,24 +101,10 @@ class PlanCollective:
         if plan.collective != self.GOAL:
             raise ReducerSetupError(f"the plan's programs compute --collective {plan.collective}, "
                                     f"{type(self).__name__} runs {self.GOAL}: plan it with collective={self.GOAL!r}")
-        if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-            raise ReducerSetupError(f"timeout {timeout!r}: give a positive datetime.timedelta (or None: the "
-                                    "default process group's timeout)")
         self.plan = plan
-        self.rank = dist.get_rank()
-        if dist.get_world_size() != plan.world_size:
-            raise ValueError(f"the plan is for {plan.world_size} ranks, this job has {dist.get_world_size()}: plan "
-                             "the job's own placement (every rank of the world takes part, one process per device)")
-        self.data = plan.to_document()
-        self.reused = mesh_matches(mesh, self.data["communicators"]) if mesh is not None else {}
-        backend = backend or str(dist.get_backend())
-        kind = "nccl" if "nccl" in backend else "gloo"
-        device = torch.device("cuda", torch.cuda.current_device()) if kind == "nccl" else torch.device("cpu")
-        self.plan_digest = agreement.digest({k: v for k, v in self.data.items() if k != "description"})
-        agreement.agree_on_plan(self.plan_digest, "sum", device)  # before any group is made
-        self.timeout = timeout or agreement.default_timeout()
-        self.comms = Communicators(self.data, kind, self.rank, {i: group for i, (_, group) in self.reused.items()},
-                                   timeout=self.timeout)
+        self.setup = PlanRun.open(plan, "sum", mesh, backend, timeout)
+        self.rank, self.data, self.reused = self.setup.rank, self.setup.data, self.setup.reused
+        self.plan_digest, self.timeout, self.comms = self.setup.digest, self.setup.timeout, self.setup.comms
         self.group = self.comms[plan.reduction_communicator]
         self.group_size = plan.group_size
         self.members = next(tuple(g) for g in plan.reduction_groups if self.rank in g)
@@ -174,11 +160,7 @@ class PlanCollective:
                              f"{self.group_size}): pad the tensor to a multiple of {self.group_size} elements")
 
     def summary(self) -> list[str]:
-        lines = [f"reused from the mesh: {', '.join(f'communicator {i} = dimension {name}' for i, (name, _) in sorted(self.reused.items())) or 'none'}",
-                 f"groups created: {self.comms.created}, timeout {self.timeout or 'torch default'}"]
-        for index, count in sorted(self.calls.items()):
-            lines.append(f"{count} call(s) by program {index}: {self._programs[index]['text']}")
-        return lines
+        return self.setup.summary(self.calls, "call(s)")
 
 
 def _flat(tensor: torch.Tensor, what: str) -> torch.Tensor:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import queue
 import threading
 import warnings
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -71,6 +72,49 @@ def mesh_matches(mesh, communicators) -> dict[int, tuple[str | int, object]]:
     return matches
 
 
+@dataclass(frozen=True)
+class PlanRun:
+    """What every rank sets up, the same way, to run a plan's programs: the plan as a document,
+    the mesh groups it reuses, its digest (agreed before any group is made), the timeout and
+    the communicators. One setup for the all-reduce reducer and the goal collectives."""
+
+    rank: int
+    data: dict
+    reused: dict
+    digest: str
+    timeout: timedelta
+    comms: Communicators
+
+    @classmethod
+    def open(cls, plan: ReductionPlan, op: str, mesh, backend: str | None, timeout: timedelta | None) -> "PlanRun":
+        if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
+            raise ReducerSetupError(f"timeout {timeout!r}: give a positive datetime.timedelta (or None: the "
+                                    "default process group's timeout)")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if world != plan.world_size:
+            raise ValueError(f"the plan is for {plan.world_size} ranks, this job has {world}: plan the job's own "
+                             "placement (every rank of the world takes part, one process per device)")
+        data = plan.to_document()
+        reused = mesh_matches(mesh, data["communicators"]) if mesh is not None else {}
+        backend = backend or str(dist.get_backend())
+        kind = "nccl" if "nccl" in backend else "gloo"
+        device = torch.device("cuda", torch.cuda.current_device()) if kind == "nccl" else torch.device("cpu")
+        digest = agreement.digest({k: v for k, v in data.items() if k != "description"})
+        agreement.agree_on_plan(digest, op, device)  # before any group is made
+        timeout = timeout or agreement.default_timeout()
+        comms = Communicators(data, kind, rank, {i: group for i, (_, group) in reused.items()}, timeout=timeout)
+        return cls(rank, data, reused, digest, timeout, comms)
+
+    def summary(self, calls: dict[int, int], noun: str) -> list[str]:
+        """What was created and reused, and which program ran how often (`noun`: what it counts)."""
+        reused = ", ".join(f"communicator {i} = dimension {name}" for i, (name, _) in sorted(self.reused.items()))
+        lines = [f"reused from the mesh: {reused or 'none'}",
+                 f"groups created: {self.comms.created}, timeout {self.timeout or 'torch default'}"]
+        for index, count in sorted(calls.items()):
+            lines.append(f"{count} {noun} by program {index}: {self.data['programs'][index]['text']}")
+        return lines
+
+
 class HierarchicalReducer:
     """Runs a ReductionPlan's programs on tensors of this rank (see the module docstring)."""
 
@@ -80,9 +124,6 @@ class HierarchicalReducer:
             raise RuntimeError("HierarchicalReducer needs torch.distributed: call init_process_group first")
         if op not in OPS:
             raise ValueError(f"op {op!r}: choose one of {', '.join(OPS)}")
-        if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-            raise ReducerSetupError(f"timeout {timeout!r}: give a positive datetime.timedelta (or None: the "
-                                    "default process group's timeout)")
         if plan.collective != "allreduce":
             classes = {"reducescatter": "HierarchicalReduceScatter", "allgather": "HierarchicalAllGather",
                        "alltoall": "HierarchicalAllToAll"}
@@ -91,22 +132,9 @@ class HierarchicalReducer:
                                     + (f"run it with synth.torch.{use}" if use else "plan an all-reduce"))
         self.plan = plan
         self.op = op
-        self.rank = dist.get_rank()
-        world = dist.get_world_size()
-        if world != plan.world_size:
-            raise ValueError(f"the plan is for {plan.world_size} ranks, this job has {world}: plan the job's own "
-                             "placement (every rank of the world takes part, one process per device)")
-        self.data = plan.to_document()
-        communicators = self.data["communicators"]
-        self.reused = mesh_matches(mesh, communicators) if mesh is not None else {}
-        backend = backend or str(dist.get_backend())
-        kind = "nccl" if "nccl" in backend else "gloo"
-        device = torch.device("cuda", torch.cuda.current_device()) if kind == "nccl" else torch.device("cpu")
-        self.plan_digest = agreement.digest({k: v for k, v in self.data.items() if k != "description"})
-        agreement.agree_on_plan(self.plan_digest, op, device)  # before any group is made
-        self.timeout = timeout or agreement.default_timeout()
-        self.comms = Communicators(self.data, kind, self.rank, {i: group for i, (_, group) in self.reused.items()},
-                                   timeout=self.timeout)
+        self.setup = PlanRun.open(plan, op, mesh, backend, timeout)
+        self.rank, self.data, self.reused = self.setup.rank, self.setup.data, self.setup.reused
+        self.plan_digest, self.timeout, self.comms = self.setup.digest, self.setup.timeout, self.setup.comms
         self.reduction_group = self.comms[plan.reduction_communicator]
         self.group_size = plan.group_size
         self._programs = self.data["programs"]
@@ -248,8 +276,4 @@ class HierarchicalReducer:
 
     def summary(self) -> list[str]:
         """What was created and reused, and which program ran how often."""
-        lines = [f"reused from the mesh: {', '.join(f'communicator {i} = dimension {name}' for i, (name, _) in sorted(self.reused.items())) or 'none'}",
-                 f"groups created: {self.comms.created}, timeout {self.timeout or 'torch default'}"]
-        for index, count in sorted(self.calls.items()):
-            lines.append(f"{count} tensor(s) by program {index}: {self._programs[index]['text']}")
-        return lines
+        return self.setup.summary(self.calls, "tensor(s)")
