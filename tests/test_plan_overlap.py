@@ -8,21 +8,16 @@ import dataclasses
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import Degrees
 from synth.plan.formulas import attention_dominant
-from synth.plan.launch import megatron_arguments, published_placement
+from synth.plan.launch import megatron_arguments
 from synth.plan.model import PRESETS
 from synth.plan.step import Settings, compute_of, predict, settings_problem
 from synth.topology_file import load_topology
 
-
-def _setup(model_name="llama2-7b", degrees=Degrees(16, 8, 1)):
-    topology = load_topology("dgx-h100-2x8x8")
-    model = dataclasses.replace(PRESETS[model_name], global_batch=64)
-    return (model, compute_of(topology.device, model.precision), CommunicationCosts(topology), degrees,
-            published_placement(degrees, topology))
+from plan_cases import h100_step
 
 
 def test_overlapped_collectives_never_cost_more_and_still_cost_something():
-    model, compute, costs, degrees, placement = _setup()
+    model, compute, costs, degrees, placement = h100_step()
     plain = predict(model, compute, costs, degrees, placement, Settings(1, 1, True, "none", True))
     tp = predict(model, compute, costs, degrees, placement, Settings(1, 1, True, "none", True, tp_overlap=True))
     both = predict(model, compute, costs, degrees, placement,
@@ -50,7 +45,7 @@ def test_context_parallelism_is_searched_once_attention_dominates():
 def test_single_calls_and_all_reduces_are_priced_alike():
     """A reduce-scatter and an all-gather each move half an all-reduce's bytes: on the same groups
     and the same estimate, neither is slower than the all-reduce of the same buffer."""
-    model, compute, costs, degrees, placement = _setup()
+    model, compute, costs, degrees, placement = h100_step()
     size = 1 << 28
     all_reduce = costs.all_reduce(placement, ("dp",), size).time_s
     assert costs.reduce_scatter(placement, ("dp",), size).time_s < all_reduce
@@ -78,7 +73,7 @@ def test_no_tensor_parallel_overlap_across_nodes():
 def test_pipeline_transfers_hide_behind_the_next_chunk_when_interleaved():
     """Megatron overlaps the interleaved schedule's sends and receives with compute by default:
     the exposed point-to-point time can only shrink, and without interleaving there is no overlap."""
-    model, compute, costs, degrees, placement = _setup("llama2-7b", Degrees(16, 2, 4))
+    model, compute, costs, degrees, placement = h100_step("llama2-7b", Degrees(16, 2, 4))
     plain = predict(model, compute, costs, degrees, placement, Settings(1, 2, True, "none", True))
     hidden = predict(model, compute, costs, degrees, placement, Settings(1, 2, True, "none", True, overlap_p2p=True))
     assert hidden.breakdown.pipeline_p2p <= plain.breakdown.pipeline_p2p

@@ -16,18 +16,13 @@ from synth.plan.step import (PIPELINE_SMS, Settings, _overlapped, compute_of, pi
                              tp_overlap_exposed)
 from synth.topology_file import load_topology
 
-
-def _h100(model_name="llama2-7b", degrees=Degrees(16, 8, 1)):
-    topology = load_topology("dgx-h100-2x8x8")
-    model = dataclasses.replace(PRESETS[model_name], global_batch=64)
-    return (model, compute_of(topology.device, model.precision), CommunicationCosts(topology), degrees,
-            published_placement(degrees, topology))
+from plan_cases import h100_step
 
 
 def test_tp_overlap_hides_scatters_in_the_fused_weight_gradient_gemm():
     """With gradient-accumulation fusion the weight-gradient GEMM reads and writes fp32 main
     gradients: it runs longer, and that longer kernel is the window its reduce-scatter hides in."""
-    model, compute, *_ = _h100()
+    model, compute, *_ = h100_step()
     tp, tokens = 8, model.seq_len
     kernels = compute.kernels
     assert kernels.grad_accumulation == "fused"
