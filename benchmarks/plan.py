@@ -311,8 +311,8 @@ RESIDUAL_NOTES = {
 def residuals(fitted: dict) -> list[dict]:
     """Every held-out row beyond 5%: its error, the seconds the prediction is off, the step's
     terms, and the note on what the model lacks there (RESIDUAL_NOTES)."""
-    micro4 = {}
-    for direction in cross_fit("fa2", True, (4, 2, 1))["directions"]:
+    micro4 = {}  # the rows at the fastest micro-batch that fits: the cross-fit itself (H100_MICRO_BATCHES)
+    for direction in fitted["directions"]:
         for row in direction["rows"]:
             micro4[(direction["fitted_on"], row["model"])] = f"{100 * row['error']:+.1f}% ({row['settings'].split()[0]})"
     out = []
