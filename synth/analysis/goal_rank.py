@@ -92,12 +92,21 @@ def program_count(sizes: tuple[int, ...], goal_name: str, max_len: int = 5) -> i
     """How many programs a GoalPrograms on a hierarchy of these sizes prices (the flat call
     included): one enumeration per level count and quotient sizes, memoized, so counting them
     before a search costs the search nothing (the planner's estimate, synth/plan/search.py)."""
+    return len(_priced_programs(sizes, goal_name, max_len)[0])
+
+
+@lru_cache(maxsize=512)
+def _priced_programs(sizes: tuple[int, ...], goal_name: str, max_len: int) -> tuple[tuple[Program, ...], int]:
+    """(canonical programs, index of the flat call) priced on a hierarchy of these sizes: the
+    enumeration of its level count and quotient sizes, with the goal's flat call over the whole
+    group added where the enumeration does not already hold it."""
     goal = parse_goal(goal_name)
-    names = tuple(f"level{index}" for index in range(len(sizes)))
     capped = tuple(min(size, QUOTIENT_CAP) for size in sizes)
-    programs = _canonical_programs(len(sizes), capped, goal.name, max_len)
-    baseline = Program((Step(goal.collective, "InsideGroup", names[0]),))
-    return len(programs) + (baseline not in programs)
+    programs = list(_canonical_programs(len(sizes), capped, goal.name, max_len))
+    baseline = Program((Step(goal.collective, "InsideGroup", "level0"),))
+    if baseline not in programs:
+        programs.append(baseline)
+    return tuple(programs), programs.index(baseline)
 
 
 def _renamed(program: Program, names: tuple[str, ...]) -> Program:
@@ -123,17 +132,13 @@ def _lowered_shape(sizes: tuple[int, ...], goal_name: str, max_len: int):
     """(canonical programs, ProgramTable, copied, baseline index) for real sizes `sizes`."""
     goal = parse_goal(goal_name)
     names = tuple(f"level{index}" for index in range(len(sizes)))
-    capped = tuple(min(size, QUOTIENT_CAP) for size in sizes)
-    programs = list(_canonical_programs(len(sizes), capped, goal.name, max_len))
-    baseline = Program((Step(goal.collective, "InsideGroup", names[0]),))
-    if baseline not in programs:
-        programs.append(baseline)
+    programs, baseline_index = _priced_programs(sizes, goal_name, max_len)
     rows, copied = [], []
     for program in programs:
         lowered = lower_on(program, names, sizes, goal)
         rows.append([step_calls(step) for step in lowered.steps if step.places is None])
         copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
-    return tuple(programs), ProgramTable.of(rows), np.array(copied, dtype=float), programs.index(baseline)
+    return programs, ProgramTable.of(rows), np.array(copied, dtype=float), baseline_index
 
 
 def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):
