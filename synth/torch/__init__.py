@@ -15,6 +15,7 @@ extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on 
 """
 
 from synth.torch.errors import MissingReductionError, RankDisagreementError, ReducerSetupError
+from synth.errors import PlanFileError
 from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
                               size_thresholds)
 
@@ -22,7 +23,7 @@ _TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "s
                 "HierarchicalReduceScatter": "synth.torch.collectives", "HierarchicalAllGather": "synth.torch.collectives",
                 "HierarchicalAllToAll": "synth.torch.collectives"}
 
-__all__ = ["MissingReductionError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
+__all__ = ["MissingReductionError", "PlanFileError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
            "best_by_size", "load_plan", "plan_programs", "plan_reduction", "size_thresholds", *_TORCH_NAMES]
 
 
