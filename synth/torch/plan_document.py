@@ -37,7 +37,7 @@ class Fields:
 
     def obj(self, value, where: str) -> dict:
         if not isinstance(value, dict):
-            self.fail(where, f"is {_kind(value)}, not an object")
+            self.fail(where, f"is {_echo(value)}, not an object")
         return value
 
     def get(self, mapping: dict, key: str, where: str, default=...):
@@ -49,19 +49,19 @@ class Fields:
 
     def integer(self, value, where: str, lo: int = 0, hi: int | None = None) -> int:
         if type(value) is not int:
-            self.fail(where, f"is {_kind(value)}, not a whole number")
+            self.fail(where, f"is {_echo(value)}, not a whole number")
         if value < lo or (hi is not None and value > hi):
-            self.fail(where, f"is {value}, outside {lo}..{hi if hi is not None else ''}")
+            self.fail(where, f"is {_echo(value)}, outside {lo}..{hi if hi is not None else ''}")
         return value
 
     def text(self, value, where: str) -> str:
         if not isinstance(value, str):
-            self.fail(where, f"is {_kind(value)}, not a string")
+            self.fail(where, f"is {_echo(value)}, not a string")
         return value
 
     def array(self, value, where: str, length: int | None = None, least: int = 0) -> list:
         if not isinstance(value, list):
-            self.fail(where, f"is {_kind(value)}, not a list")
+            self.fail(where, f"is {_echo(value)}, not a list")
         if length is not None and len(value) != length:
             self.fail(where, f"has {len(value)} entries, not {length}")
         if len(value) < least:
@@ -87,12 +87,17 @@ class Fields:
         return value
 
 
-def _kind(value) -> str:
-    return "null" if value is None else type(value).__name__ if not isinstance(value, (int, str)) else _echo(value)
-
-
 def _echo(value) -> str:
-    text = repr(value)
+    """A short, safe rendering: no repr of a deep list or of a number of thousands of digits."""
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return f"a {type(value).__name__} of {len(value)}"
+    if type(value) is int and value.bit_length() > 64:
+        return f"a number of {value.bit_length()} bits"
+    if not isinstance(value, (str, int, float)):
+        return type(value).__name__
+    text = repr(value[:40] if isinstance(value, str) else value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -244,7 +249,7 @@ def _export_call(fields: Fields, entry, where: str, rank: int, op: str, comm: Co
         fields.fail(f"{where}.rank", f"is {_echo(entry.get('rank'))}, not its position {rank}")
     idle = fields.get(entry, "idle", where)
     if type(idle) is not bool:
-        fields.fail(f"{where}.idle", f"is {_kind(idle)}, not true or false")
+        fields.fail(f"{where}.idle", f"is {_echo(idle)}, not true or false")
     if idle:
         return None
     color = fields.integer(fields.get(entry, "color", where), f"{where}.color", 0, len(comm.groups) - 1)

@@ -94,6 +94,9 @@ class PlanRun:
         if world != plan.world_size:
             raise ValueError(f"the plan is for {plan.world_size} ranks, this job has {world}: plan the job's own "
                              "placement (every rank of the world takes part, one process per device)")
+        from synth.export.plan_proof import prove_plan
+
+        prove_plan(plan.plan, plan.reduction_groups)  # however the plan was made: a wrong one raises here
         data = plan.to_document()
         reused = mesh_matches(mesh, data["communicators"]) if mesh is not None else {}
         backend = backend or str(dist.get_backend())
