@@ -247,14 +247,21 @@ def test_the_issues_reduce_scatter_with_places_all_zero_is_refused(tmp_path):
         synth_torch.load_plan(path)
     document["programs"][0]["steps"][0]["places"] = list(range(8))  # a permutation, the wrong one
     path.write_text(json.dumps(document))
-    with pytest.raises(PlanFileError, match=r"programs\[0\].*does not compute the reducescatter"):
-        synth_torch.load_plan(path)
-    final = document["programs"][0]["final_places"] = plan.plan.programs[0].final_places[::-1]
+    with pytest.raises(PlanFileError, match=r"programs\[0\]\.steps\[0\]\.places .* not the places of Permute"):
+        synth_torch.load_plan(path)  # the export names its hierarchy: the text's lowering decides
     document["programs"][0]["steps"][0]["places"] = list(plan.plan.programs[0].steps[0].places)
+    document["programs"][0]["final_places"] = plan.plan.programs[0].final_places[::-1]
     path.write_text(json.dumps(document))
-    assert list(final) != list(plan.plan.programs[0].final_places)
-    with pytest.raises(PlanFileError, match="does not compute"):
+    with pytest.raises(PlanFileError, match=r"programs\[0\]\.final_places"):
         synth_torch.load_plan(path)
+    saved = plan.to_document()  # no hierarchy: the proof on numbers decides
+    saved["programs"][0]["steps"][0]["places"] = list(range(8))
+    with pytest.raises(PlanFileError, match=r"programs\[0\].*does not compute the reducescatter"):
+        synth_torch.ReductionPlan.from_document(saved)
+    saved = plan.to_document()
+    saved["programs"][0]["final_places"] = saved["programs"][0]["final_places"][::-1]
+    with pytest.raises(PlanFileError, match="does not compute"):
+        synth_torch.ReductionPlan.from_document(saved)
 
 
 @pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000, "{\"format\": 1" + "0" * 5000 + "}", "\xff\xfe",

@@ -5,8 +5,10 @@ field is checked for its type and range where it is read (counts, ranks inside t
 communicator and program indices, chunk ranges inside the buffer, `places` and
 `final_places` permutations of the chunks, reduction groups partitioning the world, program
 and step texts that parse and match the calls, the JSON export's buffer, offsets and
-metadata consistent with one another), and the plan's calls are then re-proved to compute
-each program's goal (synth.export.plan_proof). Anything else raises PlanFileError, one line
+metadata consistent with one another). Where the file names its hierarchy (the JSON export),
+each program's text is proved valid for its goal by synth's semantics and every call must be
+its lowering's. The calls are then re-proved to compute each program's goal on numbers
+(synth.export.plan_proof), whichever format. Anything else raises PlanFileError, one line
 naming the field, never a KeyError or TypeError from deep inside the runtime.
 """
 
@@ -112,7 +114,9 @@ def read_document(document, source: str = "the plan") -> ReductionPlan:
         plan, groups, ranges, description = _saved(fields, document)
     else:
         raise PlanFileError(f"{source}: not a synth plan (format {_echo(kind)}): {FIX}")
-    _check_programs(fields, plan, groups)
+    parsed = _check_programs(fields, plan)
+    if kind == "synth-plan" and "hierarchy" in document:
+        _check_lowering(fields, document["hierarchy"], plan, groups, parsed)
     prove_plan(plan, groups, source)
     return ReductionPlan(plan, groups, ranges, description)
 
@@ -310,10 +314,12 @@ def _reduction_groups(fields: Fields, document: dict, plan: Plan) -> tuple[tuple
     return groups
 
 
-def _check_programs(fields: Fields, plan: Plan, groups) -> None:
-    """Each program's text parses and its steps' texts and collectives are the calls'."""
+def _check_programs(fields: Fields, plan: Plan) -> list:
+    """Each program's text parses and its steps' texts and collectives are the calls'; the
+    parsed programs."""
     from synth.language import parse_program
 
+    result = []
     for index, program in enumerate(plan.programs):
         where = f"programs[{index}]"
         try:
@@ -326,6 +332,50 @@ def _check_programs(fields: Fields, plan: Plan, groups) -> None:
             if step.text != str(written) or step.collective != written.collective:
                 fields.fail(f"{where}.steps[{number}]", f"({step.text}, {step.collective}) is not step {number + 1} "
                                                         f"of the program's text, {written}")
+        result.append(parsed)
+    return result
+
+
+def _check_lowering(fields: Fields, hierarchy: dict, plan: Plan, groups, parsed) -> None:
+    """The export names its hierarchy: each program's text is proved valid for its goal on it
+    by synth's own semantics (synth.lowering), and every rank's call, Permute and final place
+    must be the ones that lowering gives, mapped through the reduction groups."""
+    from synth.errors import InvalidProgramError
+    from synth.lowering import lower_on
+
+    levels = [fields.obj(level, f"hierarchy.levels[{i}]") for i, level in enumerate(hierarchy["levels"])]
+    names = tuple(fields.text(fields.get(level, "name", f"hierarchy.levels[{i}]"), f"hierarchy.levels[{i}].name")
+                  for i, level in enumerate(levels))
+    sizes = tuple(level["size"] for level in levels)  # checked by _check_metadata
+    for index, (program, written) in enumerate(zip(plan.programs, parsed)):
+        where = f"programs[{index}]"
+        try:
+            lowered = lower_on(written, names, sizes, program.goal)
+        except (InvalidProgramError, ValueError) as error:  # UsageError is a ValueError
+            fields.fail(f"{where}.text", f"is not a valid {program.goal} program on the hierarchy "
+                                         f"{dict(zip(names, sizes))}: {' '.join(str(error).split())[:160]}")
+        if program.final_places != lowered.final_places:
+            fields.fail(f"{where}.final_places", f"is {_echo(program.final_places)}, the program's text ends with "
+                                                 f"{_echo(lowered.final_places)}")
+        for number, (step, low) in enumerate(zip(program.steps, lowered.steps)):
+            at = f"{where}.steps[{number}]"
+            if step.places != low.places:
+                fields.fail(f"{at}.places", f"{_echo(step.places)} are not the places of {low.step}")
+            if low.places is not None:
+                continue
+            comm = plan.communicators[step.communicator]
+            for group in groups:
+                for call in low.calls:
+                    members = tuple(group[m] for m in call.members)
+                    for key, rank in enumerate(members):
+                        got = step.calls[rank]
+                        if got is None or (got.lo, got.hi, got.key) != (call.lo, call.hi, key) \
+                                or comm.groups[got.color] != members:
+                            fields.fail(f"{at}", f"gives rank {rank} another call than step {number + 1} of the "
+                                                 f"program's text, {low.step}, over group {list(members)[:16]}")
+                for rank in (group[m] for m in low.idle):
+                    if step.calls[rank] is not None:
+                        fields.fail(f"{at}", f"makes rank {rank} call where {low.step} leaves it idle")
 
 
 def _check_metadata(fields: Fields, document: dict, world: int, chunks: int) -> None:
