@@ -68,9 +68,8 @@ def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp
         assert alone["max_abs_diff"] <= 1e-6 and alone["backwards_checked"] == 4, alone
         assert alone["modules"] == ["", "layers.0", "layers.1", "layers.2"]
         hand_set = report["hand_set"]
-        for way in ("attribute", "reducer", "method", "lambda", "partial", "called_by_fsdp"):
+        for way in ("attribute", "hasattr", "reducer", "method", "lambda", "partial", "called_by_fsdp"):
             assert "set by hand" in hand_set[way] and "reducer.attach(model)" in hand_set[way], (way, hand_set)
-        assert hand_set["has_attribute"] is False
         assert "'<root>', 'layers.1', 'layers.2' have no all-reduce hook" in report["missing_hook"]
         assert "this backward reduced 1 module(s): 'layers.0'" in report["missing_hook"]
         assert "'layers.1' has another hook" in report["replaced_hook"]

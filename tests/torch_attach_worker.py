@@ -148,7 +148,7 @@ def case_train(args, rank: int) -> dict:
     hand_set["lambda"] = expect(HandSetHookError, lambda: model.set_all_reduce_hook(lambda t: reducer.reduce(t)))
     hand_set["partial"] = expect(HandSetHookError, lambda: model.layers[0].set_all_reduce_hook(
         functools.partial(HierarchicalReducer.reduce, reducer)))
-    hand_set["has_attribute"] = hasattr(reducer, "fsdp_all_reduce_hook")
+    hand_set["hasattr"] = expect(HandSetHookError, lambda: hasattr(reducer, "fsdp_all_reduce_hook"))
     for layer in model.layers:  # past the setter, into FSDP's own field: raises when FSDP calls it
         layer._get_fsdp_state()._fsdp_param_groups[0]._all_reduce_hook = reducer.reduce
     hand_set["called_by_fsdp"] = expect(HandSetHookError, lambda: train(model, rank, 1))

@@ -19,9 +19,10 @@ class ReducerSetupError(UsageError):
     """The model, the mesh or the process group does not fit the plan; the message names the fix."""
 
 
-class HandSetHookError(ReducerSetupError, AttributeError):
-    """A reducer given to FSDP2's `set_all_reduce_hook` by hand instead of `reducer.attach(model)`
-    (also an AttributeError: `reducer.fsdp_all_reduce_hook` is gone, and `hasattr` says so)."""
+class HandSetHookError(ReducerSetupError):
+    """A reducer given to FSDP2's `set_all_reduce_hook` by hand instead of `reducer.attach(model)`.
+    Not an AttributeError, though `reducer.fsdp_all_reduce_hook` raises it: code that probes
+    with `hasattr` or catches AttributeError to skip the hook would skip it silently."""
 
 
 class MissingReductionError(SynthError, RuntimeError):
