@@ -1,0 +1,116 @@
+"""`--plot FILE` on rank, plan, calibrate and topologies: the option, its checks before any work,
+and the step from what each command computed to the values a picture draws (synth/plots/).
+
+Nothing is computed again for a picture: each adapter takes the rows, results or errors the
+command already has. matplotlib (the `plot` extra) is loaded only when --plot is given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from synth.commands.common import flagged
+from synth.errors import UsageError
+from synth.names import echo
+from synth.text import escaped
+
+RANK_PROGRAMS = 4  # programs drawn per placement without --top (with it: --top's, at most MAX_PROGRAMS)
+MAX_PROGRAMS = 8
+MAX_PANELS = 6
+PLAN_BARS = 5  # the winner and the next candidates, side by side in the step-time bars
+
+
+def add_plot_option(parser, what: str) -> None:
+    parser.add_argument("--plot", metavar="FILE",
+                        help=f"also draw {what} to FILE, PNG or SVG by its suffix (needs matplotlib: "
+                             f"pip install '.[plot]')")
+
+
+def check_plot(args) -> None:
+    """Refuse a --plot file that cannot be written, before any work: its suffix, its directory,
+    and matplotlib being there."""
+    path = getattr(args, "plot", None)
+    if path is None:
+        return
+    from synth.plots.figure import plot_format, pyplot
+
+    with flagged("--plot"):
+        plot_format(path)
+        directory = os.path.dirname(path) or "."
+        if not os.path.isdir(directory):
+            raise UsageError(f"{echo(path)}: no directory {echo(directory)}; create it or give another file")
+        if os.path.isdir(path):
+            raise UsageError(f"{echo(path)} is a directory; give a file name such as {os.path.join(path, 'plot.png')!r}")
+        pyplot()
+
+
+def wrote(path: str) -> None:
+    """Say where the picture went, on stderr (stdout stays the table or the JSON)."""
+    print(f"wrote {escaped(path)}", file=sys.stderr)
+
+
+# --- synth rank --------------------------------------------------------------------------------------
+
+
+def plot_rank(args, topology_name: str, sections, held, goal) -> None:
+    """The ranked sections (size, hierarchy, bounds, rows), grouped by placement, as time or busbw
+    curves over the sizes; `held` the held-out error per hierarchy and size."""
+    from synth.plots.figure import short_program
+    from synth.plots.rank import Curve, RankPanel, draw_rank
+
+    by_hierarchy: dict[int, tuple] = {}
+    for size, hierarchy, bounds, rows in sections:
+        by_hierarchy.setdefault(id(hierarchy), (hierarchy, []))[1].append((size, bounds, rows))
+    limit = min(args.top or RANK_PROGRAMS, MAX_PROGRAMS)
+    panels = []
+    for hierarchy, ranked in list(by_hierarchy.values())[:MAX_PANELS]:
+        sizes = tuple(size for size, _, _ in ranked)
+        flats = [next(row for row in rows if row.baseline) for _, _, rows in ranked]
+        value = (lambda row: row.time_s) if args.plot_metric == "time" else (lambda row: row.busbw_GBps)
+        chosen = _chosen_programs([rows for _, _, rows in ranked], limit)
+        curves = []
+        for program in chosen:
+            at = [next((row for row in rows if not row.baseline and str(row.program) == program), None)
+                  for _, _, rows in ranked]
+            last = next((row for row in reversed(at) if row is not None), None)
+            label = short_program(last.program) + (f"   x{last.speedup:.2f}" if last is not None else "")
+            curves.append(Curve(label, tuple(value(row) if row is not None else math.nan for row in at)))
+        bound = None
+        if args.plot_metric == "time":
+            bound = Curve("lower bound", tuple(bounds[0].time_s for _, bounds, _ in ranked))
+        else:  # busbw is inversely proportional to time at one size: the bound's busbw by the flat call's
+            bound = Curve("lower bound", tuple(flat.busbw_GBps * flat.time_s / bounds[0].time_s
+                                               if bounds[0].time_s > 0 else math.nan
+                                               for flat, (_, bounds, _) in zip(flats, ranked)))
+        errors = held.get(id(hierarchy), {})
+        error = tuple(errors[size].median if errors.get(size) is not None else math.nan for size in sizes)
+        levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
+        panels.append(RankPanel(f"placement {hierarchy.placement.to_text()}  ({levels})", sizes,
+                                Curve(f"flat call: {short_program(flats[0].program)}",
+                                      tuple(value(flat) for flat in flats)),
+                                tuple(curves), bound, error if errors else ()))
+    what = "all-reduce" if goal.name == "allreduce" else goal.collective
+    title = (f"{topology_name}: {what} over {','.join(sections[0][1].reduce_axes)}, {args.backend} model, "
+             f"{args.estimate} estimate")
+    note = ""
+    if len(by_hierarchy) > MAX_PANELS:
+        note = f"the first {MAX_PANELS} of {len(by_hierarchy)} placements; pick one with --placement"
+    with flagged("--plot"):
+        draw_rank(panels, args.plot_metric, title, args.plot, note)
+    wrote(args.plot)
+
+
+def _chosen_programs(rows_by_size, limit: int) -> list[str]:
+    """The program fastest at each size (smallest first), then the next fastest at the largest
+    size, up to `limit` (the flat call is drawn apart)."""
+    chosen: list[str] = []
+    for rows in rows_by_size:
+        best = next((row for row in rows if not row.baseline), None)
+        if best is not None and str(best.program) not in chosen:
+            chosen.append(str(best.program))
+    for row in rows_by_size[-1]:
+        if not row.baseline and str(row.program) not in chosen:
+            chosen.append(str(row.program))
+    return chosen[:limit]
