@@ -59,6 +59,7 @@ def plot_rank(args, topology_name: str, sections, held, goal) -> None:
     curves over the sizes; `held` the held-out error per hierarchy and size."""
     from synth.plots.figure import short_program
     from synth.plots.rank import Curve, RankPanel, draw_rank
+    from synth.units import format_bytes
 
     by_hierarchy: dict[int, tuple] = {}
     for size, hierarchy, bounds, rows in sections:
@@ -74,8 +75,8 @@ def plot_rank(args, topology_name: str, sections, held, goal) -> None:
         for program in chosen:
             at = [next((row for row in rows if not row.baseline and str(row.program) == program), None)
                   for _, _, rows in ranked]
-            last = next((row for row in reversed(at) if row is not None), None)
-            label = short_program(last.program) + (f"   x{last.speedup:.2f}" if last is not None else "")
+            last = next(((size, row) for size, row in zip(reversed(sizes), reversed(at)) if row is not None))
+            label = f"{short_program(last[1].program)}   x{last[1].speedup:.2f} at {format_bytes(last[0])}"
             curves.append(Curve(label, tuple(value(row) if row is not None else math.nan for row in at)))
         bound = None
         if args.plot_metric == "time":
@@ -114,3 +115,29 @@ def _chosen_programs(rows_by_size, limit: int) -> list[str]:
         if not row.baseline and str(row.program) not in chosen:
             chosen.append(str(row.program))
     return chosen[:limit]
+
+
+# --- synth plan --------------------------------------------------------------------------------------
+
+
+def plot_plan(path: str, result, where_time_goes) -> None:
+    """The plan's ranked rows and Pareto set against memory, and the step terms of the winner and
+    the next candidates (`where_time_goes(prediction)`: the terms the table shows)."""
+    from synth.plots.plan import Candidate, StepBar, draw_plan
+
+    def candidate(prediction) -> Candidate:
+        return Candidate(prediction.step_s, prediction.memory.peak,
+                         f"{prediction.degrees.text} {prediction.settings.text}")
+
+    request = result.request
+    bars = [StepBar(f"{prediction.degrees.text}\n{prediction.settings.text}",
+                    tuple((what, seconds) for what, seconds, _ in where_time_goes(prediction)))
+            for prediction in result.ranked[:PLAN_BARS]]
+    title = (f"{request.model.name} on {request.topology.name} ({request.topology.device_count} x "
+             f"{request.topology.device.name}), {request.backend} model")
+    note = (f"{len(result.ranked)} fastest candidates of {result.evaluated} evaluated and the Pareto set; "
+            f"{result.dropped_memory} candidates did not fit in memory")
+    with flagged("--plot"):
+        draw_plan([candidate(p) for p in result.ranked], [candidate(p) for p in result.pareto], bars,
+                  request.compute.memory_bytes, title, path, note)
+    wrote(path)

@@ -70,6 +70,34 @@ def footer(figure, *lines: str) -> None:
         figure.supxlabel(text, fontsize=7, color="dimgrey")
 
 
+def time_axis(axis, which: str = "y", log: bool = False, values=()) -> None:
+    """Seconds on an axis, written as `2.5 ms`."""
+    from synth.units import format_time
+
+    unit_axis(axis, which, lambda value: format_time(value, 3) if value else "0", log, values)
+
+
+def unit_axis(axis, which: str, label, log: bool = False, values=()) -> None:
+    """An axis whose ticks are written by `label(value)` (a time, a bandwidth); on a log axis
+    ticks at 1, 2 and 5 of each decade `values` span (matplotlib's own log labels are TeX-like
+    text, which is drawn as given here)."""
+    import math
+
+    plt = pyplot()
+    target = axis.yaxis if which == "y" else axis.xaxis
+    if log:
+        (axis.set_yscale if which == "y" else axis.set_xscale)("log")
+        positive = [value for value in values if value > 0 and math.isfinite(value)]
+        if positive:
+            low, high = min(positive), max(positive)
+            ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+                     for m in (1, 2, 5)]
+            inside = [t for t in ticks if low / 1.5 <= t <= high * 1.5]
+            target.set_ticks(inside[::max(1, math.ceil(len(inside) / 8))])
+        target.set_minor_formatter(plt.NullFormatter())
+    target.set_major_formatter(plt.FuncFormatter(lambda value, _: label(value)))
+
+
 def save(figure, path: str, what: str | None = None) -> None:
     """Render `figure` in the format its suffix names and write it whole (synth/output_files.py:
     an interrupted run leaves the old file), then free it."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from synth.plots.figure import ABBREVIATION_KEY, footer, pyplot, save, style
+from synth.plots.figure import ABBREVIATION_KEY, footer, pyplot, save, style, time_axis, unit_axis
 
-METRICS = {"time": "predicted time per call", "busbw": "bus bandwidth (GB/s)"}
+METRICS = {"time": "predicted time per call", "busbw": "predicted bus bandwidth"}
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,13 @@ class RankPanel:
 
 def draw_rank(panels: list[RankPanel], metric: str, title: str, path: str, note: str = "") -> None:
     """Write the panels side by side (at most three a row) to `path` (PNG or SVG)."""
-    from synth.units import format_bytes, format_time
+    from synth.units import format_bandwidth, format_bytes
 
     with style():
         plt = pyplot()
         columns = min(3, len(panels))
         rows = math.ceil(len(panels) / columns)
-        figure, grid = plt.subplots(rows, columns, figsize=(max(7.5, 5.6 * columns), 6.2 * rows + 0.6),
+        figure, grid = plt.subplots(rows, columns, figsize=(max(7.5, 6.4 * columns), 6.4 * rows + 0.6),
                                     squeeze=False, layout="constrained")
         colours = plt.get_cmap("tab10").colors
         for index, panel in enumerate(panels):
@@ -64,19 +64,21 @@ def draw_rank(panels: list[RankPanel], metric: str, title: str, path: str, note:
             if panel.bound is not None:
                 axis.plot(sizes, panel.bound.values, color="grey", linestyle=":", linewidth=1.4, label=panel.bound.label)
             axis.set_xscale("log", base=2)
-            axis.set_yscale("log")
+            values = [v for curve in (panel.flat, *panel.programs) for v in curve.values]
+            if metric == "time":
+                time_axis(axis, "y", log=True, values=values)
+            else:  # GB/s
+                unit_axis(axis, "y", lambda value: format_bandwidth(value * 1e9, 3), log=True, values=values)
             if len(sizes) > 1:
                 axis.set_xlim(sizes[0], sizes[-1])
-            ticks = sizes[:: max(1, len(sizes) // 6)]
-            axis.set_xticks(ticks, [format_bytes(int(size)).replace(" ", "") for size in ticks])
-            axis.minorticks_off()
-            if metric == "time":
-                axis.yaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: format_time(value, 3)))
+            ticks = sizes[:: max(1, math.ceil(len(sizes) / 7))]
+            axis.set_xticks(ticks, [format_bytes(int(size)).replace(" ", "") for size in ticks], rotation=30)
+            axis.xaxis.set_minor_locator(plt.NullLocator())
             axis.grid(True, which="major", alpha=0.3)
             axis.set_title(panel.title, fontsize=9)
             axis.set_xlabel("bytes per device")
             axis.set_ylabel(METRICS[metric])
-            axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.13), frameon=False)
+            axis.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0, -0.13), frameon=False)
         for index in range(len(panels), rows * columns):
             grid[index // columns][index % columns].axis("off")
         figure.suptitle(title, fontsize=10)
