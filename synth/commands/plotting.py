@@ -141,3 +141,32 @@ def plot_plan(path: str, result, where_time_goes) -> None:
         draw_plan([candidate(p) for p in result.ranked], [candidate(p) for p in result.pareto], bars,
                   request.compute.memory_bytes, title, path, note)
     wrote(path)
+
+
+# --- synth calibrate ---------------------------------------------------------------------------------
+
+
+def plot_calibration(path: str, measurements, errors, topology_name: str, model: str) -> None:
+    """Each measurement against what the written topology predicts for it (the replay's
+    `errors`, predicted / measured - 1, in the measurements' order), one series per file and collective."""
+    from synth.plots.calibration import Series, draw_calibration
+
+    groups: dict[tuple[str, str], list] = {}
+    for measurement, error in zip(measurements, errors):
+        if math.isfinite(float(error)) and measurement.time_s > 0:
+            groups.setdefault((measurement.file, measurement.collective), []).append((measurement, float(error)))
+    series = []
+    for (file, collective), points in groups.items():
+        points.sort(key=lambda point: point[0].bytes)
+        series.append(Series(escaped(f"{os.path.basename(file)} ({collective})"),
+                             tuple(m.bytes for m, _ in points), tuple(m.time_s for m, _ in points),
+                             tuple(m.time_s * (1 + e) for m, e in points)))
+    finite = [float(e) for e in errors if math.isfinite(float(e))]
+    rms = math.sqrt(sum(e * e for e in finite) / len(finite)) if finite else 0.0
+    left = len(errors) - len(finite)
+    note = f"{len(finite)} measurements" + (f"; {left} without a finite prediction left out" if left else "")
+    with flagged("--plot"):
+        if not series:
+            raise UsageError("no measurement has a finite prediction: nothing to draw")
+        draw_calibration(series, rms, f"{escaped(topology_name)}: fitted under the {model} model", path, note)
+    wrote(path)
