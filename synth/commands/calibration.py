@@ -7,8 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from synth.commands.common import BACKEND_NAMES, echo, flagged, print_json
-from synth.commands.plotting import add_plot_option, check_plot
+from synth.commands.common import BACKEND_NAMES, add_plot_option, echo, flagged, print_json
 from synth.errors import UsageError
 from synth.text import escaped
 
@@ -49,6 +48,8 @@ def run_calibrate(args) -> int:
 
     if args.level is not None and args.topology is None:
         raise UsageError("--level names a level of the base topology; give --topology BASE too")
+    from synth.commands.plotting import check_plot
+
     check_plot(args)
     measurements, formats = [], {}
     for path in args.files:

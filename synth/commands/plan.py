@@ -10,7 +10,7 @@ import sys
 
 from synth.commands.common import (add_constraint_options, add_json_option, add_model_options, flagged, positive_int,
                                    print_json)
-from synth.commands.plotting import add_plot_option, check_plot
+from synth.commands.common import add_plot_option
 from synth.errors import UsageError
 from synth.names import echo
 
@@ -334,6 +334,8 @@ def run_plan(args) -> int:
         check_size(size, request)
     except UsageError as error:
         raise _flags_for(error) from None
+    from synth.commands.plotting import check_plot
+
     check_plot(args)
     progress = _progress(size)
     try:

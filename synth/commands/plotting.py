@@ -22,12 +22,6 @@ MAX_PANELS = 6
 PLAN_BARS = 5  # the winner and the next candidates, side by side in the step-time bars
 
 
-def add_plot_option(parser, what: str) -> None:
-    parser.add_argument("--plot", metavar="FILE",
-                        help=f"also draw {what} to FILE, PNG or SVG by its suffix (needs matplotlib: "
-                             f"pip install '.[plot]')")
-
-
 def check_plot(args) -> None:
     """Refuse a --plot file that cannot be written, before any work: its suffix, its directory,
     and matplotlib being there."""
@@ -169,4 +163,15 @@ def plot_calibration(path: str, measurements, errors, topology_name: str, model:
         if not series:
             raise UsageError("no measurement has a finite prediction: nothing to draw")
         draw_calibration(series, rms, f"{escaped(topology_name)}: fitted under the {model} model", path, note)
+    wrote(path)
+
+
+# --- synth topologies NAME ---------------------------------------------------------------------------
+
+
+def plot_topology(path: str, topology) -> None:
+    from synth.plots.topology import draw_topology
+
+    with flagged("--plot"):
+        draw_topology(topology, path)
     wrote(path)

@@ -7,7 +7,7 @@ import sys
 from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
-from synth.commands.plotting import add_plot_option, check_plot
+from synth.commands.common import add_plot_option
 from synth.errors import NoSolutionError
 
 __all__ = ["register", "run_rank", "parse_size", "resolve_sizes"]  # the last two: benchmarks/sweep.py's imports
@@ -56,6 +56,8 @@ def run_rank(args) -> int:
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
     check_search(hierarchies, args.max_len, goal)
     check_costable(job.topology)
+    from synth.commands.plotting import check_plot
+
     check_plot(args)
     sections, done = [], 0
     try:

@@ -38,7 +38,7 @@ def plot_format(path: str) -> str:
     suffix = PurePath(path).suffix.lower()
     if suffix not in FORMATS:
         shown = f"suffix {suffix!r}" if suffix else "no suffix"
-        raise PlotFormatError(f"{echo(path)} has {shown}: give a .png or .svg file, e.g. rank.png")
+        raise PlotFormatError(f"{echo(path)} has {shown}: give a .png or .svg file, e.g. plot.png")
     return FORMATS[suffix]
 
 
