@@ -38,7 +38,7 @@ def draw_calibration(series: list[Series], rms: float, title: str, path: str, no
             colour = colours[index % len(colours)]
             agree.scatter(one.measured_s, one.predicted_s, s=14, color=colour, label=one.label, zorder=3)
             relative = [100 * (p / m - 1) for m, p in zip(one.measured_s, one.predicted_s)]
-            error.plot(one.sizes, relative, color=colour, marker="o", markersize=3, linewidth=1, label=one.label)
+            error.scatter(one.sizes, relative, s=12, color=colour, alpha=0.85, label=one.label)
         time_axis(agree, "x", log=True, values=line)
         time_axis(agree, "y", log=True, values=line)
         agree.set_xlim(low, high)
