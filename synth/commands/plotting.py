@@ -1,5 +1,6 @@
-"""`--plot FILE` on rank, plan, calibrate and topologies: the option, its checks before any work,
-and the step from what each command computed to the values a picture draws (synth/plots/).
+"""`--plot FILE` on rank, plan, calibrate and topologies (the option: common.add_plot_option): its
+checks before any work, and the step from what each command computed to the values a picture
+draws (synth/plots/).
 
 Nothing is computed again for a picture: each adapter takes the rows, results or errors the
 command already has. matplotlib (the `plot` extra) is loaded only when --plot is given.
@@ -51,41 +52,13 @@ def wrote(path: str) -> None:
 def plot_rank(args, topology_name: str, sections, held, goal) -> None:
     """The ranked sections (size, hierarchy, bounds, rows), grouped by placement, as time or busbw
     curves over the sizes; `held` the held-out error per hierarchy and size."""
-    from synth.plots.figure import short_program
-    from synth.plots.rank import Curve, RankPanel, draw_rank
-    from synth.units import format_bytes
+    from synth.plots.rank import draw_rank
 
     by_hierarchy: dict[int, tuple] = {}
     for size, hierarchy, bounds, rows in sections:
         by_hierarchy.setdefault(id(hierarchy), (hierarchy, []))[1].append((size, bounds, rows))
-    limit = min(args.top or RANK_PROGRAMS, MAX_PROGRAMS)
-    panels = []
-    for hierarchy, ranked in list(by_hierarchy.values())[:MAX_PANELS]:
-        sizes = tuple(size for size, _, _ in ranked)
-        flats = [next(row for row in rows if row.baseline) for _, _, rows in ranked]
-        value = (lambda row: row.time_s) if args.plot_metric == "time" else (lambda row: row.busbw_GBps)
-        chosen = _chosen_programs([rows for _, _, rows in ranked], limit)
-        curves = []
-        for program in chosen:
-            at = [next((row for row in rows if not row.baseline and str(row.program) == program), None)
-                  for _, _, rows in ranked]
-            last = next(((size, row) for size, row in zip(reversed(sizes), reversed(at)) if row is not None))
-            label = f"{short_program(last[1].program)}   x{last[1].speedup:.2f} at {format_bytes(last[0])}"
-            curves.append(Curve(label, tuple(value(row) if row is not None else math.nan for row in at)))
-        bound = None
-        if args.plot_metric == "time":
-            bound = Curve("lower bound", tuple(bounds[0].time_s for _, bounds, _ in ranked))
-        else:  # busbw is inversely proportional to time at one size: the bound's busbw by the flat call's
-            bound = Curve("lower bound", tuple(flat.busbw_GBps * flat.time_s / bounds[0].time_s
-                                               if bounds[0].time_s > 0 else math.nan
-                                               for flat, (_, bounds, _) in zip(flats, ranked)))
-        errors = held.get(id(hierarchy), {})
-        error = tuple(errors[size].median if errors.get(size) is not None else math.nan for size in sizes)
-        levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
-        panels.append(RankPanel(f"placement {hierarchy.placement.to_text()}  ({levels})", sizes,
-                                Curve(f"flat call: {short_program(flats[0].program)}",
-                                      tuple(value(flat) for flat in flats)),
-                                tuple(curves), bound, error if errors else ()))
+    panels = [_rank_panel(args, hierarchy, ranked, held.get(id(hierarchy), {}))
+              for hierarchy, ranked in list(by_hierarchy.values())[:MAX_PANELS]]
     what = "all-reduce" if goal.name == "allreduce" else goal.collective
     title = (f"{topology_name}: {what} over {','.join(sections[0][1].reduce_axes)}, {args.backend} model, "
              f"{args.estimate} estimate")
@@ -95,6 +68,35 @@ def plot_rank(args, topology_name: str, sections, held, goal) -> None:
     with flagged("--plot"):
         draw_rank(panels, args.plot_metric, title, args.plot, note)
     wrote(args.plot)
+
+
+def _rank_panel(args, hierarchy, ranked, errors):
+    """One placement's panel from its (size, bounds, rows) in size order and its held-out
+    `errors` by size (empty: none known)."""
+    from synth.plots.figure import short_program
+    from synth.plots.rank import Curve, RankPanel
+    from synth.units import format_bytes
+
+    sizes = tuple(size for size, _, _ in ranked)
+    flats = [next(row for row in rows if row.baseline) for _, _, rows in ranked]
+    value = (lambda row: row.time_s) if args.plot_metric == "time" else (lambda row: row.busbw_GBps)
+    curves = []
+    for program in _chosen_programs([rows for _, _, rows in ranked], min(args.top or RANK_PROGRAMS, MAX_PROGRAMS)):
+        at = [next((row for row in rows if not row.baseline and str(row.program) == program), None)
+              for _, _, rows in ranked]
+        size, last = next((size, row) for size, row in zip(reversed(sizes), reversed(at)) if row is not None)
+        curves.append(Curve(f"{short_program(last.program)}   x{last.speedup:.2f} at {format_bytes(size)}",
+                            tuple(value(row) if row is not None else math.nan for row in at)))
+    if args.plot_metric == "time":
+        bound = tuple(bounds[0].time_s for _, bounds, _ in ranked)
+    else:  # busbw is inversely proportional to time at one size: the bound's busbw by the flat call's
+        bound = tuple(flat.busbw_GBps * flat.time_s / bounds[0].time_s if bounds[0].time_s > 0 else math.nan
+                      for flat, (_, bounds, _) in zip(flats, ranked))
+    error = tuple(errors[size].median if errors.get(size) is not None else math.nan for size in sizes)
+    levels = ",".join(f"{level.name}={level.size}" for level in hierarchy.levels)
+    return RankPanel(f"placement {hierarchy.placement.to_text()}  ({levels})", sizes,
+                     Curve(f"flat call: {short_program(flats[0].program)}", tuple(value(flat) for flat in flats)),
+                     tuple(curves), Curve("lower bound", bound), error if errors else ())
 
 
 def _chosen_programs(rows_by_size, limit: int) -> list[str]:
