@@ -28,14 +28,12 @@ from synth.analysis.programs import ProgramSets  # noqa: E402
 from synth.analysis.rank import Ranker  # noqa: E402
 from synth.analysis.sweep import reduction_requests, sweep_hierarchy  # noqa: E402
 from synth.model.context import cost_context  # noqa: E402
+from synth.plots.figure import ABBREVIATION_KEY, short_program  # noqa: E402
 from synth.topology import Topology  # noqa: E402
 from synth.units import format_bytes  # noqa: E402
 
 TOP = 4  # programs per panel besides the default all-reduce
-ABBREVIATIONS = {"ReduceScatter": "RS", "AllReduce": "AR", "AllGather": "AG", "Reduce": "R", "Broadcast": "B",
-                 "InsideGroup": "IG", "Parallel": "P", "Master": "M"}
-KEY = ("RS ReduceScatter, AR AllReduce, AG AllGather, R Reduce, B Broadcast; "
-       "IG InsideGroup, P Parallel, M Master; x1.00 = speedup over the default all-reduce at the largest size")
+KEY = f"{ABBREVIATION_KEY}; x1.00 = speedup over the default all-reduce at the largest size"
 
 
 def mesh_placement(topology: Topology, axes: tuple[Axis, ...]) -> Placement:
@@ -52,10 +50,7 @@ def mesh_placement(topology: Topology, axes: tuple[Axis, ...]) -> Placement:
 
 def short(program: str) -> str:
     """`ReduceScatter(InsideGroup(gpu)); ...` as `RS(IG gpu) > ...` for legends."""
-    steps = []
-    for step in parse_program(program).steps:
-        steps.append(f"{ABBREVIATIONS[step.collective]}({ABBREVIATIONS[step.form]} {step.level})")
-    return " > ".join(steps)
+    return short_program(parse_program(program))
 
 
 @dataclass(frozen=True)

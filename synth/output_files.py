@@ -37,14 +37,24 @@ def write_text(path: str | os.PathLike, text: str, what: str | None = None) -> P
     return Path(path)
 
 
+def write_bytes(path: str | os.PathLike, data: bytes, what: str | None = None) -> Path:
+    """Write `data` (a picture) to `path` as the module docstring says; returns the path."""
+    with writing(path, what, binary=True) as handle:
+        handle.write(data)
+    return Path(path)
+
+
 @contextmanager
-def writing(path: str | os.PathLike, what: str | None = None, newline: str | None = None) -> Iterator[IO[str]]:
-    """A text handle on `path`'s new content (for csv.writer and json.dump): the file is put in
-    place when the block ends without an exception, and left as it was when it raises."""
+def writing(path: str | os.PathLike, what: str | None = None, newline: str | None = None,
+            binary: bool = False) -> Iterator[IO]:
+    """A text handle (a bytes one with `binary`) on `path`'s new content (for csv.writer and
+    json.dump): the file is put in place when the block ends without an exception, and left as
+    it was when it raises."""
     target = Path(path)
     label = what or str(target)
     through, real = _plan(target, label)
-    temporary, handle = (None, _open(real, label, newline)) if through else _temporary(real, label, newline)
+    mode = (binary, newline)
+    temporary, handle = (None, _open(real, label, mode)) if through else _temporary(real, label, mode)
     committed = False
     try:
         with handle:
@@ -62,12 +72,16 @@ def writing(path: str | os.PathLike, what: str | None = None, newline: str | Non
             _remove(temporary)
 
 
-def _open(real: Path, label: str, newline: str | None) -> IO[str]:
+def _open(real: Path, label: str, mode: tuple[bool, str | None]) -> IO:
     """Write through: the path opened for writing, as a shell's `>` opens it."""
     try:
-        return open(real, "w", encoding="utf-8", newline=newline)
+        return open(real, "wb") if mode[0] else open(real, "w", encoding="utf-8", newline=mode[1])
     except OSError as error:
         raise _failed(label, error) from None
+
+
+def _fdopen(fd: int, mode: tuple[bool, str | None]) -> IO:
+    return os.fdopen(fd, "wb") if mode[0] else os.fdopen(fd, "w", encoding="utf-8", newline=mode[1])
 
 
 def _plan(target: Path, label: str) -> tuple[bool, Path]:
@@ -90,7 +104,7 @@ def _plan(target: Path, label: str) -> tuple[bool, Path]:
     return False, Path(os.path.realpath(target))
 
 
-def _temporary(real: Path, label: str, newline: str | None) -> tuple[Path | None, IO[str]]:
+def _temporary(real: Path, label: str, mode: tuple[bool, str | None]) -> tuple[Path | None, IO]:
     """(a new file beside `real` with its final mode and owner, its handle); (None, a handle
     on `real` itself) for another user's file whose owner we may not give the new one."""
     try:
@@ -109,7 +123,7 @@ def _temporary(real: Path, label: str, newline: str | None) -> tuple[Path | None
             continue
         except PermissionError as error:  # a directory we may not add to, a file we may write: in place
             if existing is not None and os.access(real, os.W_OK):
-                return None, _open(real, label, newline)
+                return None, _open(real, label, mode)
             raise _failed(label, error) from None
         except OSError as error:
             raise _failed(label, error) from None
@@ -120,11 +134,11 @@ def _temporary(real: Path, label: str, newline: str | None) -> tuple[Path | None
             os.fchmod(fd, stat.S_IMODE(existing.st_mode))
             if (existing.st_uid, existing.st_gid) != _owner(fd):
                 os.fchown(fd, existing.st_uid, existing.st_gid)
-        handle = os.fdopen(fd, "w", encoding="utf-8", newline=newline)
+        handle = _fdopen(fd, mode)
     except PermissionError:
         os.close(fd)
         _remove(temporary)
-        return None, _open(real, label, newline)
+        return None, _open(real, label, mode)
     except OSError as error:
         os.close(fd)
         _remove(temporary)

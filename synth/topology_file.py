@@ -573,6 +573,13 @@ def render_topology(topology: Topology, header: str = "") -> str:
     after `header` as comment lines."""
     import tomli_w
 
+    comments = "".join(_comment(line) + "\n" for line in header.split("\n")) if header else ""
+    return comments + tomli_w.dumps(topology_document(topology))
+
+
+def topology_document(topology: Topology) -> dict:
+    """The topology as the tables and keys of its file (this module's docstring), figures
+    written with their units: what `render_topology` writes as TOML, for JSON alike."""
     document: dict = {"name": topology.name, "description": topology.description}
     if topology.nccl is not None:
         nccl = topology.nccl
@@ -596,8 +603,7 @@ def render_topology(topology: Topology, header: str = "") -> str:
         document["calibration"] = [_calibration_table(record) for record in topology.calibration]
     if topology.device is not None:
         document["device"] = _device_table(topology.device)
-    comments = "".join(_comment(line) + "\n" for line in header.split("\n")) if header else ""
-    return comments + tomli_w.dumps(document)
+    return document
 
 
 def _level_table(level: Level) -> dict:

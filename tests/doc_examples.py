@@ -34,7 +34,7 @@ Slow (`@pytest.mark.slow`, excluded by default): `pytest` itself, benchmarks
 (`python -m benchmarks.NAME`), `--emulate` runs, and a trailing `# takes minutes` comment.
 
 Outputs: a command may write where it is told (`-o PATH`, `--output`, `--out`,
-`--results`, `--json-out`, `--export`, `> PATH`, or a trailing `# writes PATH` comment for
+`--results`, `--json-out`, `--export`, `--plot`, `> PATH`, or a trailing `# writes PATH` comment for
 a command that names its output otherwise, e.g. `python -c "...save('plan.json')"`); a benchmark (`python -m benchmarks.NAME`) may also
 rewrite `results/`, which is its purpose. Any other file it adds, changes or removes in the
 checkout is litter, and the test fails naming it.
@@ -51,7 +51,7 @@ from pathlib import Path
 COMMAND_WORDS = ("synth", "python", "python3", "pytest", "pip", "pip3", "torchrun", "srun", "mpirun", "gcc", "g++",
                  "nvcc", "sudo")
 SHELL_LANGUAGES = ("", "sh", "bash", "shell", "console", "shell-session")
-OUTPUT_OPTIONS = ("-o", "--output", "--out", "--output-dir", "--results", "--json-out", "--export")
+OUTPUT_OPTIONS = ("-o", "--output", "--out", "--output-dir", "--results", "--json-out", "--export", "--plot")
 WRITES_MARKER = "# writes "
 
 GPU_MARKERS = ("# on a gpu cluster", "# on the cluster", "# on a cluster", "# on gpus", "# on a gpu")

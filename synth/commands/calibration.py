@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from synth.commands.common import BACKEND_NAMES, echo, flagged, print_json
+from synth.commands.common import BACKEND_NAMES, add_plot_option, echo, flagged, print_json
 from synth.errors import UsageError
 from synth.text import escaped
 
@@ -36,6 +36,7 @@ def register(subparsers) -> None:
     parser.add_argument("--backend", choices=BACKEND_NAMES,
                         help="collective library that ran the measurements (default: what the files say, else nccl)")
     parser.add_argument("--json", action="store_true", help="print the fits as JSON instead of a table")
+    add_plot_option(parser, "every measurement against its prediction (log-log, with y=x and the fit's error band)")
     parser.set_defaults(handler=run_calibrate)
 
 
@@ -47,6 +48,9 @@ def run_calibrate(args) -> int:
 
     if args.level is not None and args.topology is None:
         raise UsageError("--level names a level of the base topology; give --topology BASE too")
+    from synth.commands.plotting import check_plot
+
+    check_plot(args)
     measurements, formats = [], {}
     for path in args.files:
         _check_readable(path)
@@ -73,6 +77,7 @@ def run_calibrate(args) -> int:
         _write(args.output, text)
     if args.json:
         print_json(_json(result, formats, errors, args.output, text))
+        _plot(args, measurements, errors, result.topology.name, backend.name)
         return 0
     if not args.output:
         sys.stdout.write(text)
@@ -82,7 +87,16 @@ def run_calibrate(args) -> int:
         console.print(f"note: {_plain(note)}")
     if args.output:
         console.print(f"wrote {_plain(args.output)}")
+    _plot(args, measurements, errors, result.topology.name, backend.name)
     return 0
+
+
+def _plot(args, measurements, errors, topology_name: str, model: str) -> None:
+    if args.plot:
+        from synth.commands.plotting import plot_calibration
+
+        sys.stdout.flush()
+        plot_calibration(args.plot, measurements, errors, topology_name, model)
 
 
 CONTRADICTION_GAIN = 0.7  # the other setting's error at most this share of the base's: the base is wrong
@@ -268,6 +282,7 @@ def _run_nccl(args, measurements, formats) -> int:
         document = nccl_fit_json(result, formats, errors, args.output, text)
         document["base_contradictions"] = [contradiction] if contradiction else []
         print_json(document)
+        _plot(args, measurements, errors, result.topology.name, "NCCL")
         return 0
     if not args.output:
         sys.stdout.write(text)
@@ -300,4 +315,5 @@ def _run_nccl(args, measurements, formats) -> int:
         console.print(f"warning: {_plain(contradiction)}")
     if args.output:
         console.print(f"wrote {_plain(args.output)}")
+    _plot(args, measurements, errors, result.topology.name, "NCCL")
     return 0

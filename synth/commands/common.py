@@ -207,6 +207,13 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def add_plot_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--plot FILE` (synth/commands/plotting.py checks and draws it)."""
+    parser.add_argument("--plot", metavar="FILE",
+                        help=f"also draw {what} to FILE, PNG or SVG by its suffix (needs matplotlib: "
+                             f"pip install '.[plot]')")
+
+
 # --- resolution ------------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import sys
 
 from synth.commands.common import (add_constraint_options, add_json_option, add_model_options, flagged, positive_int,
                                    print_json)
+from synth.commands.common import add_plot_option
 from synth.errors import UsageError
 from synth.names import echo
 
@@ -89,6 +90,8 @@ def register(subparsers) -> None:
     parser.add_argument("--export", metavar="FILE", help="write the winner's launch settings (Megatron, DeviceMesh, JAX) as JSON")
     add_model_options(parser)
     add_json_option(parser)
+    add_plot_option(parser, "the candidates' step time against memory with the Pareto set, and where the winner's "
+                            "step time goes")
     parser.set_defaults(handler=run_plan)
 
 
@@ -331,6 +334,9 @@ def run_plan(args) -> int:
         check_size(size, request)
     except UsageError as error:
         raise _flags_for(error) from None
+    from synth.commands.plotting import check_plot
+
+    check_plot(args)
     progress = _progress(size)
     try:
         result = plan(request, progress=progress, size=size)
@@ -346,6 +352,11 @@ def run_plan(args) -> int:
         print_json(plan_json(result, launchable))
     else:
         _print_tables(result, launchable)
+    if args.plot:
+        from synth.commands.plotting import plot_plan
+
+        sys.stdout.flush()
+        plot_plan(args.plot, result, where_time_goes)
     if result.interrupted_after is not None:
         raise KeyboardInterrupt(f"interrupted after {result.interrupted_after} of {result.size.placements} placement(s): "
                                 f"the rows rank the candidates found on those")

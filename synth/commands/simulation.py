@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
+from synth.commands.common import add_plot_option
 from synth.errors import NoSolutionError
 
 __all__ = ["register", "run_rank", "parse_size", "resolve_sizes"]  # the last two: benchmarks/sweep.py's imports
@@ -32,6 +35,9 @@ def register(subparsers) -> None:
     parser.add_argument("--pareto", action="store_true",
                         help="keep the programs no other beats on time, extra memory, communicators and calls")
     add_json_option(parser)
+    add_plot_option(parser, "time or busbw against size: the flat call, the top programs and the model's error band")
+    parser.add_argument("--plot-metric", choices=("time", "busbw"), default="time",
+                        help="what --plot draws against size (default time)")
     parser.set_defaults(handler=run_rank)
 
 
@@ -50,6 +56,9 @@ def run_rank(args) -> int:
     hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
     check_search(hierarchies, args.max_len, goal)
     check_costable(job.topology)
+    from synth.commands.plotting import check_plot
+
+    check_plot(args)
     sections, done = [], 0
     try:
         for hierarchy in hierarchies:
@@ -92,7 +101,16 @@ def _print_sections(args, job, sections, reduce_axes, sizes, goal) -> None:
                          backend=args.backend, estimate=args.estimate,
                          **_held_out_json(held.get(id(hierarchy), {}).get(size), row))
                     for size, hierarchy, bounds, rows in sections for row in rows])
-        return
+    else:
+        _print_tables(args, job, sections, held, goal)
+    if args.plot:
+        from synth.commands.plotting import plot_rank
+
+        sys.stdout.flush()  # the tables before the line saying where the picture went
+        plot_rank(args, job.topology.name, sections, held, goal)
+
+
+def _print_tables(args, job, sections, held, goal) -> None:
     from synth.commands.terminal import console as text_console
 
     console = text_console(piped_width=PIPED_WIDTH)  # piped or captured: wide enough that no figure is cut

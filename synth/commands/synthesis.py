@@ -7,18 +7,24 @@ import json
 import sys
 from contextlib import contextmanager
 
+from synth.commands.common import add_plot_option
 from synth.commands.common import (add_axes_option, add_constraint_options, add_job_options, add_json_option,
                                    add_max_len_option, add_system_options, hierarchy_for, iter_placements, one_placement,
                                    print_json, read_program_text, resolve_goal, resolve_job, resolve_reduce)
-from synth.errors import NoSolutionError
+from synth.errors import NoSolutionError, UsageError
 
 # Explicit per-member states up to this many members; the quotient state beyond.
 EXPLICIT_CHECK_LIMIT = 256
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("topologies", help="list the built-in topologies")
+    parser = subparsers.add_parser(
+        "topologies", help="list the built-in topologies",
+        description="List the built-in topologies, or show one (a built-in name or a TOML file): its levels, "
+                    "links and figures with their sources.")
+    parser.add_argument("name", nargs="?", metavar="NAME", help="show this topology (built-in name or TOML file)")
     add_json_option(parser)
+    add_plot_option(parser, "the topology's hierarchy with its links and figures (needs NAME)")
     parser.set_defaults(handler=run_topologies)
 
     parser = subparsers.add_parser("placements", help="list every placement of the axes on the system")
@@ -47,6 +53,11 @@ def run_topologies(args) -> int:
     from synth.commands.terminal import console as text_console
     from synth.topology_file import builtin_topology_names, load_topology
 
+    if args.name is not None:
+        return _show_topology(args)
+    if args.plot is not None:
+        raise UsageError("--plot draws one topology: name it, e.g. synth topologies dgx-a100-x4 --plot topology.png")
+
     rows = []
     for name in builtin_topology_names():
         topology = load_topology(name)
@@ -60,6 +71,74 @@ def run_topologies(args) -> int:
         table.add_row(row["name"], ",".join(f"{k}={v}" for k, v in row["levels"].items()), str(row["devices"]), row["description"])
     text_console(piped_width=None).print(table)
     return 0
+
+
+def _show_topology(args) -> int:
+    """One topology: as JSON (the file's tables and keys), or its levels and every figure's source;
+    --plot draws it."""
+    from synth.commands.plotting import check_plot
+    from synth.topology_file import load_topology, topology_document
+
+    topology = load_topology(args.name)
+    check_plot(args)
+    if args.json:
+        document = topology_document(topology)
+        print_json({"name": document.pop("name"), "description": document.pop("description"),
+                    "devices": topology.device_count, **document})
+    else:
+        _print_topology(topology)
+    if args.plot is not None:
+        from synth.commands.plotting import plot_topology
+
+        sys.stdout.flush()
+        plot_topology(args.plot, topology)
+    return 0
+
+
+def _print_topology(topology) -> None:
+    from rich.table import Table
+
+    from synth.commands.terminal import console as text_console
+    from synth.plots.topology import figure_lines, system_line
+
+    console = text_console(piped_width=160)
+    table = Table("level", "size", "figures", title=f"{topology.name}: {topology.device_count} devices",
+                  caption=topology.description)
+    for level in topology.levels:
+        table.add_row(level.name, str(level.size), "\n".join(figure_lines(level)))
+    console.print(table)
+    line = system_line(topology)
+    if line:
+        console.print(line, highlight=False, soft_wrap=True)
+    sources = Table("figure", "source", title="sources", title_justify="left")
+    for what, source in figure_sources(topology):
+        sources.add_row(what, source)
+    console.print(sources)
+
+
+def figure_sources(topology) -> list[tuple[str, str]]:
+    """(which figure, its source) for every figure of the topology that has one."""
+    rows = []
+    for level in topology.levels:
+        for key in ("bandwidth", "latency", "fabric", "efficiency", "overhead"):
+            figure = getattr(level, key)
+            if figure is not None:
+                rows.append((f"{level.name} {key}", figure.source))
+        if level.uplinks is not None:
+            rows.append((f"{level.name} uplinks", level.uplinks.bandwidth.source))
+        for key in ("link", "transport"):
+            value = getattr(level, key)
+            if value is not None:
+                rows.append((f"{level.name} {key}", value.source))
+        for name, figures in level.collectives:
+            rows.append((f"{level.name} {name} bandwidth", figures.bandwidth.source))
+            rows.append((f"{level.name} {name} latency", figures.latency.source))
+    if topology.nccl is not None:
+        rows.append(("nccl", topology.nccl.source))
+    if topology.device is not None:
+        rows.append(("device memory", topology.device.memory.source))
+        rows += [(f"device peak {precision}", figure.source) for precision, figure in topology.device.peak]
+    return rows
 
 
 def run_placements(args) -> int:
