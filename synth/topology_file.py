@@ -675,7 +675,8 @@ def _calibration_table(record: CalibrationRecord) -> dict:
 #     bf16 = { value = "312 TFLOP/s", source = "..." }
 #
 # Precisions are fp32, tf32, fp16, bf16 and fp8; rates are written with a unit (FLOP/s or
-# FLOPS, with k M G T P prefixes).
+# FLOPS, with k M G T P prefixes). A name that selects a built-in description (synth/plan/devices.py)
+# may leave out memory, memory_bandwidth and peaks: those come from the description (`Device.taken`).
 
 _DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
 _FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z", re.ASCII)
@@ -720,6 +721,7 @@ def format_flop_rate(value: float, digits: int = 4) -> str:
 
 
 def _device(table, where: str):
+    from synth.plan.devices import device_named
     from synth.topology import PRECISIONS, Device  # the value type lives with Topology
     from synth.units import parse_bytes
 
@@ -729,21 +731,52 @@ def _device(table, where: str):
     _check_keys(table, _DEVICE_KEYS, where, field)
     name = _string(_require(table, "name", where, field, 'name = "NVIDIA A100-SXM4-80GB"'), where, f"{field}.name",
                    'name = "NVIDIA A100-SXM4-80GB"')
-    memory = _figure(_require(table, "memory", where, field, 'memory = { value = "80 GiB", source = "..." }'),
-                     lambda text, where: float(parse_bytes(text, where=where)), "80 GiB", where, f"{field}.memory")
-    bandwidth = None
+    described = device_named(name)
+    if described is None:  # another device states what it has; a built-in one may leave figures to its description
+        _require(table, "memory", where, field, 'memory = { value = "80 GiB", source = "..." }')
+        _require(table, "peak", where, field, f'[device.peak] with bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
+    memory = bandwidth = efficiency = None
+    if "memory" in table:
+        memory = _figure(table["memory"], lambda text, where: float(parse_bytes(text, where=where)), "80 GiB", where,
+                         f"{field}.memory")
     if "memory_bandwidth" in table:
         bandwidth = _figure(table["memory_bandwidth"], parse_bandwidth, "2039 GB/s", where, f"{field}.memory_bandwidth")
-    efficiency = None
     if "matmul_efficiency" in table:
         efficiency = _figure(table["matmul_efficiency"], parse_fraction, "46%", where, f"{field}.matmul_efficiency")
-    peaks = _require(table, "peak", where, field, f'[device.peak] with bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
-    if not isinstance(peaks, dict) or not peaks:
+    peaks = table.get("peak", {})
+    if not isinstance(peaks, dict) or (not peaks and described is None):
         raise _field_error(where, f"{field}.peak", f'needs at least one precision, e.g. bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
     _check_keys(peaks, PRECISIONS, where, f"{field}.peak")
     peak = tuple((precision, _figure(peaks[precision], parse_flop_rate, FLOP_RATE_EXAMPLE, where, f"{field}.peak.{precision}"))
                  for precision in PRECISIONS if precision in peaks)
-    return Device(" ".join(name.split()), memory, peak, bandwidth, efficiency)
+    device = Device(" ".join(name.split()), memory, peak, bandwidth, efficiency)
+    return device if described is None else _completed(device, described)
+
+
+def _completed(device, described):
+    """A built-in device's [device] table with every figure it leaves out taken from the built-in
+    description (synth/plan/devices.py), each source saying so, and `taken` naming them."""
+    import dataclasses
+
+    from synth.topology import PRECISIONS
+
+    def built_in(figure: Figure) -> Figure:
+        return Figure(figure.value, f"built-in description {described.key}: {figure.source}")
+
+    taken = []
+    memory, bandwidth = device.memory, device.memory_bandwidth
+    if memory is None:
+        memory = built_in(described.memory)
+        taken.append("memory")
+    if bandwidth is None:
+        bandwidth = built_in(described.memory_bandwidth)
+        taken.append("memory_bandwidth")
+    stated = dict(device.peak)
+    taken += [f"peak.{precision}" for precision, _ in described.peak if precision not in stated]
+    peak = {precision: built_in(figure) for precision, figure in described.peak} | stated
+    peak = tuple((precision, peak[precision]) for precision in PRECISIONS if precision in peak)
+    return dataclasses.replace(device, memory=memory, memory_bandwidth=bandwidth, peak=peak, described=described.key,
+                               taken=tuple(taken))
 
 
 def _exact_bytes(value: float, digits: int) -> str:

@@ -190,6 +190,13 @@ def _warn_defaults(spec: str, source) -> None:
           f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
 
 
+def _note_taken(topology) -> None:
+    """One line on stderr naming the device figures a topology left to the built-in description."""
+    device = topology.device
+    print(f"note: topology {echo(topology.name)}: device {echo(device.name)} is the built-in {device.described}; "
+          f"took {', '.join(device.taken)} from its description (state them in [device] to override)", file=sys.stderr)
+
+
 def _zero_stages(text: str) -> tuple[int, ...]:
     stages = tuple(sorted({item.strip() for item in text.split(",")}))
     if not stages or any(stage not in ("1", "2", "3") for stage in stages):
@@ -216,6 +223,8 @@ def build_request(args):
     if args.export is not None and not args.export.strip():
         raise UsageError("--export '': give the file to write the launch settings to, e.g. --export launch.json")
     topology = load_topology(args.topology)
+    if topology.device is not None and topology.device.taken:
+        _note_taken(topology)
     if args.resize is not None:
         with flagged("--resize"):
             topology = resize(topology, args.resize)
