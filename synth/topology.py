@@ -410,6 +410,7 @@ class Device:
     matmul_efficiency: Figure | None = None  # achieved / peak
     described: str = ""  # the built-in description (synth/plan/devices.py) the name selects, if any
     taken: tuple[str, ...] = ()  # the figures the topology left out and the description supplied
+    reserve: tuple[tuple[str, Figure], ...] = ()  # [device.reserve]: its own figures for synth/plan/reserve.py
 
     def peak_for(self, precision: str) -> Figure:
         for name, figure in self.peak:

@@ -677,8 +677,15 @@ def _calibration_table(record: CalibrationRecord) -> dict:
 # Precisions are fp32, tf32, fp16, bf16 and fp8; rates are written with a unit (FLOP/s or
 # FLOPS, with k M G T P prefixes). A name that selects a built-in description (synth/plan/devices.py)
 # may leave out memory, memory_bandwidth and peaks: those come from the description (`Device.taken`).
+#
+#     [device.reserve]                  # optional: what the job holds besides the model (synth/plan/reserve.py)
+#     cuda_context = { value = "500 MiB", source = "..." }
+#     cublas_workspace = { value = "32 MiB", source = "..." }
+#     nccl_communicator = { value = "294 MiB", source = "..." }       # per TP/CP/EP/DP communicator
+#     fragmentation = { value = "5%", source = "..." }                # the allocator's; below it a layout is tight
 
-_DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
+_DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak", "reserve")
+_RESERVE_KEYS = ("cuda_context", "cublas_workspace", "nccl_communicator", "fragmentation")
 _FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z", re.ASCII)
 _FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 FLOP_RATE_EXAMPLE = "312 TFLOP/s"
@@ -749,8 +756,25 @@ def _device(table, where: str):
     _check_keys(peaks, PRECISIONS, where, f"{field}.peak")
     peak = tuple((precision, _figure(peaks[precision], parse_flop_rate, FLOP_RATE_EXAMPLE, where, f"{field}.peak.{precision}"))
                  for precision in PRECISIONS if precision in peaks)
-    device = Device(" ".join(name.split()), memory, peak, bandwidth, efficiency)
+    device = Device(" ".join(name.split()), memory, peak, bandwidth, efficiency, reserve=_reserve(table, where))
     return device if described is None else _completed(device, described)
+
+
+def _reserve(table: dict, where: str) -> tuple:
+    """[device.reserve]: the device's own figures for what the job holds besides the model
+    (synth/plan/reserve.py names them and their defaults), each with its source."""
+    from synth.units import parse_bytes
+
+    field = "device.reserve"
+    figures = table.get("reserve", {})
+    if not isinstance(figures, dict):
+        raise _field_error(where, field, 'is not a table; write [device.reserve] with e.g. cuda_context = '
+                                         '{ value = "500 MiB", source = "..." }')
+    _check_keys(figures, _RESERVE_KEYS, where, field)
+    read = {key: (parse_fraction, "15%") if key == "fragmentation" else
+            (lambda text, where: float(parse_bytes(text, where=where)), "500 MiB") for key in _RESERVE_KEYS}
+    return tuple((key, _figure(figures[key], read[key][0], read[key][1], where, f"{field}.{key}"))
+                 for key in _RESERVE_KEYS if key in figures)
 
 
 def _completed(device, described):
@@ -803,4 +827,7 @@ def _device_table(device) -> dict:
         table["matmul_efficiency"] = _figure_table(device.matmul_efficiency, lambda value, digits: repr(value))
     if device.peak:
         table["peak"] = {precision: _figure_table(figure, format_flop_rate) for precision, figure in device.peak}
+    if device.reserve:
+        table["reserve"] = {key: _figure_table(figure, (lambda value, digits: repr(value)) if key == "fragmentation"
+                                               else _exact_bytes) for key, figure in device.reserve}
     return table
