@@ -162,10 +162,16 @@ def resize(topology, text: str):
                                description=f"{topology.description} (resized: {text})")
 
 
-def _list_models() -> int:
-    from synth.plan.formulas import parameter_count
+def _list_models(as_json: bool = False) -> int:
+    from synth.plan.formulas import active_parameter_count, parameter_count
     from synth.plan.model import PRESETS, describe_architecture
 
+    if as_json:
+        print_json([{"name": name, "parameters": parameter_count(model),
+                     "active_parameters": active_parameter_count(model),
+                     "architecture": describe_architecture(model), "model": model.to_json()}
+                    for name, model in PRESETS.items()])
+        return 0
     for name, model in PRESETS.items():
         print(f"{name:16} {parameter_count(model) / 1e9:8.2f}B  L={model.layers} h={model.hidden} a={model.heads} "
               f"g={model.query_groups} f={model.ffn} s={model.seq_len} V={model.vocab} "
@@ -339,7 +345,7 @@ def _flags_for(error):
 
 def run_plan(args) -> int:
     if args.list_models:
-        return _list_models()
+        return _list_models(args.json)
     from synth.plan.search import check_size, estimate, plan
 
     try:
