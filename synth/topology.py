@@ -143,6 +143,7 @@ class CalibrationRecord:
     worst_error: float
     file: str
     backend: str | None = None  # the collective library measured (nccl, gloo), when the file says
+    bands: tuple[tuple[str, float, float, int], ...] = ()  # per size band: (band, rms, worst, points)
 
 
 @dataclass(frozen=True)

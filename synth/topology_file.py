@@ -137,8 +137,9 @@ _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "late
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
               "cuda_graphs", "min_ctas", "max_ctas")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
-                     "rms_error", "worst_error", "file", "backend")
-_OPTIONAL_CALIBRATION_KEYS = ("backend",)
+                     "rms_error", "worst_error", "file", "backend", "bands")
+_OPTIONAL_CALIBRATION_KEYS = ("backend", "bands")
+_BAND_KEYS = ("band", "rms_error", "worst_error", "points")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
@@ -511,6 +512,8 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
             raw = _require(table, key, where, field, f"{key} = ...")
             if key == "backend":
                 values[key] = _choice(raw, ("nccl", "gloo"), where, f"{field}.{key}")
+            elif key == "bands":
+                values[key] = _bands(raw, where, f"{field}.{key}")
             elif key in ("collective", "level", "file"):
                 values[key] = _string(raw, where, f"{field}.{key}", f'{key} = "..."')
             elif key in ("rms_error", "worst_error"):
@@ -521,6 +524,30 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
                 values[key] = _positive_int(raw, where, f"{field}.{key}", f"{key} = 2")
         records.append(CalibrationRecord(**values))
     return tuple(records)
+
+
+def _bands(value, where: str, field: str) -> tuple:
+    """A record's error per size band: [{ band = "1-64 MiB", rms_error, worst_error, points }, ...]."""
+    from synth.model.heldout import BANDS
+
+    names = tuple(name for name, _, _ in BANDS)
+    if not isinstance(value, list):
+        raise _field_error(where, field, "is not an array; write bands = [{ band = \"1-64 MiB\", rms_error = 0.05, "
+                                         "worst_error = 0.1, points = 12 }]")
+    bands = []
+    for index, table in enumerate(value):
+        entry = f"{field}[{index}]"
+        table = _table(table, where, entry, _BAND_KEYS, '{ band = "1-64 MiB", rms_error = 0.05, worst_error = 0.1, points = 12 }')
+        band = _choice(_require(table, "band", where, entry, 'band = "1-64 MiB"'), names, where, f"{entry}.band")
+        errors = []
+        for key in ("rms_error", "worst_error"):
+            raw = _require(table, key, where, entry, f"{key} = 0.05")
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < float("inf"):
+                raise _field_error(where, f"{entry}.{key}", f"{raw!r} is not a non-negative number")
+            errors.append(float(raw))
+        points = _positive_int(_require(table, "points", where, entry, "points = 12"), where, f"{entry}.points", "points = 12")
+        bands.append((band, errors[0], errors[1], points))
+    return tuple(bands)
 
 
 def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
@@ -654,7 +681,11 @@ def _calibration_table(record: CalibrationRecord) -> dict:
     table = {}
     for key in _CALIBRATION_KEYS:
         value = getattr(record, key)
-        if value is not None:
+        if key == "bands":
+            if value:
+                table[key] = [{"band": band, "rms_error": round(rms, 6), "worst_error": round(worst, 6), "points": points}
+                              for band, rms, worst, points in value]
+        elif value is not None:
             table[key] = round(value, 6) if isinstance(value, float) else value
     return table
 

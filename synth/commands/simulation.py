@@ -100,7 +100,7 @@ def _print_sections(args, job, sections, reduce_axes, sizes, goal) -> None:
 
     for size, hierarchy, bound, rows in sections:
         try:
-            sure = model_error_for_group(job.topology, hierarchy.groups[0], goal.collective, size).describe()
+            sure = model_error_for_group(job.topology, hierarchy.groups[0], goal.collective, size).describe(size)
         except (KeyError, ValueError):  # a collective the calibration does not fit (all-to-all)
             sure = ""
         error = held.get(id(hierarchy), {}).get(size)
