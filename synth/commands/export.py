@@ -133,7 +133,7 @@ def _note_flat_call(programs: list[Program], hierarchy: SynthesisHierarchy, goal
     flat = goal_baseline(hierarchy, goal)
     if programs and programs[0] == flat:
         print(f"note: nothing beats the flat call here: the fastest program is {flat}, the one "
-              f"{goal.collective} call over the whole group that the framework makes itself")
+              f"{goal.collective} call over the whole group that the framework makes itself", file=sys.stderr)
 
 
 def _check_valid(program: Program, hierarchy: SynthesisHierarchy, goal="allreduce") -> None:
