@@ -126,12 +126,12 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
 
 
 def _note_flat_call(programs: list[Program], hierarchy: SynthesisHierarchy, goal) -> None:
-    """Say so when the ranking's best is the framework's own flat call: the file then runs the
-    one call NCCL (or gloo) would have made anyway."""
+    """Say so when all the ranking wrote is the framework's own flat call (`--top 1`, or a top K
+    of one program): the file then runs the one call NCCL (or gloo) would have made anyway."""
     from synth.analysis.goal_rank import goal_baseline
 
     flat = goal_baseline(hierarchy, goal)
-    if programs and programs[0] == flat:
+    if programs == [flat]:
         print(f"note: nothing beats the flat call here: the fastest program is {flat}, the one "
               f"{goal.collective} call over the whole group that the framework makes itself", file=sys.stderr)
 
