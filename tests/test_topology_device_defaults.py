@@ -68,3 +68,16 @@ def test_another_device_names_its_missing_figure_and_the_fix(tmp_path):
     with pytest.raises(UsageError, match=r"'Acme X1' is none of the built-in descriptions .*matmul_efficiency is missing: "
                                          r"add matmul_efficiency = "):
         compute_of(load_topology(str(path)).device, "bf16")
+
+
+def test_a_device_reserve_reads_back_from_a_written_copy(tmp_path):
+    from synth.topology_file import render_topology, topology_from_text
+
+    text = readme_topology() + ('\n[device.reserve]\ncuda_context = { value = "1 GiB", source = "measured" }\n'
+                                'fragmentation = { value = "5%", source = "expandable segments" }\n')
+    topology = topology_from_text(text, "test")
+    assert dict(topology.device.reserve)["fragmentation"].value == 0.05
+    again = topology_from_text(render_topology(topology), "written")
+    assert again.device.reserve == topology.device.reserve and again.device.memory == topology.device.memory
+    with pytest.raises(UsageError, match=r"device.reserve.nccl_buffers: unknown key; allowed keys are cuda_context, cublas_workspace, nccl_communicator"):
+        topology_from_text(text + 'nccl_buffers = { value = "1 GiB", source = "s" }\n', "test")
