@@ -563,6 +563,10 @@ def _print_tables(result, launchable=None) -> None:
                f"candidates dropped (do not fit in the memory left); "
                f"{result.bounded} stopped by the step-time bound; {request.compute.text}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
+    tight = sum(request.tight(prediction) for prediction in result.ranked)
+    if tight:
+        caption += (f"; {tight} of the {len(result.ranked)} rows tight (less margin than the allocator's "
+                    f"fragmentation headroom, --memory-headroom)")
     if result.filtered:
         caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
     console.print(f"Model {(model_line(request.model))}", highlight=False, soft_wrap=True)
