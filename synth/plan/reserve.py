@@ -17,7 +17,7 @@ A candidate's memory (formulas.py) counts what the model needs; a real job also 
   communicator; a job with tensor, context and data parallelism runs collectives on three.
   Tree, NVLS and CollNet connections add more when NCCL picks them; pipeline send/receive
   uses small peer-to-peer buffers and is not counted;
-* **cuBLAS's workspace** (`CUBLAS_WORKSPACE`): PyTorch gives each cuBLAS handle and stream a
+* **cuBLAS's workspace** (`CUBLAS_WORKSPACE_BYTES`): PyTorch gives each cuBLAS handle and stream a
   workspace of 32 MiB on Hopper and later, 4 MiB on large Ampere parts (aten/src/ATen/cuda/CUDABlas.cpp,
   pytorch/pytorch#120925, after the cuBLAS guide's cublasSetWorkspace recommendation); the
   planner reserves the larger for one compute stream;
@@ -69,8 +69,8 @@ COLLECTIVE_ROLES = ("tp", "cp", "ep", "dp")  # the groups a rank runs collective
 
 @dataclass(frozen=True)
 class MemoryReserve:
-    """Bytes per device kept free besides the fragmentation headroom: a fixed part (the CUDA
-    context, or a size the user gives) and a part per communicator (NCCL's buffers)."""
+    """Bytes per device kept free: a fixed part (the CUDA context and cuBLAS's workspace, or a
+    size the user gives) and a part per communicator (NCCL's buffers)."""
 
     fixed_bytes: float
     per_communicator_bytes: float
