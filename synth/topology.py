@@ -143,6 +143,7 @@ class CalibrationRecord:
     worst_error: float
     file: str
     backend: str | None = None  # the collective library measured (nccl, gloo), when the file says
+    bands: tuple[tuple[str, float, float, int], ...] = ()  # per size band: (band, rms, worst, points)
 
 
 @dataclass(frozen=True)
@@ -408,6 +409,9 @@ class Device:
     peak: tuple[tuple[str, Figure], ...]  # precision -> FLOP/s, in PRECISIONS order
     memory_bandwidth: Figure | None = None  # bytes/s (HBM)
     matmul_efficiency: Figure | None = None  # achieved / peak
+    described: str = ""  # the built-in description (synth/plan/devices.py) the name selects, if any
+    taken: tuple[str, ...] = ()  # the figures the topology left out and the description supplied
+    reserve: tuple[tuple[str, Figure], ...] = ()  # [device.reserve]: its own figures for synth/plan/reserve.py
 
     def peak_for(self, precision: str) -> Figure:
         for name, figure in self.peak:

@@ -137,8 +137,9 @@ _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "late
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
               "cuda_graphs", "min_ctas", "max_ctas")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
-                     "rms_error", "worst_error", "file", "backend")
-_OPTIONAL_CALIBRATION_KEYS = ("backend",)
+                     "rms_error", "worst_error", "file", "backend", "bands")
+_OPTIONAL_CALIBRATION_KEYS = ("backend", "bands")
+_BAND_KEYS = ("band", "rms_error", "worst_error", "points")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
 _UPLINK_KEYS = ("count", "bandwidth", "source")
@@ -511,6 +512,8 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
             raw = _require(table, key, where, field, f"{key} = ...")
             if key == "backend":
                 values[key] = _choice(raw, ("nccl", "gloo"), where, f"{field}.{key}")
+            elif key == "bands":
+                values[key] = _bands(raw, where, f"{field}.{key}")
             elif key in ("collective", "level", "file"):
                 values[key] = _string(raw, where, f"{field}.{key}", f'{key} = "..."')
             elif key in ("rms_error", "worst_error"):
@@ -521,6 +524,30 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
                 values[key] = _positive_int(raw, where, f"{field}.{key}", f"{key} = 2")
         records.append(CalibrationRecord(**values))
     return tuple(records)
+
+
+def _bands(value, where: str, field: str) -> tuple:
+    """A record's error per size band: [{ band = "1-64 MiB", rms_error, worst_error, points }, ...]."""
+    from synth.model.heldout import BANDS
+
+    names = tuple(name for name, _, _ in BANDS)
+    if not isinstance(value, list):
+        raise _field_error(where, field, "is not an array; write bands = [{ band = \"1-64 MiB\", rms_error = 0.05, "
+                                         "worst_error = 0.1, points = 12 }]")
+    bands = []
+    for index, table in enumerate(value):
+        entry = f"{field}[{index}]"
+        table = _table(table, where, entry, _BAND_KEYS, '{ band = "1-64 MiB", rms_error = 0.05, worst_error = 0.1, points = 12 }')
+        band = _choice(_require(table, "band", where, entry, 'band = "1-64 MiB"'), names, where, f"{entry}.band")
+        errors = []
+        for key in ("rms_error", "worst_error"):
+            raw = _require(table, key, where, entry, f"{key} = 0.05")
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < float("inf"):
+                raise _field_error(where, f"{entry}.{key}", f"{raw!r} is not a non-negative number")
+            errors.append(float(raw))
+        points = _positive_int(_require(table, "points", where, entry, "points = 12"), where, f"{entry}.points", "points = 12")
+        bands.append((band, errors[0], errors[1], points))
+    return tuple(bands)
 
 
 def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
@@ -660,7 +687,11 @@ def _calibration_table(record: CalibrationRecord) -> dict:
     table = {}
     for key in _CALIBRATION_KEYS:
         value = getattr(record, key)
-        if value is not None:
+        if key == "bands":
+            if value:
+                table[key] = [{"band": band, "rms_error": round(rms, 6), "worst_error": round(worst, 6), "points": points}
+                              for band, rms, worst, points in value]
+        elif value is not None:
             table[key] = round(value, 6) if isinstance(value, float) else value
     return table
 
@@ -681,9 +712,17 @@ def _calibration_table(record: CalibrationRecord) -> dict:
 #     bf16 = { value = "312 TFLOP/s", source = "..." }
 #
 # Precisions are fp32, tf32, fp16, bf16 and fp8; rates are written with a unit (FLOP/s or
-# FLOPS, with k M G T P prefixes).
+# FLOPS, with k M G T P prefixes). A name that selects a built-in description (synth/plan/devices.py)
+# may leave out memory, memory_bandwidth and peaks: those come from the description (`Device.taken`).
+#
+#     [device.reserve]                  # optional: what the job holds besides the model (synth/plan/reserve.py)
+#     cuda_context = { value = "500 MiB", source = "..." }
+#     cublas_workspace = { value = "32 MiB", source = "..." }
+#     nccl_communicator = { value = "294 MiB", source = "..." }       # per TP/CP/EP/DP communicator
+#     fragmentation = { value = "5%", source = "..." }                # the allocator's; below it a layout is tight
 
-_DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak")
+_DEVICE_KEYS = ("name", "memory", "memory_bandwidth", "matmul_efficiency", "peak", "reserve")
+_RESERVE_KEYS = ("cuda_context", "cublas_workspace", "nccl_communicator", "fragmentation")
 _FLOP_RATE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKMGTP]?)(?:FLOP/s|FLOPS|flop/s)\s*\Z", re.ASCII)
 _FLOP_PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 FLOP_RATE_EXAMPLE = "312 TFLOP/s"
@@ -726,6 +765,7 @@ def format_flop_rate(value: float, digits: int = 4) -> str:
 
 
 def _device(table, where: str):
+    from synth.plan.devices import device_named
     from synth.topology import PRECISIONS, Device  # the value type lives with Topology
     from synth.units import parse_bytes
 
@@ -735,21 +775,69 @@ def _device(table, where: str):
     _check_keys(table, _DEVICE_KEYS, where, field)
     name = _string(_require(table, "name", where, field, 'name = "NVIDIA A100-SXM4-80GB"'), where, f"{field}.name",
                    'name = "NVIDIA A100-SXM4-80GB"')
-    memory = _figure(_require(table, "memory", where, field, 'memory = { value = "80 GiB", source = "..." }'),
-                     lambda text, where: float(parse_bytes(text, where=where)), "80 GiB", where, f"{field}.memory")
-    bandwidth = None
+    described = device_named(name)
+    if described is None:  # another device states what it has; a built-in one may leave figures to its description
+        _require(table, "memory", where, field, 'memory = { value = "80 GiB", source = "..." }')
+        _require(table, "peak", where, field, f'[device.peak] with bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
+    memory = bandwidth = efficiency = None
+    if "memory" in table:
+        memory = _figure(table["memory"], lambda text, where: float(parse_bytes(text, where=where)), "80 GiB", where,
+                         f"{field}.memory")
     if "memory_bandwidth" in table:
         bandwidth = _figure(table["memory_bandwidth"], parse_bandwidth, "2039 GB/s", where, f"{field}.memory_bandwidth")
-    efficiency = None
     if "matmul_efficiency" in table:
         efficiency = _figure(table["matmul_efficiency"], parse_fraction, "46%", where, f"{field}.matmul_efficiency")
-    peaks = _require(table, "peak", where, field, f'[device.peak] with bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
-    if not isinstance(peaks, dict) or not peaks:
+    peaks = table.get("peak", {})
+    if not isinstance(peaks, dict) or (not peaks and described is None):
         raise _field_error(where, f"{field}.peak", f'needs at least one precision, e.g. bf16 = {{ value = "{FLOP_RATE_EXAMPLE}", source = "..." }}')
     _check_keys(peaks, PRECISIONS, where, f"{field}.peak")
     peak = tuple((precision, _figure(peaks[precision], parse_flop_rate, FLOP_RATE_EXAMPLE, where, f"{field}.peak.{precision}"))
                  for precision in PRECISIONS if precision in peaks)
-    return Device(" ".join(name.split()), memory, peak, bandwidth, efficiency)
+    device = Device(" ".join(name.split()), memory, peak, bandwidth, efficiency, reserve=_reserve(table, where))
+    return device if described is None else _completed(device, described)
+
+
+def _reserve(table: dict, where: str) -> tuple:
+    """[device.reserve]: the device's own figures for what the job holds besides the model
+    (synth/plan/reserve.py names them and their defaults), each with its source."""
+    from synth.units import parse_bytes
+
+    field = "device.reserve"
+    figures = table.get("reserve", {})
+    if not isinstance(figures, dict):
+        raise _field_error(where, field, 'is not a table; write [device.reserve] with e.g. cuda_context = '
+                                         '{ value = "500 MiB", source = "..." }')
+    _check_keys(figures, _RESERVE_KEYS, where, field)
+    read = {key: (parse_fraction, "15%") if key == "fragmentation" else
+            (lambda text, where: float(parse_bytes(text, where=where)), "500 MiB") for key in _RESERVE_KEYS}
+    return tuple((key, _figure(figures[key], read[key][0], read[key][1], where, f"{field}.{key}"))
+                 for key in _RESERVE_KEYS if key in figures)
+
+
+def _completed(device, described):
+    """A built-in device's [device] table with every figure it leaves out taken from the built-in
+    description (synth/plan/devices.py), each source saying so, and `taken` naming them."""
+    import dataclasses
+
+    from synth.topology import PRECISIONS
+
+    def built_in(figure: Figure) -> Figure:
+        return Figure(figure.value, f"built-in description {described.key}: {figure.source}")
+
+    taken = []
+    memory, bandwidth = device.memory, device.memory_bandwidth
+    if memory is None:
+        memory = built_in(described.memory)
+        taken.append("memory")
+    if bandwidth is None:
+        bandwidth = built_in(described.memory_bandwidth)
+        taken.append("memory_bandwidth")
+    stated = dict(device.peak)
+    taken += [f"peak.{precision}" for precision, _ in described.peak if precision not in stated]
+    peak = {precision: built_in(figure) for precision, figure in described.peak} | stated
+    peak = tuple((precision, peak[precision]) for precision in PRECISIONS if precision in peak)
+    return dataclasses.replace(device, memory=memory, memory_bandwidth=bandwidth, peak=peak, described=described.key,
+                               taken=tuple(taken))
 
 
 def _exact_bytes(value: float, digits: int) -> str:
@@ -776,4 +864,7 @@ def _device_table(device) -> dict:
         table["matmul_efficiency"] = _figure_table(device.matmul_efficiency, lambda value, digits: repr(value))
     if device.peak:
         table["peak"] = {precision: _figure_table(figure, format_flop_rate) for precision, figure in device.peak}
+    if device.reserve:
+        table["reserve"] = {key: _figure_table(figure, (lambda value, digits: repr(value)) if key == "fragmentation"
+                                               else _exact_bytes) for key, figure in device.reserve}
     return table

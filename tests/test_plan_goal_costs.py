@@ -78,7 +78,8 @@ def test_the_route_names_its_synthesized_collective_and_gain(selene):
 def test_plan_of_a_published_moe_model_names_its_synthesized_collectives(capsys):
     from synth.cli import main
 
-    assert main(["plan", "--topology", "selene", "--model", "mixtral-8x7b", "--json", "--top", "10"]) == 0
+    # top 20: tight layouts (inside the fragmentation headroom, kept since issue 22) fill the first ten
+    assert main(["plan", "--topology", "selene", "--model", "mixtral-8x7b", "--json", "--top", "20"]) == 0
     document = json.loads(capsys.readouterr().out)
     rows = [row for prediction in document["ranked"] for row in prediction["synthesized"]]
     assert rows, "some candidate of Mixtral on selene runs a synthesized collective"

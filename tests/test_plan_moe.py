@@ -458,3 +458,46 @@ def test_moe_with_zero3_is_runnable_but_not_with_hsdp():
     assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), settings) is None  # tests/test_plan_moe_zero3.py
     assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), Settings(1, sharded_optimizer=True, zero=3, hsdp=True))
     assert settings_problem(mixtral, Degrees(8, 1, 1, 1, 8), Settings(1, sharded_optimizer=True, zero=2)) is None
+
+
+@pytest.mark.parametrize("degrees", [Degrees(8, 2, 2, 1, 4), Degrees(16, 1, 2, 1, 8), Degrees(8, 4, 1, 1, 8)])
+def test_moe_exports_name_the_expert_and_the_dense_data_parallel_groups(degrees):
+    """In every form of the launch export, `edp` is the expert data-parallel group (dp / ep ranks)
+    and `dp` the dense one (edp and ep together), as megatron-core's RankGenerator forms them."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from synth.plan.launch import launch_document
+
+    placement = published_placement(degrees, load_topology("dgx-a100-x4"))
+    candidate = SimpleNamespace(degrees=degrees, placement=placement,
+                                settings=Settings(1, 1, degrees.tp > 1, "none", True))
+    document = launch_document(PRESETS["mixtral-8x7b"], candidate)
+    names = document["torch_device_mesh"]["mesh_dim_names"]
+    assert "dp" not in names and names == document["jax"]["axis_names"] == list(document["axes"])
+    assert document["degrees"]["dp"] == degrees.dp and document["degrees"]["edp"] == degrees.dp // degrees.ep
+    assert ("edp" in names) == (degrees.expert_dp > 1) and document["axes"].get("edp", 1) == degrees.expert_dp
+    dense = document["data_parallel"]["axes"]
+    assert document["data_parallel"]["size"] == degrees.dp and dense == [name for name in ("edp", "ep") if name in names]
+
+    def groups(lists):
+        return sorted(sorted(group) for group in lists)
+    mesh = np.array(document["torch_device_mesh"]["mesh"])  # the dense group as mesh[dense]._flatten("dp") takes it
+    inside = [names.index(name) for name in dense]
+    outside = [index for index in range(len(names)) if index not in inside]
+    flattened = mesh.transpose(outside + inside).reshape(-1, degrees.dp)
+    assert groups(flattened.tolist()) == groups(document["rank_groups"]["dp"])
+    assert document["data_parallel"]["jax"] == (f"psum(x, {tuple(dense)!r})" if len(dense) > 1 else "psum(x, 'ep')")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallel_state = pytest.importorskip("megatron.core.parallel_state",
+                                             reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
+    order = document["megatron"]["order"]
+    dense_generator = parallel_state.RankGenerator(tp=degrees.tp, ep=1, dp=degrees.dp, pp=degrees.pp, cp=1, order=order)
+    expert = parallel_state.RankGenerator(tp=degrees.tp, ep=degrees.ep, dp=degrees.expert_dp, pp=degrees.pp, cp=1,
+                                          order=order)
+    assert groups(dense_generator.get_ranks("dp")) == groups(document["rank_groups"]["dp"])
+    assert groups(expert.get_ranks("ep")) == groups(document["rank_groups"]["ep"])
+    if degrees.expert_dp > 1:
+        assert groups(expert.get_ranks("dp")) == groups(document["rank_groups"]["edp"])

@@ -101,4 +101,8 @@ def test_fsdp2_with_the_hierarchical_reduce_scatter_trains_like_fsdp2_itself():
         assert report["rs_diff"] <= 1e-6 and report["rs_ag_diff"] <= 1e-6, report
         # every module's reduce-scatter and all-gather went through the programs, every step
         assert report["scatter_calls"] >= 4 * 3 and report["gather_calls"] >= 4 * 3
-        assert report["scatter_summary"][0] == "reused from the mesh: communicator 0 = dimension shard"
+        assert report["scatter_summary"]["reused_from_mesh"] == [{"communicator": 0, "dimension": "shard"}]
+        from synth.torch.reducer import describe_summary
+
+        assert describe_summary(report["scatter_summary"]).splitlines()[0] == \
+            "reused from the mesh: communicator 0 = dimension shard"

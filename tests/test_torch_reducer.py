@@ -141,8 +141,11 @@ def test_ddp_with_the_hook_trains_like_plain_ddp(tmp_path):
         buckets = set(hook["bucket_elements"])
         assert len(buckets) >= 3 and all(size % 8 for size in buckets), buckets
     by_name = {hook["plan"]: hook for hook in report["hooks"]}
-    assert "communicator 1 = dimension gpu, communicator 2 = dimension node" in by_name["rs-ar-ag.json"]["summary"][0]
-    used = [line for line in by_name["best-by-size.json"]["summary"] if "by program" in line]
+    from synth.torch.reducer import describe_summary
+
+    assert "communicator 1 = dimension gpu, communicator 2 = dimension node" in \
+        describe_summary(by_name["rs-ar-ag.json"]["summary"]).splitlines()[0]
+    used = by_name["best-by-size.json"]["summary"]["programs"]
     assert len(used) >= 2, used  # buckets of different sizes ran different programs
     (tmp_path / "report.json").write_text(json.dumps(report))
 

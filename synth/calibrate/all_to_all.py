@@ -33,6 +33,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from synth.calibrate.confidence import band_errors
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
 from synth.calibrate.nccl_fit import GroupFit, LevelFit, NcclCalibration, SizeError, calibrate_nccl, replay_nccl
@@ -155,7 +156,8 @@ def fit_level(topology: Topology, level: int, points: list[tuple[Measurement, tu
         groups.append(group)
         records.append(CalibrationRecord(ALL_TO_ALL, name, nodes, per_node, errors[0].nbytes, errors[-1].nbytes,
                                          len(errors), group.rms, group.worst,
-                                         file.replace("\\", "/").rsplit("/", 1)[-1], "nccl"))
+                                         file.replace("\\", "/").rsplit("/", 1)[-1], "nccl",
+                                         band_errors((e.nbytes, e.error) for e in errors)))
     fit = LevelFit(name, (), None, None, tuple(groups), tuple(notes))
     return fitted, fit, tuple(records)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from synth.calibrate.confidence import band_errors
 from synth.calibrate.fit import Point, Solution, fit_points
 from synth.calibrate.groups import devices, spanned_levels
 from synth.calibrate.measurements import Measurement
@@ -129,7 +130,7 @@ def _records(base: Topology, topology: Topology, backend: Backend, measurements:
     records = tuple(CalibrationRecord(collective, level, nodes, per_node, min(b for b, _ in entries),
                                       max(b for b, _ in entries), len(entries),
                                       float(np.sqrt(np.mean([e * e for _, e in entries]))),
-                                      max(abs(e) for _, e in entries), file, backend.name)
+                                      max(abs(e) for _, e in entries), file, backend.name, band_errors(entries))
                     for (collective, level, nodes, per_node, file), entries in groups.items())
     new = {(r.file, r.collective, r.nodes, r.ranks_per_node) for r in records}
     kept = tuple(r for r in base.calibration if (r.file, r.collective, r.nodes, r.ranks_per_node) not in new)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.model.heldout import BANDS, band_of
 from synth.topology import CalibrationRecord, Topology
 
 
@@ -26,13 +27,35 @@ class Confidence:
     def calibrated(self) -> bool:
         return self.record is not None
 
-    def describe(self) -> str:
+    def describe(self, nbytes: float | None = None) -> str:
+        """The record's error at the size band of `nbytes` where it measured that band (the whole
+        record's beside it), else over all its sizes, saying so."""
         if self.record is None:
             return "uncalibrated (no measurements: synth calibrate writes them into the topology)"
         r = self.record
         where = "measured configuration" if self.exact else "nearest measured configuration"
-        return (f"model error {r.rms_error:.1%} RMS (worst {r.worst_error:.1%}) on the {where}: {r.collective} over "
-                f"{r.nodes} x {r.ranks_per_node} ranks, {_size(r.min_bytes)}-{_size(r.max_bytes)} ({r.file})")
+        shape = (f"{r.collective} over {r.nodes} x {r.ranks_per_node} ranks, {_size(r.min_bytes)}-{_size(r.max_bytes)} "
+                 f"({r.file})")
+        band = None if nbytes is None else band_of(nbytes)
+        at = next((entry for entry in r.bands if entry[0] == band), None)
+        if at is not None:
+            _, rms, worst, points = at
+            return (f"model error at {band} (this size's band) {rms:.1%} RMS (worst {worst:.1%}, {points} sizes) on the "
+                    f"{where}: {shape}; {r.rms_error:.1%} RMS over all its sizes")
+        missing = f" (it measured no size in {band}, this size's band)" if band is not None and r.bands else ""
+        return (f"model error {r.rms_error:.1%} RMS (worst {r.worst_error:.1%}) over all sizes of the {where}{missing}: "
+                f"{shape}")
+
+
+def band_errors(errors) -> tuple[tuple[str, float, float, int], ...]:
+    """(band, relative RMS, worst, points) per size band (synth/model/heldout.py's bands) of
+    (bytes, relative error) pairs: what a [[calibration]] record keeps so that a prediction
+    states the error at its own size."""
+    by_band: dict[str, list[float]] = {}
+    for nbytes, error in errors:
+        by_band.setdefault(band_of(nbytes), []).append(float(error))
+    return tuple((band, float(np.sqrt(np.mean(np.square(values)))), float(np.max(np.abs(values))), len(values))
+                 for band, _, _ in BANDS if (values := by_band.get(band)))
 
 
 def _size(nbytes: int) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from synth.calibrate.confidence import band_errors
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
 from synth.errors import UsageError
@@ -176,7 +177,8 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
         fits.append(fit)
     records = tuple(CalibrationRecord(g.collective, fit.level, g.nodes, g.ranks_per_node,
                                       min(e.nbytes for e in g.errors), max(e.nbytes for e in g.errors),
-                                      len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1], "nccl")
+                                      len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1], "nccl",
+                                      band_errors((e.nbytes, e.error) for e in g.errors))
                     for fit in fits for g in fit.groups)
     files = sorted({_name(m.file) for m in measurements})
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"

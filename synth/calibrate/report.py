@@ -10,7 +10,7 @@ from synth.units import format_bytes, format_time
 
 def nccl_fit_rows(result: NcclCalibration) -> tuple[list[str], list[list[str]]]:
     headers = ["level", "group", "file", "points", "sizes", "efficiency", "overhead", "stages/hop",
-               "protocols (rate, latency)", "rel. RMS", "worst", "outliers"]
+               "protocols (rate, latency)", "fit rel. RMS (group)", "fit worst (group)", "outliers"]
     rows = []
     for fit in result.fits:
         efficiency = ", ".join(f"{name} {value:.3f}" for name, value in fit.efficiencies) or "kept"

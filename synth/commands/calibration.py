@@ -205,18 +205,24 @@ def _write(path: str, text: str) -> None:
     write_text(path, text, f"-o {path}")
 
 
+def replay_text(errors) -> str:
+    """The caption's figure, labelled apart from the rows' own: each row's relative RMS is its
+    fit's on its measurements; this one replays the written (rounded) file over all of them."""
+    rms = float((errors ** 2).mean() ** 0.5)
+    return (f"replay of the written file over all {len(errors)} measurements: relative RMS error {rms:.2%} "
+            f"(worst {abs(errors).max():.2%}); the fit columns are each fit's own on its measurements")
+
+
 def _table(result: Calibration, errors) -> Table:
     from rich.table import Table
 
     from synth.units import format_bandwidth, format_bytes, format_time
 
-    rms = float((errors ** 2).mean() ** 0.5)
     table = Table(title=f"{result.topology.name}: fitted under the {result.backend} model",
-                  caption=f"* the level's own figures; the written file reproduces the {len(errors)} measurements "
-                          f"with relative RMS error {rms:.2%} (worst {abs(errors).max():.2%})")
-    for name in ("level", "collective", "points", "sizes", "group", "bandwidth", "latency", "R^2", "rel. RMS",
+                  caption=f"* the level's own figures; {replay_text(errors)}")
+    for name in ("level", "collective", "points", "sizes", "group", "bandwidth", "latency", "R^2", "fit rel. RMS",
                  "notes"):
-        table.add_column(name, justify="right" if name in ("points", "bandwidth", "latency", "R^2", "rel. RMS")
+        table.add_column(name, justify="right" if name in ("points", "bandwidth", "latency", "R^2", "fit rel. RMS")
                          else "left", overflow="fold")
     for fit in result.fits:
         solution = fit.solution
@@ -289,10 +295,7 @@ def _run_nccl(args, measurements, formats) -> int:
     console = text_console(stderr=not args.output, piped_width=PIPED_WIDTH)
     for line in assumptions + tuple(a for a in result.assumptions if a not in assumptions):
         console.print(f"assumed: {_plain(line)}")
-    rms = float((errors ** 2).mean() ** 0.5)
-    table = Table(title=f"{result.topology.name}: fitted under the NCCL model",
-                  caption=f"the written file reproduces the {len(errors)} measurements with relative RMS error "
-                          f"{rms:.2%} (worst {abs(errors).max():.2%})")
+    table = Table(title=f"{result.topology.name}: fitted under the NCCL model", caption=replay_text(errors))
     headers, rows = nccl_fit_rows(result)
     for name in headers:
         table.add_column(name, overflow="fold")

@@ -125,6 +125,17 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
     return programs
 
 
+def _note_flat_call(programs: list[Program], hierarchy: SynthesisHierarchy, goal) -> None:
+    """Say so when all the ranking wrote is the framework's own flat call (`--top 1`, or a top K
+    of one program): the file then runs the one call NCCL (or gloo) would have made anyway."""
+    from synth.analysis.goal_rank import goal_baseline
+
+    flat = goal_baseline(hierarchy, goal)
+    if programs == [flat]:
+        print(f"note: nothing beats the flat call here: the fastest program is {flat}, the one "
+              f"{goal.collective} call over the whole group that the framework makes itself", file=sys.stderr)
+
+
 def _check_valid(program: Program, hierarchy: SynthesisHierarchy, goal="allreduce") -> None:
     from synth.lowering import lower
 
@@ -178,6 +189,8 @@ def run_export(args) -> int:
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend, goal)
         for program in programs:
             _check_valid(program, hierarchy, goal)
+        if args.top is not None:
+            _note_flat_call(programs, hierarchy, goal)
 
     argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes]
     if reduce_axes:

@@ -73,11 +73,14 @@ def register(subparsers) -> None:
     parser.add_argument("--efficiency", metavar="F",
                         help="one matmul efficiency (achieved/peak) for every kernel, e.g. 45%%, instead of the kernel "
                              "model; default: kernels by shape on a built-in device, else the topology's figure")
-    parser.add_argument("--memory-headroom", metavar="F", default="10%",
-                        help="fraction of device memory kept free for the allocator's fragmentation (default 10%%; 0: none)")
+    parser.add_argument("--memory-headroom", metavar="F", default="auto",
+                        help="fraction of device memory the allocator may lose to fragmentation: a layout with less "
+                             "margin is shown tight, not dropped (default auto: the topology's [device.reserve] "
+                             "fragmentation, else the 15%% PyTorch's allocator averaged, docs/plan.md; 0: none)")
     parser.add_argument("--memory-reserve", metavar="SIZE", default="auto",
-                        help="bytes per device kept free besides: auto (default: the CUDA context and NCCL's buffers "
-                             "per communicator, docs/plan.md), a size such as 2GiB, or 0")
+                        help="bytes per device kept free: auto (default: the CUDA context, cuBLAS's workspace and "
+                             "NCCL's buffers per communicator, or the topology's [device.reserve] figures, "
+                             "docs/plan.md), a size such as 2GiB, or 0")
     parser.add_argument("--top", "-k", type=positive_int, default=DEFAULT_TOP, metavar="K",
                         help=f"rows to show (default {DEFAULT_TOP})")
     parser.add_argument("--budget", metavar="S",
@@ -162,10 +165,16 @@ def resize(topology, text: str):
                                description=f"{topology.description} (resized: {text})")
 
 
-def _list_models() -> int:
-    from synth.plan.formulas import parameter_count
+def _list_models(as_json: bool = False) -> int:
+    from synth.plan.formulas import active_parameter_count, parameter_count
     from synth.plan.model import PRESETS, describe_architecture
 
+    if as_json:
+        print_json([{"name": name, "parameters": parameter_count(model),
+                     "active_parameters": active_parameter_count(model),
+                     "architecture": describe_architecture(model), "model": model.to_json()}
+                    for name, model in PRESETS.items()])
+        return 0
     for name, model in PRESETS.items():
         print(f"{name:16} {parameter_count(model) / 1e9:8.2f}B  L={model.layers} h={model.hidden} a={model.heads} "
               f"g={model.query_groups} f={model.ffn} s={model.seq_len} V={model.vocab} "
@@ -191,6 +200,13 @@ def _warn_defaults(spec: str, source) -> None:
     defaults (the file name echoed as a literal, cut if long: no markup or escape codes reach the terminal)."""
     print(f"warning: model file {echo(spec)} does not state {', '.join(source.defaulted)}: taking GPT-3's "
           f"{source.defaults_text()}; state them to silence this (docs/plan.md lists the keys)", file=sys.stderr)
+
+
+def _note_taken(topology) -> None:
+    """One line on stderr naming the device figures a topology left to the built-in description."""
+    device = topology.device
+    print(f"note: topology {echo(topology.name)}: device {echo(device.name)} is the built-in {device.described}; "
+          f"took {', '.join(device.taken)} from its description (state them in [device] to override)", file=sys.stderr)
 
 
 def _zero_stages(text: str) -> tuple[int, ...]:
@@ -219,6 +235,8 @@ def build_request(args):
     if args.export is not None and not args.export.strip():
         raise UsageError("--export '': give the file to write the launch settings to, e.g. --export launch.json")
     topology = load_topology(args.topology)
+    if topology.device is not None and topology.device.taken:
+        _note_taken(topology)
     if args.resize is not None:
         with flagged("--resize"):
             topology = resize(topology, args.resize)
@@ -231,20 +249,25 @@ def build_request(args):
             raise UsageError(f"--global-batch {args.global_batch}: give a positive number of sequences")
         model = dataclasses.replace(model, global_batch=args.global_batch, micro_batch=1)
     efficiency = parse_fraction(args.efficiency, where="--efficiency") if args.efficiency else None
+    from synth.plan.reserve import device_figures
+
+    figures = device_figures(topology.device.reserve if topology.device is not None else ())
     headroom = 0.0
-    if args.memory_headroom.strip() not in ("0", "0%"):
+    if args.memory_headroom.strip() == "auto":
+        headroom = figures["fragmentation"].value
+    elif args.memory_headroom.strip() not in ("0", "0%"):
         headroom = parse_fraction(args.memory_headroom, where="--memory-headroom")
         if headroom >= 1:
-            raise UsageError(f"--memory-headroom {args.memory_headroom}: keep less than all of the memory free")
-    reserve = _memory_reserve(args.memory_reserve)
+            raise UsageError(f"--memory-headroom {args.memory_headroom}: give a fraction below 1, e.g. 15%")
+    reserve = _memory_reserve(args.memory_reserve, figures)
     compute = compute_of(topology.device, model.precision, efficiency, topology.name,
                          matmul_precision="fp8" if args.fp8 else None, attention_kernel=args.attention_kernel)
     check_device_figures(compute, topology.name, efficiency is not None, model.precision)
-    if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes * (1 - headroom):
+    if reserve is not None and reserve.fixed_bytes >= compute.memory_bytes:
         from synth.units import format_bytes
 
-        raise UsageError(f"--memory-reserve {args.memory_reserve}: the device has {format_bytes(int(compute.memory_bytes))}, "
-                         f"{100 * headroom:.3g}% of it kept free; reserve less")
+        raise UsageError(f"--memory-reserve {args.memory_reserve}: the device has {format_bytes(int(compute.memory_bytes))}; "
+                         f"reserve less")
     from synth.model.network import check_costable
 
     check_costable(topology)
@@ -282,13 +305,13 @@ def build_request(args):
                        placement_filter=megatron_launchable if args.launchable else None, memory_reserve=reserve)
 
 
-def _memory_reserve(text: str):
-    """--memory-reserve: auto (reserve.DEFAULT_RESERVE), 0 (none) or a size."""
-    from synth.plan.reserve import DEFAULT_RESERVE, fixed_reserve
+def _memory_reserve(text: str, figures):
+    """--memory-reserve: auto (reserve.py's figures, the device's own where its topology gives them), 0 (none) or a size."""
+    from synth.plan.reserve import fixed_reserve, reserve_from
     from synth.units import parse_bytes
 
     if text.strip() == "auto":
-        return DEFAULT_RESERVE
+        return reserve_from(figures)
     if text.strip() == "0":
         return None
     return fixed_reserve(parse_bytes(text, where="--memory-reserve"), "given with --memory-reserve")
@@ -325,7 +348,7 @@ def _flags_for(error):
 
 def run_plan(args) -> int:
     if args.list_models:
-        return _list_models()
+        return _list_models(args.json)
     from synth.plan.search import check_size, estimate, plan
 
     try:
@@ -409,7 +432,7 @@ def _nothing_fits(result):
         f"no candidate fits in the memory left per device: {result.dropped_memory} dropped, the smallest needs "
         f"{format_bytes(int(smallest.memory.peak))} where {format_bytes(int(limit))} is left ({smallest.degrees.text}, "
         f"{smallest.settings.text}; {memory_text(result.request, smallest.degrees)}); allow recomputation or the "
-        f"sharded optimizer, use more devices, or lower --memory-headroom / --memory-reserve")
+        f"sharded optimizer, use more devices, or lower --memory-reserve")
 
 
 def memory_text(request, degrees=None) -> str:
@@ -418,12 +441,10 @@ def memory_text(request, degrees=None) -> str:
 
     total = request.compute.memory_bytes
     parts = [f"{format_bytes(int(total))} per device"]
-    if request.memory_headroom:
-        parts.append(f"{100 * request.memory_headroom:.3g}% kept free for allocator fragmentation (--memory-headroom)")
     reserve = request.memory_reserve
     if reserve is not None:
         if reserve.per_communicator_bytes:
-            parts.append(f"{format_bytes(int(reserve.fixed_bytes))} for the CUDA context and "
+            parts.append(f"{format_bytes(int(reserve.fixed_bytes))} for the CUDA context and cuBLAS's workspace and "
                          f"{format_bytes(int(reserve.per_communicator_bytes))} of NCCL buffers per TP/CP/EP/DP "
                          f"communicator (--memory-reserve)")
         else:
@@ -431,6 +452,10 @@ def memory_text(request, degrees=None) -> str:
     text = ", ".join(parts)
     if degrees is not None:
         text += f": {format_bytes(int(request.memory_limit_for(degrees)))} left for {degrees.text}"
+    if request.memory_headroom:
+        text += (f"; a layout leaving less than {100 * request.memory_headroom:.3g}% of the device "
+                 f"({format_bytes(int(request.memory_headroom * total))}) for allocator fragmentation is tight "
+                 f"(--memory-headroom)")
     return text
 
 
@@ -549,6 +574,10 @@ def _print_tables(result, launchable=None) -> None:
                f"candidates dropped (do not fit in the memory left); "
                f"{result.bounded} stopped by the step-time bound; {request.compute.text}; "
                f"backend {request.backend}; {result.elapsed_s:.1f} s")
+    tight = sum(request.tight(prediction) for prediction in result.ranked)
+    if tight:
+        caption += (f"; {tight} of the {len(result.ranked)} rows tight (less margin than the allocator's "
+                    f"fragmentation headroom, --memory-headroom)")
     if result.filtered:
         caption += f"; {result.filtered} placements Megatron-LM cannot launch left out (--launchable)"
     console.print(f"Model {(model_line(request.model))}", highlight=False, soft_wrap=True)
@@ -565,7 +594,7 @@ def _print_tables(result, launchable=None) -> None:
         terms = where_time_goes(prediction)
         split = "\n".join(f"{what} {_share(seconds, prediction.step_s)}" for what, seconds, _ in terms)
         table.add_row(str(index), format_time(prediction.step_s), f"{prediction.tokens_per_s(request.model):,.0f}",
-                      f"{100 * prediction.mfu(peak):.1f}%", format_bytes(int(prediction.memory.peak)),
+                      f"{100 * prediction.mfu(peak):.1f}%", memory_cell(request, prediction),
                       prediction.degrees.text, prediction.placement.to_text(), prediction.settings.text, split,
                       programs_text(prediction, result.costs))
     console.print(table)
@@ -581,11 +610,21 @@ def _print_tables(result, launchable=None) -> None:
     for name in ("degrees", "placement", "settings"):
         pareto.add_column(name, no_wrap=True)
     for prediction in result.pareto:
-        pareto.add_row(format_time(prediction.step_s), format_bytes(int(prediction.memory.peak)),
+        pareto.add_row(format_time(prediction.step_s), memory_cell(request, prediction),
                        f"{100 * prediction.mfu(peak):.1f}%", prediction.degrees.text, prediction.placement.to_text(),
                        prediction.settings.text)
     console.print(pareto)
     _print_megatron(console, result, launchable)
+
+
+def memory_cell(request, prediction) -> str:
+    """A row's peak memory; a tight one (reserve.py) with its margin below the device's limit."""
+    from synth.units import format_bytes
+
+    text = format_bytes(int(prediction.memory.peak))
+    if request.tight(prediction):
+        text += f"\ntight: {format_bytes(int(request.margin(prediction)))} margin"
+    return text
 
 
 def _print_megatron(console, result, launchable) -> None:
@@ -620,9 +659,11 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "step_s": prediction.step_s, "tokens_per_s": prediction.tokens_per_s(request.model),
         "mfu": prediction.mfu(request.compute.peak_flops), "flops_per_device": prediction.flops_per_device(),
         "degrees": prediction.degrees.to_json(), "placement": prediction.placement.to_text(),
-        "axes": list(prediction.placement.axis_names), "settings": prediction.settings.to_json(),
+        "axes": list(prediction.degrees.exported_names(prediction.placement.axis_names)),
+        "settings": prediction.settings.to_json(),
         "microbatches": prediction.microbatches, "memory": prediction.memory.to_json(),
         "memory_limit_bytes": request.memory_limit_for(prediction.degrees),
+        "memory_margin_bytes": request.margin(prediction), "memory_tight": request.tight(prediction),
         "breakdown": prediction.breakdown.to_json(),
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],

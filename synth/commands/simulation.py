@@ -118,7 +118,7 @@ def _print_tables(args, job, sections, held, goal) -> None:
 
     for size, hierarchy, bound, rows in sections:
         try:
-            sure = model_error_for_group(job.topology, hierarchy.groups[0], goal.collective, size).describe()
+            sure = model_error_for_group(job.topology, hierarchy.groups[0], goal.collective, size).describe(size)
         except (KeyError, ValueError):  # a collective the calibration does not fit (all-to-all)
             sure = ""
         error = held.get(id(hierarchy), {}).get(size)

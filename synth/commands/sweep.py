@@ -131,7 +131,7 @@ def run_sweep_command(args) -> int:
     skipped = f"; skipped {', '.join(sweep.skipped)} (one member per group)" if sweep.skipped else ""
     print(f"{len(sweep.rows)} configurations ({sweep.placements} placements x {len(sweep.requests)} requests x "
           f"{len(sizes)} sizes) in {elapsed:.1f} s; a synthesized program beats the default all-reduce on "
-          f"{wins}{skipped}")
+          f"{wins} of the {len(sweep.rows)} configurations ({100 * wins / max(len(sweep.rows), 1):.1f}%){skipped}")
     print(csv_path)
     print(json_path)
     if interrupted:

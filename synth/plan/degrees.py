@@ -71,7 +71,15 @@ class Degrees:
         return ",".join(parts + ([f"cp={self.cp}"] if self.cp > 1 else []) + ([f"ep={self.ep}"] if self.ep > 1 else []))
 
     def to_json(self) -> dict:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep}
+        """The degrees; with experts, also `edp`, the expert data-parallel size (dp / ep)."""
+        expert = {"edp": self.expert_dp} if self.ep > 1 else {}
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, **expert}
+
+    def exported_names(self, axis_names: tuple[str, ...]) -> tuple[str, ...]:
+        """The axes as exports name them: with experts the `dp` axis (size dp / ep) is the expert
+        data-parallel group, `edp` (Megatron's expert data-parallel group); the dense one spans
+        `edp` and `ep` (`data_axes`). Without experts the names are the axes'."""
+        return tuple("edp" if name == "dp" and self.ep > 1 else name for name in axis_names)
 
 
 @dataclass(frozen=True)

@@ -148,12 +148,19 @@ DEVICES: tuple[KernelDevice, ...] = (
         Figure(4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s"), stream_k=_STREAM_K + " (the H200 is the same GH100 chip)"),
 )
 
-_BY_NAME = {name.lower(): device for device in DEVICES for name in (device.key,) + device.names}
+def name_key(name: str) -> str:
+    """A device name as matched: case, spaces, hyphens and a leading vendor name do not count, so
+    'NVIDIA A100-SXM4-40GB' (as nvidia-smi spells it) selects the same description as a100-sxm4-40gb."""
+    key = "".join(character for character in name.lower() if character.isascii() and character.isalnum())
+    return key.removeprefix("nvidia")
+
+
+_BY_NAME = {name_key(name): device for device in DEVICES for name in (device.key,) + device.names}
 
 
 def device_named(name: str) -> KernelDevice | None:
     """The built-in description a [device] name (or key) selects, or None for another device."""
-    return _BY_NAME.get(name.strip().lower())
+    return _BY_NAME.get(name_key(name))
 
 
 def device_keys() -> tuple[str, ...]:

@@ -16,7 +16,9 @@
   method and `--recompute-num-layers`), and the environment holds what Megatron-LM's
   validate_args asserts (`CUDA_DEVICE_MAX_CONNECTIONS=1` whenever tensor or context
   parallelism is on; megatron/training/arguments.py).
-* torch: the `DeviceMesh` rank array with dimension names `pp, dp, cp, tp` (sizes > 1).
+* torch: the `DeviceMesh` rank array with dimension names `pp, dp, cp, tp` (sizes > 1); with
+  experts `pp, edp, ep, cp, tp`, and the dense data-parallel group (`edp` and `ep` together)
+  given too (`data_parallel`, `rank_groups.dp`).
 * JAX: the shapes `jax.experimental.mesh_utils.create_hybrid_device_mesh(mesh_shape,
   dcn_mesh_shape, process_is_granule=True)` takes: per axis its factor inside a node (the
   innermost level, one process per node) and across nodes (the product of the outer levels'
@@ -213,13 +215,17 @@ def jax_hybrid_mesh(placement: Placement) -> HybridMesh:
 
 
 def launch_document(model: Transformer, prediction: Prediction) -> dict:
-    """Everything a launcher needs for one candidate, as JSON."""
-    placement = prediction.placement
+    """Everything a launcher needs for one candidate, as JSON. With experts the axes are named
+    for what they are (Degrees.exported_names: `edp` the expert data-parallel group, `ep` the
+    expert-parallel one) and `data_parallel` gives the dense data-parallel group, the two axes
+    together, in every form (Megatron builds both groups)."""
+    placement, degrees = prediction.placement, prediction.degrees
     order = megatron_order(placement)
     hybrid = jax_hybrid_mesh(placement)
-    names = list(placement.axis_names)
-    return {
-        "degrees": prediction.degrees.to_json(),
+    names = list(degrees.exported_names(placement.axis_names))
+    groups = {name: placement.axis_groups(axis) for name, axis in zip(names, placement.axis_names)}
+    document = {
+        "degrees": degrees.to_json(),
         "settings": prediction.settings.to_json(),
         "placement": placement.to_text(),
         "axes": dict(zip(names, placement.axis_sizes)),
@@ -231,8 +237,21 @@ def launch_document(model: Transformer, prediction: Prediction) -> dict:
                 "dcn_mesh_shape": list(hybrid.dcn_mesh_shape) if hybrid.dcn_mesh_shape else None,
                 "axis_names": names, "statement": hybrid.reason,
                 "device_permutation": jax_permutation(placement)},
-        "rank_groups": {name: placement.axis_groups(name) for name in names},
+        "rank_groups": groups,
     }
+    if degrees.ep > 1:
+        if order.order is not None:
+            document["megatron"]["statement"] += "; its dp token there is the expert generator's, the edp axis"
+        dense = list(degrees.exported_names(degrees.data_axes()))
+        groups["dp"] = placement.groups_over(degrees.data_axes())
+        document["data_parallel"] = {
+            "size": degrees.dp, "axes": dense,
+            "statement": (f"the dense weights' data-parallel group (size {degrees.dp}) spans the axes "
+                          f"{', '.join(dense)}: rank_groups.dp; the expert data-parallel group (size "
+                          f"{degrees.expert_dp}, the experts' gradients) is {'the axis edp' if 'edp' in names else 'each rank alone'}"),
+            "torch": f"mesh[{', '.join(map(repr, dense))}]._flatten('dp')" if len(dense) > 1 else f"mesh[{dense[0]!r}]",
+            "jax": f"psum(x, {tuple(dense)!r})" if len(dense) > 1 else f"psum(x, {dense[0]!r})"}
+    return document
 
 
 def published_placement(degrees: Degrees, topology, flag: str | None = None) -> Placement:

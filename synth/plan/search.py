@@ -174,12 +174,12 @@ class PlanRequest:
     space: SearchSpace = SearchSpace()
     backend: str = "nccl"
     max_len: int = 5
-    memory_headroom: float = 0.0  # fraction of the device memory kept free
+    memory_headroom: float = 0.0  # fraction of the device memory the allocator may lose to fragmentation: below it, tight
     top: int = 10
     budget_s: float = DEFAULT_BUDGET_S
     memory_budget_bytes: float | None = None  # None: MEMORY_SHARE of what the machine has available
     placement_filter: Callable[[Placement], bool] | None = None  # keep only these (e.g. Megatron-launchable)
-    memory_reserve: MemoryReserve | None = None  # bytes kept free besides the headroom (reserve.py)
+    memory_reserve: MemoryReserve | None = None  # bytes kept free (reserve.py)
 
     def __post_init__(self):
         check_budget(self.budget_s, "time")
@@ -197,13 +197,24 @@ class PlanRequest:
     def memory_limit(self) -> float:
         """What a candidate may use before the reserve's part per communicator."""
         fixed = self.memory_reserve.fixed_bytes if self.memory_reserve else 0.0
-        return self.compute.memory_bytes * (1 - self.memory_headroom) - fixed
+        return self.compute.memory_bytes - fixed
 
     def memory_limit_for(self, degrees: Degrees) -> float:
-        """What a candidate with these degrees may use: the device's memory less the headroom and the reserve."""
+        """What a candidate with these degrees may use: the device's memory less the reserve (the
+        CUDA context, cuBLAS's workspace, NCCL's buffers: reserve.py). Above it a candidate is dropped."""
         if self.memory_reserve is None:
             return self.memory_limit
-        return self.compute.memory_bytes * (1 - self.memory_headroom) - self.memory_reserve.bytes_for(degrees)
+        return self.compute.memory_bytes - self.memory_reserve.bytes_for(degrees)
+
+    def margin(self, prediction) -> float:
+        """Bytes a kept candidate leaves free below its limit."""
+        return self.memory_limit_for(prediction.degrees) - prediction.memory.peak
+
+    def tight(self, prediction) -> bool:
+        """Whether a kept candidate's margin is under the fragmentation headroom (reserve.py): it
+        fits beside what the CUDA context, cuBLAS and NCCL take, but not beside the allocator's
+        measured average fragmentation as well."""
+        return self.margin(prediction) < self.memory_headroom * self.compute.memory_bytes
 
 
 @dataclass(frozen=True)

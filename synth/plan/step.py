@@ -171,22 +171,20 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
         if rates is None and attention_kernel is not None and described.attention_for(attention_kernel) is None:
             raise UsageError(f"{where}: device {described.key} has no {attention_kernel} attention figure; it has "
                              f"{', '.join(name for name, _ in described.attention)}")
-        if rates is not None:
-            if bandwidth is None:
-                rates = None
-            else:
-                rates = dataclasses.replace(rates, device=dataclasses.replace(
-                    described, memory_bandwidth=device.memory_bandwidth))
-        if rates is not None:
-            return Compute(peak, None, device.memory.value, bandwidth, rates, _host_bandwidth(device))
+        if rates is not None:  # the stated bandwidth where there is one, else the description's
+            figure = device.memory_bandwidth or described.memory_bandwidth
+            rates = dataclasses.replace(rates, device=dataclasses.replace(described, memory_bandwidth=figure))
+            return Compute(peak, None, device.memory.value, figure.value, rates, _host_bandwidth(device))
     if matmul_precision not in (None, precision):
         raise UsageError(f"{where}: matmuls in {matmul_precision} need a built-in device description "
                          f"({', '.join(device_keys())}); device {device.name!r} is not one")
     if efficiency is None:
         if device.matmul_efficiency is None:
-            raise MissingFigureError(f"{where}: device {device.name!r} has no built-in description ({', '.join(device_keys())}) "
-                                     f"and no matmul_efficiency; add one to [device] or give a matmul efficiency",
-                                     figure="matmul_efficiency")
+            why = (f"is none of the built-in descriptions ({', '.join(device_keys())})" if described is None else
+                   f"(built-in {described.key}) has no kernel rates for {precision}")
+            raise MissingFigureError(f"{where}: device {device.name!r} {why}, so its matmul_efficiency is missing: add "
+                                     f'matmul_efficiency = {{ value = "46%", source = "..." }} to [device], name a '
+                                     f"built-in device, or give a matmul efficiency", figure="matmul_efficiency")
         efficiency = device.matmul_efficiency.value
     return Compute(peak, efficiency, device.memory.value, bandwidth, None, _host_bandwidth(device))
 

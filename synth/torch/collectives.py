@@ -42,7 +42,7 @@ from synth.export.torch_runtime import run_program
 from synth.torch import agreement
 from synth.torch.errors import ReducerSetupError
 from synth.torch.plan import ReductionPlan
-from synth.torch.reducer import PlanRun
+from synth.torch.reducer import PlanRun, describe_summary
 
 try:  # FSDP2's interfaces for a custom reduce-scatter / all-gather (torch >= 2.9)
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FSDPAllGather
@@ -159,8 +159,13 @@ class PlanCollective:
             raise ValueError(f"{what}: {whole} elements are not {self.group_size} pieces of {piece} (the group size "
                              f"{self.group_size}): pad the tensor to a multiple of {self.group_size} elements")
 
-    def summary(self) -> list[str]:
+    def summary(self) -> dict:
+        """As HierarchicalReducer.summary: a dict for loggers."""
         return self.setup.summary(self.calls, "call(s)")
+
+    def describe(self) -> str:
+        """The summary as lines a person reads."""
+        return describe_summary(self.summary())
 
 
 def _flat(tensor: torch.Tensor, what: str) -> torch.Tensor:

@@ -108,14 +108,30 @@ class PlanRun:
         comms = Communicators(data, kind, rank, {i: group for i, (_, group) in reused.items()}, timeout=timeout)
         return cls(rank, data, reused, digest, timeout, comms)
 
-    def summary(self, calls: dict[int, int], noun: str) -> list[str]:
-        """What was created and reused, and which program ran how often (`noun`: what it counts)."""
-        reused = ", ".join(f"communicator {i} = dimension {name}" for i, (name, _) in sorted(self.reused.items()))
-        lines = [f"reused from the mesh: {reused or 'none'}",
-                 f"groups created: {self.comms.created}, timeout {self.timeout or 'torch default'}"]
-        for index, count in sorted(calls.items()):
-            lines.append(f"{count} {noun} by program {index}: {self.data['programs'][index]['text']}")
-        return lines
+    def summary(self, calls: dict[int, int], noun: str) -> dict:
+        """What was created and reused, and which program ran how often (`noun`: what `count`
+        counts), as plain values a logger takes (`describe` reads them back as lines)."""
+        return {"reused_from_mesh": [{"communicator": i, "dimension": name} for i, (name, _) in sorted(self.reused.items())],
+                "groups_created": self.comms.created,
+                "timeout_s": self.timeout.total_seconds() if self.timeout is not None else None,
+                "counted": noun,
+                "programs": [{"program": index, "text": self.data["programs"][index]["text"], "count": count}
+                             for index, count in sorted(calls.items())]}
+
+
+def describe_summary(summary: dict) -> str:
+    """A summary (PlanRun.summary) as the lines a person reads."""
+    from datetime import timedelta
+
+    reused = ", ".join(f"communicator {entry['communicator']} = dimension {entry['dimension']}"
+                       for entry in summary["reused_from_mesh"])
+    timeout = summary["timeout_s"]
+    lines = [f"reused from the mesh: {reused or 'none'}",
+             f"groups created: {summary['groups_created']}, timeout "
+             f"{timedelta(seconds=timeout) if timeout is not None else 'torch default'}"]
+    lines += [f"{entry['count']} {summary['counted']} by program {entry['program']}: {entry['text']}"
+              for entry in summary["programs"]]
+    return "\n".join(lines)
 
 
 class HierarchicalReducer:
@@ -278,6 +294,11 @@ class HierarchicalReducer:
 
         return attach(self, model)
 
-    def summary(self) -> list[str]:
-        """What was created and reused, and which program ran how often."""
+    def summary(self) -> dict:
+        """What was created and reused, and which program ran how often, as a dict for loggers
+        (reused_from_mesh, groups_created, timeout_s, counted, programs); `describe()` reads it."""
         return self.setup.summary(self.calls, "tensor(s)")
+
+    def describe(self) -> str:
+        """The summary as lines a person reads."""
+        return describe_summary(self.summary())
