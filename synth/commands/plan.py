@@ -368,21 +368,10 @@ def best_launchable(result):
 
 
 def _progress(size):
-    """A progress bar on a terminal for searches that take a while; nothing otherwise."""
-    if not sys.stderr.isatty() or size.estimated_s < 2:
-        return None
-    from rich.progress import Progress
+    """A progress bar on a terminal whenever the search may run over two seconds (progress_bar.py)."""
+    from synth.commands.progress_bar import progress_bar
 
-    progress = Progress(transient=True, console=_console(stderr=True))
-    task = progress.add_task(f"{size.candidates} candidates", total=size.placements)
-    progress.start()
-
-    def update(done: int, total: int) -> None:
-        progress.update(task, completed=done)
-        if done >= total:
-            progress.stop()
-    update.stop = progress.stop
-    return update
+    return progress_bar(f"{size.candidates} candidates", size.placements, size.estimated_s)
 
 
 def _nothing_fits(result):
