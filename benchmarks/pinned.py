@@ -39,6 +39,12 @@ def exported(commit: str):
         with tarfile.open(archive) as tar:
             tar.extractall(directory, filter="data")
         archive.unlink()
+        for data in ("grammar", "topologies"):
+            # Its own grammar and topologies as synth.grammar and synth.topologies: an editable
+            # install maps those names to this checkout's files, which older code may not read.
+            own = directory / "synth" / data
+            if (directory / data).is_dir() and not own.exists():
+                own.symlink_to(directory / data, target_is_directory=True)
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
