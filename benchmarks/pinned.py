@@ -50,7 +50,7 @@ def exported(commit: str):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def environment(source: Path | None) -> dict[str, str]:
+def environment(source: Path | str | None) -> dict[str, str]:
     """This process's environment with `source` (an exported commit) first on PYTHONPATH."""
     env = dict(os.environ)
     if source is not None:

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from benchmarks.index import write_index
+from benchmarks.pinned import environment as pinned_environment
 from benchmarks.pinned import exported, label
 from benchmarks.record import REPORT, header, study_dir
 from synth.commands.simulation import resolve_sizes
@@ -109,9 +110,7 @@ def time_case(case: Case, baseline: str | None = None, baseline_label: str = "")
     """One `synth sweep` in a fresh process (of this checkout, or with `baseline`, a checkout
     directory, first on the path); CPU time from the children's rusage."""
     load = os.getloadavg()[0]
-    environment = dict(os.environ)
-    if baseline:
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, (baseline, environment.get("PYTHONPATH"))))
+    environment = pinned_environment(baseline)
     with tempfile.TemporaryDirectory() as directory, tempfile.TemporaryFile("w+") as out:
         command = [sys.executable, "-m", "synth", "sweep", *case.arguments, "-o", directory]
         started = time.perf_counter()
@@ -163,9 +162,7 @@ print(json.dumps([len(rows), time.process_time() - cpu, time.perf_counter() - wa
 def sweep_cpu(case: Case, estimate: str | None, baseline: str | None = None, baseline_label: str = "") -> SweepCpu:
     """`run_sweep` of the case in a fresh process (this checkout with `estimate`, or the
     `baseline` checkout with its own default), caches cold."""
-    environment = dict(os.environ)
-    if baseline:
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, (baseline, environment.get("PYTHONPATH"))))
+    environment = pinned_environment(baseline)
     options = {"estimate": estimate} if estimate else {}
     code = _IN_PROCESS.format(topology=case.topology, axes=case.axes, sizes=case.sizes(), options=options)
     with tempfile.TemporaryDirectory() as directory:

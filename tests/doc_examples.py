@@ -339,7 +339,8 @@ def every_block(text: str):
             body, start = [], index + 2
             index += 1
             while index < len(lines) and not lines[index].strip().startswith(marker):
-                body.append(lines[index][indent:] if lines[index][:indent].isspace() else lines[index].lstrip())
+                text = lines[index]
+                body.append(text if not indent else text[indent:] if text[:indent].isspace() else text.lstrip())
                 index += 1
             yield start, language, textwrap.dedent("\n".join(body)).splitlines(), comment
             index += 1

@@ -444,7 +444,8 @@ def test_extraction_follows_the_documented_conventions(tmp_path):
     assert by_text["synth check --levels 2 --axes 2 --reduce a0 'Broadcast(InsideGroup(l0))'"].expected_exit == 1
     assert last.expected_exit == 0
     assert not Command("synth placements --placement '[[1,2],[2,1]]' --json", 1).is_synopsis
-    assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:19", "README.md:22"]
+    assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:14", "README.md:19",
+                                                      "README.md:22"]  # README.md:14: the ```python block
 
 
 def test_the_runner_skips_installs_allows_named_outputs_and_catches_litter(tmp_path):
