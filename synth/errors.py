@@ -55,3 +55,8 @@ class SearchTooLargeError(UsageError):
         self.largest_length = largest_length
         self.expansions = expansions
         self.seconds = seconds
+
+
+class PlanFileError(UsageError):
+    """A plan file (or document) with a malformed field, or whose calls do not compute the goal
+    its programs claim: a changed or damaged file. The message names the field. Exit code 2."""

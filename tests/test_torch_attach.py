@@ -62,8 +62,14 @@ def test_attach_trains_like_native_hsdp_and_ddp_and_refuses_what_would_drift(tmp
         assert sum(int(line.split()[0]) for line in fsdp["summary"] if "by program" in line) >= 4 * 4
         # gradient accumulation: a backward without sync reduces nothing, and that is no error
         assert report["accumulating"]["max_abs_diff"] <= 1e-6 and report["accumulating"]["backwards_checked"] == 4
-        assert report["root_only_drift"] > 1e-3  # what attach replaces: the hook on the root alone drifts
-        assert len(report["root_only_warnings"]) == 1  # which the hook set by hand warns about, once
+        # a root that owns no parameter: attach exact; the hook set by hand (which FSDP drops on such
+        # a root, leaving the layers unreduced) raises, however it is given
+        alone = report["no_root_parameter"]
+        assert alone["max_abs_diff"] <= 1e-6 and alone["backwards_checked"] == 4, alone
+        assert alone["modules"] == ["", "layers.0", "layers.1", "layers.2"]
+        hand_set = report["hand_set"]
+        for way in ("attribute", "hasattr", "reducer", "method", "lambda", "partial", "called_by_fsdp"):
+            assert "set by hand" in hand_set[way] and "reducer.attach(model)" in hand_set[way], (way, hand_set)
         assert "'<root>', 'layers.1', 'layers.2' have no all-reduce hook" in report["missing_hook"]
         assert "this backward reduced 1 module(s): 'layers.0'" in report["missing_hook"]
         assert "'layers.1' has another hook" in report["replaced_hook"]

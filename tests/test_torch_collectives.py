@@ -87,6 +87,8 @@ def test_every_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_rank
         assert "sums (SUM, AVG, PREMUL_SUM)" in refused["max_refused"]
         assert "collective='alltoall'" in refused["wrong_goal"]
         assert "run it with synth.torch.HierarchicalReduceScatter" in refused["not_an_all_reduce"]
+        assert "steps[0].places [0, 0, 0, 0, 0, 0, 0, 0] is not a permutation" in refused["changed_load"]
+        assert "not a permutation" in refused["changed_run"]  # built in code: refused by the reducer
     assert all("other ranks than the plan's" in report["refusals"]["other_group"] for report in ranks[:4])
 
 

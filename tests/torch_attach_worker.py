@@ -1,9 +1,10 @@
 """One rank of the `reducer.attach` checks (tests/test_torch_attach.py runs it under torchrun
 with gloo on 4 CPU processes: a 2 x 2 mesh, replicate x shard).
 
---case train: FSDP2 sharded per layer (each Linear, then the root, which holds a parameter of
-its own) with `reducer.attach(model)` against native HSDP on the 2-D mesh; the root-only hook
-of the old instructions, to show the drift the check exists for; the missing-hook and setup
+--case train: FSDP2 sharded per layer (each Linear, then the root, with and without a
+parameter of its own) with `reducer.attach(model)` against native HSDP on the 2-D mesh; the
+reducer set by hand as an FSDP hook (the root-only hook of old instructions, which drifts when
+the root owns no parameter), refused every way it can be given; the missing-hook and setup
 errors; DDP with `attach` against native DDP; the timeout of the groups the reducer made.
 --case disagree: ranks built from different plans, and rank 0 reducing float32 where the
 others reduce bfloat16: both must raise RankDisagreementError on every rank, in seconds; then
@@ -14,11 +15,11 @@ Rank 0 writes a JSON report to --json-out; the test reads and asserts on it.
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
-import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,7 +34,7 @@ try:
 except ImportError:  # run from a checkout: the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from synth.torch import (HierarchicalReducer, MissingReductionError, RankDisagreementError, ReducerSetupError,
+from synth.torch import (HandSetHookError, HierarchicalReducer, MissingReductionError, RankDisagreementError, ReducerSetupError,
                          load_plan)
 from synth.torch.agreement import group_timeout
 
@@ -43,20 +44,21 @@ STALL_TIMEOUT_S = 5
 
 
 class Net(torch.nn.Module):
-    """Linear layers (each sharded on its own) and a parameter of the root's own."""
+    """Linear layers (each sharded on its own) and a parameter of the root's own (unless
+    `root_parameter` is False: then the root owns none, and FSDP drops a hook set on it)."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, root_parameter: bool = True):
         super().__init__()
         torch.manual_seed(seed)
         self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(WIDTHS, WIDTHS[1:]))
-        self.offset = torch.nn.Parameter(torch.randn(WIDTHS[-1]))
+        self.offset = torch.nn.Parameter(torch.randn(WIDTHS[-1])) if root_parameter else None
 
     def forward(self, x):
         for index, layer in enumerate(self.layers):
             x = layer(x)
             if index + 1 < len(self.layers):
                 x = torch.tanh(x)
-        return x + self.offset
+        return x if self.offset is None else x + self.offset
 
 
 def batch(rank: int, step: int):
@@ -129,14 +131,28 @@ def case_train(args, rank: int) -> dict:
     report["accumulating"] = {"max_abs_diff": spread(native, train_accumulating(model, rank)),
                               "backwards_checked": attachment.backwards_checked}
 
-    # The old instructions: the hook on the root only. FSDP reduces each layer with the layer's
-    # own hook, which nobody set: the replicas drift apart, and nothing says so.
-    model = shard_per_layer(Net(0), mesh["shard"])
-    model.set_all_reduce_hook(reducer.fsdp_all_reduce_hook)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report["root_only_drift"] = spread(native, train(model, rank))
-    report["root_only_warnings"] = [str(w.message) for w in caught if "set by hand" in str(w.message)]
+    # A root that owns no parameter: attach is exact against native HSDP; the reducer set by hand
+    # as the root's hook (which FSDP would drop, leaving every layer unreduced) raises instead,
+    # whichever way it is given, and so does a reducer FSDP calls other than through attach.
+    native = train(shard_per_layer(Net(0, root_parameter=False), mesh), rank)
+    model = shard_per_layer(Net(0, root_parameter=False), mesh["shard"])
+    attachment = reducer.attach(model)
+    report["no_root_parameter"] = {"max_abs_diff": spread(native, train(model, rank)),
+                                   "modules": list(attachment.modules),
+                                   "backwards_checked": attachment.backwards_checked}
+    hand_set = {}
+    model = shard_per_layer(Net(0, root_parameter=False), mesh["shard"])
+    hand_set["attribute"] = expect(HandSetHookError, lambda: model.set_all_reduce_hook(reducer.fsdp_all_reduce_hook))
+    hand_set["reducer"] = expect(HandSetHookError, lambda: model.set_all_reduce_hook(reducer))
+    hand_set["method"] = expect(HandSetHookError, lambda: model.set_all_reduce_hook(reducer.reduce))
+    hand_set["lambda"] = expect(HandSetHookError, lambda: model.set_all_reduce_hook(lambda t: reducer.reduce(t)))
+    hand_set["partial"] = expect(HandSetHookError, lambda: model.layers[0].set_all_reduce_hook(
+        functools.partial(HierarchicalReducer.reduce, reducer)))
+    hand_set["hasattr"] = expect(HandSetHookError, lambda: hasattr(reducer, "fsdp_all_reduce_hook"))
+    for layer in model.layers:  # past the setter, into FSDP's own field: raises when FSDP calls it
+        layer._get_fsdp_state()._fsdp_param_groups[0]._all_reduce_hook = reducer.reduce
+    hand_set["called_by_fsdp"] = expect(HandSetHookError, lambda: train(model, rank, 1))
+    report["hand_set"] = hand_set
 
     # Attached to one layer only, or a layer's hook replaced after attach: an error at the end
     # of the first backward, on every rank.

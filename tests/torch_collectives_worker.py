@@ -137,6 +137,33 @@ def check_refusals(rank: int) -> dict:
         HierarchicalReducer(scatter.plan)
     except ReducerSetupError as error:
         report["not_an_all_reduce"] = str(error)
+    report.update(check_changed_plan(scatter.plan))
+    return report
+
+
+def check_changed_plan(plan) -> dict:
+    """The issue's reduce-scatter with its Permute's places set to [0]*8: loading it raises, and
+    so does running it when the changed plan is built in code instead of loaded."""
+    from dataclasses import replace
+
+    from synth.errors import PlanFileError
+    from synth.torch.plan import ReductionPlan
+
+    document = plan.to_document()
+    document["programs"][0]["steps"][0]["places"] = [0] * 8
+    report = {}
+    try:
+        ReductionPlan.from_document(document)
+    except PlanFileError as error:
+        report["changed_load"] = str(error)
+    program = plan.plan.programs[0]
+    steps = (replace(program.steps[0], places=(0,) * 8),) + program.steps[1:]
+    changed = ReductionPlan(replace(plan.plan, programs=(replace(program, steps=steps),)), plan.reduction_groups,
+                            plan.ranges)
+    try:
+        HierarchicalReduceScatter(changed)
+    except PlanFileError as error:
+        report["changed_run"] = str(error)
     return report
 
 

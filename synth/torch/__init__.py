@@ -14,7 +14,8 @@ The plans (synth.torch.plan) need no torch; the reducer and hooks need torch, an
 extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on first use.
 """
 
-from synth.torch.errors import MissingReductionError, RankDisagreementError, ReducerSetupError
+from synth.torch.errors import HandSetHookError, MissingReductionError, RankDisagreementError, ReducerSetupError
+from synth.errors import PlanFileError
 from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
                               size_thresholds)
 
@@ -22,7 +23,7 @@ _TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "s
                 "HierarchicalReduceScatter": "synth.torch.collectives", "HierarchicalAllGather": "synth.torch.collectives",
                 "HierarchicalAllToAll": "synth.torch.collectives"}
 
-__all__ = ["MissingReductionError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
+__all__ = ["HandSetHookError", "MissingReductionError", "PlanFileError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
            "best_by_size", "load_plan", "plan_programs", "plan_reduction", "size_thresholds", *_TORCH_NAMES]
 
 

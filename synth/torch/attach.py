@@ -18,6 +18,16 @@ names them. FSDP calls a module's hook whenever it reduces that module's gradien
 module with the hook cannot be left unreduced; a backward that should not reduce (gradient
 accumulation with `set_requires_gradient_sync(False)`) calls no hook and is not an error.
 
+The hook cannot be set by hand: a module that owns no parameter (a root whose parameters are
+all in its layers) has no parameter group, and FSDP drops a hook set on it without a word, so
+the hook on such a root alone reduces nothing and nothing of the reducer ever runs to notice.
+So `attach` is the one way in. Once a reducer exists, `FSDPModule.set_all_reduce_hook` given
+the reducer, one of its methods, or a function or partial that refers to it (in its closure
+or its globals) raises `ReducerSetupError` naming `reducer.attach(model)`, whatever the module
+(`guard_fsdp_hooks` wraps FSDP's setter once; other hooks pass through unchanged);
+`reducer.fsdp_all_reduce_hook` raises it too; and a reducer called from FSDP's reduction
+other than through `attach`'s hook (set some way the setter did not see) raises it there.
+
 What FSDP exposes publicly is `set_all_reduce_hook`, not a getter: the check reads the hook
 back from FSDP's parameter groups (`_get_fsdp_state()._fsdp_param_groups[i]._all_reduce_hook`,
 torch 2.6 to 2.13); where that is missing, `attach` refuses rather than run unchecked.
@@ -25,10 +35,13 @@ torch 2.6 to 2.13); where that is missing, `attach` refuses rather than run unch
 
 from __future__ import annotations
 
+import functools
+import sys
+
 import torch
 import torch.distributed as dist
 
-from synth.torch.errors import MissingReductionError, ReducerSetupError
+from synth.torch.errors import HandSetHookError, MissingReductionError, ReducerSetupError
 
 SHOWN = 6  # names listed in a message before "and N more"
 
@@ -82,7 +95,79 @@ class ModuleHook:
 
     def __call__(self, tensor: torch.Tensor) -> None:
         self.reducer.reduced_modules.append(id(self.module))
-        self.reducer.reduce(tensor)
+        self.reducer._reduce_async(tensor).wait()
+
+
+# --- the hook set by hand: refused --------------------------------------------------------------
+
+
+def hand_set_hook_error(what: str) -> HandSetHookError:
+    return HandSetHookError(
+        f"{what} set by hand as an FSDP2 all-reduce hook: FSDP calls a module's own hook only, and drops one set on a "
+        "module without parameters (a root whose parameters are all in its layers), so some sharded modules would "
+        "go unreduced across the replicas without a word. Call reducer.attach(model) after the last fully_shard: "
+        "it hooks every sharded module and checks each backward")
+
+
+def _is_reducer(value) -> bool:
+    return bool(getattr(type(value), "FSDP_HOOK_THROUGH_ATTACH", False)) or \
+        bool(getattr(type(getattr(value, "__self__", None)), "FSDP_HOOK_THROUGH_ATTACH", False))
+
+
+def refers_to_reducer(hook, depth: int = 2) -> bool:
+    """The hook is a reducer, a method of one, or a partial or function that refers to one (in
+    its arguments, closure or the globals its code names), `depth` wrappers deep."""
+    if _is_reducer(hook):
+        return True
+    if depth == 0:
+        return False
+    if isinstance(hook, functools.partial):
+        return any(refers_to_reducer(value, depth - 1) for value in (hook.func, *hook.args, *hook.keywords.values()))
+    code = getattr(hook, "__code__", None)
+    if code is None:
+        return False
+    values = []
+    for cell in getattr(hook, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    names = getattr(hook, "__globals__", None) or {}
+    values += [names[name] for name in code.co_names if name in names]
+    return any(refers_to_reducer(value, depth - 1) for value in values)
+
+
+def guard_fsdp_hooks() -> None:
+    """Wrap FSDPModule.set_all_reduce_hook (once) so that a reducer set by hand raises."""
+    cls = _fsdp_module_class()
+    if cls is None or getattr(cls.set_all_reduce_hook, "synth_guard", False):
+        return
+    original = cls.set_all_reduce_hook
+
+    @functools.wraps(original)
+    def set_all_reduce_hook(self, hook, *args, **kwargs):
+        if not isinstance(hook, ModuleHook) and refers_to_reducer(hook):
+            raise hand_set_hook_error("a synth reducer")
+        return original(self, hook, *args, **kwargs)
+
+    set_all_reduce_hook.synth_guard = True
+    cls.set_all_reduce_hook = set_all_reduce_hook
+
+
+FSDP_REDUCE = "foreach_reduce"  # FSDP2's function that calls a module's all-reduce hook (torch 2.6-2.13)
+
+
+def called_by_fsdp(frames: int = 8) -> bool:
+    """Whether FSDP's reduction is among the last callers (the reducer's own frames aside)."""
+    frame = sys._getframe(2)
+    for _ in range(frames):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == FSDP_REDUCE and "fsdp" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Attachment:

@@ -2,7 +2,7 @@
 
 `ReducerSetupError` is a "called it wrong" error, raised before training: nothing to attach
 to, a native HSDP mesh the hook would reduce a second time, a DDP process group that is not
-the plan's reduction group. The two others are raised during training, on every rank of the
+the plan's reduction group, a reducer set by hand as an FSDP2 hook (`HandSetHookError`). The two others are raised during training, on every rank of the
 group concerned, at the end of the backward (or the reduction) that went wrong:
 `MissingReductionError` when a backward ended with gradients that were not reduced by the
 plan (a sharded module whose hook was never set or was replaced), `RankDisagreementError`
@@ -17,6 +17,12 @@ from synth.errors import SynthError, UsageError
 
 class ReducerSetupError(UsageError):
     """The model, the mesh or the process group does not fit the plan; the message names the fix."""
+
+
+class HandSetHookError(ReducerSetupError):
+    """A reducer given to FSDP2's `set_all_reduce_hook` by hand instead of `reducer.attach(model)`.
+    Not an AttributeError, though `reducer.fsdp_all_reduce_hook` raises it: code that probes
+    with `hasattr` or catches AttributeError to skip the hook would skip it silently."""
 
 
 class MissingReductionError(SynthError, RuntimeError):

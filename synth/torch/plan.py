@@ -10,7 +10,9 @@ the next range. It is built once, before training:
   bisection between powers of two on the exact ranking (synth.search.best);
 - from given programs (`plan_programs`): one program runs at every size, or the ranges given;
 - from a file: the JSON plan `synth export --format json` writes (`load_plan`), or a plan
-  saved with `ReductionPlan.save` (which keeps the size ranges).
+  saved with `ReductionPlan.save` (which keeps the size ranges); a file is input, so every
+  field is checked and the calls are re-proved to compute their goal before it is used
+  (synth.torch.plan_document: PlanFileError, one line naming the field, otherwise).
 
 Every rank must use the same plan (each builds it the same way, deterministically: ties in
 the ranking are broken by program text, or rank 0 saves it and the others load it).
@@ -25,8 +27,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from synth.errors import UsageError
-from synth.export.plan import CommunicatorSet, Plan, PlanStep, ProgramPlan, RankCall
+from synth.errors import PlanFileError, UsageError
+from synth.export.plan import Plan
 
 FORMAT = "synth-reduction"
 VERSION = 1
@@ -115,33 +117,12 @@ class ReductionPlan:
         return path
 
     @staticmethod
-    def from_document(document: dict) -> ReductionPlan:
-        if document.get("format") == "synth-plan":
-            return _from_export(document)
-        if document.get("format") != FORMAT or document.get("version") != VERSION:
-            raise UsageError(f"not a synth reduction plan (format {document.get('format')!r}, version "
-                             f"{document.get('version')!r}): write one with ReductionPlan.save or "
-                             "'synth export --format json'")
-        world = document["world_size"]
-        communicators = tuple(CommunicatorSet(tuple(tuple(group) for group in comm))
-                              for comm in document["communicators"])
-        programs = []
-        for program in document["programs"]:
-            steps = []
-            for step in program["steps"]:
-                calls = tuple(None if call is None else RankCall(*call) for call in step["calls"])
-                if len(calls) != world:
-                    raise UsageError(f"plan step {step['text']!r} has {len(calls)} ranks, the world {world}")
-                places = tuple(step["places"]) if step.get("places") is not None else None
-                steps.append(PlanStep(step["text"], step["op"], step["comm"], calls, places))
-            final = program.get("final_places")
-            programs.append(ProgramPlan(program["label"], program["text"], program["chunks"], program["reduction"],
-                                        tuple(steps), program.get("goal", "allreduce"),
-                                        None if final is None else tuple(final)))
-        ranges = tuple(SizeRange(r["min_bytes"], r["program"]) for r in document["size_ranges"])
-        return ReductionPlan(Plan(world, communicators, tuple(programs)),
-                             tuple(tuple(group) for group in document["reduction_groups"]), ranges,
-                             document.get("description", ""))
+    def from_document(document: dict, source: str = "the plan") -> ReductionPlan:
+        """The plan a document holds (either file format), every field checked and the calls
+        re-proved to compute their goal (synth.torch.plan_document); PlanFileError otherwise."""
+        from synth.torch.plan_document import read_document
+
+        return read_document(document, source)
 
 
 def load_plan(path: str | os.PathLike, program: int | None = None) -> ReductionPlan:
@@ -149,49 +130,18 @@ def load_plan(path: str | os.PathLike, program: int | None = None) -> ReductionP
     plan of `synth export --format json` (its first program at every size, or `program`)."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except OSError as error:
         raise UsageError(f"cannot read the plan {os.fspath(path)!r}: {error}") from None
-    plan = ReductionPlan.from_document(document)
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, a 5000-digit number
+        raise PlanFileError(f"cannot read the plan {os.fspath(path)!r}: not a JSON plan "
+                            f"({' '.join(str(error).split())[:80] or type(error).__name__}); write it again with "
+                            "ReductionPlan.save or 'synth export --format json'") from None
+    plan = ReductionPlan.from_document(document, f"plan {os.fspath(path)!r}")
     if program is not None:
         if not 0 <= program < len(plan.plan.programs):
             raise UsageError(f"program {program}: the plan {os.fspath(path)!r} has {len(plan.plan.programs)} program(s)")
         plan = ReductionPlan(plan.plan, plan.reduction_groups, (SizeRange(0, program),), plan.description)
     return plan
-
-
-def _from_export(document: dict) -> ReductionPlan:
-    """The JSON plan of `synth export --format json` (synth/export/json_plan.py): chunk ranges
-    back from the element offsets it gives for one buffer."""
-    if document.get("version") != 1:
-        raise UsageError(f"JSON plan version {document.get('version')!r}: this synth reads version 1")
-    world = document["world_size"]
-    chunk_count = document["buffer"]["chunk_count"]
-    communicators = tuple(CommunicatorSet(tuple(tuple(group) for group in comm["groups"]))
-                          for comm in document["communicators"])
-    programs = []
-    for program in document["programs"]:
-        steps = []
-        for step in program["steps"]:
-            if step["collective"] == "Permute":  # a local reordering: no communicator, no call
-                steps.append(PlanStep(step["text"], "Permute", -1, (None,) * world, tuple(step["places"])))
-                continue
-            calls = []
-            for entry in step["ranks"]:
-                if entry["idle"]:
-                    calls.append(None)
-                    continue
-                lo, hi = entry["offset"] // chunk_count, (entry["offset"] + entry["count"]) // chunk_count
-                calls.append(RankCall(entry["color"], entry["key"], len(entry["members"]), lo, hi, entry["root"]))
-            if len(calls) != world:
-                raise UsageError(f"plan step {step['text']!r} has {len(calls)} ranks, the world {world}")
-            steps.append(PlanStep(step["text"], step["collective"], step["communicator"], tuple(calls)))
-        final = program.get("final_places")
-        programs.append(ProgramPlan(program.get("label", ""), program["text"], document["buffer"]["chunks"],
-                                    program["reduction_communicator"], tuple(steps),
-                                    program.get("collective", "allreduce"), None if final is None else tuple(final)))
-    groups = tuple(tuple(group) for group in document["reduction_groups"])
-    return ReductionPlan(Plan(world, communicators, tuple(programs)), groups, (SizeRange(0, 0),),
-                         document.get("command", ""))
 
 
 # --- from the search ----------------------------------------------------------------------------

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -47,6 +46,7 @@ import torch.distributed as dist
 
 from synth.export.torch_runtime import Communicators, run_program
 from synth.torch import agreement
+from synth.torch.attach import called_by_fsdp, guard_fsdp_hooks, hand_set_hook_error
 from synth.torch.errors import ReducerSetupError
 from synth.torch.plan import ReductionPlan
 
@@ -94,6 +94,9 @@ class PlanRun:
         if world != plan.world_size:
             raise ValueError(f"the plan is for {plan.world_size} ranks, this job has {world}: plan the job's own "
                              "placement (every rank of the world takes part, one process per device)")
+        from synth.export.plan_proof import prove_plan
+
+        prove_plan(plan.plan, plan.reduction_groups)  # however the plan was made: a wrong one raises here
         data = plan.to_document()
         reused = mesh_matches(mesh, data["communicators"]) if mesh is not None else {}
         backend = backend or str(dist.get_backend())
@@ -117,6 +120,8 @@ class PlanRun:
 
 class HierarchicalReducer:
     """Runs a ReductionPlan's programs on tensors of this rank (see the module docstring)."""
+
+    FSDP_HOOK_THROUGH_ATTACH = True  # FSDP2's set_all_reduce_hook refuses it by hand (synth.torch.attach)
 
     def __init__(self, plan: ReductionPlan, op: str = "avg", mesh=None, backend: str | None = None,
                  timeout: timedelta | None = None):
@@ -144,7 +149,7 @@ class HierarchicalReducer:
         self.agreed: set[tuple[int, int, int, int, int]] = set()  # signatures the group agreed on
         self.reduced_modules: list[int] = []  # ids of the FSDP modules reduced in this backward (attach)
         self._ddp_group: tuple | None = None  # (DDP's process group,) once made
-        self._warned_unchecked = False
+        guard_fsdp_hooks()
 
     # --- the reduction -------------------------------------------------------------------------
 
@@ -180,6 +185,11 @@ class HierarchicalReducer:
 
     def reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Start reducing `tensor` in place; the future's value is the tensor, reduced."""
+        if called_by_fsdp():  # set by hand as an FSDP2 all-reduce hook, not through attach
+            raise hand_set_hook_error("the reducer")
+        return self._reduce_async(tensor)
+
+    def _reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
         tensor = self._contiguous(tensor)
         if tensor.device.type == "cpu":
             future: torch.futures.Future = torch.futures.Future()
@@ -192,7 +202,9 @@ class HierarchicalReducer:
 
     def reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Reduce `tensor` in place and return it (on CUDA, ordered on the current stream)."""
-        return self.reduce_async(tensor).wait()
+        if called_by_fsdp():
+            raise hand_set_hook_error("the reducer")
+        return self._reduce_async(tensor).wait()
 
     __call__ = reduce
 
@@ -231,22 +243,14 @@ class HierarchicalReducer:
         """A DDP communication hook: `ddp_model.register_comm_hook(None, reducer.ddp_hook)`.
         Reduces the bucket's flat buffer in place (averaged with op="avg", as DDP's default)
         and returns the torch.futures.Future[torch.Tensor] DDP waits on."""
-        return self.reduce_async(bucket.buffer())
+        return self._reduce_async(bucket.buffer())
 
-    def fsdp_all_reduce_hook(self, tensor: torch.Tensor) -> None:
-        """For FSDP2's `set_all_reduce_hook`: reduces FSDP's reduce-scatter output across the
-        replicas (the dimension FSDP was not given), in place, on the stream FSDP runs it on.
-        FSDP calls the hook of each sharded module for that module's gradients only: prefer
-        `attach(model)`, which sets it on every one and checks each backward; set by hand,
-        the hook warns once that nothing checks the other modules."""
-        if not self._warned_unchecked:
-            self._warned_unchecked = True
-            warnings.warn("reducer.fsdp_all_reduce_hook was set by hand: FSDP calls it only for the modules it was "
-                          "set on, and nothing checks that every sharded module has it (with fully_shard per layer, "
-                          "a hook on the root alone leaves the layers unreduced). Use reducer.attach(model), which "
-                          "hooks every sharded module and raises MissingReductionError otherwise",
-                          stacklevel=2)
-        self.reduce(tensor)
+    @property
+    def fsdp_all_reduce_hook(self):
+        """Gone: a hook set by hand on FSDP2 modules could leave some unreduced without a word
+        (FSDP drops a hook set on a module that owns no parameter, and calls a module's own
+        hook only); `attach(model)` is the one way in, and checks every backward."""
+        raise hand_set_hook_error("reducer.fsdp_all_reduce_hook")
 
     def ddp_process_group(self):
         """The process group to give DistributedDataParallel: this rank's reduction group's ranks
