@@ -499,7 +499,7 @@ def test_python_blocks_and_their_markers_are_extracted(tmp_path):
     marker before them; formulas and TOML are not code to run."""
     (tmp_path / "README.md").write_text(PYTHON_SAMPLE)
     examples = all_examples(tmp_path)
-    assert [(e.id, e.is_python) for e in examples] == [("README.md:5", True), ("README.md:9", True),
+    assert [(e.id, e.is_python) for e in examples] == [("README.md:5", True), ("README.md:10", True),
                                                       ("README.md:16", True)]
     ranked, plain, marked = examples
     assert ranked.ranks == 4 and ranked.needs_ranks and ranked.source.startswith("# train.py\nimport torch")
