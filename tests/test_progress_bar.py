@@ -75,3 +75,23 @@ def test_plan_shows_its_bar_on_a_terminal_for_a_search_estimated_under_two_secon
     assert bar is not None and bar.shown
     bar(3, 3)
     assert terminal.getvalue()
+
+
+def test_commands_without_an_estimate_show_a_bar_once_two_seconds_pass(monkeypatch):
+    """rank, explore and explore --reduction: the bar appears after the threshold and is gone
+    (stopped) when the block ends, before the results are printed."""
+    terminal = fake_terminal(monkeypatch)
+    with bars.working("3 placement(s)", 3, show_after_s=0.05) as bar:
+        deadline = time.monotonic() + 5
+        while not bar.shown and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bar.shown
+    assert terminal.getvalue()
+    assert not bar._timer.is_alive()
+
+
+def test_rank_runs_with_its_bar_and_prints_the_same(run_cli):
+    """The ranking's loop through the bar prints what it printed (off a terminal: no bar)."""
+    code, out, _ = run_cli("rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1MiB",
+                           "--top", "2")
+    assert code == 0 and "AllReduce" in out

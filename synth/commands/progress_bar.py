@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from contextlib import contextmanager
 
 SHOW_AFTER_S = 2.0  # wall time a command may stay silent on a terminal
 ESTIMATE_LOW_BY = 2.0  # the CPU estimate's error bound (a factor), before load adds wall time
@@ -25,7 +26,7 @@ class ProgressBar:
     """`update(done, total)` after each unit of work; `stop()` before printing results (also
     after an interruption). The rich bar starts at once or after SHOW_AFTER_S (module docstring)."""
 
-    def __init__(self, description: str, total: int, estimated_s: float, console=None,
+    def __init__(self, description: str, total: int | None, estimated_s: float, console=None,
                  show_after_s: float = SHOW_AFTER_S):
         from rich.progress import Progress
 
@@ -69,8 +70,21 @@ class ProgressBar:
                 self._progress.stop()
 
 
-def progress_bar(description: str, total: int, estimated_s: float) -> ProgressBar | None:
+def progress_bar(description: str, total: int | None, estimated_s: float,
+                 show_after_s: float = SHOW_AFTER_S) -> ProgressBar | None:
     """A ProgressBar on a terminal (stderr); None when stderr is not one."""
     if not sys.stderr.isatty():
         return None
-    return ProgressBar(description, total, estimated_s)
+    return ProgressBar(description, total, estimated_s, show_after_s=show_after_s)
+
+
+@contextmanager
+def working(description: str, total: int | None = None, show_after_s: float = SHOW_AFTER_S):
+    """A bar (None off a terminal) for work with no estimate: it shows once two seconds have
+    passed, and goes when the block ends, before the command prints its results."""
+    bar = progress_bar(description, total, 0.0, show_after_s)
+    try:
+        yield bar
+    finally:
+        if bar is not None:
+            bar.stop()
