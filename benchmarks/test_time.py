@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 
+from benchmarks.index import write_index
 from benchmarks.record import REPORT, header, study_dir
 from synth.output_files import write_text
 
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     text = render(counts, pytest_s, args.wall_s, args.load_before, os.getloadavg()[0], args.exit_code)
     path = study_dir(STUDY, args.output) / REPORT
     write_text(path, text)
+    write_index(args.output)  # results/README.md lists the study
     ran = sum(counts.get(kind, 0) for kind in ("passed", "failed", "error", "xfailed", "xpassed"))
     print(f"test time: {ran} tests, pytest -q took {minutes(args.wall_s)} wall at a load of {args.load_before:.1f} "
           f"on {os.cpu_count()} cores (written to {path})")
