@@ -323,6 +323,7 @@ def _flags_for(error):
 def run_plan(args) -> int:
     if args.list_models:
         return _list_models()
+    from synth.commands.progress_bar import working
     from synth.plan.search import check_size, estimate, plan
 
     try:
@@ -339,7 +340,8 @@ def run_plan(args) -> int:
             progress.stop()  # the bar goes before the tables (also when Ctrl-C cut the search short)
     if not result.ranked:
         raise _nothing_fits(result)
-    launchable = best_launchable(result)
+    with working("searching a layout Megatron-LM can launch"):  # a second search when no ranked row is one
+        launchable = best_launchable(result)
     if args.export:
         _export(args.export, request, result, launchable)
     if args.json:
