@@ -1,6 +1,6 @@
 """Planning at scale: how `synth plan` grows with the cluster, and whether its own estimate knows.
 
-    python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--before DIR]
+    python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--pinned COMMIT | --before DIR]
     python -m benchmarks.plan_speed --units [-o results]
 
 For each size, the whole user command (start-up, imports, search, JSON output)
@@ -11,8 +11,10 @@ runs in a fresh process; recorded are its wall time, its peak resident memory (t
 own `ru_maxrss`, read by the process itself at exit), the search's own time (`elapsed_s`)
 and what the search estimated before it started (time and, where the planner gives one,
 memory). Then issue 15's case, `dgx-h100-2x8x8 --resize rack=256` (16,384 GPUs on three
-levels), and four plans of other models and systems, through the same command. `--before DIR` runs the same commands in another
-checkout (the code before a change) and puts both curves in the report.
+levels), and four plans of other models and systems, through the same command. The same
+commands then run on a pinned earlier commit (`--pinned`, exported with `git archive`:
+benchmarks/pinned.py), in the same run, and the report puts both curves side by side;
+`--before DIR` takes another checkout instead.
 
 Writes results/plan-speed/README.md (the growth table, command, machine, load, date) and
 plan-speed.json beside it.
@@ -35,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.pinned import exported, label
 from benchmarks.record import REPORT, header, study_dir
 
 STUDY = "plan-speed"
@@ -45,6 +48,9 @@ EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "
          ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
          ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
 TIMEOUT_S = 600
+# The earlier commit every run times beside this checkout (benchmarks/pinned.py): the code before
+# the planning-at-scale round, the baseline of the README's scale figures.
+PINNED = "f734474"
 
 # The measured process: the command through synth's own entry point, its output kept, then its
 # own peak RSS (bytes on Linux: ru_maxrss is in KiB). Runs in the checkout under test.
@@ -279,7 +285,10 @@ def main(argv=None) -> int:
     parser.add_argument("-o", "--output", default="results", help="results directory (default results)")
     parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
                         help="Selene node counts (8 GPUs each), comma-separated")
-    parser.add_argument("--before", metavar="DIR", help="a checkout of the code before the change, run alike")
+    parser.add_argument("--pinned", default=PINNED, metavar="COMMIT",
+                        help=f"the earlier commit run alike in the same run, exported with git archive ({PINNED}); "
+                             f"'none' runs this checkout alone")
+    parser.add_argument("--before", metavar="DIR", help="instead of --pinned: a checkout of the code before the change")
     parser.add_argument("--before-label", default="the code before this change", help="what --before is")
     parser.add_argument("--units", action="store_true", help="time the search's units of work instead")
     args = parser.parse_args(argv)
@@ -295,12 +304,16 @@ def main(argv=None) -> int:
         return 0
     nodes = tuple(int(part) for part in args.nodes.split(","))
     command = ("python -m benchmarks.plan_speed" + (f" --nodes {args.nodes}" if args.nodes != parser.get_default("nodes") else "")
-               + (" --before OLD" if args.before else ""))
+               + (" --before OLD" if args.before else f" --pinned {args.pinned}" if args.pinned != PINNED else ""))
     here = Path(__file__).resolve().parent.parent
     document = {"command": command, "model": MODEL, "rows": series(nodes, here)}
     if args.before:
         document["before"] = series(nodes, Path(args.before))
         document["before_label"] = args.before_label
+    elif args.pinned.lower() != "none":
+        with exported(args.pinned) as source:  # the same commands on the pinned commit, in this run
+            document["before"] = series(nodes, source)
+        document["before_label"] = label(args.pinned)
     folder = study_dir(STUDY, args.output)
     (folder / f"{STUDY}.json").write_text(json.dumps(document, indent=1) + "\n")
     (folder / REPORT).write_text(render(document))

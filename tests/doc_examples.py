@@ -1,8 +1,21 @@
-"""Shell examples of the project's Markdown documents, as a reader would copy them.
+"""Examples of the project's Markdown documents, shell and Python, as a reader would copy them.
 
-The extraction and the conventions live here; tests/test_docs_examples.py runs them. A
-document's example is a shell command in a code block (fenced with no language or a shell
-one, or indented by four spaces):
+The extraction and the conventions live here; tests/test_docs_examples.py runs them. Every
+code block is one of: a Python block (fenced ```python, or unfenced with an import as its
+first statement), run as a script; shell commands (fenced with no language or a shell one, or
+indented by four spaces; rules below); or text that is not code (output, formulas, file
+formats: fenced ```text or ```toml, or an unfenced block with no command in it).
+
+A comment on the last non-blank line before a block (a blank line between them) says how it runs:
+
+* `<!-- not-run: REASON -->`: never run (a block that genuinely cannot run here, such as a
+  fragment of a GPU cluster's job); the tests list it, skipped, with the reason;
+* `<!-- run: torchrun --nproc-per-node N -->`: a Python block run on N torch.distributed ranks
+  (`python -m torch.distributed.run --standalone`; the block picks gloo on CPUs);
+* `<!-- run: as root -->`, `<!-- run: takes minutes -->`: as the trailing comments below.
+
+A Python block without a marker runs as `python FILE`, FILE outside the checkout, in the
+document's working directory. A shell example is a command in its block:
 
 * In a block with `$ ` prompts, only the prompted lines are commands (the rest is output);
   otherwise every line whose first word is a command (below) is one. A line ending in `\\`
@@ -51,6 +64,8 @@ from pathlib import Path
 COMMAND_WORDS = ("synth", "python", "python3", "pytest", "pip", "pip3", "torchrun", "srun", "mpirun", "gcc", "g++",
                  "nvcc", "sudo")
 SHELL_LANGUAGES = ("", "sh", "bash", "shell", "console", "shell-session")
+PYTHON_LANGUAGES = ("python", "py", "python3")
+MARKER = re.compile(r"<!--\s*(not-run|run)\s*:\s*(.*?)\s*-->")
 OUTPUT_OPTIONS = ("-o", "--output", "--out", "--output-dir", "--results", "--json-out", "--export", "--plot")
 WRITES_MARKER = "# writes "
 
@@ -192,18 +207,61 @@ class Example:
     line: int  # where the block starts
     index: int  # position among the document's examples
     commands: tuple[Command, ...] = field(default_factory=tuple)
+    source: str = ""  # a Python block's code (then no commands: the runner writes it to a file)
+    marker: str = ""  # the `<!-- not-run: ... -->` or `<!-- run: ... -->` comment before the block
 
     @property
     def id(self) -> str:
         return f"{self.document}:{self.line}"
 
     @property
+    def is_python(self) -> bool:
+        return bool(self.source)
+
+    @property
+    def not_run_reason(self) -> str:
+        """The reason of a `<!-- not-run: REASON -->` marker ('' when not marked)."""
+        found = MARKER.fullmatch(self.marker)
+        return found.group(2) if found and found.group(1) == "not-run" else ""
+
+    @property
+    def run_marker(self) -> str:
+        """What a `<!-- run: ... -->` marker says, lower case ('' when none)."""
+        found = MARKER.fullmatch(self.marker)
+        return found.group(2).lower() if found and found.group(1) == "run" else ""
+
+    @property
+    def ranks(self) -> int:
+        """N of a `<!-- run: torchrun --nproc-per-node N -->` marker (0: a plain `python FILE`)."""
+        found = re.search(r"torchrun\b.*--nproc[-_]per[-_]node[ =](\d+)", self.run_marker)
+        return int(found.group(1)) if found else 0
+
+    def python_command(self, script: str) -> Command:
+        """The command that runs this Python block written to `script`, as its marker says."""
+        if self.ranks:
+            launcher = f"python -m torch.distributed.run --standalone --nproc-per-node {self.ranks}"
+        else:
+            launcher = "python"
+        comment = f"  {ROOT_MARKER}" if ROOT_MARKER.removeprefix("# ") in self.run_marker else ""
+        comment = comment or (f"  {SLOW_MARKER}" if SLOW_MARKER.removeprefix("# ") in self.run_marker else "")
+        return Command(f"{launcher} {script}{comment}", self.line)
+
+    @property
     def runnable(self) -> tuple[Command, ...]:
+        if self.not_run_reason:
+            return ()
+        if self.is_python:
+            return (self.python_command("example.py"),)
         return tuple(command for command in self.commands if not command.not_run_reason)
 
     @property
     def is_slow(self) -> bool:
         return any(command.is_slow for command in self.runnable)
+
+    @property
+    def needs_ranks(self) -> bool:
+        """A Python block run on torch.distributed ranks (gloo) under torchrun."""
+        return self.ranks > 0 and not self.not_run_reason
 
     @property
     def needs_root(self) -> bool:
@@ -264,9 +322,10 @@ def _option(words: list[str], name: str) -> str | None:
     return None
 
 
-def code_blocks(text: str):
-    """(first line number, language, lines) of every fenced block with a shell (or no)
-    language and every indented block; indentation and fences removed."""
+def every_block(text: str):
+    """(first line number, language, lines, marker) of every fenced and indented block,
+    indentation and fences removed; `marker` is the HTML comment on the last non-blank line
+    before the block (`<!-- not-run: REASON -->`, `<!-- run: ... -->`), else ''."""
     lines = text.splitlines()
     index = 0
     previous_blank = True
@@ -275,29 +334,58 @@ def code_blocks(text: str):
         fence = re.match(r"\s{0,3}(`{3,}|~{3,})\s*([\w+-]*)", line)
         if fence:
             marker, language = fence.group(1), fence.group(2).lower()
+            comment = _marker_before(lines, index)
             indent = len(line) - len(line.lstrip())
             body, start = [], index + 2
             index += 1
             while index < len(lines) and not lines[index].strip().startswith(marker):
-                body.append(lines[index][indent:] if lines[index][:indent].isspace() else lines[index].lstrip())
+                text = lines[index]
+                body.append(text if not indent else text[indent:] if text[:indent].isspace() else text.lstrip())
                 index += 1
-            if language in SHELL_LANGUAGES:
-                yield start, language, textwrap.dedent("\n".join(body)).splitlines()
+            yield start, language, textwrap.dedent("\n".join(body)).splitlines(), comment
             index += 1
             previous_blank = False
             continue
         if previous_blank and line.startswith("    ") and line.strip():
+            comment = _marker_before(lines, index)
             body, start = [], index + 1
             while index < len(lines) and (lines[index].startswith("    ") or not lines[index].strip()):
                 body.append(lines[index][4:])
                 index += 1
             while body and not body[-1].strip():
                 body.pop()
-            yield start, "", textwrap.dedent("\n".join(body)).splitlines()
+            yield start, "", textwrap.dedent("\n".join(body)).splitlines(), comment
             previous_blank = True
             continue
         previous_blank = not line.strip()
         index += 1
+
+
+def _marker_before(lines: list[str], index: int) -> str:
+    """The `<!-- ... -->` comment on the last non-blank line before lines[index] ('' if none)."""
+    for line in reversed(lines[:index]):
+        if line.strip():
+            found = MARKER.fullmatch(line.strip())
+            return found.group(0) if found else ""
+    return ""
+
+
+def code_blocks(text: str):
+    """(first line number, language, lines) of every fenced block with a shell (or no)
+    language and every indented block; indentation and fences removed."""
+    for start, language, lines, _ in every_block(text):
+        if language in SHELL_LANGUAGES:
+            yield start, language, lines
+
+
+def is_python(language: str, lines: list[str]) -> bool:
+    """A ```python block, or an unfenced one whose first statement is an import."""
+    if language in PYTHON_LANGUAGES:
+        return True
+    if language:
+        return False
+    first = next((line.strip() for line in lines if line.strip() and not line.strip().startswith("#")), "")
+    return first.startswith("import ") or bool(re.match(r"from [\w.]+ import ", first))
 
 
 def _is_command_line(line: str) -> bool:
@@ -336,10 +424,15 @@ def block_commands(start: int, lines: list[str]) -> list[Command]:
 def document_examples(repository: Path, relative: str) -> list[Example]:
     text = (repository / relative).read_text(encoding="utf-8")
     examples = []
-    for start, _, lines in code_blocks(text):
+    for start, language, lines, marker in every_block(text):
+        if is_python(language, lines):
+            examples.append(Example(relative, start, len(examples), source="\n".join(lines) + "\n", marker=marker))
+            continue
+        if language not in SHELL_LANGUAGES:
+            continue
         commands = block_commands(start, lines)
         if commands:
-            examples.append(Example(relative, start, len(examples), tuple(commands)))
+            examples.append(Example(relative, start, len(examples), tuple(commands), marker=marker))
     return examples
 
 

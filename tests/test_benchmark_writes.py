@@ -16,6 +16,8 @@ SWITCHED = {
     "estimates.py": set(),
     "index.py": set(),
     "microbench.py": {"case_path"},  # the case list handed to the ranks, in a temporary directory
+    "quick_start.py": set(),
+    "test_time.py": set(),
     "ranking.py": set(),
     "results.py": set(),
     "startup.py": set(),

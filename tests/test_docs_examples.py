@@ -1,4 +1,7 @@
-"""Every shell example of README.md and docs/*.md runs as written, and none litters the checkout.
+"""Every example of README.md and docs/*.md, shell and Python, runs as written, and none
+litters the checkout. Python blocks run as scripts (on gloo ranks under torchrun where their
+`<!-- run: torchrun --nproc-per-node N -->` marker says); a block marked `<!-- not-run:
+REASON -->` is listed as skipped with its reason.
 
 Each document's examples run in document order, in a fresh copy of the repository's tracked
 files (made a git repository, so `git status` there sees what they wrote), with the installed
@@ -246,8 +249,8 @@ class Workspace:
         brought_up: list[Command] = []
         try:
             skipped_install = ""
-            for command in example.commands:
-                reason = skip_reason(command, self.scratch) or skipped_install
+            for command in self._commands(example):
+                reason = example.not_run_reason or skip_reason(command, self.scratch) or skipped_install
                 if reason.startswith("installs packages"):
                     # What follows an install uses what it installs (the nvidia-* wheels, ...).
                     skipped_install = f"follows an install not run here (line {command.line})"
@@ -277,6 +280,15 @@ class Workspace:
             if touched:
                 outcome.failures.append(f"changed the real checkout {REPOSITORY}: {', '.join(name for name, _ in touched)}")
         return outcome
+
+    def _commands(self, example: Example) -> tuple[Command, ...]:
+        """The block's commands; a Python block written to a file outside the copy, run as its
+        marker says (`python FILE`, or under torchrun on gloo ranks)."""
+        if not example.is_python:
+            return example.commands
+        script = self.scratch / f"{re.sub(r'[^A-Za-z0-9]+', '-', example.document)}-{example.line}.py"
+        script.write_text(example.source, encoding="utf-8")
+        return (example.python_command(str(script)),)
 
     def _run_command(self, command: Command, slow: bool, outcome: Outcome) -> bool:
         timeout = SLOW_EXAMPLE_TIMEOUT_S if slow else EXAMPLE_TIMEOUT_S
@@ -328,7 +340,7 @@ def _params():
             marks.append(pytest.mark.slow)
         if example.needs_root:
             marks.append(pytest.mark.emulate)
-        if example.needs_torchrun:
+        if example.needs_torchrun or example.needs_ranks:
             marks.append(pytest.mark.torchrun)
         yield pytest.param(example, id=example.id, marks=marks)
 
@@ -336,8 +348,11 @@ def _params():
 @pytest.mark.parametrize("example", list(_params()))
 def test_example_runs_as_written(example: Example, tmp_path_factory):
     if not example.runnable:
-        reasons = sorted({command.not_run_reason for command in example.commands})
+        reasons = sorted({example.not_run_reason} if example.not_run_reason
+                         else {command.not_run_reason for command in example.commands})
         pytest.skip(f"not run here: {'; '.join(reasons)}")
+    if example.needs_ranks and _torchrun_reason():
+        pytest.skip(_torchrun_reason())
     slow = example.is_slow
     workspace = _workspace(example, slow, tmp_path_factory)
     # Earlier examples of the document first (files they write may be used here); a fast
@@ -429,7 +444,8 @@ def test_extraction_follows_the_documented_conventions(tmp_path):
     assert by_text["synth check --levels 2 --axes 2 --reduce a0 'Broadcast(InsideGroup(l0))'"].expected_exit == 1
     assert last.expected_exit == 0
     assert not Command("synth placements --placement '[[1,2],[2,1]]' --json", 1).is_synopsis
-    assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:19", "README.md:22"]
+    assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:14", "README.md:19",
+                                                      "README.md:22"]  # README.md:14: the ```python block
 
 
 def test_the_runner_skips_installs_allows_named_outputs_and_catches_litter(tmp_path):
@@ -449,3 +465,55 @@ def test_the_runner_skips_installs_allows_named_outputs_and_catches_litter(tmp_p
                                             Command("synth topologies", 4)))
     outcome = workspace.run(failing, slow=False)
     assert outcome.ran == 1 and "exit code 2 (expected 0)" in outcome.failures[0]
+
+
+PYTHON_SAMPLE = """\
+Text.
+
+<!-- run: torchrun --nproc-per-node 4 -->
+
+    # train.py
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+
+```python
+print("fenced")
+```
+
+<!-- not-run: a fragment of the cluster's job -->
+
+```python
+reducer.attach(model)
+```
+
+    rank = ((c_0 * n_1 + c_1) * n_2 + c_2)
+
+```toml
+name = "x"
+```
+"""
+
+
+def test_python_blocks_and_their_markers_are_extracted(tmp_path):
+    """Python blocks (fenced, or unfenced starting with an import) become examples with the
+    marker before them; formulas and TOML are not code to run."""
+    (tmp_path / "README.md").write_text(PYTHON_SAMPLE)
+    examples = all_examples(tmp_path)
+    assert [(e.id, e.is_python) for e in examples] == [("README.md:5", True), ("README.md:10", True),
+                                                      ("README.md:16", True)]
+    ranked, plain, marked = examples
+    assert ranked.ranks == 4 and ranked.needs_ranks and ranked.source.startswith("# train.py\nimport torch")
+    assert ranked.python_command("x.py").code == "python -m torch.distributed.run --standalone --nproc-per-node 4 x.py"
+    assert plain.ranks == 0 and plain.python_command("x.py").code == "python x.py" and plain.runnable
+    assert marked.not_run_reason == "a fragment of the cluster's job" and not marked.runnable
+
+
+def test_every_python_block_of_the_documents_runs_or_says_why():
+    """No Python block is left out silently: each runs, or its marker gives the reason."""
+    blocks = [example for example in EXAMPLES if example.is_python]
+    assert {"README.md", "docs/training.md"} <= {example.document for example in blocks}
+    for example in blocks:
+        assert example.runnable or example.not_run_reason, example.id
+    not_run = {example.id: example.not_run_reason for example in EXAMPLES if example.not_run_reason}
+    print("not run:", not_run)
+    assert all(reason.strip() for reason in not_run.values())

@@ -5,7 +5,12 @@ steps included), exported through the command line, checked against torch's own 
 reduce) under torchrun with gloo on 8 ranks. The six exported plans run in one launch (the
 slow part on a small machine): their PLANs are joined into one script with the same runtime.
 Every short program of every goal runs in tests/test_goals_export.py; the synth.torch calls
-in tests/test_torch_collectives.py."""
+in tests/test_torch_collectives.py.
+
+Slow (`pytest -m slow`): an 8-rank launch that repeats what the default suite shows faster,
+every program of up to 4 steps of every other goal on the same 2 x 4 hierarchy checked against
+torch (tests/test_goals_export.py, these programs among them) and the command line's torch
+export running for real (tests/test_export_torchrun.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ import pytest
 from synth.cli import main
 from synth.export.torch_script import runtime_source
 from synth.goals import GOALS
+
+pytestmark = pytest.mark.slow
 
 SYSTEM = ("--topology", "emu-2x4-gloo", "--axes", "data=8", "--reduce", "data")
 

@@ -89,6 +89,7 @@ def _multiline(program) -> str:
 
 def run_explore(args) -> int:
     from synth.analysis.explore import explore_placements
+    from synth.commands.progress_bar import working
     from synth.model.network import check_costable
 
     job = resolve_job(args)
@@ -99,9 +100,10 @@ def run_explore(args) -> int:
     placements = resolve_placements(args, job)
     check_search([hierarchy_for(p, reduce_axes, args.hierarchy) for p in placements], args.max_len, goal=goal)
     try:
-        result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
-                                    max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy,
-                                    goal=goal)
+        with working(f"{len(placements)} placement(s)"):
+            result = explore_placements(job.topology, job.axes, reduce_axes, size, placements=placements,
+                                        max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy,
+                                        goal=goal)
     except UsageError:
         raise
     except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)
@@ -165,6 +167,7 @@ def _explore_ignores(reduce_axes, axes_text: str) -> list[str]:
 
 def run_workload(args) -> int:
     from synth.analysis.workload import evaluate_workload, parse_reduction
+    from synth.commands.progress_bar import working
     from synth.model.network import check_costable
 
     job = resolve_job(args)
@@ -181,8 +184,9 @@ def run_workload(args) -> int:
     check_search([hierarchy_for(p, reduction.axes, args.hierarchy) for p in placements for reduction in reductions],
                  args.max_len)
     try:
-        result = evaluate_workload(job.topology, job.axes, reductions, placements=placements, max_len=args.max_len,
-                                   backend=args.backend, hierarchy_kind=args.hierarchy)
+        with working(f"{len(placements)} placement(s)"):
+            result = evaluate_workload(job.topology, job.axes, reductions, placements=placements,
+                                       max_len=args.max_len, backend=args.backend, hierarchy_kind=args.hierarchy)
     except UsageError:
         raise
     except ValueError as error:  # the analysis found no answer (no placement with a group to reduce)

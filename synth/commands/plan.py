@@ -349,6 +349,7 @@ def _flags_for(error):
 def run_plan(args) -> int:
     if args.list_models:
         return _list_models(args.json)
+    from synth.commands.progress_bar import working
     from synth.plan.search import check_size, estimate, plan
 
     try:
@@ -368,7 +369,8 @@ def run_plan(args) -> int:
             progress.stop()  # the bar goes before the tables (also when Ctrl-C cut the search short)
     if not result.ranked:
         raise _nothing_fits(result)
-    launchable = best_launchable(result)
+    with working("searching a layout Megatron-LM can launch"):  # a second search when no ranked row is one
+        launchable = best_launchable(result)
     if args.export:
         _export(args.export, request, result, launchable)
     if args.json:
@@ -402,21 +404,10 @@ def best_launchable(result):
 
 
 def _progress(size):
-    """A progress bar on a terminal for searches that take a while; nothing otherwise."""
-    if not sys.stderr.isatty() or size.estimated_s < 2:
-        return None
-    from rich.progress import Progress
+    """A progress bar on a terminal whenever the search may run over two seconds (progress_bar.py)."""
+    from synth.commands.progress_bar import progress_bar
 
-    progress = Progress(transient=True, console=_console(stderr=True))
-    task = progress.add_task(f"{size.candidates} candidates", total=size.placements)
-    progress.start()
-
-    def update(done: int, total: int) -> None:
-        progress.update(task, completed=done)
-        if done >= total:
-            progress.stop()
-    update.stop = progress.stop
-    return update
+    return progress_bar(f"{size.candidates} candidates", size.placements, size.estimated_s)
 
 
 def _nothing_fits(result):

@@ -42,8 +42,7 @@ def register(subparsers) -> None:
 
 
 def run_rank(args) -> int:
-    from synth.analysis.rank import Ranker, pareto_front
-    from synth.model.context import cost_context
+    from synth.commands.progress_bar import working
     from synth.model.network import check_costable
 
     job = resolve_job(args)
@@ -61,19 +60,12 @@ def run_rank(args) -> int:
     check_plot(args)
     sections, done = [], 0
     try:
-        for hierarchy in hierarchies:
-            context = cost_context(hierarchy, job.topology, args.backend)
-            if goal.name != "allreduce":
-                sections += _goal_sections(context, goal, sizes, args)
+        with working(f"{len(hierarchies)} placement(s)", len(hierarchies)) as bar:
+            for hierarchy in hierarchies:
+                _rank_one(args, job, goal, sizes, hierarchy, sections)
                 done += 1
-                continue
-            ranker = Ranker(context, args.max_len, args.estimate)
-            ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
-            for size, rows in zip(sizes, ranked):
-                if args.pareto:
-                    rows = pareto_front(rows)
-                sections.append((size, hierarchy, (ranker.lower_bound(size), ranker.achievable_bound(size)), rows))
-            done += 1
+                if bar is not None:
+                    bar(done, len(hierarchies))
     except KeyboardInterrupt:  # show the placements ranked before it, then exit 130 saying so
         if not sections:
             raise
@@ -84,6 +76,23 @@ def run_rank(args) -> int:
     if interrupted:
         raise KeyboardInterrupt(interrupted)
     return 0
+
+
+def _rank_one(args, job, goal, sizes, hierarchy, sections: list) -> None:
+    """One placement's sections (appended, so an interruption keeps those done)."""
+    from synth.analysis.rank import Ranker, pareto_front
+    from synth.model.context import cost_context
+
+    context = cost_context(hierarchy, job.topology, args.backend)
+    if goal.name != "allreduce":
+        sections += _goal_sections(context, goal, sizes, args)
+        return
+    ranker = Ranker(context, args.max_len, args.estimate)
+    ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
+    for size, rows in zip(sizes, ranked):
+        if args.pareto:
+            rows = pareto_front(rows)
+        sections.append((size, hierarchy, (ranker.lower_bound(size), ranker.achievable_bound(size)), rows))
 
 
 def _print_sections(args, job, sections, reduce_axes, sizes, goal) -> None:

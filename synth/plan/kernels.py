@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from synth.plan.devices import KernelDevice
 from synth.topology import Figure
@@ -231,12 +232,14 @@ def gemms_seconds(rates: KernelRates, gemms, value_bytes: float, weights: bool =
     return forward, backward
 
 
+@lru_cache(maxsize=4096)
 def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
                 ep: int = 1) -> LayerTimes:
     """One layer's kernels on one device for one micro-batch (module docstring): weight matmuls
     by shape, attention by its kernel, the rest at the memory bandwidth (formulas.layer_traffic_bytes,
     backward moving twice the forward's bytes). A MoE model's average layer: its experts' matmuls
-    by their shapes over `ep` (synth/plan/moe.py)."""
+    by their shapes over `ep` (synth/plan/moe.py). Memoized: a plan's candidates share few
+    (micro-batch, tp, cp, ep) choices, and the arguments are frozen values."""
     from synth.plan import formulas, moe
 
     value = model.bytes_per_value
@@ -259,6 +262,7 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
                       attention_f + rates.memory_seconds(traffic.scores), matmul_f)
 
 
+@lru_cache(maxsize=4096)
 def head_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int) -> tuple[float, float]:
     """(forward, backward) of the output layer: the logits matmul and the cross entropy's passes."""
     from synth.plan import formulas

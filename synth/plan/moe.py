@@ -91,7 +91,9 @@ def is_moe_layer(model, index: int) -> bool:
 
 
 def moe_layers_in(model, start: int, stop: int) -> int:
-    """MoE layers among layers start..stop-1."""
+    """MoE layers among layers start..stop-1 (none in a dense model: asked per candidate)."""
+    if not model.is_moe:
+        return 0
     return sum(1 for index in range(start, stop) if is_moe_layer(model, index))
 
 

@@ -1,0 +1,18 @@
+"""`.ci/run` writes the suite's time from pytest's own summary (benchmarks/test_time.py)."""
+
+from benchmarks import test_time
+
+
+def test_the_summary_line_gives_the_counts_and_pytest_s_seconds(tmp_path):
+    log = "....\n= 2 failed, 2109 passed, 40 skipped, 3 deselected, 1 error in 721.31s (0:12:01) =\n"
+    counts, seconds = test_time.summary(log)
+    assert counts == {"failed": 2, "passed": 2109, "skipped": 40, "deselected": 3, "error": 1} and seconds == 721.31
+    (tmp_path / "log").write_text(log)
+    assert test_time.main(["--log", str(tmp_path / "log"), "--wall-s", "725", "--load-before", "2.5",
+                           "--exit-code", "1", "-o", str(tmp_path)]) == 0
+    text = (tmp_path / "test-time" / "README.md").read_text()
+    assert "Command: `.ci/run`" in text and "| 2112 | 12 min 1 s | 12 min 5 s |" in text and "exit status 1" in text
+
+
+def test_no_summary_line_is_said_not_guessed():
+    assert test_time.summary("collected 0 items\n") == ({}, None)
