@@ -81,6 +81,12 @@ class Transformer:
     capacity_factor: float = 0.0  # tokens an expert takes over its even share (0: dropless, balanced)
     moe_every: int = 1  # every k-th layer is MoE (Megatron's --moe-layer-freq k)
     first_dense: int = 0  # the first k layers keep the dense FFN (DeepSeek's first_k_dense_replace)
+    head_size: int = 0  # per-head size when not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads
+    q_lora_rank: int = 0  # multi-head latent attention (synth/plan/attention.py): the query's latent (0: none)
+    kv_lora_rank: int = 0  # the keys' and values' shared latent (> 0: multi-head latent attention)
+    qk_nope_head_dim: int = 0  # per-head query/key part without rotary positions
+    qk_rope_head_dim: int = 0  # per-head query/key part with rotary positions (one key part shared by the heads)
+    v_head_dim: int = 0  # per-head value size
     source: str = ""
 
     def __post_init__(self):
@@ -93,7 +99,12 @@ class Transformer:
                                  f"(at most {LARGEST[name]:,})")
         if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) or self.kv_heads < 0:
             raise UsageError(f"model {self.name!r}: kv_heads = {self.kv_heads!r} is not a positive integer (0: as many as heads)")
-        if self.hidden % self.heads:
+        from synth.plan.attention import check_attention  # the attention keys' own rules
+
+        attention_problem = check_attention(self)
+        if attention_problem:
+            raise UsageError(f"model {self.name!r}: {attention_problem}")
+        if self.hidden % self.heads and not self.head_size and not self.kv_lora_rank:
             raise UsageError(f"model {self.name!r}: hidden {self.hidden} is not a multiple of heads {self.heads}")
         if self.heads % self.query_groups:
             raise UsageError(f"model {self.name!r}: heads {self.heads} is not a multiple of kv_heads {self.kv_heads}")
@@ -119,7 +130,7 @@ class Transformer:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
     @property
     def bytes_per_value(self) -> int:
@@ -253,7 +264,11 @@ def describe_architecture(model: Transformer) -> str:
         ffn = (f"MoE on {model.layers - dense} of {model.layers} layers ({model.experts} {gated}experts of "
                f"f={moe.expert_ffn(model)}, top-{model.top_k}{shared}{capacity})"
                + (f", dense FFN f={model.ffn} on {dense}" if dense else ""))
-    if model.query_groups == model.heads:
+    if model.kv_lora_rank:
+        query = f"query latent {model.q_lora_rank}, " if model.q_lora_rank else ""
+        attention = (f"multi-head latent attention ({model.heads} heads, {query}key/value latent {model.kv_lora_rank}, "
+                     f"head sizes {model.qk_nope_head_dim}+{model.qk_rope_head_dim} rotary / {model.v_head_dim})")
+    elif model.query_groups == model.heads:
         attention = f"multi-head attention ({model.heads} heads)"
     else:
         attention = f"grouped-query attention ({model.heads} heads, {model.query_groups} key/value groups)"
@@ -298,6 +313,14 @@ KEYS: dict[str, tuple[str, str]] = {
     "moe_every": ("every k-th layer is MoE, the others dense (Megatron's `moe_layer_freq` k); 1: every layer", "layers"),
     "first_dense": ("the first k layers keep the dense FFN of size `ffn` (DeepSeek's `first_k_dense_replace`)",
                     "layers"),
+    "head_size": ("per-head size `d` when it is not `h / a` (Qwen3, GPT-OSS); 0: `h / a`", "elements"),
+    "q_lora_rank": ("multi-head latent attention: the query's latent size `r_q`; 0: queries projected from `h`",
+                    "elements"),
+    "kv_lora_rank": ("multi-head latent attention (DeepSeek-V2/V3) when > 0: the keys' and values' shared latent "
+                     "`r_kv`", "elements"),
+    "qk_nope_head_dim": ("multi-head latent attention: per-head query/key size without rotary positions", "elements"),
+    "qk_rope_head_dim": ("multi-head latent attention: per-head query/key size with rotary positions", "elements"),
+    "v_head_dim": ("multi-head latent attention: per-head value size", "elements"),
     "source": ("where the figures come from (shown in the list of models)", "text"),
 }
 ARCHITECTURE = ("kv_heads", "gated_mlp", "biases", "dropout", "learned_positions", "tied_embeddings", "flash_attention")
