@@ -187,6 +187,38 @@ _QWEN_MOE = ("Qwen Team 2024, 'Qwen1.5-MoE: Matching 7B Model Performance with 1
              "expert's sigmoid gate (2048 per layer) are left out. The batch is not published: 1024 sequences of "
              "4096 tokens are taken")
 
+_DEEPSEEK_V3 = ("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv:2412.19437), sections 4.2 and 3.2 (61 layers, "
+                "hidden 7168, 128 heads of multi-head latent attention: key/value latent 512, query latent 1536, per-head "
+                "128 + 64 rotary, values 128; the first 3 layers dense, then 1 shared + 256 routed experts of 2048, 8 per "
+                "token; 671B total, 37B active; sequences of 4K, the batch raised to 15360 sequences; trained on 2048 "
+                "H800 with 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data parallelism, no tensor "
+                "parallelism) and the released configuration (config.json of deepseek-ai/DeepSeek-V3: intermediate_size "
+                "18432, moe_intermediate_size 2048, n_shared_experts 1, first_k_dense_replace 3, vocab_size 129280, "
+                "untied). Approximated: the multi-token-prediction module (14B) is left out, as the 671B does")
+_QWEN3 = ("Qwen Team 2025, 'Qwen3 Technical Report' (arXiv:2505.09388), Table 2 (235B-A22B: 94 layers, 64 query / 4 "
+          "key-value heads, 128 experts, 8 per token, no shared experts; 30B-A3B: 48 layers, 32 / 4 heads, 128 experts, "
+          "8 per token) and the released configurations (config.json of Qwen/Qwen3-235B-A22B: hidden 4096, head_dim 128, "
+          "moe_intermediate_size 1536; Qwen/Qwen3-30B-A3B: hidden 2048, head_dim 128, moe_intermediate_size 768; vocabulary "
+          "151936, untied, every layer MoE). Approximated: the query/key norms (2 x 128 per layer) are left out. The "
+          "training batch is not published: 1024 sequences of 4096 tokens are taken")
+_GPT_OSS = ("OpenAI 2025, 'gpt-oss-120b & gpt-oss-20b Model Card' (arXiv:2508.10925), section 2 (36 layers, residual width "
+            "2880, 128 experts, top-4, 64 query heads of 64 and 8 key-value heads; 116.8B total, 5.1B active) and the "
+            "released configuration (config.json of openai/gpt-oss-120b: intermediate_size 2880, head_dim 64, vocab_size "
+            "201088, untied). Approximated: the biases (attention, experts, router), the attention sinks and the banded "
+            "128-token window of every other layer (priced as full attention) are left out. The training batch is not "
+            "published: 1024 sequences of 4096 tokens are taken")
+_DBRX = ("Databricks 2024, 'Introducing DBRX' (technical blog: 132B total, 36B active, 16 experts, 4 per token, "
+         "grouped-query attention) and the released configuration (config.json of databricks/dbrx-base: d_model 6144, "
+         "n_layers 40, n_heads 48, kv_n_heads 8, ffn_hidden_size 10752, vocab_size 100352, no biases, untied). The "
+         "training batch is not published: 1024 sequences of 4096 tokens are taken")
+_LLAMA4 = ("Meta 2025, 'The Llama 4 herd' (announcement: Maverick 400B total, 17B active, 128 routed experts and a shared "
+           "expert, dense and MoE layers alternating) and the released configuration (config.json of "
+           "meta-llama/Llama-4-Maverick-17B-128E, text_config: 48 layers, hidden 5120, 40 heads, 8 key-value heads, "
+           "head_dim 128, intermediate_size 8192 per expert and for the shared expert, intermediate_size_mlp 16384 for the "
+           "dense layers, num_local_experts 128, num_experts_per_tok 1, interleave_moe_layer_step 2: layers 1, 3, 5, ... "
+           "are MoE, vocab_size 202048, untied). The training batch is not published: 1024 sequences of 4096 tokens are "
+           "taken")
+
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int, batch: int) -> Transformer:
     return Transformer(name, layers, hidden, heads, 4 * hidden, 2048, 50257, 1, batch,
@@ -248,6 +280,15 @@ PRESETS: dict[str, Transformer] = {model.name: model for model in (
     _moe("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 64, 6, _DEEPSEEK_MOE, expert_ffn=1408,
          shared_ffn=2 * 1408, first_dense=1, batch=4608),
     _moe("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936, 60, 4, _QWEN_MOE, expert_ffn=1408, shared_ffn=5632),
+    replace(_moe("deepseek-v3", 61, 7168, 128, 0, 18432, 129280, 256, 8, _DEEPSEEK_V3, expert_ffn=2048,
+                 shared_ffn=2048, first_dense=3, batch=15360),
+            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    replace(_moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 128, 8, _QWEN3, expert_ffn=1536), head_size=128),
+    replace(_moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 128, 8, _QWEN3, expert_ffn=768), head_size=128),
+    replace(_moe("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 128, 4, _GPT_OSS), head_size=64),
+    _moe("dbrx", 40, 6144, 48, 8, 10752, 100352, 16, 4, _DBRX),
+    replace(_moe("llama4-maverick", 48, 5120, 40, 8, 16384, 202048, 128, 1, _LLAMA4, expert_ffn=8192, shared_ffn=8192,
+                 first_dense=1), moe_every=2),
 )}
 
 
