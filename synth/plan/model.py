@@ -81,6 +81,7 @@ class Transformer:
     capacity_factor: float = 0.0  # tokens an expert takes over its even share (0: dropless, balanced)
     moe_every: int = 1  # every k-th layer is MoE (Megatron's --moe-layer-freq k)
     first_dense: int = 0  # the first k layers keep the dense FFN (DeepSeek's first_k_dense_replace)
+    expert_imbalance: float = 1.0  # dropless: the busiest expert's tokens over the even share (1: balanced)
     head_size: int = 0  # per-head size when not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads
     q_lora_rank: int = 0  # multi-head latent attention (synth/plan/attention.py): the query's latent (0: none)
     kv_lora_rank: int = 0  # the keys' and values' shared latent (> 0: multi-head latent attention)
@@ -351,6 +352,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "shared_ffn": ("FFN inner size of the always-active shared experts together `f_s`; 0: none", "elements"),
     "capacity_factor": ("tokens an expert takes over its even share `c` (computed and sent padded); 0: dropless, "
                         "as if balanced (`c = 1`)", "ratio"),
+    "expert_imbalance": ("dropless routing: the busiest expert's tokens over its even share `u`, which the step waits "
+                         "for (1: balanced, an assumption; capacity_factor caps it instead)", "ratio"),
     "moe_every": ("every k-th layer is MoE, the others dense (Megatron's `moe_layer_freq` k); 1: every layer", "layers"),
     "first_dense": ("the first k layers keep the dense FFN of size `ffn` (DeepSeek's `first_k_dense_replace`)",
                     "layers"),
