@@ -314,6 +314,8 @@ def describe_architecture(model: Transformer) -> str:
         attention = f"multi-head attention ({model.heads} heads)"
     else:
         attention = f"grouped-query attention ({model.heads} heads, {model.query_groups} key/value groups)"
+    if model.head_size:
+        attention = f"{attention[:-1]}, {model.head_size} per head)"
     return ", ".join((
         ffn, attention,
         "learned positions" if model.learned_positions else "rotary positions",
