@@ -167,3 +167,34 @@ def test_plan_deepseek_v3_at_its_published_degrees(capsys):
     best = json.loads(capsys.readouterr().out)["ranked"][0]
     assert (best["degrees"]["dp"], best["degrees"]["tp"], best["degrees"]["pp"], best["degrees"]["ep"]) == (128, 1, 16, 64)
     assert best["breakdown"]["expert_parallel_s"] > 0
+
+
+@pytest.mark.parametrize("name, degrees", [
+    ("deepseek-v3", (32, 1, 16, 1, 32)), ("qwen3-235b-a22b", (64, 1, 8, 1, 64)), ("qwen3-30b-a3b", (64, 2, 4, 1, 8)),
+    ("gpt-oss-120b", (128, 1, 4, 1, 16)), ("dbrx", (32, 4, 4, 1, 8)), ("llama4-maverick", (64, 1, 8, 1, 64)),
+])
+def test_every_new_preset_is_priced_by_the_step_model(name, degrees):
+    """Each new MoE preset through the whole step model on 512 H100s (a published-style layout:
+    experts spread over the data-parallel ranks, pipeline across nodes): its terms add up, its
+    expert all-to-alls and compute are priced."""
+    from synth.plan.costs import CommunicationCosts
+    from synth.plan.degrees import Degrees
+    from synth.plan.launch import published_placement
+    from synth.plan.search import Settings
+    from synth.plan.step import compute_of, predict
+    from synth.topology_file import load_topology
+
+    from synth.commands.plan import resize
+
+    topology = resize(load_topology("dgx-h100-2x8x8"), "rack=8")
+    model = PRESETS[name]
+    chosen = Degrees(*degrees)
+    assert chosen.devices == 512
+    from synth.plan.degrees import model_problem
+
+    assert model_problem(model, chosen) is None  # Megatron's rules allow the layout
+    compute = compute_of(topology.device, model.precision)
+    prediction = predict(model, compute, CommunicationCosts(topology), chosen, published_placement(chosen, topology),
+                         Settings(1, 1, chosen.tp > 1, "full", True))
+    assert prediction.step_s == pytest.approx(prediction.breakdown.total)
+    assert prediction.breakdown.expert_parallel > 0 and prediction.step_s > 0
