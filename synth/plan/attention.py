@@ -29,8 +29,6 @@ The key/value cache of a token per layer (what inference keeps; not a training f
 
 from __future__ import annotations
 
-from synth.plan.kernels import Gemm
-
 
 def plain(model) -> bool:
     """Whether the attention is the classic one formulas.py prices directly."""
@@ -122,8 +120,11 @@ def kv_cache_values_per_token(model) -> int:
     return 2 * model.query_groups * model.head_dim
 
 
-def attention_gemms(model, tokens: int, tp: int) -> tuple[Gemm, ...]:
-    """The attention's weight matmuls on one tensor-parallel rank, the output projection last."""
+def attention_gemms(model, tokens: int, tp: int) -> tuple:
+    """The attention's weight matmuls on one tensor-parallel rank (synth.plan.kernels.Gemm), the
+    output projection last."""
+    from synth.plan.kernels import Gemm  # kernels prices these; the shapes are this module's
+
     h, a = model.hidden, model.heads
     if not is_mla(model):
         q, k, v, out = qkv_widths(model)
@@ -138,10 +139,10 @@ def attention_gemms(model, tokens: int, tp: int) -> tuple[Gemm, ...]:
     return query + kv + (Gemm(tokens, h, a * model.v_head_dim // tp),)
 
 
-def layer_gemms(model, tokens: int, tp: int) -> tuple[Gemm, ...]:
+def layer_gemms(model, tokens: int, tp: int) -> tuple:
     """One layer's weight matmuls (attention, then FFN up and down), as kernels.layer_gemms
     gives them for a plain model (which it returns, unchanged)."""
-    from synth.plan.kernels import layer_gemms as plain_gemms
+    from synth.plan.kernels import Gemm, layer_gemms as plain_gemms
 
     if plain(model):
         return plain_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
