@@ -17,22 +17,6 @@ from synth.plan.model import PRESETS, describe_architecture, model_from_mapping
 V3 = PRESETS["deepseek-v3"]
 H100 = rates_for(device_named("h100-sxm5-80gb"), "bf16")
 
-# Published totals and active parameters (sources in each preset); within 1% (active 2%: published to
-# one decimal, 3.3B for Qwen3-30B-A3B).
-# GPT-OSS's 5.1B active leaves the unembedding (2880 x 201088) out, as its model card counts it.
-PUBLISHED = {"deepseek-v3": (671e9, 37e9), "qwen3-235b-a22b": (235e9, 22e9), "qwen3-30b-a3b": (30.5e9, 3.3e9),
-             "gpt-oss-120b": (116.8e9, 5.13e9 + 2880 * 201088), "dbrx": (132e9, 36e9),
-             "llama4-maverick": (400e9, 17e9)}
-
-
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_new_presets_match_the_published_totals(name):
-    model = PRESETS[name]
-    total, active = PUBLISHED[name]
-    assert formulas.parameter_count(model) == pytest.approx(total, rel=0.01)
-    assert formulas.active_parameter_count(model) == pytest.approx(active, rel=0.02)
-    assert model.is_moe and model.source
-
 
 def test_deepseek_v3_layout():
     assert [moe.is_moe_layer(V3, index) for index in range(5)] == [False, False, False, True, True]
