@@ -65,9 +65,13 @@ def test_worked_example_memory_with_expert_parallelism():
     assert moe.dispatch_bytes(TINY, 32) == 1536
 
 
-# Published totals (model cards and papers) and active parameters; within 1%.
+# Published totals (model cards and papers) and active parameters; within 1% (active 2%: published
+# to one decimal, 3.3B for Qwen3-30B-A3B). GPT-OSS's 5.13B active leaves the unembedding
+# (2880 x 201088) out, as its model card counts it.
 PUBLISHED = {"mixtral-8x7b": (46.7e9, 12.9e9), "mixtral-8x22b": (141e9, 39e9), "deepseek-moe-16b": (16.4e9, 2.8e9),
-             "qwen1.5-moe-a2.7b": (14.3e9, 2.7e9)}
+             "qwen1.5-moe-a2.7b": (14.3e9, 2.7e9), "deepseek-v3": (671e9, 37e9), "qwen3-235b-a22b": (235e9, 22e9),
+             "qwen3-30b-a3b": (30.5e9, 3.3e9), "gpt-oss-120b": (116.8e9, 5.13e9 + 2880 * 201088),
+             "dbrx": (132e9, 36e9), "llama4-maverick": (400e9, 17e9)}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -75,7 +79,7 @@ def test_moe_presets_match_the_published_totals(name):
     model = PRESETS[name]
     total, active = PUBLISHED[name]
     assert formulas.parameter_count(model) == pytest.approx(total, rel=0.01)
-    assert formulas.active_parameter_count(model) == pytest.approx(active, rel=0.015)
+    assert formulas.active_parameter_count(model) == pytest.approx(active, rel=0.02)
     assert model.is_moe and model.source
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from synth.plan import moe
+from synth.plan import attention, moe
 from synth.plan.model import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -65,11 +65,16 @@ class LayerShape:
 
 def layer_shape(model: Transformer) -> LayerShape:
     h, f, kv = model.hidden, model.ffn, model.query_groups * model.head_dim
-    qkv, out = h * (h + 2 * kv), h * h
     mlp = (3 if model.gated_mlp else 2) * h * f
     norm = 2 * h if model.biases else h  # LayerNorm weight and bias, or RMSNorm weight
-    split_biases = (h + 2 * kv) + (2 * f if model.gated_mlp else f) if model.biases else 0
     row_biases = 2 * h if model.biases else 0
+    if not attention.plain(model):  # MLA or a per-head size of its own (attention.py)
+        ffn_biases = (2 * f if model.gated_mlp else f) if model.biases else 0
+        split_biases = attention.split_biases(model) + ffn_biases if model.biases else 0
+        replicated = 2 * norm + row_biases + attention.replicated_weights(model) + attention.replicated_norms(model)
+        return LayerShape(attention.split_weights(model) + mlp, split_biases, replicated)
+    qkv, out = h * (h + 2 * kv), h * h
+    split_biases = (h + 2 * kv) + (2 * f if model.gated_mlp else f) if model.biases else 0
     return LayerShape(qkv + out + mlp, split_biases, 2 * norm + row_biases)
 
 
@@ -180,8 +185,12 @@ def layer_forward_flops(model: Transformer, tokens: int, context: int, padded: b
     over `tokens` query tokens attending to `context` keys (whole model, no parallelism). With
     MoE layers, the average layer's: active experts only, x the capacity factor when `padded`."""
     shape = layer_shape(model)
-    attention = 4.0 * tokens * context * model.hidden
-    return 2.0 * tokens * shape.matmul + moe.mean_flops_delta(model, tokens, padded) + attention, attention
+    if attention.plain(model):
+        scores = 4.0 * tokens * context * model.hidden
+        return 2.0 * tokens * shape.matmul + moe.mean_flops_delta(model, tokens, padded) + scores, scores
+    scores = tokens * attention.scores_flops_per_token(model, context)
+    matmul = 2.0 * tokens * (shape.matmul + attention.replicated_weights(model))  # MLA's whole down projections
+    return matmul + moe.mean_flops_delta(model, tokens, padded) + scores, scores
 
 
 def attention_dominant(model: Transformer) -> bool:
@@ -257,6 +266,10 @@ def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: in
     # Split by tensor parallelism: Q (2sbh), K and V (4 s b g d), the output projection's input (2sbh),
     # the FFN's inner activations (4 s b f; 6 s b f gated).
     split = 4 * sbh + 4 * s * b * kv + (6 if model.gated_mlp else 4) * s * b * f
+    if not attention.plain(model):  # Q, K, V and the projection's input as their own widths (attention.py)
+        split_per_token, whole_per_token = attention.activation_bytes_per_token(model)
+        split = s * b * split_per_token + (6 if model.gated_mlp else 4) * s * b * f
+        replicated += s * b * whole_per_token
     # Attention scores: softmax output (2 a s^2 b), dropout mask (a s^2 b) and output (2 a s^2 b);
     # FlashAttention keeps only the fp32 log-sum-exp per query and head.
     if model.flash_attention:
@@ -325,6 +338,8 @@ def layer_traffic_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, 
     h, f, a = model.hidden, model.ffn, model.heads
     dropout = model.dropout
     replicated = (4 * h + 3 * h) * value + (2 * h if dropout else 0)
+    if attention.is_mla(model):  # the latents' norms (attention.py)
+        replicated += attention.norm_traffic_values_per_token(model) * value
     ffn = (3 if model.gated_mlp else 2) * f * value
     if model.flash_attention:
         scores = 0.0

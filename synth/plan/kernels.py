@@ -239,22 +239,25 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
     by shape, attention by its kernel, the rest at the memory bandwidth (formulas.layer_traffic_bytes,
     backward moving twice the forward's bytes). A MoE model's average layer: its experts' matmuls
     by their shapes over `ep` (synth/plan/moe.py). Memoized: a plan's candidates share few
-    (micro-batch, tp, cp, ep) choices, and the arguments are frozen values."""
-    from synth.plan import formulas, moe
+    (micro-batch, tp, cp, ep) choices, and the arguments are frozen values (the attention-form
+    fields included, being part of the frozen Transformer)."""
+    from synth.plan import attention, formulas, moe
 
     value = model.bytes_per_value
     queries = model.seq_len // cp
     tokens = micro_batch * queries
     heads = max(model.heads // tp, 1)
-    gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
+    gemms = attention.layer_gemms(model, tokens, tp)
     matmul_f, matmul_b = gemms_seconds(rates, gemms, value, main_bytes=model.grad_bytes_per_value)
     experts_f, experts_b = moe.mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
     matmul_f, matmul_b = matmul_f + experts_f, matmul_b + experts_b
-    if model.flash_attention:
-        attention_f, attention_b = rates.attention_seconds(queries, model.seq_len, model.head_dim, heads, micro_batch)
+    qk, v = attention.qk_head_dim(model), attention.v_head_dim(model)
+    if model.flash_attention:  # 4 q k d FLOPs per head at d = h/a; (d_qk + d_v)/2 for MLA's two sizes
+        attention_f, attention_b = rates.attention_seconds(queries, model.seq_len, model.head_dim if qk == v
+                                                           else (qk + v) / 2, heads, micro_batch)
     else:  # scores Q K^T and their product with V as batched matmuls (the softmax is in the traffic)
-        scores = (Gemm(queries, model.seq_len, model.head_dim, micro_batch * heads),
-                  Gemm(queries, model.head_dim, model.seq_len, micro_batch * heads))
+        scores = (Gemm(queries, model.seq_len, qk, micro_batch * heads),
+                  Gemm(queries, v, model.seq_len, micro_batch * heads))
         attention_f, attention_b = gemms_seconds(rates, scores, value, weights=False)
     traffic = formulas.layer_traffic_bytes(model, micro_batch, tp, cp, sequence_parallel)
     memory_f = rates.memory_seconds(traffic.total)

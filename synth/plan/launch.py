@@ -55,8 +55,15 @@ def megatron_model_arguments(model: Transformer) -> list[str]:
     learned positions, biases, tied embeddings, GeLU FFN, dropout 0.1, LayerNorm)."""
     args = ["--num-layers", str(model.layers), "--hidden-size", str(model.hidden),
             "--ffn-hidden-size", str(model.ffn), "--num-attention-heads", str(model.heads)]
-    if model.query_groups != model.heads:
+    if model.kv_lora_rank:  # Megatron-Core's MultiLatentAttention
+        args += ["--multi-latent-attention", "--kv-lora-rank", str(model.kv_lora_rank),
+                 "--qk-head-dim", str(model.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(model.qk_rope_head_dim),
+                 "--v-head-dim", str(model.v_head_dim)]
+        args += ["--q-lora-rank", str(model.q_lora_rank)] if model.q_lora_rank else []
+    elif model.query_groups != model.heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.query_groups)]
+    if model.head_size:
+        args += ["--kv-channels", str(model.head_size)]
     args += ["--seq-length", str(model.seq_len), "--max-position-embeddings", str(model.seq_len)]
     if model.gated_mlp:
         args.append("--swiglu")

@@ -81,6 +81,13 @@ class Transformer:
     capacity_factor: float = 0.0  # tokens an expert takes over its even share (0: dropless, balanced)
     moe_every: int = 1  # every k-th layer is MoE (Megatron's --moe-layer-freq k)
     first_dense: int = 0  # the first k layers keep the dense FFN (DeepSeek's first_k_dense_replace)
+    expert_imbalance: float = 1.0  # dropless: the busiest expert's tokens over the even share (1: balanced)
+    head_size: int = 0  # per-head size when not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads
+    q_lora_rank: int = 0  # multi-head latent attention (synth/plan/attention.py): the query's latent (0: none)
+    kv_lora_rank: int = 0  # the keys' and values' shared latent (> 0: multi-head latent attention)
+    qk_nope_head_dim: int = 0  # per-head query/key part without rotary positions
+    qk_rope_head_dim: int = 0  # per-head query/key part with rotary positions (one key part shared by the heads)
+    v_head_dim: int = 0  # per-head value size
     source: str = ""
 
     def __post_init__(self):
@@ -93,7 +100,12 @@ class Transformer:
                                  f"(at most {LARGEST[name]:,})")
         if isinstance(self.kv_heads, bool) or not isinstance(self.kv_heads, int) or self.kv_heads < 0:
             raise UsageError(f"model {self.name!r}: kv_heads = {self.kv_heads!r} is not a positive integer (0: as many as heads)")
-        if self.hidden % self.heads:
+        from synth.plan.attention import check_attention  # the attention keys' own rules
+
+        attention_problem = check_attention(self)
+        if attention_problem:
+            raise UsageError(f"model {self.name!r}: {attention_problem}")
+        if self.hidden % self.heads and not self.head_size and not self.kv_lora_rank:
             raise UsageError(f"model {self.name!r}: hidden {self.hidden} is not a multiple of heads {self.heads}")
         if self.heads % self.query_groups:
             raise UsageError(f"model {self.name!r}: heads {self.heads} is not a multiple of kv_heads {self.kv_heads}")
@@ -119,7 +131,7 @@ class Transformer:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
     @property
     def bytes_per_value(self) -> int:
@@ -175,6 +187,38 @@ _QWEN_MOE = ("Qwen Team 2024, 'Qwen1.5-MoE: Matching 7B Model Performance with 1
              "vocabulary 151936, untied). Approximated: the query/key/value biases (6144 per layer) and the shared "
              "expert's sigmoid gate (2048 per layer) are left out. The batch is not published: 1024 sequences of "
              "4096 tokens are taken")
+
+_DEEPSEEK_V3 = ("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv:2412.19437), sections 4.2 and 3.2 (61 layers, "
+                "hidden 7168, 128 heads of multi-head latent attention: key/value latent 512, query latent 1536, per-head "
+                "128 + 64 rotary, values 128; the first 3 layers dense, then 1 shared + 256 routed experts of 2048, 8 per "
+                "token; 671B total, 37B active; sequences of 4K, the batch raised to 15360 sequences; trained on 2048 "
+                "H800 with 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data parallelism, no tensor "
+                "parallelism) and the released configuration (config.json of deepseek-ai/DeepSeek-V3: intermediate_size "
+                "18432, moe_intermediate_size 2048, n_shared_experts 1, first_k_dense_replace 3, vocab_size 129280, "
+                "untied). Approximated: the multi-token-prediction module (14B) is left out, as the 671B does")
+_QWEN3 = ("Qwen Team 2025, 'Qwen3 Technical Report' (arXiv:2505.09388), Table 2 (235B-A22B: 94 layers, 64 query / 4 "
+          "key-value heads, 128 experts, 8 per token, no shared experts; 30B-A3B: 48 layers, 32 / 4 heads, 128 experts, "
+          "8 per token) and the released configurations (config.json of Qwen/Qwen3-235B-A22B: hidden 4096, head_dim 128, "
+          "moe_intermediate_size 1536; Qwen/Qwen3-30B-A3B: hidden 2048, head_dim 128, moe_intermediate_size 768; vocabulary "
+          "151936, untied, every layer MoE). Approximated: the query/key norms (2 x 128 per layer) are left out. The "
+          "training batch is not published: 1024 sequences of 4096 tokens are taken")
+_GPT_OSS = ("OpenAI 2025, 'gpt-oss-120b & gpt-oss-20b Model Card' (arXiv:2508.10925), section 2 (36 layers, residual width "
+            "2880, 128 experts, top-4, 64 query heads of 64 and 8 key-value heads; 116.8B total, 5.1B active) and the "
+            "released configuration (config.json of openai/gpt-oss-120b: intermediate_size 2880, head_dim 64, vocab_size "
+            "201088, untied). Approximated: the biases (attention, experts, router), the attention sinks and the banded "
+            "128-token window of every other layer (priced as full attention) are left out. The training batch is not "
+            "published: 1024 sequences of 4096 tokens are taken")
+_DBRX = ("Databricks 2024, 'Introducing DBRX' (technical blog: 132B total, 36B active, 16 experts, 4 per token, "
+         "grouped-query attention) and the released configuration (config.json of databricks/dbrx-base: d_model 6144, "
+         "n_layers 40, n_heads 48, kv_n_heads 8, ffn_hidden_size 10752, vocab_size 100352, no biases, untied). The "
+         "training batch is not published: 1024 sequences of 4096 tokens are taken")
+_LLAMA4 = ("Meta 2025, 'The Llama 4 herd' (announcement: Maverick 400B total, 17B active, 128 routed experts and a shared "
+           "expert, dense and MoE layers alternating) and the released configuration (config.json of "
+           "meta-llama/Llama-4-Maverick-17B-128E, text_config: 48 layers, hidden 5120, 40 heads, 8 key-value heads, "
+           "head_dim 128, intermediate_size 8192 per expert and for the shared expert, intermediate_size_mlp 16384 for the "
+           "dense layers, num_local_experts 128, num_experts_per_tok 1, interleave_moe_layer_step 2: layers 1, 3, 5, ... "
+           "are MoE, vocab_size 202048, untied). The training batch is not published: 1024 sequences of 4096 tokens are "
+           "taken")
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int, batch: int) -> Transformer:
@@ -237,6 +281,15 @@ PRESETS: dict[str, Transformer] = {model.name: model for model in (
     _moe("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 64, 6, _DEEPSEEK_MOE, expert_ffn=1408,
          shared_ffn=2 * 1408, first_dense=1, batch=4608),
     _moe("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936, 60, 4, _QWEN_MOE, expert_ffn=1408, shared_ffn=5632),
+    replace(_moe("deepseek-v3", 61, 7168, 128, 0, 18432, 129280, 256, 8, _DEEPSEEK_V3, expert_ffn=2048,
+                 shared_ffn=2048, first_dense=3, batch=15360),
+            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    replace(_moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 128, 8, _QWEN3, expert_ffn=1536), head_size=128),
+    replace(_moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 128, 8, _QWEN3, expert_ffn=768), head_size=128),
+    replace(_moe("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 128, 4, _GPT_OSS), head_size=64),
+    _moe("dbrx", 40, 6144, 48, 8, 10752, 100352, 16, 4, _DBRX),
+    replace(_moe("llama4-maverick", 48, 5120, 40, 8, 16384, 202048, 128, 1, _LLAMA4, expert_ffn=8192, shared_ffn=8192,
+                 first_dense=1), moe_every=2),
 )}
 
 
@@ -253,10 +306,16 @@ def describe_architecture(model: Transformer) -> str:
         ffn = (f"MoE on {model.layers - dense} of {model.layers} layers ({model.experts} {gated}experts of "
                f"f={moe.expert_ffn(model)}, top-{model.top_k}{shared}{capacity})"
                + (f", dense FFN f={model.ffn} on {dense}" if dense else ""))
-    if model.query_groups == model.heads:
+    if model.kv_lora_rank:
+        query = f"query latent {model.q_lora_rank}, " if model.q_lora_rank else ""
+        attention = (f"multi-head latent attention ({model.heads} heads, {query}key/value latent {model.kv_lora_rank}, "
+                     f"head sizes {model.qk_nope_head_dim}+{model.qk_rope_head_dim} rotary / {model.v_head_dim})")
+    elif model.query_groups == model.heads:
         attention = f"multi-head attention ({model.heads} heads)"
     else:
         attention = f"grouped-query attention ({model.heads} heads, {model.query_groups} key/value groups)"
+    if model.head_size:
+        attention = f"{attention[:-1]}, {model.head_size} per head)"
     return ", ".join((
         ffn, attention,
         "learned positions" if model.learned_positions else "rotary positions",
@@ -295,9 +354,19 @@ KEYS: dict[str, tuple[str, str]] = {
     "shared_ffn": ("FFN inner size of the always-active shared experts together `f_s`; 0: none", "elements"),
     "capacity_factor": ("tokens an expert takes over its even share `c` (computed and sent padded); 0: dropless, "
                         "as if balanced (`c = 1`)", "ratio"),
+    "expert_imbalance": ("dropless routing: the busiest expert's tokens over its even share `u`, which the step waits "
+                         "for (1: balanced, an assumption; capacity_factor caps it instead)", "ratio"),
     "moe_every": ("every k-th layer is MoE, the others dense (Megatron's `moe_layer_freq` k); 1: every layer", "layers"),
     "first_dense": ("the first k layers keep the dense FFN of size `ffn` (DeepSeek's `first_k_dense_replace`)",
                     "layers"),
+    "head_size": ("per-head size `d` when it is not `h / a` (Qwen3, GPT-OSS); 0: `h / a`", "elements"),
+    "q_lora_rank": ("multi-head latent attention: the query's latent size `r_q`; 0: queries projected from `h`",
+                    "elements"),
+    "kv_lora_rank": ("multi-head latent attention (DeepSeek-V2/V3) when > 0: the keys' and values' shared latent "
+                     "`r_kv`", "elements"),
+    "qk_nope_head_dim": ("multi-head latent attention: per-head query/key size without rotary positions", "elements"),
+    "qk_rope_head_dim": ("multi-head latent attention: per-head query/key size with rotary positions", "elements"),
+    "v_head_dim": ("multi-head latent attention: per-head value size", "elements"),
     "source": ("where the figures come from (shown in the list of models)", "text"),
 }
 ARCHITECTURE = ("kv_heads", "gated_mlp", "biases", "dropout", "learned_positions", "tied_embeddings", "flash_attention")

@@ -14,6 +14,13 @@ in all). With `m` matrices per FFN (3 gated, 2 not), per MoE layer:
   dropless model (`capacity_factor = 0`) is counted as balanced, `c = 1`. Model FLOPs (the MFU
   numerator) count `c = 1` always.
 
+Token imbalance (`expert_imbalance`, `u`): dropless routing is balanced only on average; the
+step waits for the busiest expert, whose tokens are `u` times its even share. The model prices
+the routed work, its activations and its all-to-all at `u` times the balanced figure (as it
+prices a capacity factor: the busiest device's share). No single published figure holds for
+every router and batch, so `u` is the user's, and 1 (balanced, what DeepSeek-V3's
+auxiliary-loss-free balancing aims at) is an assumption when not given.
+
 Which layers are MoE: layer `i` (from 0) is MoE when `i >= first_dense` and
 `(i - first_dense) % moe_every == 0`; the other layers keep the dense FFN of size `ffn`.
 
@@ -49,9 +56,16 @@ def check_moe(model) -> None:
     factor = model.capacity_factor
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 0 or factor == float("inf"):
         raise UsageError(f"model {name!r}: capacity_factor = {factor!r} is not a finite number >= 0 (0: dropless)")
+    imbalance = model.expert_imbalance
+    if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 1 <= imbalance < float("inf"):
+        raise UsageError(f"model {name!r}: expert_imbalance = {imbalance!r} is not a finite number >= 1 (1: balanced)")
+    if imbalance != 1 and factor:
+        raise UsageError(f"model {name!r}: expert_imbalance = {imbalance} with capacity_factor = {factor}: the capacity "
+                         f"caps every expert's tokens; give one of them")
     if model.experts == 0:
         moe_keys = ("top_k", "expert_ffn", "shared_ffn", "capacity_factor", "first_dense")
         stated = [key for key in moe_keys if getattr(model, key)] + (["moe_every"] if model.moe_every != 1 else [])
+        stated += ["expert_imbalance"] if imbalance != 1 else []
         if stated:
             raise UsageError(f"model {name!r}: {', '.join(stated)} set without experts; give experts = E (> 1) "
                              f"or leave the MoE keys out")
@@ -107,8 +121,10 @@ def expert_ffn(model) -> int:
 
 
 def capacity(model) -> float:
-    """The routed work's factor over balanced routing: the capacity factor, 1 when dropless."""
-    return max(model.capacity_factor, 1.0)
+    """The routed work's factor over balanced routing on the busiest expert, which the step waits
+    for: the capacity factor (every expert padded to it), or when dropless the imbalance the
+    model states (1: balanced)."""
+    return max(model.capacity_factor, 1.0) if model.capacity_factor else float(model.expert_imbalance)
 
 
 def _matrices(model) -> int:
@@ -264,7 +280,16 @@ def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool):
     of the `E / ep` local experts as one product of the group's routed tokens an expert gets,
     `ep tokens k c / E` rows (Megatron's grouped GEMM), by `f_e / tp` (up, and gate) and back,
     and the shared experts over every token. Few rows per expert fill few tiles: this is where
-    fine-grained experts lose rate (kernels.py's wave quantization)."""
+    fine-grained experts lose rate (kernels.py's wave quantization).
+
+    Why one `Gemm` of `E / ep` problems, each rounded to whole tiles: Megatron's grouped GEMM
+    (`--moe-grouped-gemm`: Transformer Engine's GroupedLinear, or the grouped_gemm package over
+    CUTLASS) runs the experts' products as one persistent kernel whose thread blocks walk the
+    concatenated tile list of every problem (CUTLASS include/cutlass/gemm/kernel/
+    grouped_problem_visitor.h: each problem's `ceil(m / tile) x ceil(n / tile)` tiles, no tile
+    spans two problems). An expert's `m` rows are padded to the tile's rows, so 64 tokens per
+    expert on a 128-row tile run at half rate, and the tiles of all problems share the waves:
+    many small experts are not one big GEMM of the same FLOPs."""
     from synth.plan.kernels import Gemm
 
     h, up = model.hidden, (2 if model.gated_mlp else 1)

@@ -64,12 +64,12 @@ from dataclasses import dataclass
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
-from synth.plan import formulas, moe, offload
+from synth.plan import attention as attention_forms, formulas, moe, offload
 from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.plan.devices import device_keys, device_named
-from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_gemms, layer_times, rates_for
+from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_times, rates_for
 from synth.plan.model import Transformer
 from synth.topology import Device
 
@@ -405,7 +405,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     # --- context parallelism ----------------------------------------------------------------------
     cp1 = cp_backward1 = 0.0
     if cp > 1:
-        kv = 2 * tokens * cp * model.query_groups * model.head_dim * act_bytes // tp  # gathered keys and values
+        kv = tokens * cp * attention_forms.kv_values_per_token(model) * act_bytes // tp  # gathered keys and values
         gather = costs.all_gather(placement, ("cp",), kv)
         scatter = costs.reduce_scatter(placement, ("cp",), kv)
         exchange = gather.time_s * (2 if full else 1) + scatter.time_s
@@ -773,7 +773,7 @@ def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: in
     gathers inside the QKV and FC1 GEMMs and the scatters inside the projection and FC2 GEMMs;
     backward, the gathers inside the projection's and FC2's input-gradient GEMMs and the
     scatters inside QKV's and FC1's weight-gradient GEMMs (TE's "bulk" overlap, no tail)."""
-    gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
+    gemms = attention_forms.layer_gemms(model, tokens, tp)
     if compute.kernels is not None:
         sms = int(compute.kernels.device.sms.value)
         seconds = lambda g: compute.kernels.gemm_seconds(g, model.bytes_per_value)  # noqa: E731
@@ -784,7 +784,7 @@ def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: in
     else:
         sms = 132  # no device description: an H100's SM count for the contention share
         seconds = wgrad_seconds = lambda g: g.flops / compute.rate  # noqa: E731
-    qkv, proj, fc1, fc2 = gemms
+    qkv, proj, fc1, fc2 = gemms[0], gemms[-3], gemms[-2], gemms[-1]  # MLA: its first down projection as QKV
     forward = (_overlapped(gather_s, seconds(qkv), RING_EXCHANGE_SMS, sms, 0.0)
                + _overlapped(scatter_s, seconds(proj), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS)
                + _overlapped(gather_s, seconds(fc1), RING_EXCHANGE_SMS, sms, 0.0)
