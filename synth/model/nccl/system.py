@@ -93,6 +93,9 @@ class Hardware:
     cuda_graphs: bool = False  # calls replayed from CUDA graphs: no per-call host launch
     min_ctas: int | None = None  # NCCL_MIN_CTAS: the fewest channels a communicator runs on (None: NCCL's 1)
     max_ctas: int | None = None  # NCCL_MAX_CTAS: the most (None: NCCL's MAXCHANNELS)
+    # The call's node is a multi-node NVLink domain that it spans across hosts (NCCL's MNNVL: the
+    # clique's topologies fused into one node, src/graph/topo.cc:1346-1350 in 2.26.2)
+    mnnvl: bool = False
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""
