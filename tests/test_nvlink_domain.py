@@ -88,3 +88,27 @@ def test_the_2026_systems_plan(run_cli, name):
     code, out, err = run_cli("plan", "--topology", name, "--model", "llama2-7b", "--top", "1", "--json")
     assert code == 0, err
     assert json.loads(out)
+
+
+@pytest.mark.parametrize("name", [GB200, B200])
+def test_the_device_tables_agree_with_the_datasheets(name):
+    from synth.plan.datasheets import datasheet_named
+
+    topology = load_topology(name)
+    sheet = datasheet_named(topology.device.name)
+    assert sheet is not None
+    assert topology.device.memory.value == sheet.memory.value
+    assert topology.device.memory_bandwidth.value == sheet.memory_bandwidth.value
+    for precision, figure in topology.device.peak:
+        assert figure.value == pytest.approx(sheet.peak_for(precision).value)
+    assert topology.levels[-1].bandwidth.value == sheet.nvlink.value
+
+
+def test_every_datasheet_figure_has_a_source_and_a_dense_bf16_peak():
+    from synth.plan.datasheets import DATASHEETS
+
+    assert {sheet.key for sheet in DATASHEETS} == {"b200", "b300", "gb200", "gb300", "h200", "h20"}
+    for sheet in DATASHEETS:
+        figures = [figure for _, figure in sheet.peak] + [sheet.memory, sheet.memory_bandwidth, sheet.nvlink]
+        assert all(figure.value > 0 and figure.source.strip() for figure in figures)
+        assert sheet.peak_for("bf16").value == sheet.peak_for("fp16").value
