@@ -126,6 +126,11 @@ class NcclSystem:
     # defaults (1 and MAXCHANNELS)
     min_ctas: int | None = None
     max_ctas: int | None = None
+    # The NCCL release whose behaviour applies (synth/model/nccl/names.py NCCL_VERSIONS; None: the
+    # newest documented there) and whether the program registers its buffers as symmetric windows
+    # (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), which 2.27+ runs on symmetric kernels
+    version: str | None = None
+    symmetric: bool = False
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,8 @@ them is a separate figure with its own source::
     cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
     min_ctas = 24                      # optional: NCCL_MIN_CTAS, the fewest channels a communicator runs on; default NCCL's
     max_ctas = 32                      # optional: NCCL_MAX_CTAS, the most; default NCCL's
+    version = "2.26"                   # optional: the NCCL release (2.26, 2.27, 2.28); default the newest, 2.28
+    symmetric = true                   # optional: buffers registered as symmetric windows (2.27+ kernels); default false
     source = "..."                     # required
 
     [[levels]]
@@ -144,10 +146,11 @@ from synth.model.nccl.names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  
 from synth.model.nccl.names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
 from synth.model.nccl.names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
 from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
+from synth.model.nccl.names import NCCL_VERSIONS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
-              "cuda_graphs", "min_ctas", "max_ctas")
+              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend")
 _OPTIONAL_CALIBRATION_KEYS = ("backend",)
@@ -525,7 +528,10 @@ def _nccl(value, where: str) -> NcclSystem:
     cuda_graphs = _bool(table.get("cuda_graphs", False), where, "nccl.cuda_graphs")
     ctas = [_positive_int(table[key], where, f"nccl.{key}", f"{key} = 24") if key in table else None
             for key in ("min_ctas", "max_ctas")]
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas)
+    version = _choice(table["version"], NCCL_VERSIONS, where, "nccl.version") if "version" in table else None
+    symmetric = _bool(table.get("symmetric", False), where, "nccl.symmetric")
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas,
+                      version, symmetric)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -618,9 +624,11 @@ def render_topology(topology: Topology, header: str = "") -> str:
             table["gpus_per_thread"] = nccl.gpus_per_thread
         if nccl.cuda_graphs:
             table["cuda_graphs"] = True
-        for key in ("min_ctas", "max_ctas"):
+        for key in ("min_ctas", "max_ctas", "version"):
             if getattr(nccl, key) is not None:
                 table[key] = getattr(nccl, key)
+        if nccl.symmetric:
+            table["symmetric"] = True
         table["source"] = nccl.source
         document["nccl"] = table
     document["levels"] = [_level_table(level) for level in topology.levels]

@@ -112,3 +112,12 @@ def test_every_datasheet_figure_has_a_source_and_a_dense_bf16_peak():
         figures = [figure for _, figure in sheet.peak] + [sheet.memory, sheet.memory_bandwidth, sheet.nvlink]
         assert all(figure.value > 0 and figure.source.strip() for figure in figures)
         assert sheet.peak_for("bf16").value == sheet.peak_for("fp16").value
+
+
+def test_the_plan_says_whether_tensor_parallel_groups_leave_the_domain(run_cli):
+    code, out, err = run_cli("plan", "--topology", GB200, "--model", "llama2-7b", "--top", "1", "--tp", "4")
+    assert code == 0, err
+    assert "tensor-parallel groups stay inside one NVLink domain (tray x gpu, 72 GPUs)" in out
+    code, out, err = run_cli("plan", "--topology", GB200, "--model", "llama2-7b", "--top", "1", "--tp", "16")
+    assert code == 0, err
+    assert "tensor-parallel groups span more than one NVLink domain" in " ".join(out.split())

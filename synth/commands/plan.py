@@ -559,6 +559,11 @@ def _print_tables(result, launchable=None) -> None:
                       programs_text(prediction, result.costs))
     console.print(table)
     console.print(synthesized_text(result.ranked[0], result.costs), highlight=False, soft_wrap=True)
+    from synth.plan.domains import domain_note
+
+    note = domain_note(request.topology, result.ranked[0])
+    if note:
+        console.print(f"The winner's {note}", highlight=False, soft_wrap=True)
     from synth.plan.gain import gain_text
 
     gain = gain_text(result.ranked)

@@ -102,7 +102,9 @@ def nccl_view(topology: Topology) -> NcclView:
                              gpus_per_thread=launch.gpus_per_thread if launch is not None else 1,
                              cuda_graphs=launch.cuda_graphs if launch is not None else False,
                              min_ctas=launch.min_ctas if launch is not None else None,
-                             max_ctas=launch.max_ctas if launch is not None else None)
+                             max_ctas=launch.max_ctas if launch is not None else None,
+                             version=(launch.version if launch is not None and launch.version else N.DEFAULT_VERSION),
+                             symmetric=launch.symmetric if launch is not None else False)
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
     protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
                                                  factors.latency.value if factors.latency else 1.0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from synth.model.nccl.names import COLLECTIVES, GENERATIONS, INTRA_LINK_KINDS, NETWORK_LINK_KINDS, PROTOCOLS, TRANSPORTS
+from synth.model.nccl.names import DEFAULT_VERSION, COLLECTIVES, GENERATIONS, INTRA_LINK_KINDS, NETWORK_LINK_KINDS, PROTOCOLS, TRANSPORTS
 from synth.model.nccl.protocols import BUFFER
 
 INTRA_KINDS = INTRA_LINK_KINDS + ("none",)  # "none": one GPU per node
@@ -96,6 +96,11 @@ class Hardware:
     # The call's node is a multi-node NVLink domain that it spans across hosts (NCCL's MNNVL: the
     # clique's topologies fused into one node, src/graph/topo.cc:1346-1350 in 2.26.2)
     mnnvl: bool = False
+    # The NCCL release whose behaviour applies (names.NCCL_VERSIONS) and whether the caller
+    # registers its buffers as symmetric windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC:
+    # 2.27's symmetric kernels, symmetric.py)
+    version: str = DEFAULT_VERSION
+    symmetric: bool = False
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""
