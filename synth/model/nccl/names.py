@@ -10,6 +10,8 @@ NCCL_VERSION = "2.26.2"  # tag v2.26.2-1, the version the published InfiniBand l
 # windows (symmetric.py) and 24 NVLS channels inside one Blackwell node or NVLink domain
 # (graph.nvls_channels); 2.28 changes none of what the model prices beyond 2.27 (the NVLS
 # figures of its tables.NVLS_EFFICIENCY are read for every version: what the hardware reaches).
+# PAT's enable rule (src/graph/tuning.cc ncclPatEnable: one GPU per node, no net device offload,
+# sm60+) reads the same from v2.26.2 to v2.29.2, so no version moves it.
 NCCL_VERSIONS = ("2.26", "2.27", "2.28")
 DEFAULT_VERSION = "2.28"  # the newest documented here
 

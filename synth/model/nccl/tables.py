@@ -304,7 +304,7 @@ def choose(hardware: Hardware, call: Call, table: Tuning | None = None) -> Choic
     loop order (the first of equal times), then the channels it runs on (enqueue.cc:1691-1779);
     from 2.27 on, with registered symmetric buffers inside one node, the symmetric kernel NCCL
     always takes then (symmetric.py), as ("symmetric", kernel, blocks)."""
-    found = symmetric.pick(hardware, call)
+    found = symmetric.pick(hardware, call) if hardware.symmetric else None  # a planner calls this millions of times
     if found is not None:
         return Choice("symmetric", found.kernel, found.blocks, found.time_us * 1e-6)
     table = table or tuning(hardware, call)
