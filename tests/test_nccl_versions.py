@@ -103,3 +103,11 @@ def test_version_and_symmetric_are_read_checked_and_written_back():
     bad = text.replace('version = "2.27"', 'version = "2.25"')
     with pytest.raises(UsageError, match="nccl.version.*2.26, 2.27, 2.28"):
         topology_from_text(bad, "bad.toml")
+
+
+def test_2_28_prices_symmetric_calls_in_whole_kilobyte_cells():
+    topology = load_topology("dgx-h100")
+    small = {version: estimate_group(_as(topology, version, True), list(range(8)), "AllReduce", 100)
+             for version in ("2.27", "2.28")}
+    kib = estimate_group(_as(topology, "2.27", True), list(range(8)), "AllReduce", 1024)
+    assert small["2.28"].choice.nccl_time_s == kib.choice.nccl_time_s != small["2.27"].choice.nccl_time_s

@@ -14,6 +14,12 @@ Which (ncclSymPickKernel, symmetric.cc:224-291): per kernel of the collective, a
 kernel of least time x (1 + 2.5% per block). Multicast kernels (…MC) need NVLS; LL kernels
 stop at 2 GiB of bus bytes.
 
+From 2.28 (v2.28.3 src/sym_kernels.cc, src/scheduler/symmetric_sched.cc) the same model and
+constants pick the kernel, of a group's symmetric calls batched together (several per group,
+LL kernels then excluded; a single call is what is priced here), and each call's element
+count is first rounded up to whole 1 KiB cells (NCCL_SYM_KERNEL_CELL_SIZE,
+src/include/sym_kernels.h:17), so the model sees its bytes in whole KiB.
+
 This is NCCL's estimate, which NVIDIA fitted to its kernels (its constants per architecture
 are in the source); the time charged is that estimate, floored by the host's launch.
 """
@@ -26,6 +32,8 @@ from dataclasses import dataclass
 from synth.model.nccl.system import Call, Hardware
 
 SYMMETRIC_SINCE = (2, 27)  # NCCL 2.27.3: src/symmetric.cc, src/device/symmetric/
+CELLS_SINCE = (2, 28)  # v2.28.3 src/scheduler/symmetric_sched.cc: counts aligned to whole cells
+CELL_BYTES = 1024  # v2.28.3 src/include/sym_kernels.h:17 NCCL_SYM_KERNEL_CELL_SIZE
 MAX_BLOCKS = 64  # src/include/symmetric.h:8 ncclSymMaxBlocks
 LL_BUS_FACTOR = 9  # symmetric.cc:106: "2X the bytes, plus some processing, plus no unrolling"
 SM_PENALTY = 0.025  # symmetric.cc:270: 2.5% more time per SM
@@ -139,6 +147,8 @@ def pick(hardware: Hardware, call: Call) -> SymmetricPick | None:
     if not applies(hardware, call):
         return None
     nbytes = _per_rank_bytes(call)
+    if version_tuple(hardware.version)[:2] >= CELLS_SINCE:
+        nbytes = -(-nbytes // CELL_BYTES) * CELL_BYTES
     blackwell = hardware.generation == "blackwell"
     min_blocks = hardware.min_ctas or 1
     max_blocks = hardware.max_ctas or MAX_BLOCKS
