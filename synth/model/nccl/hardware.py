@@ -19,8 +19,10 @@ communicator spans hosts: NCCL_MNNVL_ENABLE=2, src/init.cc:649,731 in 2.26.2) NC
 topologies of the domain's hosts into one (src/graph/topo.cc:1346-1350) and counts nodes by the
 rings' first ranks over that fused system (src/init.cc:917-930), so a domain is one node: its
 rings, trees and NVLS run over NVLink across trays, and only the network level outside it is
-crossed between domains. A call that spans hosts of one domain is marked `Hardware.mnnvl`
-(what NCCL's MNNVL changes, e.g. no NVLS buffer registration: src/init.cc:766-767).
+crossed between domains. NVLS runs across the trays alike: src/transport/nvls.cc gates nothing
+on MNNVL in 2.26.2-2.28.3 but buffer registration (nvls.cc:462-463 in 2.26.2). A call that spans
+hosts of one domain is marked `Hardware.mnnvl` (what NCCL's MNNVL changes, e.g. no NVLS buffer
+registration: src/init.cc:766-767).
 """
 
 from __future__ import annotations
