@@ -35,6 +35,8 @@ COMMANDS = {
     "export": ("synth.commands.export",
                "write programs as a torch script, NCCL C file or JSON plan, or a placement as meshes"),
     "bench": ("synth.commands.export", "run programs and the default all-reduce with torchrun here and time them"),
+    "tune": ("synth.commands.tune",
+             "NCCL tuner settings where the model's best algorithm/protocol differs from NCCL's pick"),
     "emulate": ("synth.commands.emulate", "bring an emulated cluster (network namespaces, shaped links) up or down; needs root"),
     "plan": ("synth.commands.plan",
              "degrees, placement and programs of a whole training step, ranked by predicted step time"),

@@ -11,7 +11,8 @@ unit of this level (inside the same parent); `latency` is the per-message latenc
 path; `uplinks` are the links each unit of the level shares to reach the rest of the
 system; `fabric` is a shared medium all of a level's traffic inside one parent crosses;
 `collectives` replaces bandwidth and latency for single collectives (what `synth calibrate`
-measures per collective).
+measures per collective); `nvlink_domain` marks a level whose units are separate hosts joined
+by an NVLink switch fabric (the compute trays of a GB200 NVL72 rack).
 
 How NCCL runs on the system (synth/model/nccl/ reads it through synth/model/nccl/hardware.py):
 a level's `link` kind (nvswitch, nvlink, pcie inside a node; infiniband, roce, ethernet,
@@ -125,6 +126,11 @@ class NcclSystem:
     # defaults (1 and MAXCHANNELS)
     min_ctas: int | None = None
     max_ctas: int | None = None
+    # The NCCL release whose behaviour applies (synth/model/nccl/names.py NCCL_VERSIONS; None: the
+    # newest documented there) and whether the program registers its buffers as symmetric windows
+    # (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), which 2.27+ runs on symmetric kernels
+    version: str | None = None
+    symmetric: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,11 @@ class Level:
     efficiency: Figure | None = None  # fraction of the line rate NCCL moves data at
     overhead: Figure | None = None  # seconds per call spanning this level, beyond NCCL's latency model
     protocols: tuple[tuple[str, ProtocolFactors], ...] = ()  # per NCCL protocol, for calls spanning this level
+    # The level's units are separate hosts (compute trays) that an NVLink switch fabric joins into
+    # one NVLink domain (GB200/GB300 NVL72, NVL36x2): NCCL's multi-node NVLink (MNNVL) fuses the
+    # domain into one node, so its algorithms run at NVLink rates across the trays and only
+    # calls leaving the domain use the network (synth/model/nccl/hardware.py).
+    nvlink_domain: bool = False
 
     def figures_for(self, collective: str) -> tuple[Figure | None, Figure | None]:
         """(bandwidth, latency) that a call of `collective` sees on this level."""

@@ -73,6 +73,8 @@ them is a separate figure with its own source::
     cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
     min_ctas = 24                      # optional: NCCL_MIN_CTAS, the fewest channels a communicator runs on; default NCCL's
     max_ctas = 32                      # optional: NCCL_MAX_CTAS, the most; default NCCL's
+    version = "2.26"                   # optional: the NCCL release (2.26, 2.27, 2.28); default the newest, 2.28
+    symmetric = true                   # optional: buffers registered as symmetric windows (2.27+ kernels); default false
     source = "..."                     # required
 
     [[levels]]
@@ -85,6 +87,18 @@ them is a separate figure with its own source::
     [levels.protocols.LL]              # optional, per protocol (LL, LL128, Simple), for calls spanning
     bandwidth = { value = 0.5, source = "..." }      # the level: achieved / modelled rate
     latency = { value = 1.1, source = "..." }        # achieved / NCCL's own latency
+
+A level whose units are separate hosts joined by an NVLink switch fabric (the 18 compute trays
+of a GB200 NVL72 rack) says so with `nvlink_domain = true` (its link must be `nvswitch`, and no
+level inside it a network). NCCL's multi-node NVLink (MNNVL) then fuses the domain into one
+node: its rings, trees and NVLS run over NVLink across the trays, and only calls that leave the
+domain use the network level outside it (synth/model/nccl/hardware.py)::
+
+    [[levels]]
+    name = "tray"
+    size = 18
+    nvlink_domain = true
+    link = { kind = "nvswitch", source = "..." }
 
 A `transport` may also give, for sockets, `sockets` (streams per connection: NCCL_SOCKET_NTHREADS
 x NCCL_NSOCKS_PERTHREAD; default NCCL's for the NIC `vendor`: aws, gcp or other) and `stream`
@@ -127,15 +141,16 @@ from synth.units import (BANDWIDTH_EXAMPLE, TIME_EXAMPLE, format_bandwidth, form
 _TOPOLOGY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 _TOP_KEYS = ("name", "description", "levels", "device", "nccl", "calibration")
 _LEVEL_KEYS = ("name", "size", "bandwidth", "latency", "uplinks", "collectives", "fabric",
-               "link", "transport", "efficiency", "overhead", "protocols")
+               "link", "transport", "efficiency", "overhead", "protocols", "nvlink_domain")
 from synth.model.nccl.names import GENERATIONS, LINK_KINDS, NETWORK_LINK_KINDS  # noqa: E402 - NCCL's names, once
 from synth.model.nccl.names import PROTOCOLS as NCCL_PROTOCOLS  # noqa: E402
 from synth.model.nccl.names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # noqa: E402
 from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
+from synth.model.nccl.names import NCCL_VERSIONS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
-              "cuda_graphs", "min_ctas", "max_ctas")
+              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend", "bands")
 _OPTIONAL_CALIBRATION_KEYS = ("backend", "bands")
@@ -371,8 +386,27 @@ def _level(table, index: int, where: str, seen: dict[str, int]) -> Level:
     if "overhead" in table:
         overhead = _figure(table["overhead"], parse_time, TIME_EXAMPLE, where, f"{field}.overhead")
     protocols = _protocols(table["protocols"], where, f"{field}.protocols") if "protocols" in table else ()
+    domain = _bool(table.get("nvlink_domain", False), where, f"{field}.nvlink_domain")
+    if domain and (link is None or link.kind not in NVLINK_DOMAIN_KINDS):
+        raise _field_error(where, f"{field}.nvlink_domain", "an NVLink domain's units are joined by an NVLink switch "
+                           "fabric: give the level link = { kind = \"nvswitch\", source = \"...\" }")
     return Level(name, size, bandwidth, latency, uplinks, collectives, fabric, link, transport, efficiency, overhead,
-                 protocols)
+                 protocols, domain)
+
+
+NVLINK_DOMAIN_KINDS = ("nvswitch", "nvlink")
+
+
+def _check_domains(levels: tuple[Level, ...], where: str) -> None:
+    """A level that is an NVLink domain holds no network inside it: the domain is one NCCL node."""
+    for index, level in enumerate(levels):
+        if not level.nvlink_domain:
+            continue
+        for inner in levels[index + 1:]:
+            if inner.link is not None and inner.link.kind in NETWORK_LINK_KINDS:
+                raise _field_error(where, f"levels[{index}].nvlink_domain", f"level {inner.name!r} inside the NVLink "
+                                   f"domain {level.name!r} is a network ({inner.link.kind}); a domain's levels are "
+                                   f"NVLink: move the network level outside it or drop nvlink_domain")
 
 
 def _protocols(value, where: str, field: str) -> tuple[tuple[str, ProtocolFactors], ...]:
@@ -495,7 +529,10 @@ def _nccl(value, where: str) -> NcclSystem:
     cuda_graphs = _bool(table.get("cuda_graphs", False), where, "nccl.cuda_graphs")
     ctas = [_positive_int(table[key], where, f"nccl.{key}", f"{key} = 24") if key in table else None
             for key in ("min_ctas", "max_ctas")]
-    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas)
+    version = _choice(table["version"], NCCL_VERSIONS, where, "nccl.version") if "version" in table else None
+    symmetric = _bool(table.get("symmetric", False), where, "nccl.symmetric")
+    return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas,
+                      version, symmetric)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -564,6 +601,7 @@ def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
     seen: dict[str, int] = {}
     levels = tuple(_level(table, index, where, seen) for index, table in enumerate(raw_levels))
     check_levels(levels, where)
+    _check_domains(levels, where)
     device = _device(document["device"], where) if "device" in document else None
     nccl = _nccl(document["nccl"], where) if "nccl" in document else None
     calibration = _calibration(document["calibration"], where) if "calibration" in document else ()
@@ -620,9 +658,11 @@ def topology_document(topology: Topology) -> dict:
             table["gpus_per_thread"] = nccl.gpus_per_thread
         if nccl.cuda_graphs:
             table["cuda_graphs"] = True
-        for key in ("min_ctas", "max_ctas"):
+        for key in ("min_ctas", "max_ctas", "version"):
             if getattr(nccl, key) is not None:
                 table[key] = getattr(nccl, key)
+        if nccl.symmetric:
+            table["symmetric"] = True
         table["source"] = nccl.source
         document["nccl"] = table
     document["levels"] = [_level_table(level) for level in topology.levels]
@@ -680,6 +720,8 @@ def _level_table(level: Level) -> dict:
                 protocols.setdefault(protocol, {})[key] = {"value": round(figure.value, 6), "source": figure.source}
     if protocols:
         table["protocols"] = protocols
+    if level.nvlink_domain:
+        table["nvlink_domain"] = True
     return table
 
 

@@ -24,6 +24,8 @@ BUILTINS = {
     "emu-2x4": (("node", 2), ("gpu", 4)),
     "emu-4x2": (("node", 4), ("gpu", 2)),
     "emu-2x2x2": (("rack", 2), ("node", 2), ("gpu", 2)),
+    "gb200-nvl72": (("rack", 2), ("tray", 18), ("gpu", 4)),
+    "aws-p6-b200-2x8": (("node", 2), ("gpu", 8)),
 }
 
 

@@ -590,6 +590,14 @@ def _print_tables(result, launchable=None) -> None:
                       programs_text(prediction, result.costs))
     console.print(table)
     console.print(synthesized_text(result.ranked[0], result.costs), highlight=False, soft_wrap=True)
+    from synth.plan.domains import domain_note
+
+    note = domain_note(request.topology, result.ranked[0])
+    if note:
+        console.print(f"The winner's {note}", highlight=False, soft_wrap=True)
+    registration = registration_text(request)
+    if registration:
+        console.print(registration, highlight=False, soft_wrap=True)
     from synth.plan.gain import gain_text
 
     gain = gain_text(result.ranked)
@@ -665,6 +673,22 @@ def prediction_json(prediction, request, costs=None) -> dict:
     }
 
 
+def registration_text(request) -> str | None:
+    """Which NCCL release the plan priced and whether its buffers are registered as symmetric
+    windows (what 2.27+ runs on its symmetric kernels inside a node); None for another backend."""
+    system = request.topology.nccl
+    if request.backend != "nccl" or system is None:
+        return None
+    from synth.model.nccl.names import DEFAULT_VERSION
+
+    version = system.version or DEFAULT_VERSION
+    if system.symmetric:
+        return (f"NCCL {version}: buffers registered as symmetric windows (ncclCommWindowRegister with "
+                f"NCCL_WIN_COLL_SYMMETRIC); calls inside one node run on the symmetric kernels from 2.27")
+    return (f"NCCL {version}: buffers not registered as symmetric windows ([nccl] symmetric = true prices "
+            f"registering them)")
+
+
 def plan_json(result, launchable=None) -> dict:
     request = result.request
     from synth.plan.formulas import active_parameter_count, parameter_count
@@ -681,7 +705,8 @@ def plan_json(result, launchable=None) -> dict:
         "memory_limit_bytes": request.memory_limit,
         "memory_bytes": request.compute.memory_bytes, "memory_headroom": request.memory_headroom,
         "memory_reserve": request.memory_reserve.to_json() if request.memory_reserve else None,
-        "backend": request.backend, "search": result.size.to_json(), "evaluated": result.evaluated,
+        "backend": request.backend, "nccl_registration": registration_text(request),
+        "search": result.size.to_json(), "evaluated": result.evaluated,
         "dropped_memory": result.dropped_memory, "bounded": result.bounded, "no_placement": result.no_placement,
         "elapsed_s": result.elapsed_s, "cpu_s": result.cpu_s,
         "ranked": [prediction_json(prediction, request, result.costs) for prediction in result.ranked],

@@ -56,7 +56,7 @@ import numpy as np
 
 from synth.model import algorithms as flows
 from synth.model.nccl import system as nccl
-from synth.model.nccl import tables, timing
+from synth.model.nccl import symmetric, tables, timing
 from synth.model.nccl.protocols import (BUFFER, LL128_DATA_ELEMS, LL128_LINE_ELEMS, MAX_THREADS, NCCL_STEPS, PAYLOAD,
                                         THREAD_THRESHOLD, log2i)
 from synth.model.algorithms import Phase, Plan
@@ -120,10 +120,11 @@ class Envelope:
 def envelope(shape: Shape) -> Envelope:
     table = tables.tuning(shape.hardware, shape.call(0.0))
     pairs = tuple((a, p) for a, p, _, bandwidth, _ in table.entries if bandwidth > 0)
+    pairs += symmetric_pairs(shape)
     points = set(float(1 << k) for k in range(63))  # size classes (nbytes >> 6) and a grid
     points.add(float(64 * table.channels * shape.ranks))  # the ring plateau (tuning.cc:539)
     for algorithm, protocol in pairs:  # channels dropped for small calls (enqueue.cc:1734-1762)
-        if algorithm in ("nvls", "nvls_tree"):
+        if algorithm in ("nvls", "nvls_tree", "symmetric"):
             continue
         threshold = THREAD_THRESHOLD[protocol] * (shape.ranks if (algorithm, protocol) == ("ring", "LL") else 1)
         for channels in range(2, table.channels + 1):
@@ -140,6 +141,15 @@ def envelope(shape: Shape) -> Envelope:
         if least_from[j + 1] < least_from[j]:
             least_from[j], least_at[j] = least_from[j + 1], least_at[j + 1]
     return Envelope(shape, table, pairs, tuple(ordered), tuple(least_from), tuple(least_at))
+
+
+def symmetric_pairs(shape: Shape) -> tuple[tuple[str, str], ...]:
+    """("symmetric", kernel) for every symmetric kernel NCCL may pick for this communicator
+    (symmetric.py; none unless its buffers are registered, NCCL is 2.27+ and it is one node)."""
+    call = shape.call(1.0)
+    if not symmetric.applies(shape.hardware, call):
+        return ()
+    return tuple(("symmetric", kernel) for kernel in symmetric.kernels_for(shape.hardware, call))
 
 
 def _tree_chunk_changes(shape: Shape, table: tables.Tuning, pairs) -> set[float]:
@@ -205,8 +215,11 @@ def shape_of(site: CallSite) -> Shape:
     return Shape(hardware, site.collective, call.nodes, call.ranks_per_node)
 
 
-def _builder(collective: str, algorithm: str):
-    """The flows of one NCCL algorithm for one collective (synth/model/algorithms.py)."""
+def _builder(collective: str, algorithm: str, protocol: str = ""):
+    """The flows of one NCCL algorithm for one collective (synth/model/algorithms.py); a
+    symmetric kernel's as the ring's bytes, or NVLS's for the multicast all-reduce."""
+    if algorithm == "symmetric":
+        algorithm = "nvls" if protocol == "AllReduce_RSxLDMC_AGxSTMC" else "ring"
     if collective == "AllReduce":
         return {"ring": flows.nccl_ring_all_reduce, "tree": flows.nccl_tree_all_reduce,
                 "nvls": flows.nccl_nvls_all_reduce, "nvls_tree": flows.nccl_nvls_tree_all_reduce}[algorithm]
@@ -240,13 +253,14 @@ class NcclMeasured:
         node = _network_nodes(call)
         result = []
         for algorithm, protocol in found.pairs:
-            plan = _builder(call.collective, algorithm)(call.layout)
+            plan = _builder(call.collective, algorithm, protocol)(call.layout)
             intra = hardware.intra.efficiency
             if algorithm in ("nvls", "nvls_tree"):
                 intra *= tables.NVLS_EFFICIENCY.get(hardware.generation, 1.0)
             net = hardware.network.link.efficiency if hardware.network is not None else 1.0
             phases = tuple(_at_link_efficiency(phase, node, net, intra) for phase in plan.phases)
-            payload = PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
+            # a symmetric kernel's rate is NCCL's fitted one (symmetric.py): no protocol share
+            payload = 1.0 if algorithm == "symmetric" else PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
             result.append(Plan(f"{algorithm}/{protocol}", phases, 0.0, payload))
         return tuple(result)
 
@@ -368,7 +382,7 @@ def _links_s(curve: Envelope, estimate: timing.Estimate) -> float:
         return 0.0
     algorithm = estimate.choice.algorithm
     full = curve.table.nvls_channels if algorithm in ("nvls", "nvls_tree") else curve.table.channels
-    used = estimate.choice.channels / full if full else 1.0
+    used = estimate.choice.channels / full if full and algorithm != "symmetric" else 1.0
     return max((load.bytes * used / load.capacity for load in estimate.loads
                 if load.resource in ("intra", "net") and load.capacity > 0), default=0.0)
 

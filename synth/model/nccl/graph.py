@@ -38,6 +38,8 @@ PCI_GEN3_X16_LINE = 15.75  # PCIe 3.0: 8 GT/s x 16 lanes x 128/130 / 8 bits
 MAX_CHANNELS = 64  # src/include/device.h:62 MAXCHANNELS
 RING_MAX_CHANNELS = MAX_CHANNELS // 2  # src/init.cc:841 ringGraph->maxChannels = MAXCHANNELS/2
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 32}  # src/transport/nvls.cc:144-145 NVLS_NCHANNELS_SM90/SM100
+NVLS_CHANNELS_ONE_NODE_SINCE = (2, 27)  # v2.27.3 src/transport/nvls.cc:149 NVLS_NCHANNELS_SM100_NVL
+NVLS_CHANNELS_ONE_NODE = {"blackwell": 24}
 NVLS_CHUNK = 128 * 1024  # src/transport/nvls.cc:149 NCCL_NVLS_CHUNKSIZE default
 NVLS_MAX_ARITY = 32  # src/include/device.h:181
 
@@ -249,6 +251,17 @@ def communicator_channels(ring: Graph, tree: Graph, hardware: Hardware, call: Ca
     if hardware.network is not None and hardware.network.unpack and call.nodes > 1 and channels < 16:
         channels = min(MAX_CHANNELS, 2 * channels)
     return with_ctas(channels, hardware)
+
+
+def nvls_channels(hardware: Hardware, call: Call) -> int:
+    """comm->nvlsChannels before NCCL_MIN/MAX_CTAS: 16 on Hopper, 32 on Blackwell; from NCCL
+    2.27 on, 24 on Blackwell when the communicator is one node or one multi-node NVLink domain
+    (v2.27.3 src/transport/nvls.cc:176-190: "use a reduced number of channels for single
+    node/MNNVL domain on Blackwell")."""
+    version = tuple(int(part) for part in hardware.version.split("."))[:2]
+    if call.nodes == 1 and version >= NVLS_CHANNELS_ONE_NODE_SINCE and hardware.generation in NVLS_CHANNELS_ONE_NODE:
+        return NVLS_CHANNELS_ONE_NODE[hardware.generation]
+    return NVLS_CHANNELS.get(hardware.generation, 0)
 
 
 def with_ctas(channels: int, hardware: Hardware) -> int:

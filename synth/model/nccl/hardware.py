@@ -12,6 +12,17 @@ each assumption said in words (`NcclView.assumptions`), so a command can print t
 * no transport: ib over InfiniBand/RoCE, socket over Ethernet and loopback; for sockets NCCL's
   default streams for the NIC vendor and 25 Gb/s per stream (the NCCL user guide advises four
   helper threads for a generic 100 Gb/s network: NCCL_SOCKET_NTHREADS).
+
+A level marked `nvlink_domain` (compute trays joined by NVLink switches, GB200 NVL72) lies
+inside the node as NCCL sees it: with multi-node NVLink (MNNVL, on by default when a
+communicator spans hosts: NCCL_MNNVL_ENABLE=2, src/init.cc:649,731 in 2.26.2) NCCL fuses the
+topologies of the domain's hosts into one (src/graph/topo.cc:1346-1350) and counts nodes by the
+rings' first ranks over that fused system (src/init.cc:917-930), so a domain is one node: its
+rings, trees and NVLS run over NVLink across trays, and only the network level outside it is
+crossed between domains. NVLS runs across the trays alike: src/transport/nvls.cc gates nothing
+on MNNVL in 2.26.2-2.28.3 but buffer registration (nvls.cc:462-463 in 2.26.2). A call that spans
+hosts of one domain is marked `Hardware.mnnvl` (what NCCL's MNNVL changes, e.g. no NVLS buffer
+registration: src/init.cc:766-767).
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ class NcclView:
     overheads: tuple[float, ...]  # seconds per call, by the outermost level the call spans
     assumptions: tuple[str, ...]
     protocols: tuple[tuple[nccl.ProtocolFigures, ...], ...] = ()  # per-protocol factors, by the outermost level
+    domain_level: int | None = None  # the innermost level marked nvlink_domain (its units are hosts), if any
 
 
 def default_efficiency(kind: str, generation: str, line_rate: float) -> Figure:
@@ -92,12 +104,20 @@ def nccl_view(topology: Topology) -> NcclView:
                              gpus_per_thread=launch.gpus_per_thread if launch is not None else 1,
                              cuda_graphs=launch.cuda_graphs if launch is not None else False,
                              min_ctas=launch.min_ctas if launch is not None else None,
-                             max_ctas=launch.max_ctas if launch is not None else None)
+                             max_ctas=launch.max_ctas if launch is not None else None,
+                             version=(launch.version if launch is not None and launch.version else N.DEFAULT_VERSION),
+                             symmetric=launch.symmetric if launch is not None else False)
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
     protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
                                                  factors.latency.value if factors.latency else 1.0)
                             for name, factors in level.protocols) for level in levels)
-    return NcclView(hardware, node_level, overheads, tuple(assumptions), protocols)
+    domains = [index for index, level in enumerate(levels) if level.nvlink_domain]
+    domain_level = domains[-1] if domains else None
+    if domain_level is not None:
+        assumptions.append(f"levels {', '.join(level.name for level in inner)} form one NVLink domain of "
+                           f"{gpus_per_node} GPUs across hosts ({levels[domain_level].name}): NCCL's multi-node NVLink "
+                           f"treats it as one node")
+    return NcclView(hardware, node_level, overheads, tuple(assumptions), protocols, domain_level)
 
 
 def level_efficiencies(topology: Topology) -> tuple[float, ...]:
@@ -238,11 +258,23 @@ def call_for(topology: Topology, view: NcclView, devices, collective: str, nbyte
     the group spans) and the call NCCL makes for a group of device ranks."""
     nodes, per_node, outer = group_layout(topology, view, devices)
     hardware = view.hardware
+    if view.domain_level is not None and _spans_hosts(topology, view, devices):
+        hardware = replace(hardware, mnnvl=True)
     if outer >= 0 and view.overheads[outer]:
         hardware = replace(hardware, overhead_s=view.overheads[outer])
     if outer >= 0 and view.protocols and view.protocols[outer]:
         hardware = replace(hardware, protocol_figures=view.protocols[outer])
     return hardware, nccl.Call(collective, nodes, per_node, nbytes)
+
+
+def _spans_hosts(topology: Topology, view: NcclView, devices) -> bool:
+    """Whether some node of the group holds members on two hosts of its NVLink domain."""
+    coords = np.stack(np.unravel_index(np.asarray(devices, dtype=np.int64), topology.sizes), axis=1)
+    first = 0 if view.node_level is None else view.node_level + 1
+    hosts: dict[tuple, set] = {}
+    for row in coords:
+        hosts.setdefault(tuple(row[:first].tolist()), set()).add(tuple(row[first:view.domain_level + 1].tolist()))
+    return any(len(found) > 1 for found in hosts.values())
 
 
 def estimate_group(topology: Topology, devices, collective: str, nbytes: float,

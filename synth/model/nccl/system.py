@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from synth.model.nccl.names import COLLECTIVES, GENERATIONS, INTRA_LINK_KINDS, NETWORK_LINK_KINDS, PROTOCOLS, TRANSPORTS
+from synth.model.nccl.names import DEFAULT_VERSION, COLLECTIVES, GENERATIONS, INTRA_LINK_KINDS, NETWORK_LINK_KINDS, PROTOCOLS, TRANSPORTS
 from synth.model.nccl.protocols import BUFFER
 
 INTRA_KINDS = INTRA_LINK_KINDS + ("none",)  # "none": one GPU per node
@@ -93,6 +93,14 @@ class Hardware:
     cuda_graphs: bool = False  # calls replayed from CUDA graphs: no per-call host launch
     min_ctas: int | None = None  # NCCL_MIN_CTAS: the fewest channels a communicator runs on (None: NCCL's 1)
     max_ctas: int | None = None  # NCCL_MAX_CTAS: the most (None: NCCL's MAXCHANNELS)
+    # The call's node is a multi-node NVLink domain that it spans across hosts (NCCL's MNNVL: the
+    # clique's topologies fused into one node, src/graph/topo.cc:1346-1350 in 2.26.2)
+    mnnvl: bool = False
+    # The NCCL release whose behaviour applies (names.NCCL_VERSIONS) and whether the caller
+    # registers its buffers as symmetric windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC:
+    # 2.27's symmetric kernels, symmetric.py)
+    version: str = DEFAULT_VERSION
+    symmetric: bool = False
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""

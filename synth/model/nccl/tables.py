@@ -9,8 +9,9 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from synth.model.nccl.graph import (NVLS_CHANNELS, NVLS_MAX_ARITY, PATH_NVB, PATH_NVL, PATH_PXB, PATH_PXN, Graph,
-                                    communicator_channels, search, with_ctas)
+from synth.model.nccl import symmetric
+from synth.model.nccl.graph import (NVLS_MAX_ARITY, PATH_NVB, PATH_NVL, PATH_PXB, PATH_PXN, Graph,
+                                    communicator_channels, nvls_channels, search, with_ctas)
 from synth.model.nccl.names import PROTOCOLS, generation_index
 from synth.model.nccl.protocols import MAX_THREADS, THREAD_THRESHOLD, log2i
 from synth.model.nccl.system import Call, Hardware
@@ -170,8 +171,8 @@ def _tuning(hardware: Hardware, collective: str, nodes: int, ranks_per_node: int
             bandwidth, latency, cap = _entry(call, hardware, a, p, graph, ring, ll_max, per_tree, per_ring_ll128,
                                              per_tree_ll128, ppn, nsteps, gi, unpack)
             entries.append((a, p, latency, bandwidth, cap))
-    nvls_channels = with_ctas(NVLS_CHANNELS.get(g, 0), hardware) if nvls is not None else 0
-    return Tuning(tuple(entries), communicator_channels(ring, tree, hardware, call), nvls_channels,
+    nvls_count = with_ctas(nvls_channels(hardware, call), hardware) if nvls is not None else 0
+    return Tuning(tuple(entries), communicator_channels(ring, tree, hardware, call), nvls_count,
                   tuple(x for x in (ring, tree, nvls) if x is not None))
 
 
@@ -300,7 +301,12 @@ def nccl_time_us(table: Tuning, hardware: Hardware, call: Call, algorithm: str, 
 
 def choose(hardware: Hardware, call: Call, table: Tuning | None = None) -> Choice:
     """NCCL's pick for the call: the least estimated time over the enabled pairs, in NCCL's
-    loop order (the first of equal times), then the channels it runs on (enqueue.cc:1691-1779)."""
+    loop order (the first of equal times), then the channels it runs on (enqueue.cc:1691-1779);
+    from 2.27 on, with registered symmetric buffers inside one node, the symmetric kernel NCCL
+    always takes then (symmetric.py), as ("symmetric", kernel, blocks)."""
+    found = symmetric.pick(hardware, call) if hardware.symmetric else None  # a planner calls this millions of times
+    if found is not None:
+        return Choice("symmetric", found.kernel, found.blocks, found.time_us * 1e-6)
     table = table or tuning(hardware, call)
     best = None
     for algorithm in ("tree", "ring", "nvls", "nvls_tree", "pat"):

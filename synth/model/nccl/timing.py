@@ -147,6 +147,8 @@ def timed(hardware: Hardware, call: Call, choice: Choice, table: Tuning | None =
 
 def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Estimate:
     algorithm, protocol, channels = choice.algorithm, choice.protocol, choice.channels
+    if algorithm == "symmetric":
+        return _symmetric_time(hardware, call, choice)
     full = table.nvls_channels if algorithm in ("nvls", "nvls_tree") else table.channels
     used = channels / full if full else 1.0
     intra_load, net_load = _loads(call, algorithm)
@@ -209,3 +211,22 @@ def _protocol_cap(table: Tuning, call: Call, algorithm: str, protocol: str) -> f
     return 0.0 if math.isinf(cap) else cap * 1e9
 
 
+
+
+def _symmetric_time(hardware: Hardware, call: Call, choice: Choice) -> Estimate:
+    """A symmetric kernel's time (symmetric.py): NCCL's own estimate for it, which NVIDIA fitted
+    to the kernels, plus the per-call overhead, floored by the host's launch. Its load on each
+    GPU's links is a ring's bytes (each GPU sends and receives (n-1)/n of B per pass) at the
+    intra-node rate, so concurrent calls sharing the links are charged as other calls are."""
+    from synth.model.nccl import symmetric
+
+    found = symmetric.pick(hardware, call)
+    if found is None or found.kernel != choice.protocol:
+        raise ValueError(f"NCCL does not run the symmetric kernel {choice.protocol} for this call")
+    n = call.ranks
+    share = 2 * (n - 1) / n if call.collective == "AllReduce" else (n - 1) / n
+    latency = found.base_us * 1e-6 + hardware.overhead_s
+    transfer = (found.time_us - found.base_us) * 1e-6
+    total = max(latency + transfer, launch_floor_s(hardware))
+    loads = (Load("intra", share * call.nbytes, hardware.intra.achieved),)
+    return Estimate(call, choice, total, total - transfer, 0.0, transfer, "symmetric", loads)

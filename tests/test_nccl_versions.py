@@ -1,0 +1,113 @@
+"""NCCL by version: `[nccl] version` and `symmetric` change the prediction where NCCL's source
+changed (2.27's symmetric kernels for registered windows inside one node, 2.27's 24 NVLS
+channels inside one Blackwell node or NVLink domain) and nowhere else."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from synth.errors import UsageError
+from synth.model.nccl import symmetric
+from synth.model.nccl.hardware import call_for, estimate_group, nccl_view
+from synth.model.nccl.names import DEFAULT_VERSION, NCCL_VERSIONS
+from synth.topology import NcclSystem
+from synth.topology_file import builtin_topology_names, load_topology, render_topology, topology_from_text
+
+SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28)
+COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast")
+
+
+def _as(topology, version: str, registered: bool = False):
+    system = topology.nccl or NcclSystem("ampere", "assumed")
+    return replace(topology, nccl=replace(system, version=version, symmetric=registered))
+
+
+def _groups(topology):
+    n = topology.device_count
+    inner = topology.sizes[-1]
+    return [list(range(min(inner, n))), list(range(n))]
+
+
+def _blackwell_nvls(topology) -> bool:
+    return topology.nccl is not None and topology.nccl.generation == "blackwell" and topology.nccl.nvls
+
+
+@pytest.mark.parametrize("name", [n for n in builtin_topology_names()])
+def test_without_registered_buffers_the_versions_agree_except_blackwell_nvls_channels(name):
+    topology = load_topology(name)
+    if not topology.has_link_figures:
+        pytest.skip("no link figures: nothing NCCL prices")
+    assert topology.nccl is None or topology.nccl.version is None  # built-ins take the default
+    old, new = _as(topology, "2.26"), _as(topology, DEFAULT_VERSION)
+    for devices in _groups(topology):
+        for collective in COLLECTIVES:
+            for nbytes in SIZES:
+                a = estimate_group(old, devices, collective, nbytes)
+                b = estimate_group(new, devices, collective, nbytes)
+                assert (a.choice.algorithm, a.choice.protocol) == (b.choice.algorithm, b.choice.protocol)
+                if a.choice.algorithm in ("nvls", "nvls_tree") and _blackwell_nvls(topology) and a.call.nodes == 1:
+                    assert (a.choice.channels, b.choice.channels) == (32, 24)  # nvls.cc NVLS_NCHANNELS_SM100_NVL
+                else:
+                    assert a.time_s == b.time_s and a.choice == b.choice
+
+
+def test_the_default_is_the_newest_and_2_26_stays_the_transcribed_tables():
+    assert DEFAULT_VERSION == NCCL_VERSIONS[-1] == "2.28"
+    view = nccl_view(load_topology("dgx-h100-x2"))
+    assert view.hardware.version == DEFAULT_VERSION and not view.hardware.symmetric
+
+
+def test_registered_buffers_take_the_symmetric_kernels_from_2_27_inside_one_node_only():
+    topology = load_topology("dgx-h100")
+    for version, expected in (("2.26", False), ("2.27", True), ("2.28", True)):
+        registered = _as(topology, version, registered=True)
+        estimate = estimate_group(registered, list(range(8)), "AllReduce", 1 << 10)
+        assert (estimate.choice.algorithm == "symmetric") == expected
+    plain = estimate_group(_as(topology, "2.28"), list(range(8)), "AllReduce", 1 << 10)
+    sym = estimate_group(_as(topology, "2.28", True), list(range(8)), "AllReduce", 1 << 10)
+    assert sym.time_s < plain.time_s  # lower latency at small sizes (NCCL 2.27 release notes)
+    assert estimate_group(_as(topology, "2.28", True), list(range(8)), "Broadcast", 1 << 10).choice.algorithm != \
+        "symmetric"  # no symmetric kernel for Broadcast
+    across = _as(load_topology("dgx-h100-x2"), "2.28", True)  # two nodes: nNodes > 1, no symmetric kernels
+    estimate = estimate_group(across, list(range(16)), "AllReduce", 1 << 10)
+    assert estimate.choice.algorithm != "symmetric"
+    domain = _as(load_topology("gb200-nvl72"), "2.28", True)  # one multi-node NVLink domain: nNodes == 1
+    assert estimate_group(domain, list(range(8)), "AllReduce", 1 << 10).choice.algorithm == "symmetric"
+
+
+def test_the_symmetric_model_is_nccl_2_27_3s_formula():
+    """symmetric.cc:97-100 and :175-178 on Hopper: RSxLD_AGxST at 64 blocks has bandwidth
+    softmin(64 x 65 GiB/s, 320 GiB/s) ~ 320 GiB/s; for 1 GiB its time is 7.8 us plus
+    2 x (n-1)/n GiB over it; NCCL then takes the fewest blocks within 2.5% of that time."""
+    time, blocks, base = symmetric._query("AllReduce_RSxLD_AGxST", 1 << 30, 8, False, 1, 64)
+    bus = 2 * (1 << 30) * 7 / 8
+    full = symmetric._model(bus, 7.8, 64, 65 * symmetric.GBPS, 1.0, 320 * symmetric.GBPS)
+    assert base == 7.8
+    assert full == pytest.approx(7.8 + bus / (320 * symmetric.GBPS) - 1, rel=0.001)
+    assert full <= time <= 1.025 * full and blocks < 64
+    assert symmetric._softplus(-50, 1) == pytest.approx(math.log1p(math.exp(-50)))
+    hardware = nccl_view(_as(load_topology("dgx-h100"), "2.27", True)).hardware
+    _, call = call_for(load_topology("dgx-h100"), nccl_view(load_topology("dgx-h100")), list(range(8)), "AllReduce",
+                       1 << 10)
+    assert symmetric.kernels_for(hardware, call) == symmetric.KERNELS["AllReduce"]  # NVLS: multicast ones too
+
+
+def test_version_and_symmetric_are_read_checked_and_written_back():
+    base = load_topology("dgx-h100")
+    text = render_topology(_as(base, "2.27", True))
+    again = topology_from_text(text, "copy.toml")
+    assert (again.nccl.version, again.nccl.symmetric) == ("2.27", True)
+    bad = text.replace('version = "2.27"', 'version = "2.25"')
+    with pytest.raises(UsageError, match="nccl.version.*2.26, 2.27, 2.28"):
+        topology_from_text(bad, "bad.toml")
+
+
+def test_2_28_prices_symmetric_calls_in_whole_kilobyte_cells():
+    topology = load_topology("dgx-h100")
+    small = {version: estimate_group(_as(topology, version, True), list(range(8)), "AllReduce", 100)
+             for version in ("2.27", "2.28")}
+    kib = estimate_group(_as(topology, "2.27", True), list(range(8)), "AllReduce", 1024)
+    assert small["2.28"].choice.nccl_time_s == kib.choice.nccl_time_s != small["2.27"].choice.nccl_time_s
