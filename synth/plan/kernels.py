@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from synth.plan import formulas, moe
 from synth.plan.devices import KernelDevice
 from synth.topology import Figure
 
@@ -231,21 +232,51 @@ def gemms_seconds(rates: KernelRates, gemms, value_bytes: float, weights: bool =
     return forward, backward
 
 
+def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool):
+    """(the MoE FFN's weight matmuls, the dense FFN's it replaces) of one MoE layer's forward on
+    one device, `tokens` the tensor-parallel group's tokens (synth/plan/moe.py's routing):
+    the router (`tokens x E`, over the sequence-parallel shard with sequence parallelism), each
+    of the `E / ep` local experts as one product of the group's routed tokens an expert gets,
+    `ep tokens k c / E` rows (Megatron's grouped GEMM), by `f_e / tp` (up, and gate) and back,
+    and the shared experts over every token. Few rows per expert fill few tiles: this is where
+    fine-grained experts lose rate (wave quantization, module docstring)."""
+    h, up = model.hidden, (2 if model.gated_mlp else 1)
+    local = model.experts // ep
+    rows = max(1, round(moe.routed_tokens(model, tokens * ep) / model.experts))
+    f = moe.expert_ffn(model)
+    router = Gemm(tokens // tp if sequence_parallel else tokens, model.experts, h)
+    moe_gemms = [router, Gemm(rows, up * f // tp, h, local), Gemm(rows, h, f // tp, local)]
+    if model.shared_ffn:
+        moe_gemms += [Gemm(tokens, up * model.shared_ffn // tp, h), Gemm(tokens, h, model.shared_ffn // tp)]
+    dense = (Gemm(tokens, up * model.ffn // tp, h), Gemm(tokens, h, model.ffn // tp))
+    return tuple(moe_gemms), dense
+
+
+def mean_gemm_delta_seconds(model, rates, tokens: int, tp: int, ep: int, sequence_parallel: bool) -> tuple[float, float]:
+    """Per layer (averaged over all layers, like the FLOPs and traffic terms), the (forward,
+    backward) seconds the MoE layers' matmuls add over dense FFNs, each timed by its shape."""
+    if not model.is_moe:
+        return 0.0, 0.0
+    moe_gemms, dense = expert_gemms(model, tokens, tp, ep, sequence_parallel)
+    moe_f, moe_b = gemms_seconds(rates, moe_gemms, model.bytes_per_value)
+    dense_f, dense_b = gemms_seconds(rates, dense, model.bytes_per_value)
+    share = moe.moe_layer_count(model) / model.layers
+    return share * (moe_f - dense_f), share * (moe_b - dense_b)
+
+
 def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
                 ep: int = 1) -> LayerTimes:
     """One layer's kernels on one device for one micro-batch (module docstring): weight matmuls
     by shape, attention by its kernel, the rest at the memory bandwidth (formulas.layer_traffic_bytes,
     backward moving twice the forward's bytes). A MoE model's average layer: its experts' matmuls
     by their shapes over `ep` (synth/plan/moe.py)."""
-    from synth.plan import formulas, moe
-
     value = model.bytes_per_value
     queries = model.seq_len // cp
     tokens = micro_batch * queries
     heads = max(model.heads // tp, 1)
     gemms = layer_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)
     matmul_f, matmul_b = gemms_seconds(rates, gemms, value, main_bytes=model.grad_bytes_per_value)
-    experts_f, experts_b = moe.mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
+    experts_f, experts_b = mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
     matmul_f, matmul_b = matmul_f + experts_f, matmul_b + experts_b
     if model.flash_attention:
         attention_f, attention_b = rates.attention_seconds(queries, model.seq_len, model.head_dim, heads, micro_batch)
@@ -261,8 +292,6 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
 
 def head_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int) -> tuple[float, float]:
     """(forward, backward) of the output layer: the logits matmul and the cross entropy's passes."""
-    from synth.plan import formulas
-
     tokens = micro_batch * model.seq_len // cp
     forward, backward = gemms_seconds(rates, (Gemm(tokens, model.vocab // tp, model.hidden),), model.bytes_per_value,
                                       main_bytes=model.grad_bytes_per_value)

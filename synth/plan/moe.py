@@ -253,39 +253,3 @@ def dispatch_bytes(model, tokens: float) -> int:
     """Bytes one device sends in one all-to-all (dispatch or combine) of `tokens` tokens:
     `tokens x h x k x c` values of the activations' precision."""
     return int(routed_tokens(model, tokens) * model.hidden * model.bytes_per_value)
-
-
-def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool):
-    """(the MoE FFN's weight matmuls, the dense FFN's it replaces) of one MoE layer's forward on
-    one device, `tokens` the tensor-parallel group's tokens (synth.plan.kernels.Gemm shapes):
-    the router (`tokens x E`, over the sequence-parallel shard with sequence parallelism), each
-    of the `E / ep` local experts as one product of the group's routed tokens an expert gets,
-    `ep tokens k c / E` rows (Megatron's grouped GEMM), by `f_e / tp` (up, and gate) and back,
-    and the shared experts over every token. Few rows per expert fill few tiles: this is where
-    fine-grained experts lose rate (kernels.py's wave quantization)."""
-    from synth.plan.kernels import Gemm
-
-    h, up = model.hidden, (2 if model.gated_mlp else 1)
-    local = model.experts // ep
-    rows = max(1, round(routed_tokens(model, tokens * ep) / model.experts))
-    f = expert_ffn(model)
-    router = Gemm(tokens // tp if sequence_parallel else tokens, model.experts, h)
-    moe_gemms = [router, Gemm(rows, up * f // tp, h, local), Gemm(rows, h, f // tp, local)]
-    if model.shared_ffn:
-        moe_gemms += [Gemm(tokens, up * model.shared_ffn // tp, h), Gemm(tokens, h, model.shared_ffn // tp)]
-    dense = (Gemm(tokens, up * model.ffn // tp, h), Gemm(tokens, h, model.ffn // tp))
-    return tuple(moe_gemms), dense
-
-
-def mean_gemm_delta_seconds(model, rates, tokens: int, tp: int, ep: int, sequence_parallel: bool) -> tuple[float, float]:
-    """Per layer (averaged over all layers, like the FLOPs and traffic terms), the (forward,
-    backward) seconds the MoE layers' matmuls add over dense FFNs, each timed by its shape."""
-    if not model.is_moe:
-        return 0.0, 0.0
-    from synth.plan.kernels import gemms_seconds
-
-    moe_gemms, dense = expert_gemms(model, tokens, tp, ep, sequence_parallel)
-    moe_f, moe_b = gemms_seconds(rates, moe_gemms, model.bytes_per_value)
-    dense_f, dense_b = gemms_seconds(rates, dense, model.bytes_per_value)
-    share = moe_layer_count(model) / model.layers
-    return share * (moe_f - dense_f), share * (moe_b - dense_b)

@@ -120,8 +120,8 @@ class ReductionPlan:
             return _from_export(document)
         if document.get("format") != FORMAT or document.get("version") != VERSION:
             raise UsageError(f"not a synth reduction plan (format {document.get('format')!r}, version "
-                             f"{document.get('version')!r}): write one with ReductionPlan.save or "
-                             "'synth export --format json'")
+                             f"{document.get('version')!r}): write one with ReductionPlan.save or as "
+                             "synth export's JSON format")
         world = document["world_size"]
         communicators = tuple(CommunicatorSet(tuple(tuple(group) for group in comm))
                               for comm in document["communicators"])
