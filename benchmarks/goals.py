@@ -150,6 +150,15 @@ def time_top(source: str, goal: str, estimate: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def _write_top_json(output: str, name: str, command: str, loads: tuple[float, float], rows: list[dict]):
+    """A top study's figures as JSON in the study's folder; the folder."""
+    folder = study_dir(STUDY, output)
+    (folder / name).write_text(json.dumps(
+        {"command": command, "levels": TOP_LEVELS, "k": TOP_K, "bytes": TOP_BYTES, "load_before": loads[0],
+         "load_after": loads[1], "rows": rows}, indent=1) + "\n")
+    return folder
+
+
 def _timing_lines(rows: list[dict], before: bool, keys: tuple[str, ...]) -> list[str]:
     """The timing table (with the earlier checkout's columns when there is one) and the rows over
     the target."""
@@ -184,10 +193,7 @@ def top(output: str, before: str | None) -> int:
                   + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before else ""), flush=True)
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals --top" + (" --before OLD" if before else "")
-    folder = study_dir(STUDY, output)
-    (folder / "top-search.json").write_text(json.dumps(
-        {"command": command, "levels": TOP_LEVELS, "k": TOP_K, "bytes": TOP_BYTES, "load_before": load_before,
-         "load_after": load_after, "rows": rows}, indent=1) + "\n")
+    folder = _write_top_json(output, "top-search.json", command, (load_before, load_after), rows)
     lines = [f"# Top-{TOP_K} search for every goal on a 4096-member group", "", header(command), "",
              f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work: "
              f"CPU time is the steadier figure).", "",
@@ -260,10 +266,7 @@ def top_cli(output: str, before: str | None) -> int:
                                                               else ""), flush=True)
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals --top-cli" + (" --before OLD" if before else "")
-    folder = study_dir(STUDY, output)
-    (folder / "top-cli.json").write_text(json.dumps(
-        {"command": command, "levels": TOP_LEVELS, "k": TOP_K, "bytes": TOP_BYTES, "load_before": load_before,
-         "load_after": load_after, "rows": rows}, indent=1) + "\n")
+    folder = _write_top_json(output, "top-cli.json", command, (load_before, load_after), rows)
     lines = [f"# `synth rank --top {TOP_K}` for every goal on a 4096-member group", "", header(command), "",
              f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work: "
              f"CPU time is the steadier figure, and contention inflates it too).", "",
