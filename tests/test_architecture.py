@@ -129,6 +129,25 @@ def test_every_package_and_top_level_module_is_listed():
     assert sorted(top - set(LAYERS)) == []
 
 
+def test_every_path_the_map_names_exists():
+    """Each file or folder docs/architecture.md points at (synth/..., tests/..., docs/...) is there;
+    a bare file name in a table cell beside one is that one's neighbour."""
+    text = DOC.read_text(encoding="utf-8")
+    missing = []
+    for line in text.splitlines():
+        folder = None
+        for path in re.findall(r"(?<![\w/.])((?:synth|tests|docs|grammar)/[\w/.]*|[\w]+\.py)\b", line):
+            if "/" in path:
+                folder = str(Path(path).parent) if path.endswith((".py", ".md")) else path.rstrip("/")
+            elif folder is not None:
+                path = f"{folder}/{path}"
+            else:
+                continue
+            if not (ROOT / path).exists():
+                missing.append(path)
+    assert missing == []
+
+
 def test_no_module_imports_in_a_circle():
     assert _cycles(GRAPH) == []
 
