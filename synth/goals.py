@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.errors import UsageError
+from synth.language import Program, Step
 from synth.names import echo
 
 SUMS = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
@@ -49,6 +50,11 @@ class Goal:
 
     def __str__(self) -> str:
         return self.name
+
+    def flat_call(self, outermost: str) -> Program:
+        """The goal's one flat call over the whole group (whose outermost level is `outermost`):
+        what a framework calls, the baseline every program is compared with."""
+        return Program((Step(self.collective, "InsideGroup", outermost),))
 
 
 GOALS: dict[str, Goal] = {

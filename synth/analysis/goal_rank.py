@@ -53,7 +53,7 @@ COPY_SOURCE = "estimate: half the device memory bandwidth (A100 HBM2 1.55 TB/s; 
 
 def goal_baseline(hierarchy, goal: Goal) -> Program:
     """The goal's own flat call over the whole reduction group."""
-    return Program((Step(goal.collective, "InsideGroup", hierarchy.level_names[0]),))
+    return goal.flat_call(hierarchy.level_names[0])
 
 
 def goal_bound(context: CostContext, goal: Goal, size: int) -> LowerBound:
@@ -107,7 +107,7 @@ def _priced_programs(sizes: tuple[int, ...], goal_name: str, max_len: int) -> tu
     goal = parse_goal(goal_name)
     capped = tuple(min(size, QUOTIENT_CAP) for size in sizes)
     programs = list(_canonical_programs(len(sizes), capped, goal.name, max_len))
-    baseline = Program((Step(goal.collective, "InsideGroup", "level0"),))
+    baseline = goal.flat_call("level0")
     if baseline not in programs:
         programs.append(baseline)
     return tuple(programs), programs.index(baseline)
