@@ -326,7 +326,7 @@ def predict(observed: list[Observation], topologies: dict[str, Topology],
     """Predicted seconds per (case key, program, bytes) on the given topology of each case's:
     the lockstep sum of step times, or with `pipelined` the pipelined estimate
     (synth/model/estimate.py), through the costing engine as synth rank costs them."""
-    from synth.analysis.rank import Ranker
+    from synth.search.rank import Ranker
     from synth.model.context import cost_context
 
     rankers: dict[str, Ranker] = {}

@@ -3,6 +3,7 @@
     python -m benchmarks.goals [-o results] [--before DIR]
     python -m benchmarks.goals --calibrate [-o results]
     python -m benchmarks.goals --top [-o results] [--before DIR]
+    python -m benchmarks.goals --top-cli [-o results] [--before DIR]
 
 Times the complete, pruned search (every valid program up to length 5) of each goal on
 4096-member groups (a 3-level and a 4-level merged hierarchy) and on the 8-GPU node pairs the
@@ -21,6 +22,12 @@ and the cost model's plans for every call it prices) of every goal on a 4096-mem
 (pod=4,rack=8,node=16,gpu=8 with DGX H100 figures), 256 MiB per device, both estimates, each
 search in a fresh interpreter (with --before, also with the synth package of DIR). Target:
 under 2 s CPU per goal. Writes results/synthesis-goals/top-search.md and top-search.json.
+
+--top-cli times the command itself, `synth rank --top 5 --collective GOAL --json` on that group
+(its topology written to a temporary TOML file), in a fresh process per goal: interpreter
+start, imports, the search, the pricing of the rows and the printing, CPU of the child
+process. With --before DIR the same command runs with the synth package of DIR and its JSON
+must be identical. Writes results/synthesis-goals/top-cli.md and top-cli.json.
 """
 
 from __future__ import annotations
@@ -94,6 +101,8 @@ TOP_BYTES = 256 << 20
 TOP_TARGET_S = 2.0
 TOP_LEVELS = "pod=4,rack=8,node=16,gpu=8"
 TOP_ESTIMATES = ("pipelined", "lockstep")
+TOP_CLI_POINTER = ("The whole `synth rank --top 5` command of every goal at 4096 members: [top-cli.md](top-cli.md) "
+                   "(`python -m benchmarks.goals --top-cli`).")
 TOP_POINTER = ("The top-5 search of every goal at 4096 members, cost model included: "
                "[top-search.md](top-search.md) (`python -m benchmarks.goals --top`).")
 ALL_TO_ALL_NOTE = ("The all-to-all's cost still grows with its members: a 4096-member pairwise all-to-all moves "
@@ -141,6 +150,33 @@ def time_top(source: str, goal: str, estimate: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def _write_top_json(output: str, name: str, command: str, loads: tuple[float, float], rows: list[dict]):
+    """A top study's figures as JSON in the study's folder; the folder."""
+    folder = study_dir(STUDY, output)
+    (folder / name).write_text(json.dumps(
+        {"command": command, "levels": TOP_LEVELS, "k": TOP_K, "bytes": TOP_BYTES, "load_before": loads[0],
+         "load_after": loads[1], "rows": rows}, indent=1) + "\n")
+    return folder
+
+
+def _timing_lines(rows: list[dict], before: bool, keys: tuple[str, ...]) -> list[str]:
+    """The timing table (with the earlier checkout's columns when there is one) and the rows over
+    the target."""
+    lines = ["| " + " | ".join(keys) + " | CPU s | wall s |" + (" CPU s before | wall s before |" if before else ""),
+             "|" + "---|" * len(keys) + "---:|---:|" + ("---:|---:|" if before else "")]
+    for row in rows:
+        line = "| " + " | ".join(row[key] for key in keys) + f" | {row['cpu_s']:.2f} | {row['wall_s']:.2f} |"
+        if before:
+            line += f" {row['before']['cpu_s']:.2f} | {row['before']['wall_s']:.2f} |"
+        lines.append(line)
+    slow = [row for row in rows if row["cpu_s"] > TOP_TARGET_S]
+    lines += ["", "Over the target (CPU s): " + (", ".join(f"{' '.join(r[key] for key in keys)} ({r['cpu_s']:.2f} s)"
+                                                           for r in slow) or "none") + "."]
+    if any(row["goal"] == "alltoall" for row in slow):
+        lines += ["", ALL_TO_ALL_NOTE]
+    return lines
+
+
 def top(output: str, before: str | None) -> int:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     load_before = os.getloadavg()[0]
@@ -157,10 +193,7 @@ def top(output: str, before: str | None) -> int:
                   + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before else ""), flush=True)
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals --top" + (" --before OLD" if before else "")
-    folder = study_dir(STUDY, output)
-    (folder / "top-search.json").write_text(json.dumps(
-        {"command": command, "levels": TOP_LEVELS, "k": TOP_K, "bytes": TOP_BYTES, "load_before": load_before,
-         "load_after": load_after, "rows": rows}, indent=1) + "\n")
+    folder = _write_top_json(output, "top-search.json", command, (load_before, load_after), rows)
     lines = [f"# Top-{TOP_K} search for every goal on a 4096-member group", "", header(command), "",
              f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work: "
              f"CPU time is the steadier figure).", "",
@@ -171,22 +204,82 @@ def top(output: str, before: str | None) -> int:
              f"Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
     if before:
         lines += [f"`before`: the same search with the synth package of OLD, a checkout of commit "
-                  f"{_commit_of(before)}, which found the same {TOP_K} programs with bit-identical times.", "",
-                  "| goal | estimate | CPU s | wall s | CPU s before | wall s before |", "|---|---|---:|---:|---:|---:|"]
-    else:
-        lines += ["| goal | estimate | CPU s | wall s |", "|---|---|---:|---:|"]
-    for row in rows:
-        line = f"| {row['goal']} | {row['estimate']} | {row['cpu_s']:.2f} | {row['wall_s']:.2f} |"
-        if before:
-            line += f" {row['before']['cpu_s']:.2f} | {row['before']['wall_s']:.2f} |"
-        lines.append(line)
-    slow = [row for row in rows if row["cpu_s"] > TOP_TARGET_S]
-    lines += ["", "Over the target (CPU s): " + (", ".join(f"{r['goal']} {r['estimate']} ({r['cpu_s']:.2f} s)"
-                                                           for r in slow) or "none") + "."]
-    if any(row["goal"] == "alltoall" for row in slow):
-        lines += ["", ALL_TO_ALL_NOTE]
+                  f"{_commit_of(before)}, which found the same {TOP_K} programs with bit-identical times.", ""]
+    lines += _timing_lines(rows, bool(before), ("goal", "estimate"))
     (folder / "top-search.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder / 'top-search.md'}")
+    return 0
+
+
+_TOPOLOGY_SCRIPT = """
+import dataclasses, sys
+from synth.topology_file import load_topology, render_topology
+base = load_topology("dgx-h100-2x8x8")
+rack, node, gpu = base.levels
+levels = (dataclasses.replace(rack, name="pod", size=4), dataclasses.replace(rack, size=8),
+          dataclasses.replace(node, size=16), gpu)
+open(sys.argv[1], "w").write(render_topology(dataclasses.replace(base, name="dgx-h100-4x8x16x8", levels=levels)))
+"""
+
+
+def time_cli(source: str, topology: str, goal: str) -> dict:
+    """`synth rank --top K --collective GOAL --json` with the synth package of `source`, in a
+    fresh process: (CPU seconds of the child, wall seconds, its JSON)."""
+    import resource
+    import subprocess
+
+    command = [sys.executable, "-m", "synth", "rank", "--topology", topology, "--axes", "data=4096", "--reduce", "data",
+               "--collective", goal, "--bytes", str(TOP_BYTES), "--top", str(TOP_K), "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(source)},
+                          cwd=source)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{goal} with {source} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"cpu_s": cpu, "wall_s": wall, "peak_rss_mib": after.ru_maxrss / 1024, "rows": json.loads(done.stdout)}
+
+
+def top_cli(output: str, before: str | None) -> int:
+    import subprocess
+    import tempfile
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    load_before = os.getloadavg()[0]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        topology = os.path.join(scratch, "dgx-h100-4x8x16x8.toml")
+        subprocess.run([sys.executable, "-c", _TOPOLOGY_SCRIPT, topology], check=True, cwd=here,
+                       env={**os.environ, "PYTHONPATH": here})
+        for goal in GOALS:
+            row = {"goal": goal, **time_cli(here, topology, goal)}
+            if before:
+                row["before"] = time_cli(before, topology, goal)
+                if row["before"]["rows"] != row["rows"]:
+                    raise SystemExit(f"{goal}: the printed rows differ before and now")
+                del row["before"]["rows"]
+            row["programs"] = [r["program"] for r in row.pop("rows")]
+            rows.append(row)
+            print(f"{goal:14s} {row['cpu_s']:6.2f} s CPU" + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before
+                                                              else ""), flush=True)
+    load_after = os.getloadavg()[0]
+    command = "python -m benchmarks.goals --top-cli" + (" --before OLD" if before else "")
+    folder = _write_top_json(output, "top-cli.json", command, (load_before, load_after), rows)
+    lines = [f"# `synth rank --top {TOP_K}` for every goal on a 4096-member group", "", header(command), "",
+             f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work: "
+             f"CPU time is the steadier figure, and contention inflates it too).", "",
+             f"The whole command, `synth rank --topology T --axes data=4096 --reduce data --collective GOAL "
+             f"--bytes {TOP_BYTES >> 20}MiB --top {TOP_K} --json`, in a fresh process per goal (interpreter start, "
+             f"imports, the search, pricing the rows, printing), T {TOP_LEVELS} with dgx-h100-2x8x8's figures. "
+             f"Pipelined estimate (the default). Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
+    if before:
+        lines += [f"`before`: the same command with the synth package of OLD (commit {_commit_of(before)}), whose "
+                  f"JSON output was identical for every goal.", ""]
+    lines += _timing_lines(rows, bool(before), ("goal",))
+    (folder / "top-cli.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {folder / 'top-cli.md'}")
     return 0
 
 
@@ -223,6 +316,8 @@ def main(argv=None) -> int:
     parser.add_argument("-o", "--output", default="results", help="results directory (default results)")
     parser.add_argument("--calibrate", action="store_true", help="measure synth/search/budget.py's goal tables")
     parser.add_argument("--top", action="store_true", help=f"time the top-{TOP_K} search of every goal at 4096 members")
+    parser.add_argument("--top-cli", action="store_true",
+                        help=f"time `synth rank --top {TOP_K}` of every goal at 4096 members, the whole command")
     parser.add_argument("--before", metavar="DIR",
                         help="also run every search with the synth package of DIR (a checkout of an earlier commit)")
     args = parser.parse_args(argv)
@@ -230,6 +325,8 @@ def main(argv=None) -> int:
         return calibrate(args.output)
     if args.top:
         return top(args.output, args.before)
+    if args.top_cli:
+        return top_cli(args.output, args.before)
     load_before = os.getloadavg()[0]
     rows = []
     for label, names, sizes in CASES:
@@ -278,7 +375,7 @@ def main(argv=None) -> int:
     slow = [row for row in rows if row["case"].startswith("4096") and row["cpu_s"] > TARGET_S]
     lines += ["", "Over the target (CPU s): " + (", ".join(f"{r['goal']} on {r['case']} ({r['cpu_s']:.2f} s)"
                                                            for r in slow) or "none") + "."]
-    lines += ["", TOP_POINTER]
+    lines += ["", TOP_POINTER, "", TOP_CLI_POINTER]
     (folder / REPORT).write_text("\n".join(lines) + "\n")
     print(f"wrote {folder / REPORT}")
     return 0

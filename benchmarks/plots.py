@@ -24,8 +24,8 @@ import numpy as np  # noqa: E402
 from synth.hierarchy import build_hierarchy  # noqa: E402
 from synth.language import parse_program  # noqa: E402
 from synth.placement import Axis, Placement, enumerate_placements  # noqa: E402
-from synth.analysis.programs import ProgramSets  # noqa: E402
-from synth.analysis.rank import Ranker  # noqa: E402
+from synth.search.programs import ProgramSets  # noqa: E402
+from synth.search.rank import Ranker  # noqa: E402
 from synth.analysis.sweep import reduction_requests, sweep_hierarchy  # noqa: E402
 from synth.model.context import cost_context  # noqa: E402
 from synth.plots.figure import ABBREVIATION_KEY, short_program  # noqa: E402

@@ -47,7 +47,7 @@ from synth.output_files import write_text, writing
 from synth.placement import enumerate_placements
 from synth.analysis.findings import (Spread, Wins, data_model_jobs, job_text, multi_level_topologies,
                                      placement_spreads, win_share)
-from synth.analysis.programs import ProgramSets
+from synth.search.programs import ProgramSets
 from synth.analysis.sweep import FIELDS, SweepRow, run_sweep
 from synth.model.algorithms import NCCL_FLOWS
 from synth.model.nccl.hardware import estimate_group

@@ -175,8 +175,8 @@ def sweep_cpu(case: Case, estimate: str | None, baseline: str | None = None, bas
 
 # Where the time goes: (label, function name as pstats shows it, file suffix).
 PARTS = (
-    ("enumerating programs, once per quotient shape (_enumerated)", "_enumerated", "analysis/programs.py"),
-    ("walking them into step tables, once per level sizes (_walked)", "_walked", "analysis/programs.py"),
+    ("enumerating programs, once per quotient shape (_enumerated)", "_enumerated", "search/programs.py"),
+    ("walking them into step tables, once per level sizes (_walked)", "_walked", "search/programs.py"),
     ("costing: program times for every size (Estimate.program_times)", "program_times", "model/estimate.py"),
     ("  of which step figures, steps x sizes (CostEngine.figures)", "figures", "model/engine.py"),
     ("  of which each call's plans and flows, once per call shape (CostEngine.call)", "call", "model/engine.py"),
@@ -248,7 +248,7 @@ def render(timings: list[Timing], cpus: list[SweepCpu], parts) -> str:
     for label, seconds, share in parts:
         lines.append(f"| {label} | {seconds:.2f} | {100 * share:.0f}% |")
     lines += ["", "Programs are enumerated once per quotient shape (every level of size >= 2 shrunk to 2) and "
-              "walked once per level sizes (synth/analysis/programs.py); placements whose groups sit on the "
+              "walked once per level sizes (synth/search/programs.py); placements whose groups sit on the "
               "system alike share one costing engine (synth/model/engine.py), which costs each distinct step once "
               "for every size; the lower bound is a line in the size."]
     return "\n".join(lines) + "\n"

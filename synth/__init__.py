@@ -50,8 +50,8 @@ _EXPORTS = {
     "CostContext": "synth.model.context", "cost_context": "synth.model.context", "CostEngine": "synth.model.engine",
     "program_cost": "synth.model.cost", "simulate": "synth.model.cost", "lower_bound": "synth.model.bound",
     "LOCKSTEP": "synth.model.estimate", "PIPELINED": "synth.model.estimate", "DEFAULT_ESTIMATE": "synth.model.estimate",
-    "Ranker": "synth.analysis.rank", "BestPrograms": "synth.search.best",
-    "rank_programs": "synth.analysis.rank", "RankedProgram": "synth.analysis.rank",
+    "Ranker": "synth.search.rank", "BestPrograms": "synth.search.best",
+    "rank_programs": "synth.search.rank", "RankedProgram": "synth.search.rank",
     "explore_placements": "synth.analysis.explore",
     # errors
     "SynthError": "synth.errors", "UsageError": "synth.errors", "NoSolutionError": "synth.errors",

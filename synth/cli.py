@@ -260,6 +260,9 @@ def _flag_hint(error: SynthError) -> str:
         if error.largest_length:
             return f" (use --max-len {error.largest_length})"
         return " (use --hierarchy merged, or fewer levels in --levels or the topology)"
+    inputs = getattr(error, "inputs", ())
+    if inputs:  # each input the library names is set by the option of the same name
+        return f" ({', '.join('--' + name.replace('_', '-') for name in inputs)})"
     return ""
 
 

@@ -15,9 +15,18 @@ class SynthError(Exception):
 
 
 class UsageError(SynthError, ValueError):
-    """Malformed input: a bad name, file, matrix, size or option. Exit code 2."""
+    """Malformed input: a bad name, file, matrix, size or option. Exit code 2.
+
+    `inputs` names the inputs that would fix it, as the library knows them ("topology",
+    "level"); the command line names the option that sets each (the library never does)."""
 
     exit_code = 2
+    inputs: tuple[str, ...] = ()
+
+    def __init__(self, *args, inputs: tuple[str, ...] = ()):
+        super().__init__(*args)
+        if inputs:
+            self.inputs = tuple(inputs)
 
 
 class ProgramSyntaxError(UsageError):

@@ -22,9 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.errors import UsageError
+from synth.language import Program, Step
 from synth.names import echo
 
 SUMS = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
+
+# What each member holds before the first step (docs/model.md section 7): the whole buffer, its
+# own block only (at its place), or nothing but on the root (member 0).
+WHOLE, OWN_BLOCK, ROOT_ONLY = "whole", "own block", "root only"
 
 
 @dataclass(frozen=True)
@@ -40,19 +45,26 @@ class Goal:
     sums: bool  # every block of the result is a sum over the group
     ends_whole: bool  # every member ends holding the whole buffer
     ends_full: bool  # no member ends empty
+    start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK or ROOT_ONLY
+    bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/analysis/goal_rank.py)
 
     def __str__(self) -> str:
         return self.name
+
+    def flat_call(self, outermost: str) -> Program:
+        """The goal's one flat call over the whole group (whose outermost level is `outermost`):
+        what a framework calls, the baseline every program is compared with."""
+        return Program((Step(self.collective, "InsideGroup", outermost),))
 
 
 GOALS: dict[str, Goal] = {
     goal.name: goal
     for goal in (
-        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True),
+        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True, bound_share=1.0),
         Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True),
-        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True),
+        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True, OWN_BLOCK),
         Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True),
-        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True),
+        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True, ROOT_ONLY),
         Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False),
     )
 }

@@ -31,7 +31,7 @@ import numpy as np
 
 from synth.collectives import RECORDS, Collective, Combine, Delivery, collective
 from synth.errors import InvalidProgramError, UsageError
-from synth.goals import ALL_REDUCE, Goal, parse_goal
+from synth.goals import ALL_REDUCE, OWN_BLOCK, ROOT_ONLY, Goal, parse_goal
 from synth.language import Program, Step
 from synth.semantics import FORMS
 
@@ -123,13 +123,13 @@ def _inputs(goal: Goal, inputs: np.ndarray, members: np.ndarray, n: int):
     """Each device's held range and data before the first step."""
     devices = inputs.shape[0]
     lo, hi, data = np.zeros(devices, dtype=np.int64), np.full(devices, n, dtype=np.int64), inputs.copy()
-    if goal.name == "allgather":  # member r holds only its own block, at place r
+    if goal.start == OWN_BLOCK:  # member r holds only its own block, at place r
         member_of = np.empty(devices, dtype=np.int64)
         member_of[members] = np.arange(n)[None, :]
         lo, hi = member_of.copy(), member_of + 1
         keep = np.arange(n)[None, :] == member_of[:, None]
         data = inputs * keep[..., None]
-    elif goal.name == "broadcast":  # only the root has data
+    elif goal.start == ROOT_ONLY:  # only the root has data
         others = members[:, 1:].ravel()
         lo[others], hi[others], data[others] = 0, 0, 0
     return lo, hi, data

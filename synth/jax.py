@@ -75,9 +75,9 @@ def expressible(program: Program | str) -> bool:
 def _goal(collective):
     goal = parse_goal(collective)
     if goal.name not in REFERENCES:
-        raise UsageError(f"--collective {goal.name} cannot run in shard_map: JAX's collectives have no root (every "
+        raise UsageError(f"collective {goal.name} cannot run in shard_map: JAX's collectives have no root (every "
                          "device of the named axes takes part and gets the same result), so a "
-                         f"{goal.title} has no JAX counterpart; choose one of {', '.join(REFERENCES)}")
+                         f"{goal.title} has no JAX counterpart; choose one of {', '.join(REFERENCES)}", inputs=("collective",))
     return goal
 
 
@@ -220,7 +220,7 @@ def best_expressible(hierarchy, topology, nbytes: int, backend: str = "nccl", ma
     goal = _goal(collective)
     context = cost_context(hierarchy, topology, backend)
     if goal.name == "allreduce":
-        from synth.analysis.rank import rank_programs
+        from synth.search.rank import rank_programs
 
         rows = rank_programs(context, nbytes, max_len=max_len)
     else:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from synth.collectives import collective
-from synth.goals import ALL_REDUCE, Goal, parse_goal
+from synth.goals import ALL_REDUCE, OWN_BLOCK, ROOT_ONLY, Goal, parse_goal
 from synth.language import Program, Step
 from synth.semantics import FORMS, Semantics, place_map
 
@@ -96,9 +96,9 @@ def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, .
         n *= size
     canonical = tuple(i for i, size in enumerate(sizes) if size > 1)
     layout = canonical
-    if goal.name == "allgather":
+    if goal.start == OWN_BLOCK:
         ranges: list[tuple[int, int] | None] = [(m, m + 1) for m in range(n)]
-    elif goal.name == "broadcast":
+    elif goal.start == ROOT_ONLY:
         ranges = [(0, n)] + [None] * (n - 1)
     else:
         ranges = [(0, n)] * n

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from synth.collectives import Collective, Combine, Delivery, collectives
 from synth.errors import InvalidProgramError, UsageError
-from synth.goals import ALL_REDUCE, Goal, parse_goal
+from synth.goals import ALL_REDUCE, OWN_BLOCK, ROOT_ONLY, Goal, parse_goal
 from synth.language import PERMUTE, Program, Step, form_names, permute_step
 from synth.names import product
 
@@ -376,12 +376,12 @@ class Semantics:
         """Each member's input (docs/model.md section 7, per goal)."""
         n, real_n, name = self.member_count, self.real_member_count, self.goal_kind.name
         tags, order = self._layout()
-        if name == "allgather":  # member r's own block, at place r
+        if self.goal_kind.start == OWN_BLOCK:  # member r's own block, at place r
             return tuple(Holding(r, r + 1, 1 << (r * n + r), 1, (r,), order) for r in range(n))
         if name == "alltoall":  # member r's buffer, block j bound for member j
             return tuple(Holding(0, n, sum(1 << (chunk * n + r) for chunk in range(n)), real_n, tags, order)
                          for r in range(n))
-        if name == "broadcast":  # only the root has data
+        if self.goal_kind.start == ROOT_ONLY:  # only the root has data
             root = Holding(0, n, sum(1 << (chunk * n) for chunk in range(n)), real_n, tags, order)
             return (root,) + (None,) * (n - 1)
         return tuple(

@@ -501,7 +501,7 @@ def test_cli_misuse_is_exit_2(tmp_path, run_cli, files):
     csv.write_text(BENCH_HEADER + "AllReduce,gpu,4,8,1e-5\nAllReduce,gpu,4,1024,2e-5\n")
     cases = [
         (("calibrate", str(tmp_path / "missing.csv")), "no such file"),
-        (("calibrate", str(csv)), "give --topology BASE"),
+        (("calibrate", str(csv)), "give a base topology"),
         (("calibrate", str(csv), "--level", "gpu"), "give --topology BASE too"),
         (("calibrate", str(csv), "-t", "no-such-topology"), "unknown topology"),
         (("calibrate", str(csv), "-t", str(files / "base.toml"), "--backend", "mpi"), "invalid choice"),

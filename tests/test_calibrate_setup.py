@@ -41,7 +41,7 @@ def test_bench_names_a_calibration_for_another_setup():
     notes = setup_notes(emulated, "gloo", emulated=False, scale=None)
     assert len(notes) == 1 and "calibrated on the emulated cluster" in notes[0] and "not emulated" in notes[0]
     assert setup_notes(emulated, "gloo", emulated=True, scale="1/256") == []
-    assert "give --scale 1/256" in setup_notes(emulated, "gloo", emulated=True, scale="1/512")[0]
+    assert "emulate scale 1/256" in setup_notes(emulated, "gloo", emulated=True, scale="1/512")[0]
     other = setup_notes(emulated, "nccl", emulated=True, scale=None)
     assert len(other) == 1 and "calibrated with gloo measurements and this run uses nccl" in other[0]
     assert setup_notes(load_topology("dgx-a100"), "nccl", emulated=False, scale=None) == []

@@ -500,7 +500,7 @@ def test_ctrl_c_of_explore_and_workload_shows_the_placements_done(run_cli, monke
 
 
 def test_ctrl_c_of_rank_top_shows_the_placements_ranked(run_cli, monkeypatch):
-    from synth.analysis.rank import Ranker
+    from synth.search.rank import Ranker
 
     _interrupt_on_call(monkeypatch, Ranker, "top", 3)
     code, out, err = run_cli("rank", "--topology", "emu-2x4", "--axes", "data=2,model=2,pipe=2", "--reduce", "data",

@@ -41,11 +41,11 @@ def test_the_command_table_lists_every_registered_command_with_its_own_help():
 
 def test_constants_kept_here_for_a_fast_help_match_the_library():
     from synth.hierarchy import HIERARCHY_KINDS as LIBRARY_KINDS
-    from synth.model.algorithms import BACKENDS
+    from synth.model.backends import BACKENDS
 
     assert HIERARCHY_KINDS == LIBRARY_KINDS and BACKEND_NAMES == tuple(sorted(BACKENDS))
     from synth.analysis.fusion import DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP
-    from synth.analysis.rank import ESTIMATES
+    from synth.search.rank import ESTIMATES
     from synth.commands import exploration, simulation
 
     assert exploration.DDP_BUCKET_CAP_TEXT == f"{DDP_BUCKET_CAP // 2**20}MiB"

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.analysis.programs import ProgramSets
-from synth.analysis.rank import Ranker, rank_programs
+from synth.search.programs import ProgramSets
+from synth.search.rank import Ranker, rank_programs
 from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
 from synth.language import parse_program

@@ -18,7 +18,7 @@ from synth.search import BestPrograms, enumerate_programs, grid_sizes
 from synth.analysis.explore import explore_placements
 from synth.analysis.fusion import (DDP_BUCKET_CAP, DDP_FIRST_BUCKET_CAP, bucket_chooser, ddp_ranges, merge_idle, optimal_ranges,
                                    plan_fusion, ready_times, schedule)
-from synth.analysis.rank import rank_programs
+from synth.search.rank import rank_programs
 from synth.model import ESTIMATES, cost_context
 from synth.analysis.workload import Reduction, evaluate_workload, parse_reduction
 from synth.errors import UsageError

@@ -334,7 +334,7 @@ def test_several_programs_go_to_a_directory_or_one_batch(run_cli, tmp_path):
 
 
 def test_export_top_k_takes_the_simulator_ranking(run_cli, tmp_path):
-    from synth.analysis.rank import rank_programs
+    from synth.search.rank import rank_programs
     from synth.model import cost_context
     from synth.topology_file import load_topology
 

@@ -15,7 +15,7 @@ from synth.language import parse_program
 from synth.lowering import lower
 from synth.model import ESTIMATES, LOCKSTEP, CostEngine, cost_context, program_cost, steps_of
 from synth.model.backend import CallSite, canonical_coords
-from synth.analysis.rank import rank_programs
+from synth.search.rank import rank_programs
 from synth.model.bound import bound_line
 from synth.model.cost import baseline_program
 from synth.model.nccl import PAYLOAD

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from synth.analysis.rank import Ranker
+from synth.search.rank import Ranker
 from synth.model.bound import achievable_bound, lower_bound
 from synth.model.context import cost_context
 from synth.model.nccl.hardware import level_efficiencies

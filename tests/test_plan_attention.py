@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from synth.errors import UsageError
-from synth.plan import attention, formulas, moe
+from synth.plan import attention, formulas, kernels, moe
 from synth.plan.devices import device_named
 from synth.plan.kernels import Gemm, gemms_seconds, layer_times, rates_for
 from synth.plan.launch import megatron_model_arguments
@@ -126,7 +126,7 @@ def test_fine_grained_experts_run_below_one_big_gemms_rate():
     whole tiles per expert; the same FLOPs as one GEMM of all rows are never slower, and at a
     few rows per expert the grouped form is far slower per FLOP (tile rows padded)."""
     tokens = 4096
-    gemms, _ = moe.expert_gemms(V3, tokens, 1, 64, False)
+    gemms, _ = kernels.expert_gemms(V3, tokens, 1, 64, False)
     up = gemms[1]
     assert (up.m, up.n, up.k, up.batch) == (tokens * 8 * 64 // 256, 2 * 2048, 7168, 4)
     few = Gemm(40, 2 * 2048, 7168, 16)  # 16 experts of 40 rows

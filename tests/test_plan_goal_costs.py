@@ -9,7 +9,7 @@ import pytest
 
 from synth.analysis.goal_rank import rank_goal
 from synth.hierarchy import build_hierarchy
-from synth.model.algorithms import resolve_backend
+from synth.model.backends import resolve_backend
 from synth.model.context import cost_context
 from synth.placement import enumerate_placements
 from synth.plan.costs import CommunicationCosts

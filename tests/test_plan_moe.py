@@ -423,12 +423,12 @@ def test_expert_gemms_carry_the_routed_flops_and_are_timed_by_shape():
     is the same), and the kernel model times them by shape: fewer rows per expert (more
     experts for the same routed work) cannot be faster at the same FLOPs."""
     from synth.plan.devices import device_named
-    from synth.plan.kernels import gemms_seconds, layer_times, rates_for
+    from synth.plan.kernels import expert_gemms, gemms_seconds, layer_times, rates_for
 
     mixtral = PRESETS["mixtral-8x7b"]
     tokens = 4096
     for tp, ep in ((1, 1), (1, 8), (2, 4)):
-        gemms, dense = moe.expert_gemms(mixtral, tokens, tp, ep, sequence_parallel=tp > 1)
+        gemms, dense = expert_gemms(mixtral, tokens, tp, ep, sequence_parallel=tp > 1)
         routed_and_shared = sum(g.flops for g in gemms[1:])
         assert routed_and_shared == pytest.approx(
             (moe.moe_ffn_forward_flops(mixtral, tokens) - 2.0 * tokens * mixtral.hidden * mixtral.experts) / tp)

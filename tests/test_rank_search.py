@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synth.analysis.rank import Ranker
+from synth.search.rank import Ranker
 from synth.hierarchy import build_hierarchy
 from synth.model import ESTIMATES, cost_context
 from synth.model.algorithms import NCCL_FLOWS

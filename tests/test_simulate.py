@@ -15,7 +15,7 @@ from synth.language import parse_program
 from synth.lowering import lower
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
-from synth.analysis.rank import Ranker, pareto_front, rank_programs
+from synth.search.rank import Ranker, pareto_front, rank_programs
 from synth.model import (ESTIMATES, LOCKSTEP, CostEngine, cost_context, lower_bound, network_for,
                          program_cost, simulate)
 from synth.model.algorithms import GLOO, NCCL_FLOWS, btree_parent, dtree_parents

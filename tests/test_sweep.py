@@ -11,8 +11,8 @@ import pytest
 from synth.hierarchy import build_hierarchy
 from synth.placement import enumerate_placements, parse_axes
 from synth.search import enumerate_programs
-from synth.analysis.programs import ProgramSets
-from synth.analysis.rank import rank_programs
+from synth.search.programs import ProgramSets
+from synth.search.rank import rank_programs
 from synth.analysis.sweep import FIELDS, reduction_requests, run_sweep
 from synth.model import ESTIMATES, cost_context
 from synth.topology_file import load_topology

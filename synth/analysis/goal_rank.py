@@ -1,6 +1,6 @@
 """Ranking programs of any goal (docs/model.md section 7, "Goals") by predicted time.
 
-The all-reduce has its own fast path (synth/analysis/rank.py: shared enumerations, the
+The all-reduce has its own fast path (synth/search/rank.py: shared enumerations, the
 best-first top-K search and its completion bound). The other goals are ranked here by the
 same engine and estimates (synth/model/engine.py, estimate.py): every valid program up to the
 length is enumerated for the goal, lowered, and its collective steps costed in one
@@ -8,6 +8,8 @@ length is enumerated for the goal, lowered, and its collective steps costed in o
 `Permute` step calls no collective: it is a local copy of what each member holds, charged at
 the backend's copy rate below. The baseline is the goal's own flat call over the whole group
 (`ReduceScatter(InsideGroup(h_1))` and so on: what a framework calls), costed the same way.
+The K best (`top_goal`) come from the best-first search (synth/search/best_first.py), which
+pops every goal's programs in this ranking's order with its times, without listing the rest.
 
 Lower bound. For every goal other than all-reduce, the all-reduce bound's latency plus half
 its bytes term (synth/model/bound.py) bounds the time: a reduce-scatter must send out of each
@@ -20,22 +22,25 @@ crossing unit, whose half is also at most (q-1)/q of it for q >= 2).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from synth.analysis.rank import RankedProgram, _calls_per_device, _communicators
+from synth.search.rank import RankedProgram, _calls_per_device, _communicators
 from synth.collectives import collective
 from synth.goals import Goal, parse_goal
 from synth.language import Program, Step, permute_step
 from synth.lowering import lower, lower_on
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
-from synth.model.engine import CostEngine, ProgramTable, step_calls
+from synth.model.engine import CostEngine, ProgramTable, engine_for, step_calls
 from synth.model.estimate import resolve_estimate
 from synth.search import Enumerator, SearchOptions
+from synth.search.best_first import cheapest_programs
+from synth.search.walker import StateWalker
 from synth.semantics import QUOTIENT_CAP, Semantics
 
 # Bytes per second a Permute copies on one device: estimates until a calibration measures them.
@@ -48,16 +53,15 @@ COPY_SOURCE = "estimate: half the device memory bandwidth (A100 HBM2 1.55 TB/s; 
 
 def goal_baseline(hierarchy, goal: Goal) -> Program:
     """The goal's own flat call over the whole reduction group."""
-    return Program((Step(goal.collective, "InsideGroup", hierarchy.level_names[0]),))
+    return goal.flat_call(hierarchy.level_names[0])
 
 
 def goal_bound(context: CostContext, goal: Goal, size: int) -> LowerBound:
+    """The all-reduce bound's latency and the goal's share of its bytes (module docstring)."""
     line = bound_line(context)
-    if goal.name == "allreduce":
-        return line.at(size)
-    transfer = 0.5 * size * line.seconds_per_byte
-    return LowerBound(size, line.latency_s + transfer, transfer, line.latency_s,
-                      f"half the all-reduce bound's bytes: {line.bottleneck}")
+    transfer = goal.bound_share * size * line.seconds_per_byte
+    cut = line.bottleneck if goal.bound_share == 1 else f"half the all-reduce bound's bytes: {line.bottleneck}"
+    return LowerBound(size, line.latency_s + transfer, transfer, line.latency_s, cut)
 
 
 def copy_rate(context: CostContext) -> float:
@@ -103,7 +107,7 @@ def _priced_programs(sizes: tuple[int, ...], goal_name: str, max_len: int) -> tu
     goal = parse_goal(goal_name)
     capped = tuple(min(size, QUOTIENT_CAP) for size in sizes)
     programs = list(_canonical_programs(len(sizes), capped, goal.name, max_len))
-    baseline = Program((Step(goal.collective, "InsideGroup", "level0"),))
+    baseline = goal.flat_call("level0")
     if baseline not in programs:
         programs.append(baseline)
     return tuple(programs), programs.index(baseline)
@@ -225,28 +229,71 @@ def rank_goal(context: CostContext, goal, sizes, max_len: int = 5, estimate=None
     """Every valid program of the goal up to max_len steps, per size, fastest first (ties by
     text), the baseline always listed."""
     every = GoalPrograms(context, goal, max_len, estimate)
-    hierarchy = context.hierarchy
-    n = hierarchy.group_size
-    programs, texts, table = every.programs, every.texts, every.table
     sizes = [int(size) for size in sizes]
     times = every.times(sizes)
+    return [_rows(context, every.goal, every.programs, every.texts, every.table, times[:, z], every.baseline_index,
+                  size) for z, size in enumerate(sizes)]
+
+
+def top_goal(context: CostContext, goal, sizes, k: int, max_len: int = 5, estimate=None) -> list[list[RankedProgram]]:
+    """Per size, the first `k` rows of `rank_goal`, and the baseline's row where it is not among
+    them, without listing every program: the best-first search (synth/search/best_first.py)
+    pops the goal's programs in the full ranking's (time, text) order, each with its time (the
+    full ranking's, to the bit); the flat call (which the search's alphabet may not spell) is
+    priced as `rank_goal` prices it, and the first K of all these are the full ranking's. The
+    rows' call counts come from the steps the search walked."""
+    if k < 1:
+        raise ValueError("top must be at least 1")
+    goal = parse_goal(goal)
+    estimate = resolve_estimate(estimate)
+    walker = StateWalker(context.hierarchy, goal)
+    engine = engine_for(context)  # the search's engine prices the rows too: its call plans are built once
+    baseline = goal_baseline(context.hierarchy, goal)
+    result = []
+    for size in (int(size) for size in sizes):
+        popped = list(itertools.islice(
+            cheapest_programs(walker, engine, estimate, size, max_len, copy_rate(context)), k))
+        programs, times = [program for _, program in popped], [time for time, _ in popped]
+        rows = [_walked_calls(walker, program) for program in programs]
+        if baseline not in programs:
+            table, baseline_times = _costed(context, goal, [baseline], [size], estimate, engine)
+            programs.append(baseline)
+            times.append(float(baseline_times[0, 0]))
+            rows.append(list(table.program(0)))
+        ranked = _rows(context, goal, programs, [str(program) for program in programs], ProgramTable.of(rows),
+                       np.array(times), programs.index(baseline), size)
+        result.append(ranked[:k] + [row for row in ranked[k:] if row.baseline])
+    return result
+
+
+def _walked_calls(walker, program: Program) -> list:
+    """The collective steps of a program the search popped, as `StepCalls`, walked over the
+    interned states as the search walked it (its Permutes call nothing)."""
+    machine, state, calls = walker.machine, walker.machine.initial, []
+    for step in program.steps:
+        index = walker.index_of(step)
+        if not walker.permutes[index]:
+            calls.append(walker.interned_step(state, index))
+        state = machine.apply(state, index)
+    return calls
+
+
+def _rows(context: CostContext, goal: Goal, programs, texts, table: ProgramTable, times: np.ndarray, base: int,
+          size: int) -> list[RankedProgram]:
+    """Ranking rows of the programs at one size, fastest first (ties by text)."""
+    n = context.hierarchy.group_size
     communicators = _communicators(table)
     calls = _calls_per_device(table, n)
-    factor = collective(every.goal.collective).bus_factor(n)
-    matrix = hierarchy.placement.matrix
-    base = every.baseline_index
-    result = []
-    for z, size in enumerate(sizes):
-        bound = goal_bound(context, every.goal, size).time_s
-        order = sorted(range(len(programs)), key=lambda i: (times[i, z], texts[i]))
-        ranked = []
-        for i in order:
-            time = float(times[i, z])
-            algbw = size / time if time > 0 else math.inf
-            ranked.append(RankedProgram(
-                program=programs[i], matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
-                busbw_GBps=algbw * factor / 1e9, speedup=float(times[base, z]) / time, bound_ratio=time / bound,
-                baseline=i == base, extra_memory_bytes=0, communicators=int(communicators[i]),
-                calls_per_device=int(calls[i]), length=len(programs[i])))
-        result.append(ranked)
-    return result
+    factor = collective(goal.collective).bus_factor(n)
+    matrix = context.hierarchy.placement.matrix
+    bound = goal_bound(context, goal, size).time_s
+    ranked = []
+    for i in sorted(range(len(programs)), key=lambda i: (times[i], texts[i])):
+        time = float(times[i])
+        algbw = size / time if time > 0 else math.inf
+        ranked.append(RankedProgram(
+            program=programs[i], matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
+            busbw_GBps=algbw * factor / 1e9, speedup=float(times[base]) / time, bound_ratio=time / bound,
+            baseline=i == base, extra_memory_bytes=0, communicators=int(communicators[i]),
+            calls_per_device=int(calls[i]), length=len(programs[i])))
+    return ranked

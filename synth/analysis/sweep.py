@@ -8,7 +8,7 @@ bound and how many valid programs were ranked: row for row what `synth rank` wou
 Why it is fast: the valid programs, and what each step of each program does to the
 reduction group (its calls and the chunks each spans), depend only on the synthesis
 hierarchy's level sizes, so `ProgramSets` enumerates and walks them once per shape for every
-placement and request (synth/analysis/programs.py); per (placement, request) the costing
+placement and request (synth/search/programs.py); per (placement, request) the costing
 engine (synth/model/engine.py, shared by placements whose groups sit on the system alike)
 costs each distinct step once for all sizes and the estimate combines them for every
 program at once; the lower bound is a line in the size.
@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from synth.analysis.programs import ProgramSet, ProgramSets
+from synth.search.programs import ProgramSet, ProgramSets
 from synth.hierarchy import build_hierarchy
 from synth.model.bound import bound_line
 from synth.model.context import CostContext, cost_context

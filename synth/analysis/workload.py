@@ -32,7 +32,8 @@ from synth.analysis.explore import hierarchy_text
 from synth.errors import UsageError
 from synth.hierarchy import build_hierarchy
 from synth.language import Program
-from synth.model.algorithms import Backend, resolve_backend
+from synth.model.algorithms import Backend
+from synth.model.backends import resolve_backend
 from synth.model.context import cost_context
 from synth.model.estimate import Estimate
 from synth.model.network import check_costable
@@ -62,7 +63,7 @@ class Reduction:
 
 def parse_reduction(text: str, axis_names: tuple[str, ...]) -> Reduction:
     """`AXES:BYTES[xCOUNT]` (see the module docstring) against the job's axes."""
-    where = f"--reduction {text!r}"
+    where = f"reduction {text!r}"
     overlapped = (text or "").rstrip().endswith(OVERLAP_SUFFIX)
     if overlapped:
         text = text.rstrip()[: -len(OVERLAP_SUFFIX)]

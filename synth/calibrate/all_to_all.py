@@ -62,7 +62,8 @@ def predicted_times(topology: Topology, ranks: tuple[int, ...], sizes) -> np.nda
     n, devices = len(ranks), topology.device_count
     if devices % n:
         raise UsageError(f"an all-to-all group of {n} ranks on {topology.name} ({devices} devices): calibrating it "
-                         f"needs a group size dividing the device count; give a --topology whose levels fit the run")
+                         f"needs a group size dividing the device count; give a topology whose levels fit the run",
+                         inputs=("topology",))
     axes = parse_axes(f"other={devices // n},group={n}") if devices > n else parse_axes(f"group={n}")
     placement = enumerate_placements(topology, axes)[0]  # any placement with groups of n: its devices are replaced
     context = cost_context(build_hierarchy(placement, ("group",)), topology, "nccl")

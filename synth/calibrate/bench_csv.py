@@ -25,7 +25,7 @@ import io
 
 from synth.calibrate.measurements import Measurement, Span, check_time, collective_from_name, parse_count, parse_float
 from synth.errors import UsageError
-from synth.model.algorithms import BACKENDS
+from synth.model.backends import BACKENDS
 from synth.units import parse_bytes
 
 REQUIRED = ("collective", "level", "group_size", "bytes", "time_s")
@@ -60,10 +60,11 @@ def parse_bench_csv(text: str, path: str, level: str | None) -> list[Measurement
         collective = collective_from_name(row["collective"], where)
         row_level = row["level"] or level
         if not row_level:
-            raise UsageError(f"{where}: empty level; name the topology level the group spans (or give --level)")
+            raise UsageError(f"{where}: empty level; name the topology level the group spans (or give the level)",
+                             inputs=("level",))
         if level is not None and row_level != level:
-            raise UsageError(f"{where}: the row names level {row_level!r} but --level is {level!r}; drop --level "
-                             f"(this CSV names its levels)")
+            raise UsageError(f"{where}: the row names level {row_level!r} but the level given is {level!r}; give "
+                             f"none (this CSV names its levels)", inputs=("level",))
         size = parse_count(row["group_size"], "group_size", where, 2)
         per_unit = parse_count(row["ranks_per_unit"], "ranks_per_unit", where, 1) if row.get("ranks_per_unit") else 1
         if size % per_unit or size // per_unit < 2:

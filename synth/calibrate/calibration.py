@@ -65,7 +65,8 @@ class Calibration:
 def infer_base(measurements: list[Measurement]) -> Topology:
     """Without --topology: node and gpu levels sized from nccl-tests groups (hosts x ranks)."""
     if any(m.span.level is not None for m in measurements):
-        raise UsageError("the files (or --level) name levels; give --topology BASE for their order and sizes")
+        raise UsageError("the files (or the level given) name levels; give a base topology for their order and sizes",
+                         inputs=("topology",))
     hosts = max(m.span.hosts for m in measurements)
     ranks = max(m.span.per_unit if m.span.hosts > 1 else m.span.units for m in measurements)
     levels = (Level("node", hosts), Level("gpu", ranks)) if hosts > 1 else (Level("gpu", ranks),)
@@ -146,7 +147,7 @@ def _fit(base: Topology, context: list[Level], known: set[int], index: int, coll
         if missing:
             raise UsageError(f"{measurement.where}: the group ({measurement.span.describe()}) also crosses level(s) "
                              f"{', '.join(missing)}, which have no figures: measure them too (e.g. a single-host run) "
-                             f"or give a --topology with their figures")
+                             f"or give a topology with their figures", inputs=("topology",))
     seen = Topology(base.name, base.description, tuple(context)).for_collective(collective)
     models: dict[tuple[int, ...], CallModel] = {}
     points = []

@@ -204,7 +204,7 @@ def _options(text: str, path: str, topology: str | None, command: str | None = N
         if topology is not None:
             return {}
         raise UsageError(f"{path}: no '# command:' line naming the topology the program was exported for; "
-                         f"give it with --topology") from None
+                         f"give the topology", inputs=("topology",)) from None
 
 
 def _measurements(rows, groups, path, level, topology, options, backend) -> list[Measurement]:
@@ -215,7 +215,7 @@ def _measurements(rows, groups, path, level, topology, options, backend) -> list
                          f"over the whole group); give the whole output")
     name = topology or options.get("topology") or options.get("emulate")
     if not name:
-        raise UsageError(f"{path}: the '# command:' line names no --topology; give it with --topology")
+        raise UsageError(f"{path}: the '# command:' line names no topology; give the topology", inputs=("topology",))
     base = load_topology(name)
     spans: dict[int, Span] = {}
     measurements = []

@@ -29,7 +29,7 @@ def span_level(span: Span, topology: Topology, where: str) -> int:
         return len(names) - 1
     if len(names) < 2:
         raise UsageError(f"{where}: the group is on {span.hosts} hosts but topology {topology.name} has one level "
-                         f"({names[0]}); give a --topology with a level per host")
+                         f"({names[0]}); give a topology with a level per host", inputs=("topology",))
     return len(names) - 2
 
 
@@ -42,7 +42,8 @@ def devices(measurement: Measurement, topology: Topology) -> tuple[int, tuple[in
     if span.units > level.size or span.per_unit > per_unit_devices:
         inside = f", {per_unit_devices} device(s) each" if index < len(topology.levels) - 1 else ""
         raise UsageError(f"{where}: a group of {span.describe()} does not fit level {level.name} of topology "
-                         f"{topology.name} ({level.size} units{inside}); give --level or a --topology that fits")
+                         f"{topology.name} ({level.size} units{inside}); give the level or a topology that fits",
+                         inputs=("level", "topology"))
     if span.units < 2:
         raise UsageError(f"{where}: a group of {span.describe()} inside one unit of {level.name} does not span it")
     ranks = [unit * per_unit_devices + member for unit in range(span.units) for member in range(span.per_unit)]

@@ -72,10 +72,12 @@ class Inferred:
 def infer_nccl_base(measurements: list[Measurement]) -> Inferred:
     """The system of nccl-tests groups: hosts x ranks, the GPU from the rank lines."""
     if any(m.span.level is not None for m in measurements):
-        raise UsageError("the files (or --level) name levels; give --topology BASE for their order and sizes")
+        raise UsageError("the files (or the level given) name levels; give a base topology for their order and sizes",
+                         inputs=("topology",))
     names = sorted({name for m in measurements if m.run is not None for name in m.run.devices})
     if not names:
-        raise UsageError("the files do not name their GPUs (no nccl-tests rank lines); give --topology BASE")
+        raise UsageError("the files do not name their GPUs (no nccl-tests rank lines); give a base topology",
+                         inputs=("topology",))
     gpu, assumptions = gpu_from_name(names[0])
     assumptions = list(assumptions)
     if len(names) > 1:
@@ -107,7 +109,7 @@ def infer_nccl_base(measurements: list[Measurement]) -> Inferred:
                          transport=Transport("ib", "assumed by synth calibrate: NCCL net_ib with GPUDirect RDMA"))
             levels = (node, gpu_level)
             assumptions.append(f"between hosts: one {gpu.nic_bandwidth * 8 / GB:g} Gb/s InfiniBand NIC per GPU with "
-                               f"GPUDirect RDMA (the output does not say; give --topology to set them)")
+                               f"GPUDirect RDMA (the output does not say; give a base topology to set them)")
     check_levels(levels, "the measured groups")
     nvls = gpu.generation in ("hopper", "blackwell") and gpu.intra == "nvswitch"
     if shared:

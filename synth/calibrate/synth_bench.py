@@ -84,8 +84,8 @@ def parse_synth_bench_csv(text: str, path: str, level: str | None) -> tuple[list
     options = command_options(text, path)
     topology_name = options.get("topology") or options.get("emulate")
     if not topology_name or "axes" not in options:
-        raise UsageError(f"{path}: the '# command:' line names no --topology/--emulate or --axes; give the file as "
-                         f"synth bench wrote it")
+        raise UsageError(f"{path}: the '# command:' line names no topology (or emulated cluster) or no axes; give "
+                         f"the file as synth bench wrote it")
     topology = load_topology(topology_name)
     axes = parse_axes(options["axes"])
     reduced = tuple(options.get("reduce", ",".join(axis.name for axis in axes)).split(","))

@@ -43,7 +43,7 @@ def register(subparsers) -> None:
 def run_calibrate(args) -> int:
     from synth.calibrate import calibrate, infer_base, read_measurements
     from synth.commands.terminal import console as text_console
-    from synth.model.algorithms import resolve_backend
+    from synth.model.backends import resolve_backend
     from synth.topology_file import load_topology, render_topology
 
     if args.level is not None and args.topology is None:

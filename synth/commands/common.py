@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from synth.topology import Topology
 
 HIERARCHY_KINDS = ("merged", "split", "system")  # synth.hierarchy's, without importing numpy for --help
-BACKEND_NAMES = ("gloo", "nccl")  # synth.model.algorithms.BACKENDS, likewise
+BACKEND_NAMES = ("gloo", "nccl")  # synth.model.backends.BACKENDS, likewise
 DEFAULT_BACKEND = "nccl"
 _ASCII_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 _ASCII_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")

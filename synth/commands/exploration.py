@@ -179,7 +179,10 @@ def run_workload(args) -> int:
         if len(text) > 200:
             raise UsageError(f"--reduction {text[:40]!r}... ({len(text)} characters): write AXES:BYTES[xCOUNT], "
                              f"e.g. data:1GiB")
-        reductions.append(parse_reduction(text, job.axis_names))
+        try:
+            reductions.append(parse_reduction(text, job.axis_names))
+        except UsageError as error:  # the library names the value; the option is the command's
+            raise UsageError(f"--{error}") from None
     placements = resolve_placements(args, job)
     check_search([hierarchy_for(p, reduction.axes, args.hierarchy) for p in placements for reduction in reductions],
                  args.max_len)

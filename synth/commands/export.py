@@ -103,8 +103,8 @@ def _given_programs(args) -> list[Program]:
 def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str, goal=None) -> list[Program]:
     """The simulator's K best programs at each size (their union, best first), for one placement;
     a goal other than the all-reduce ranked by synth/analysis/goal_rank.py."""
-    from synth.analysis.goal_rank import rank_goal
-    from synth.analysis.rank import Ranker
+    from synth.analysis.goal_rank import top_goal
+    from synth.search.rank import Ranker
     from synth.model.context import cost_context
     from synth.model.network import check_costable
 
@@ -116,7 +116,7 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
         ranker = Ranker(context, args.max_len)
         ranked = [ranker.top(nbytes, args.top)[:args.top] for nbytes in sizes]
     else:
-        ranked = [rows[:args.top] for rows in rank_goal(context, goal, sizes, args.max_len)]
+        ranked = [rows[:args.top] for rows in top_goal(context, goal, sizes, args.top, args.max_len)]
     programs: list[Program] = []
     for rows in ranked:
         for row in rows:
@@ -143,13 +143,6 @@ def _check_valid(program: Program, hierarchy: SynthesisHierarchy, goal="allreduc
         lower(program, hierarchy, goal)
     except InvalidProgramError as error:
         raise InvalidProgramError(f"{program}: {error}", error.step_index) from None
-
-
-def default_all_reduce(hierarchy: SynthesisHierarchy) -> Program:
-    """docs/model.md section 8's baseline: one AllReduce over the whole reduction group."""
-    from synth.language import Program, Step
-
-    return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
 
 
 def _system_arguments(args) -> list[str]:

@@ -80,7 +80,7 @@ def run_rank(args) -> int:
 
 def _rank_one(args, job, goal, sizes, hierarchy, sections: list) -> None:
     """One placement's sections (appended, so an interruption keeps those done)."""
-    from synth.analysis.rank import Ranker, pareto_front
+    from synth.search.rank import Ranker, pareto_front
     from synth.model.context import cost_context
 
     context = cost_context(hierarchy, job.topology, args.backend)
@@ -156,15 +156,16 @@ def _held_out_json(error, row) -> dict:
 
 def _goal_sections(context, goal, sizes, args) -> list:
     """Rank programs of a goal other than all-reduce (synth/analysis/goal_rank.py): the whole
-    ranking, cut to the K best (and the baseline) for --top K. Bounds: the goal's lower bound
-    (no achievable bound: it is the all-reduce's cut)."""
-    from synth.analysis.goal_rank import goal_bound, rank_goal
-    from synth.analysis.rank import pareto_front
+    ranking, or for --top K the K best by the best-first search (and the baseline), the whole
+    ranking's first K. Bounds: the goal's lower bound (no achievable bound: it is the
+    all-reduce's cut)."""
+    from synth.analysis.goal_rank import goal_bound, rank_goal, top_goal
+    from synth.search.rank import pareto_front
 
     sections = []
-    for size, rows in zip(sizes, rank_goal(context, goal, sizes, args.max_len, args.estimate)):
-        if args.top is not None:
-            rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
+    ranked = (top_goal(context, goal, sizes, args.top, args.max_len, args.estimate) if args.top is not None
+              else rank_goal(context, goal, sizes, args.max_len, args.estimate))
+    for size, rows in zip(sizes, ranked):
         if args.pareto:
             rows = pareto_front(rows)
         sections.append((size, context.hierarchy, (goal_bound(context, goal, size), None), rows))

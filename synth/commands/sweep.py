@@ -80,7 +80,7 @@ def run_sweep_command(args) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    from synth.analysis.programs import ProgramSets
+    from synth.search.programs import ProgramSets
     from synth.analysis.sweep import configurations, has_members, reduction_requests, run_sweep
     from synth.commands.terminal import console as text_console
     from synth.model.network import check_costable

@@ -214,10 +214,10 @@ def setup_notes(topology: Topology, backend: str, emulated: bool, scale: str | N
     if calibrated_scale is not None and not emulated:
         notes.append(f"{topology.name} was calibrated on the emulated cluster (synth emulate) at scale "
                      f"{calibrated_scale} and this run is not emulated: the predicted columns are the emulated links' "
-                     f"times, not this machine's; run it with --emulate, or calibrate from this run's CSV")
+                     f"times, not this machine's; run it on the emulated cluster, or calibrate from this run's CSV")
     elif calibrated_scale is not None and scale is not None and _fraction(scale) != _fraction(calibrated_scale):
         notes.append(f"{topology.name} was calibrated on the emulated cluster at scale {calibrated_scale}, this run "
-                     f"emulates scale {scale}: give --scale {calibrated_scale}")
+                     f"emulates scale {scale}: emulate scale {calibrated_scale}")
     elif backends and calibrated_scale is None and emulated:
         notes.append(f"{topology.name} was not calibrated on the emulated cluster: the predicted columns are another "
                      f"system's times")

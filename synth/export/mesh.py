@@ -61,7 +61,7 @@ def megatron_order(placement: Placement) -> MegatronOrder:
     if foreign:
         return MegatronOrder(None, None, (
             f"not expressible in Megatron's rank order: Megatron names its axes {', '.join(MEGATRON_TOKENS)}, "
-            f"not {', '.join(foreign)}; name the axes so (e.g. --axes dp=8,tp=4) or use the rank lists"))
+            f"not {', '.join(foreign)}; name the axes so (e.g. dp=8,tp=4) or use the rank lists"))
     found = axis_order(placement)
     if found.order is None:
         return MegatronOrder(None, None, f"not expressible in Megatron's rank order: {found.statement}")

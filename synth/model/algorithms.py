@@ -369,12 +369,3 @@ GLOO = Backend(
     ),
 )
 
-
-def __getattr__(name: str):
-    """`BACKENDS` and `resolve_backend` live in synth/model/backends.py (the registry builds on
-    this module and on the NCCL backend; importing it here would close a circle)."""
-    if name in ("BACKENDS", "resolve_backend"):
-        from synth.model import backends
-
-        return getattr(backends, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

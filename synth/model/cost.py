@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.goals import ALL_REDUCE
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.lowering import LoweredProgram, lower
@@ -81,7 +82,7 @@ def bus_factor(n: int) -> float:
 
 def baseline_program(hierarchy: SynthesisHierarchy) -> Program:
     """The default all-reduce: one call over the whole reduction group (docs/model.md section 8)."""
-    return Program((Step("AllReduce", "InsideGroup", hierarchy.level_names[0]),))
+    return ALL_REDUCE.flat_call(hierarchy.level_names[0])
 
 
 def program_cost(context: CostContext, lowered: LoweredProgram, bytes_per_device: int,

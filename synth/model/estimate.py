@@ -25,7 +25,7 @@ once for S bytes per device (docs/model.md section 8), batched over programs and
 Search: `value` of a prefix is a lower bound on the time of every program that extends it
 (admissible), and equals the program's time when the prefix is the whole program, so a
 best-first search popping prefixes in (value, text) order pops complete programs in exactly
-the order of the full ranking (synth/analysis/rank.py). Proof, per estimate: step times,
+the order of the full ranking (synth/search/rank.py). Proof, per estimate: step times,
 chain times and link-seconds are >= 0, and floating-point addition of a non-negative number
 never decreases a sum (rounding is monotone: a + b >= a for b >= 0, so fl(a + b) >= a), nor
 does multiplying by S > 0 or taking a max. Lockstep: a completion adds step times to the

@@ -57,8 +57,8 @@ def check_costable(topology: Topology) -> None:
         missing = [level.name for level in topology.levels if level.bandwidth is None or level.latency is None]
         raise UsageError(
             f"topology {topology.name} has no link figures for level(s) {', '.join(missing)}: costs need a "
-            f"topology with bandwidth and latency per level; use a built-in (--topology dgx-a100-x4) or a TOML file"
-        )
+            f"topology with bandwidth and latency per level; use a built-in (dgx-a100-x4) or a TOML file",
+            inputs=("topology",))
 
 
 class Network:

@@ -123,7 +123,7 @@ def kv_cache_values_per_token(model) -> int:
 def attention_gemms(model, tokens: int, tp: int) -> tuple:
     """The attention's weight matmuls on one tensor-parallel rank (synth.plan.kernels.Gemm), the
     output projection last."""
-    from synth.plan.kernels import Gemm  # kernels prices these; the shapes are this module's
+    from synth.plan.gemms import Gemm  # kernels prices these; the shapes are this module's
 
     h, a = model.hidden, model.heads
     if not is_mla(model):
@@ -142,7 +142,7 @@ def attention_gemms(model, tokens: int, tp: int) -> tuple:
 def layer_gemms(model, tokens: int, tp: int) -> tuple:
     """One layer's weight matmuls (attention, then FFN up and down), as kernels.layer_gemms
     gives them for a plain model (which it returns, unchanged)."""
-    from synth.plan.kernels import Gemm, layer_gemms as plain_gemms
+    from synth.plan.gemms import Gemm, layer_gemms as plain_gemms
 
     if plain(model):
         return plain_gemms(model.hidden, model.ffn, model.query_groups * model.head_dim, model.gated_mlp, tokens, tp)

@@ -46,7 +46,7 @@ from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import step_costs
 from synth.model.engine import CostEngine, step_calls
-from synth.model.algorithms import resolve_backend
+from synth.model.backends import resolve_backend
 from synth.model.network import check_costable, network_for
 from synth.placement import Placement
 from synth.plan.equivalent import equivalent, span

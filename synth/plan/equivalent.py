@@ -91,8 +91,3 @@ def equivalent(topology: Topology, factors: tuple[int, ...]) -> Equivalent:
     placement = Placement(reduced.level_names, sizes, (OTHERS, REDUCED), (product(others), product(factors)),
                           (others, tuple(factors)))
     return Equivalent(reduced, placement)
-
-
-def equivalent_for(topology: Topology, placement: Placement, axes: tuple[str, ...]) -> Equivalent:
-    """The equivalent system for the collective over `axes` of `placement` on `topology`."""
-    return equivalent(topology, span(placement, axes))

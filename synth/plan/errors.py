@@ -3,12 +3,7 @@ synth/commands/plan.py, names the option that changes each value)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from synth.errors import UsageError
-
-if TYPE_CHECKING:
-    from synth.plan.search import SearchSize
 
 
 class SearchBudgetError(UsageError):
@@ -16,10 +11,10 @@ class SearchBudgetError(UsageError):
     degree choice with more placements than can be listed. The fields let the command name
     its options (exit 2: the request asks for more work than can be done)."""
 
-    def __init__(self, facts: str, fix: str, *, size: SearchSize, over: str, budget: float):
+    def __init__(self, facts: str, fix: str, *, size, over: str, budget: float):
         super().__init__(f"{facts}: {fix}")
         self.facts = facts  # what was estimated, against which budget (no fix)
-        self.size = size
+        self.size = size  # the search's synth.plan.search.SearchSize (this module sits below the search)
         self.over = over  # "time", "memory" or "placements"
         self.budget = budget  # seconds, bytes or placements
 

@@ -50,7 +50,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from synth.plan import attention, formulas, moe
 from synth.plan.devices import KernelDevice
+from synth.plan.gemms import Gemm, layer_gemms  # noqa: F401 (priced here; layer_gemms re-exported)
 from synth.topology import Figure
 
 _FITTED = ("fitted by benchmarks/plan.py (results/plan/README.md, 'Fitted on one table, predicting the other') on the "
@@ -64,24 +66,6 @@ FLASH_BLOCK = 128  # queries per thread block (FlashAttention-2/3 forward kernel
 FLASH_BACKWARD_FLOPS = 2.5  # backward over forward FLOPs (flash-attention, benchmarks/benchmark_flash_attention.py)
 MAIN_GRAD_BYTES = 4  # fp32 main gradients (Megatron's mixed precision)
 GRAD_ACCUMULATION = ("fused", "hook", "none")  # module docstring
-
-
-@dataclass(frozen=True)
-class Gemm:
-    """`batch` independent products of an m x k and a k x n matrix."""
-
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k * self.batch
-
-    def backward(self) -> tuple[Gemm, Gemm]:
-        """The input gradient (m x n times n x k) and the weight gradient (k x m times m x n)."""
-        return Gemm(self.m, self.k, self.n, self.batch), Gemm(self.k, self.n, self.m, self.batch)
 
 
 @dataclass(frozen=True)
@@ -205,15 +189,6 @@ class LayerTimes:
     matmul_forward: float  # the weight matmuls of forward (what tensor-parallel overlap hides communication behind)
 
 
-def layer_gemms(hidden: int, ffn: int, kv: int, gated: bool, tokens: int, tp: int) -> tuple[Gemm, ...]:
-    """The weight matmuls of one Megatron layer's forward on one tensor-parallel rank: fused QKV
-    (column-parallel), attention output projection (row-parallel), FFN up (and gate) and down."""
-    return (Gemm(tokens, (hidden + 2 * kv) // tp, hidden),
-            Gemm(tokens, hidden, hidden // tp),
-            Gemm(tokens, (2 if gated else 1) * ffn // tp, hidden),
-            Gemm(tokens, hidden, ffn // tp))
-
-
 def gemms_seconds(rates: KernelRates, gemms, value_bytes: float, weights: bool = True,
                   main_bytes: float = MAIN_GRAD_BYTES) -> tuple[float, float]:
     """(forward, backward) seconds of matmuls: backward is each one's two gradients. With
@@ -232,6 +207,47 @@ def gemms_seconds(rates: KernelRates, gemms, value_bytes: float, weights: bool =
     return forward, backward
 
 
+def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool):
+    """(the MoE FFN's weight matmuls, the dense FFN's it replaces) of one MoE layer's forward on
+    one device, `tokens` the tensor-parallel group's tokens (synth/plan/moe.py's routing):
+    the router (`tokens x E`, over the sequence-parallel shard with sequence parallelism), each
+    of the `E / ep` local experts as one product of the group's routed tokens an expert gets,
+    `ep tokens k c / E` rows (Megatron's grouped GEMM), by `f_e / tp` (up, and gate) and back,
+    and the shared experts over every token. Few rows per expert fill few tiles: this is where
+    fine-grained experts lose rate (wave quantization, module docstring).
+
+    Why one `Gemm` of `E / ep` problems, each rounded to whole tiles: Megatron's grouped GEMM
+    (`--moe-grouped-gemm`: Transformer Engine's GroupedLinear, or the grouped_gemm package over
+    CUTLASS) runs the experts' products as one persistent kernel whose thread blocks walk the
+    concatenated tile list of every problem (CUTLASS include/cutlass/gemm/kernel/
+    grouped_problem_visitor.h: each problem's `ceil(m / tile) x ceil(n / tile)` tiles, no tile
+    spans two problems). An expert's `m` rows are padded to the tile's rows, so 64 tokens per
+    expert on a 128-row tile run at half rate, and the tiles of all problems share the waves:
+    many small experts are not one big GEMM of the same FLOPs."""
+    h, up = model.hidden, (2 if model.gated_mlp else 1)
+    local = model.experts // ep
+    rows = max(1, round(moe.routed_tokens(model, tokens * ep) / model.experts))
+    f = moe.expert_ffn(model)
+    router = Gemm(tokens // tp if sequence_parallel else tokens, model.experts, h)
+    moe_gemms = [router, Gemm(rows, up * f // tp, h, local), Gemm(rows, h, f // tp, local)]
+    if model.shared_ffn:
+        moe_gemms += [Gemm(tokens, up * model.shared_ffn // tp, h), Gemm(tokens, h, model.shared_ffn // tp)]
+    dense = (Gemm(tokens, up * model.ffn // tp, h), Gemm(tokens, h, model.ffn // tp))
+    return tuple(moe_gemms), dense
+
+
+def mean_gemm_delta_seconds(model, rates, tokens: int, tp: int, ep: int, sequence_parallel: bool) -> tuple[float, float]:
+    """Per layer (averaged over all layers, like the FLOPs and traffic terms), the (forward,
+    backward) seconds the MoE layers' matmuls add over dense FFNs, each timed by its shape."""
+    if not model.is_moe:
+        return 0.0, 0.0
+    moe_gemms, dense = expert_gemms(model, tokens, tp, ep, sequence_parallel)
+    moe_f, moe_b = gemms_seconds(rates, moe_gemms, model.bytes_per_value)
+    dense_f, dense_b = gemms_seconds(rates, dense, model.bytes_per_value)
+    share = moe.moe_layer_count(model) / model.layers
+    return share * (moe_f - dense_f), share * (moe_b - dense_b)
+
+
 @lru_cache(maxsize=4096)
 def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
                 ep: int = 1) -> LayerTimes:
@@ -241,15 +257,13 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
     by their shapes over `ep` (synth/plan/moe.py). Memoized: a plan's candidates share few
     (micro-batch, tp, cp, ep) choices, and the arguments are frozen values (the attention-form
     fields included, being part of the frozen Transformer)."""
-    from synth.plan import attention, formulas, moe
-
     value = model.bytes_per_value
     queries = model.seq_len // cp
     tokens = micro_batch * queries
     heads = max(model.heads // tp, 1)
     gemms = attention.layer_gemms(model, tokens, tp)
     matmul_f, matmul_b = gemms_seconds(rates, gemms, value, main_bytes=model.grad_bytes_per_value)
-    experts_f, experts_b = moe.mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
+    experts_f, experts_b = mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
     matmul_f, matmul_b = matmul_f + experts_f, matmul_b + experts_b
     qk, v = attention.qk_head_dim(model), attention.v_head_dim(model)
     if model.flash_attention:  # 4 q k d FLOPs per head at d = h/a; (d_qk + d_v)/2 for MLA's two sizes
@@ -268,8 +282,6 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
 @lru_cache(maxsize=4096)
 def head_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int) -> tuple[float, float]:
     """(forward, backward) of the output layer: the logits matmul and the cross entropy's passes."""
-    from synth.plan import formulas
-
     tokens = micro_batch * model.seq_len // cp
     forward, backward = gemms_seconds(rates, (Gemm(tokens, model.vocab // tp, model.hidden),), model.bytes_per_value,
                                       main_bytes=model.grad_bytes_per_value)

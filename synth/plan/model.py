@@ -145,9 +145,6 @@ class Transformer:
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
 
-    def with_batch(self, micro_batch: int | None = None, global_batch: int | None = None) -> Transformer:
-        return replace(self, micro_batch=micro_batch or self.micro_batch, global_batch=global_batch or self.global_batch)
-
     def to_json(self) -> dict:
         return {field.name: getattr(self, field.name) for field in fields(self)}
 

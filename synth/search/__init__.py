@@ -6,6 +6,8 @@
 * `walker`: programs stepped over the quotient state graph, as the cost model sees them;
 * `completion`: an admissible bound on what any completion of a state must still cost;
 * `best_first`: the K cheapest programs by a best-first search keyed by that bound;
+* `programs`: enumerated programs walked into the cost model's step tables, once per shape;
+* `rank`: programs ranked by predicted time (`Ranker`: the full ranking, or the best-first K);
 * `best`: the fastest program per buffer size of one cost context, memoized;
 * `states`: search states written as people read them.
 
@@ -30,6 +32,9 @@ _EXPORTS = {
     "CompletionBound": "synth.search.completion", "StateAbstraction": "synth.search.completion",
     "UnknownStepKindError": "synth.search.completion",
     "cheapest_programs": "synth.search.best_first",
+    "ProgramSet": "synth.search.programs", "ProgramSets": "synth.search.programs",
+    "RankedProgram": "synth.search.rank", "rank_programs": "synth.search.rank", "Ranker": "synth.search.rank",
+    "pareto_front": "synth.search.rank",
     "BestPrograms": "synth.search.best", "CandidateTimes": "synth.search.best", "Choice": "synth.search.best",
     "grid_sizes": "synth.search.best",
     "check_budget": "synth.search.budget", "SearchEstimate": "synth.search.budget",

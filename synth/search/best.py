@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from synth.analysis.rank import RankedProgram, Ranker
+from synth.search.rank import RankedProgram, Ranker
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
 from synth.model.context import CostContext
@@ -130,9 +130,4 @@ class CandidateTimes:
         if size not in self._memo:
             self.prefetch([size])
         return self._memo[size]
-
-    def time_of(self, program: Program, size: int) -> float:
-        """One candidate's time at `size`."""
-        index = self.programs.index(program)
-        return float(self.best_programs.ranker.times(self.set, [size])[index, 0])
 

@@ -99,7 +99,7 @@ class PlanCollective:
         if not dist.is_initialized():
             raise RuntimeError(f"{type(self).__name__} needs torch.distributed: call init_process_group first")
         if plan.collective != self.GOAL:
-            raise ReducerSetupError(f"the plan's programs compute --collective {plan.collective}, "
+            raise ReducerSetupError(f"the plan's programs compute collective {plan.collective}, "
                                     f"{type(self).__name__} runs {self.GOAL}: plan it with collective={self.GOAL!r}")
         self.plan = plan
         self.setup = PlanRun.open(plan, "sum", mesh, backend, timeout)

@@ -149,7 +149,7 @@ class HierarchicalReducer:
             classes = {"reducescatter": "HierarchicalReduceScatter", "allgather": "HierarchicalAllGather",
                        "alltoall": "HierarchicalAllToAll"}
             use = classes.get(plan.collective)
-            raise ReducerSetupError(f"the plan's programs compute --collective {plan.collective}, not an all-reduce: "
+            raise ReducerSetupError(f"the plan's programs compute collective {plan.collective}, not an all-reduce: "
                                     + (f"run it with synth.torch.{use}" if use else "plan an all-reduce"))
         self.plan = plan
         self.op = op

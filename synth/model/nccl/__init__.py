@@ -8,7 +8,8 @@ One module per concern of NCCL's source:
 * `graph`: what NCCL's topology sees and its topology search (src/graph/topo.cc, search.cc,
   connect.cc): channels and per-channel speeds;
 * `tables`: NCCL's tuning tables and its choice (src/graph/tuning.cc, src/enqueue.cc);
-* `protocols`: payload shares, buffers, chunking (calcCollChunking) and pipeline stages;
+* `protocols`: payload shares, buffers, steps and threads;
+* `chunking`: the chunk a channel moves per step (calcCollChunking) and pipeline stages;
 * `transports`: what a network transport does to a call (sockets' streams, net plugins);
 * `launch`: the host's share of a call (launch mode, per-call floor);
 * `proxy`: the proxy thread that posts every network step of the channels crossing at a GPU;
@@ -92,8 +93,8 @@ _EXPORTS = {
     'channels_used': 'synth.model.nccl.tables',
     'PAYLOAD': 'synth.model.nccl.protocols',
     'NET_HOP_STAGES': 'synth.model.nccl.protocols',
-    'chunk_bytes': 'synth.model.nccl.protocols',
-    'pipeline_stages': 'synth.model.nccl.protocols',
+    'chunk_bytes': 'synth.model.nccl.chunking',
+    'pipeline_stages': 'synth.model.nccl.chunking',
     'socket_streams': 'synth.model.nccl.transports',
     'host_stream_share': 'synth.model.nccl.transports',
     'socket_capacity': 'synth.model.nccl.transports',

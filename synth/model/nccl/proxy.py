@@ -27,7 +27,7 @@ import math
 
 from synth.model.nccl.graph import nics_used
 from synth.model.nccl.names import PROTOCOLS
-from synth.model.nccl.protocols import chunk_bytes
+from synth.model.nccl.chunking import chunk_bytes
 from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.tables import BASE_LATENCY, NET_OVERHEAD, Tuning
 

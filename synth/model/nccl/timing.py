@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass, field
 
 from synth.model.nccl.launch import launch_floor_s
-from synth.model.nccl.protocols import PAYLOAD, chunk_bytes, pipeline_stages
+from synth.model.nccl.chunking import chunk_bytes, pipeline_stages
+from synth.model.nccl.protocols import PAYLOAD
 from synth.model.nccl.proxy import proxy_floor_s
 from synth.model.nccl.graph import nics_used
 from synth.model.nccl.system import Call, Hardware

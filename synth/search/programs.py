@@ -27,7 +27,8 @@ import numpy as np
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program, Step
 from synth.model.engine import ProgramTable
-from synth.search import Enumerator, SearchOptions, StateWalker
+from synth.search.enumerator import Enumerator, SearchOptions
+from synth.search.walker import StateWalker
 from synth.semantics import QUOTIENT_CAP, Semantics
 
 

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.analysis.programs import ProgramSet, ProgramSets, program_set
+from synth.search.programs import ProgramSet, ProgramSets, program_set
 from synth.language import Program
 from synth.model.bound import LowerBound, achievable_line, bound_line
 from synth.model.context import CostContext
 from synth.model.cost import baseline_program, bus_factor
 from synth.model.engine import CostEngine, ProgramTable, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
-from synth.search import StateWalker
 from synth.search.best_first import cheapest_programs
+from synth.search.walker import StateWalker
 
 __all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
 
