@@ -121,7 +121,7 @@ def measure(path: str) -> None:  # pragma: no cover - needs a GPU
 
 def report(path: str) -> str:
     """results/kernels/README.md from a measurement: the kernel model against it."""
-    from synth.plan.devices import device_named
+    from synth.devices import device_named
     from synth.plan.kernels import Gemm, rates_for
 
     data = json.loads(Path(path).read_text())
@@ -148,7 +148,7 @@ def report(path: str) -> str:
              f"One 8192^3 product repeated for 15 s: {first:.0f} TFLOP/s in the first call, then the power cap holds the "
              f"clock down: {sum(late) / len(late):.0f} TFLOP/s mean after 5 s (min {min(late):.0f}, max {max(late):.0f}); "
              f"after the run: {data['after'].splitlines()[-1].strip()} (SM clock, power, temperature). The benchmark figure "
-             f"the model starts from (794.5 TFLOP/s, synth/plan/devices.py) is the uncapped one; the H100 description's "
+             f"the model starts from (794.5 TFLOP/s, synth/devices.py) is the uncapped one; the H100 description's "
              f"`power_capped` = {device.power_capped.value} is this ratio. Copy bandwidth: {data['copy'] / 1e12:.2f} TB/s "
              "(bytes read and written).", "",
              "## Each layer's matmuls", "",

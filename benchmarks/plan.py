@@ -12,7 +12,7 @@ and results/plan/plan.json.
    and interleaving with what Megatron had then (full recomputation, no sequence parallelism, no
    distributed optimizer): whether it agrees with the published degrees, and by how much it
    predicts to beat them. Compute is timed from the kernels' shapes on the built-in A100
-   description (synth/plan/devices.py) with the shipped fitted figures (synth/plan/kernels.py),
+   description (synth/devices.py) with the shipped fitted figures (synth/plan/kernels.py),
    which were fitted on the H100 table of section 3: this table is their held-out check.
 3. Fitting discipline: the step model's two fitted figures (the sustained fraction of the
    benchmark kernel rates, the host time per layer) fitted on one published table (Narayanan et
@@ -235,7 +235,7 @@ def render_cross_fit(fitted: dict) -> list[str]:
     lines = ["", "## Fitted on one table, predicting the other", "",
              "The step model's only fitted figures, fitted (least squares of the relative error, Nelder-Mead) on one "
              "published table and used unchanged on every row of the other: `sustained`, the fraction of the benchmark "
-             "matmul and attention rates (synth/plan/devices.py) the kernels keep inside a step, and `host_s`, the host "
+             "matmul and attention rates (synth/devices.py) the kernels keep inside a step, and `host_s`, the host "
              "time to issue one layer's forward and backward kernels per micro-batch (a floor on the layer's time). "
              "Everything else is a device or library figure with its source, or a measurement: the H100's power-capped "
              "clock (0.86 of the benchmark rate) and its stream-K waves, checked against its layers' matmuls measured "

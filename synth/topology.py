@@ -420,7 +420,7 @@ class Device:
     peak: tuple[tuple[str, Figure], ...]  # precision -> FLOP/s, in PRECISIONS order
     memory_bandwidth: Figure | None = None  # bytes/s (HBM)
     matmul_efficiency: Figure | None = None  # achieved / peak
-    described: str = ""  # the built-in description (synth/plan/devices.py) the name selects, if any
+    described: str = ""  # the built-in description (synth/devices.py) the name selects, if any
     taken: tuple[str, ...] = ()  # the figures the topology left out and the description supplied
     reserve: tuple[tuple[str, Figure], ...] = ()  # [device.reserve]: its own figures for synth/plan/reserve.py
 

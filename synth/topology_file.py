@@ -754,7 +754,7 @@ def _calibration_table(record: CalibrationRecord) -> dict:
 #     bf16 = { value = "312 TFLOP/s", source = "..." }
 #
 # Precisions are fp32, tf32, fp16, bf16 and fp8; rates are written with a unit (FLOP/s or
-# FLOPS, with k M G T P prefixes). A name that selects a built-in description (synth/plan/devices.py)
+# FLOPS, with k M G T P prefixes). A name that selects a built-in description (synth/devices.py)
 # may leave out memory, memory_bandwidth and peaks: those come from the description (`Device.taken`).
 #
 #     [device.reserve]                  # optional: what the job holds besides the model (synth/plan/reserve.py)
@@ -807,7 +807,7 @@ def format_flop_rate(value: float, digits: int = 4) -> str:
 
 
 def _device(table, where: str):
-    from synth.plan.devices import device_named
+    from synth.devices import device_named
     from synth.topology import PRECISIONS, Device  # the value type lives with Topology
     from synth.units import parse_bytes
 
@@ -858,7 +858,7 @@ def _reserve(table: dict, where: str) -> tuple:
 
 def _completed(device, described):
     """A built-in device's [device] table with every figure it leaves out taken from the built-in
-    description (synth/plan/devices.py), each source saying so, and `taken` naming them."""
+    description (synth/devices.py), each source saying so, and `taken` naming them."""
     import dataclasses
 
     from synth.topology import PRECISIONS

@@ -326,7 +326,7 @@ def test_device_tables_of_builtins_read_back_exactly():
         if topology.device is not None:
             assert all(figure.source for _, figure in topology.device.peak)
             # a built-in device description (kernel model) or a stated matmul efficiency with its source
-            from synth.plan.devices import device_named
+            from synth.devices import device_named
 
             assert device_named(topology.device.name) is not None or topology.device.matmul_efficiency.source
     assert with_device >= 6

@@ -9,7 +9,7 @@ import pytest
 
 from synth.errors import UsageError
 from synth.plan import attention, formulas, kernels, moe
-from synth.plan.devices import device_named
+from synth.devices import device_named
 from synth.plan.kernels import Gemm, gemms_seconds, layer_times, rates_for
 from synth.plan.launch import megatron_model_arguments
 from synth.plan.model import PRESETS, describe_architecture, model_from_mapping

@@ -23,7 +23,7 @@ from synth.export.plan import PlanEntry, build_plan
 from synth.export.provenance import Provenance, hierarchy_metadata, placement_metadata
 from synth.search import Enumerator, SearchOptions, semantics_for
 from synth.topology import topology_from_levels
-from synth.torch.plan_document import read_document
+from synth.torch.plan import ReductionPlan
 
 GOALS = ("allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "reduce")
 RS = "Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))"
@@ -218,7 +218,7 @@ def mutated(draw):
 @given(mutated())
 def test_a_changed_plan_is_refused_or_still_computes_its_goal(mutant):
     try:
-        loaded = read_document(mutant.document)
+        loaded = ReductionPlan.from_document(mutant.document)
     except PlanFileError as error:
         assert "\n" not in str(error)
         return
@@ -227,7 +227,7 @@ def test_a_changed_plan_is_refused_or_still_computes_its_goal(mutant):
 
 @pytest.mark.parametrize("name, text", documents(), ids=[name for name, _ in documents()])
 def test_every_valid_plan_loads_and_computes_its_goal(name, text):
-    assert computes_its_goal(read_document(json.loads(text)))
+    assert computes_its_goal(ReductionPlan.from_document(json.loads(text)))
 
 
 def test_the_issues_reduce_scatter_with_places_all_zero_is_refused(tmp_path):

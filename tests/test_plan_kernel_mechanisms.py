@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from synth.plan.devices import device_named
+from synth.devices import device_named
 from synth.plan.kernels import Gemm, gemms_seconds, rates_for
 
 A100 = device_named("a100-sxm4-80gb")

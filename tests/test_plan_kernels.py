@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from synth.errors import UsageError
-from synth.plan.devices import DEVICES, device_named
+from synth.devices import DEVICES, device_named
 from synth.plan.kernels import Gemm, rates_for
 from synth.plan.step import Compute, _overlapped, compute_of
 from synth.topology import Figure

@@ -422,7 +422,7 @@ def test_expert_gemms_carry_the_routed_flops_and_are_timed_by_shape():
     forward FLOPs per tensor-parallel rank (whatever ep: each device's share of the routed work
     is the same), and the kernel model times them by shape: fewer rows per expert (more
     experts for the same routed work) cannot be faster at the same FLOPs."""
-    from synth.plan.devices import device_named
+    from synth.devices import device_named
     from synth.plan.kernels import expert_gemms, gemms_seconds, layer_times, rates_for
 
     mixtral = PRESETS["mixtral-8x7b"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from synth.errors import UsageError
-from synth.plan.devices import device_named
+from synth.devices import device_named
 from synth.plan.step import compute_of
 from synth.topology_file import load_topology
 

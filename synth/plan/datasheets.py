@@ -2,7 +2,7 @@
 H20): dense peak FLOP/s per precision, HBM capacity and bandwidth, NVLink bandwidth per
 direction, each with its source.
 
-Why a table apart from synth/plan/devices.py: a kernel description there also needs measured
+Why a table apart from synth/devices.py: a kernel description there also needs measured
 matmul rates (MAMF) and the shapes they were reached at, which have not been published for
 most of these parts; the datasheet figures have, and a topology's [device] table (what
 `synth plan` reads) and its NVLink level can be checked against them. Peaks are dense: NVIDIA

@@ -1,5 +1,5 @@
 """Kernel times from shapes: matrix multiplications, attention and memory-bound work on one
-accelerator (a synth.plan.devices.KernelDevice).
+accelerator (a synth.devices.KernelDevice).
 
 * A matrix multiplication `C[m,n] = A[m,k] B[k,n]` (`batch` of them at once) is cut into
   thread-block tiles of `Tm x Tn` outputs; the tiles run in waves of one per SM. Its compute
@@ -9,7 +9,7 @@ accelerator (a synth.plan.devices.KernelDevice).
   fastest (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, chapter 3).
   When the tiles fill less than one wave the reduction is split over the idle SMs (split-K).
   On Hopper the library's persistent kernels spread a part-empty last wave over all SMs
-  (stream-K, synth/plan/devices.py): the waves count fractionally.
+  (stream-K, synth/devices.py): the waves count fractionally.
   Each tile ends by writing its `Tm x Tn` outputs at one SM's share of the memory bandwidth (the
   epilogue), which is what makes a shallow reduction (small k) slow.
   Below the ridge point the operands' bytes (`(mk + kn + mn)` values, each moved once) at the
@@ -34,7 +34,7 @@ accelerator (a synth.plan.devices.KernelDevice).
   gradients does neither ("none").
 * Under back-to-back matrix products a device's power cap lowers its clock below the
   benchmark's: every tensor-core rate is scaled by the device's measured `power_capped`
-  fraction (synth/plan/devices.py; 1 where not measured).
+  fraction (synth/devices.py; 1 where not measured).
 
 `sustained` scales every tensor-core rate on top of the power cap: the fraction of the
 (power-capped) benchmark rate the kernels keep inside a whole training step (gaps between
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from synth.plan import attention, formulas, moe
-from synth.plan.devices import KernelDevice
+from synth.devices import KernelDevice
 from synth.plan.gemms import Gemm, layer_gemms  # noqa: F401 (priced here; layer_gemms re-exported)
 from synth.topology import Figure
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from synth.plan.devices import device_named
+from synth.devices import device_named
 
 
 @dataclass(frozen=True)

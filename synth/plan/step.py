@@ -7,7 +7,7 @@ pipeline stage (each stage's own layers; the last one also runs the output layer
            + exposed ZeRO-3 gathers and scatters + pipeline point-to-point
            + expert-parallel all-to-alls (MoE layers)
 
-* compute: on a device with a built-in description (synth/plan/devices.py), each kernel timed
+* compute: on a device with a built-in description (synth/devices.py), each kernel timed
   from its shape (synth/plan/kernels.py: matmuls by tile and wave on the SMs, attention by its
   kernel, memory-bound work at the memory bandwidth, the two fitted figures); otherwise the
   layers' FLOPs (formulas.py) at `peak x matmul efficiency` plus the bytes the memory-bound
@@ -68,7 +68,7 @@ from synth.plan import attention as attention_forms, formulas, moe, offload
 from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
-from synth.plan.devices import device_keys, device_named
+from synth.devices import device_keys, device_named
 from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_times, rates_for
 from synth.plan.model import Transformer
 from synth.topology import Device
@@ -153,7 +153,7 @@ def compute_of(device: Device | None, precision: str, efficiency: float | None =
                host_s: float | None = None, attention_kernel: str | None = None,
                grad_accumulation: str = "fused") -> Compute:
     """The figures the step model needs from a topology's [device] table (or a refusal naming what
-    is missing). A device with a built-in description (synth/plan/devices.py) gets the kernel model
+    is missing). A device with a built-in description (synth/devices.py) gets the kernel model
     unless `efficiency` is given; another device needs its matmul_efficiency (or `efficiency`)."""
     where = f"topology {topology_name}" if topology_name else "the topology"
     if device is None:

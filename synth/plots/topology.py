@@ -43,7 +43,7 @@ def draw_topology(topology, path: str) -> None:
         notes = [textwrap.shorten(topology.description, 220)] if topology.description else []
         notes.append(system_line(topology))
         notes.append("bandwidth: per device, one direction, between units of the level inside their parent; "
-                     "every figure's source: synth topologies NAME (or --json)")
+                     "every figure's source: the topologies command, as a table or as JSON")
         footer(figure, *notes)
         save(figure, path)
 

@@ -29,19 +29,12 @@ from pathlib import Path
 
 from synth.errors import PlanFileError, UsageError
 from synth.export.plan import Plan
+from synth.torch.plan_document import FIX, SizeRange, read_document
 
 FORMAT = "synth-reduction"
 VERSION = 1
 DEFAULT_MIN_BYTES = 2**10
 DEFAULT_MAX_BYTES = 2**30
-
-
-@dataclass(frozen=True)
-class SizeRange:
-    """From `min_bytes` (per device, inclusive) up to the next range, run program `program`."""
-
-    min_bytes: int
-    program: int
 
 
 @dataclass(frozen=True)
@@ -120,9 +113,7 @@ class ReductionPlan:
     def from_document(document: dict, source: str = "the plan") -> ReductionPlan:
         """The plan a document holds (either file format), every field checked and the calls
         re-proved to compute their goal (synth.torch.plan_document); PlanFileError otherwise."""
-        from synth.torch.plan_document import read_document
-
-        return read_document(document, source)
+        return ReductionPlan(*read_document(document, source))
 
 
 def load_plan(path: str | os.PathLike, program: int | None = None) -> ReductionPlan:
@@ -134,8 +125,7 @@ def load_plan(path: str | os.PathLike, program: int | None = None) -> ReductionP
         raise UsageError(f"cannot read the plan {os.fspath(path)!r}: {error}") from None
     except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, a 5000-digit number
         raise PlanFileError(f"cannot read the plan {os.fspath(path)!r}: not a JSON plan "
-                            f"({' '.join(str(error).split())[:80] or type(error).__name__}); write it again with "
-                            "ReductionPlan.save or 'synth export --format json'") from None
+                            f"({' '.join(str(error).split())[:80] or type(error).__name__}); {FIX}") from None
     plan = ReductionPlan.from_document(document, f"plan {os.fspath(path)!r}")
     if program is not None:
         if not 0 <= program < len(plan.plan.programs):

@@ -14,14 +14,24 @@ naming the field, never a KeyError or TypeError from deep inside the runtime.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 
 from synth.errors import PlanFileError, UsageError
 from synth.export.plan import CommunicatorSet, Plan, PlanStep, ProgramPlan, RankCall, call_buffers
 from synth.export.plan_proof import is_permutation, prove_plan
-from synth.torch.plan import ReductionPlan, SizeRange
 
-FIX = "write it again with ReductionPlan.save or 'synth export --format json'"
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """From `min_bytes` (per device, inclusive) up to the next range, run program `program`."""
+
+    min_bytes: int
+    program: int
+
+
+FIX = "write it again with ReductionPlan.save or as synth export's JSON format"
 MAX_RANKS = 2**24  # far beyond any job; bounds what a damaged count could make us allocate
 MAX_BYTES = 2**60
 COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "AllToAll")
@@ -103,8 +113,10 @@ def _echo(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def read_document(document, source: str = "the plan") -> ReductionPlan:
-    """A ReductionPlan from the value of a plan file (either format), checked and re-proved."""
+def read_document(document, source: str = "the plan") -> tuple:
+    """The fields of a ReductionPlan (plan, reduction groups, size ranges, description) from the
+    value of a plan file (either format), checked and re-proved; synth.torch.plan builds the plan
+    from them (this module stays below it, so the two import in one direction)."""
     fields = Fields(source)
     document = fields.obj(document, "the document")
     kind = document.get("format")
@@ -118,7 +130,7 @@ def read_document(document, source: str = "the plan") -> ReductionPlan:
     if kind == "synth-plan" and "hierarchy" in document:
         _check_lowering(fields, document["hierarchy"], plan, groups, parsed)
     prove_plan(plan, groups, source)
-    return ReductionPlan(plan, groups, ranges, description)
+    return plan, groups, ranges, description
 
 
 # --- the two formats ----------------------------------------------------------------------------
