@@ -50,7 +50,12 @@ class ResultsFile:
                 for row in reader:
                     if len(row) == len(columns):  # a row cut short by an interruption is planned again
                         self.finished.add(row[0])
+            with open(self.path, "rb") as raw:
+                raw.seek(-1, 2)
+                cut = raw.read(1) != b"\n"
             self._handle = open(self.path, "a", newline="", encoding="utf-8")
+            if cut:  # the last row was cut short: it stays incomplete on a line of its own
+                self._handle.write("\r\n")
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = open(self.path, "w", newline="", encoding="utf-8")

@@ -290,7 +290,7 @@ def _figures(result, request, device: str, options: RunOptions) -> dict:
     devices = request.topology.device_count
     tokens_per_s = best.tokens_per_s(request.model)
     price = dict(options.prices).get(device)
-    row = {"status": "ok", "error": "", "devices": devices, "device": device, "step_s": best.step_s,
+    row = {"status": "ok", "error": None, "devices": devices, "device": device, "step_s": best.step_s,
            "memory_bytes": best.memory.peak, "mfu": best.mfu(request.compute.peak_flops),
            "tokens_per_s": tokens_per_s, "degrees": best.degrees.text, "placement": best.placement.to_text(),
            "settings": best.settings.text, "price_per_device_hour": price}
