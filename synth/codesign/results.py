@@ -60,6 +60,7 @@ class ResultsFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = open(self.path, "w", newline="", encoding="utf-8")
             csv.writer(self._handle).writerow(columns)
+            self._handle.flush()
         self._writer = csv.writer(self._handle)
 
     def append(self, rows: list[dict]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,10 +43,11 @@ class SweepCounts:
 
 def run_sweep(grid: Grid, results: ResultsFile, options: RunOptions, executor: str = "local", workers: int = 1,
               address: str | None = None, chunk: int = 8,
-              progress: Callable[[SweepCounts], None] | None = None) -> SweepCounts:
-    """Plan every point not in `results` and append its row as its chunk finishes."""
+              progress: Callable[[SweepCounts], None] | None = None, limit: int | None = None) -> SweepCounts:
+    """Plan every point not in `results` (the first `limit` of them) and append its row as its chunk finishes."""
     counts = SweepCounts()
-    tasks = chunks(unfinished(grid, set(results.finished)), chunk)
+    todo = unfinished(grid, set(results.finished))
+    tasks = chunks(todo if limit is None else itertools.islice(todo, limit), chunk)
     for rows in run_tasks(executor, tasks, options, workers, address):
         results.append(rows)
         for row in rows:

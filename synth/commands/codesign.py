@@ -12,7 +12,8 @@ from synth.errors import UsageError
 from synth.names import echo
 
 DEFAULT_BUDGET_S = 3600.0
-DEFAULT_CHUNK = 8
+TASK_S = 1.0  # estimated CPU seconds of one task when --chunk is not given (progress stays fine-grained)
+MAX_CHUNK = 64
 
 
 def register(subparsers) -> None:
@@ -34,8 +35,9 @@ def register(subparsers) -> None:
                         help="a running Ray or Dask cluster to attach to (default: start a local one)")
     parser.add_argument("--workers", "-j", type=positive_int, metavar="N",
                         help="workers (default: the CPUs here; with --address, the tasks kept in flight per 4)")
-    parser.add_argument("--chunk", type=positive_int, default=DEFAULT_CHUNK, metavar="N",
-                        help=f"consecutive points per task (default {DEFAULT_CHUNK})")
+    parser.add_argument("--chunk", type=positive_int, metavar="N",
+                        help=f"consecutive points per task (default: about {TASK_S:g} estimated CPU second per task, "
+                             f"at most {MAX_CHUNK} points)")
     parser.add_argument("--budget", metavar="S",
                         help=f"refuse sweeps estimated to take longer (wall seconds on the workers, default {DEFAULT_BUDGET_S:g})")
     parser.add_argument("--search-memory", metavar="SIZE",
@@ -129,7 +131,8 @@ def run_codesign(args) -> int:
         started = time.perf_counter()
         progress = _progress(sweep.points, started)
         try:
-            counts = run_sweep(grid, results, options, args.executor, workers, args.address, args.chunk, progress)
+            chunk = args.chunk or max(1, min(MAX_CHUNK, int(TASK_S * sweep.points / max(sweep.cpu_s, 1e-9))))
+            counts = run_sweep(grid, results, options, args.executor, workers, args.address, chunk, progress)
         except Exception as error:
             raise _flagged(error, args.executor) from None
         finally:
