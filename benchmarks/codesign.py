@@ -97,14 +97,17 @@ def main(argv=None) -> int:
     record: dict = {"grid": str(GRID.relative_to(Path(__file__).parent.parent)), "grid_points": grid.size,
                     "cpus": len(os.sched_getaffinity(0)), "runs": {}}
 
+    started = time.process_time()
     estimate = estimate_sweep(points(grid), options_for(grid, 300.0, float(1 << 36)))
-    record["estimate"] = estimate.to_json()
+    record["estimate"] = estimate.to_json() | {"estimate_cpu_s": time.process_time() - started}
+    print(f"estimate {record['estimate']}", flush=True)
 
     def run(name, *a, which=small, **k):
         print(f"{name} ...", flush=True)
         record["runs"][name] = result = sweep(which, *a, **k)
         print(f"  {json.dumps(result)}", flush=True)
         (out / "codesign.json").write_text(json.dumps(record, indent=1) + "\n")
+        (out / REPORT).write_text(report(record, argv))  # after every run: a cut-off benchmark keeps its figures
         return result
 
     # warm: imports and the first plan's one-off costs are not the steady rate
@@ -164,7 +167,8 @@ def report(record: dict, argv) -> str:
         first = next(iter(full.values()))
         lines.append(f"The sweep's own estimate of the whole grid before it started: {estimate['cpu_s']:,.0f} CPU s "
                      f"({estimate['shared_s']:,.0f} s of it shared collectives, {estimate['unshared_s']:,.0f} s were "
-                     f"they priced point by point); measured: {first['points_cpu_s']:,.0f} CPU s in the points.\n")
+                     f"they priced point by point), made in {estimate['estimate_cpu_s']:.1f} CPU s; measured: "
+                     f"{first['points_cpu_s']:,.0f} CPU s in the points.\n")
         digests = {run["digest"] for run in full.values()}
         lines.append(f"The whole grid through {', '.join(run['executor'] for run in full.values())} with 2 workers: "
                      f"{'identical rows point for point (one digest)' if len(digests) == 1 else 'rows DIFFER'}; "

@@ -30,6 +30,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bench": ("synth bench --topology emu-2x4 --axes data=8 --reduce data --top 3 --backend gloo --bytes 1MiB",
               "synth bench --emulate emu-2x4 --axes data=8 --reduce data --top 3 --bytes 1MiB   # as root"),
     "plan": ("synth plan --topology selene --model gpt3-2.7b --top 5",),
+    "codesign": ("synth codesign benchmarks/grids/codesign-example.toml --estimate   # from the source tree",),
     "emulate": ("synth emulate up emu-2x4 --scale 1/64   # as root; then: synth emulate status; synth emulate down",),
 }
 
