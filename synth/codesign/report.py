@@ -9,6 +9,13 @@ from collections import defaultdict
 from synth.codesign.errors import MissingExtraError
 
 
+def fronts_by_model(rows: list[dict]) -> list[dict]:
+    """Each model's Pareto front, the models in the grid's order (a front across models would
+    compare different trainings)."""
+    return [row for model in dict.fromkeys(row["model"] for row in rows)
+            for row in pareto_front([row for row in rows if row["model"] == model])]
+
+
 def pareto_front(rows: list[dict]) -> list[dict]:
     """The rows no other row beats on both cost per token and time to train, fastest first."""
     priced = sorted((row for row in rows if row.get("cost_per_token") is not None
@@ -71,22 +78,31 @@ def plot(rows: list[dict], axis_names: tuple[str, ...], path: str, title: str = 
         front = pareto_front(mine)
         left.plot([row["time_to_train_s"] / 86400 for row in front], [row["cost_per_token"] * 1e6 for row in front],
                   "-o", color=dots.get_facecolor()[0][:3], markersize=4)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     left.set_xscale("log")
     left.set_yscale("log")
+    for axis in (left.xaxis, left.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
     left.set_xlabel("time to train the token budget (days)")
     left.set_ylabel("cost per million tokens")
     left.set_title("every point, and each model's Pareto front")
     if priced:
         left.legend(fontsize=8)
     for axis, series in sensitivity(rows, axis_names).items():
-        right.plot([str(value) for value, _ in series], [ratio for _, ratio in series], "-o", label=axis)
+        line, = right.plot(range(len(series)), [ratio for _, ratio in series], "-o", label=axis)
+        for position, (value, ratio) in enumerate(series):
+            right.annotate(str(value), (position, ratio), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                           color=line.get_color())
     right.axhline(1.0, color="grey", linewidth=0.5)
-    right.set_xlabel("value of the swept figure (in the grid's order)")
+    right.set_xlabel("the swept figure's values, in the grid's order (each labelled)")
     right.set_ylabel("step time / step time at the first value (median)")
     right.set_title("sensitivity of step time to each swept figure")
     if right.lines[:-1]:
         right.legend(fontsize=8)
-    right.tick_params(axis="x", labelrotation=45, labelsize=7)
+    right.set_xticks([])
     if title:
         figure.suptitle(title)
     figure.tight_layout()

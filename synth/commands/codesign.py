@@ -147,7 +147,7 @@ def run_codesign(args) -> int:
 
 
 def _outputs(args, grid, out, summary) -> None:
-    from synth.codesign.report import pareto_front, plot
+    from synth.codesign.report import fronts_by_model, plot
     from synth.codesign.results import columns_for, read_rows, write_parquet
 
     rows = read_rows(out)
@@ -161,10 +161,10 @@ def _outputs(args, grid, out, summary) -> None:
             raise UsageError(f"--parquet: {error}") from None
     if args.plot:
         plot(rows, axis_names, args.plot, f"{Path(args.grid).name}: {len(rows):,} points")
-    front = pareto_front(rows)
+    front = fronts_by_model(rows)
     summary["pareto"] = [{name: row[name] for name in (*axis_names, "devices", "degrees", "step_s", "mfu",
                                                         "cost_per_token", "time_to_train_s", "cost_to_train")}
-                         for row in front[:args.top]]
+                         for row in front]
     if args.json:
         print(json.dumps(summary, indent=1))
         return
@@ -182,7 +182,8 @@ def _table(rows, front, axis_names, top) -> None:
     swept = [name for name in axis_names if len({row[name] for row in rows}) > 1]
     shown = front[:top] if front else sorted((row for row in rows if row["status"] == "ok"),
                                              key=lambda row: row["step_s"])[:top]
-    title = ("Pareto front: no other point is both cheaper per token and faster to train" if front
+    title = ("Each model's Pareto front: no other point of the model is both cheaper per token and faster to train"
+             if front
              else "Fastest points (no prices or token budget: no cost)")
     table = Table(title=title)
     for name in (*swept, "devices", "step", "MFU", "memory", "degrees", "cost/Mtok", "time to train"):
