@@ -70,6 +70,43 @@ def sweep(grid, executor: str, workers: int, path: Path, limit: int | None = Non
             "load_before": before, "load_after": load(), "digest": digest(path)}
 
 
+# One fresh process planning consecutive points of the grid serially, the memo on or off: no cache
+# of an earlier run (the planner's own lru_caches included) helps either side.
+MEMO_WORKER = r"""
+import dataclasses, itertools, json, sys, time
+from synth.codesign.grid import load_grid
+from synth.codesign.points import points
+from synth.codesign.sweep import options_for
+from synth.codesign.run import plan_point, POOL
+share, start, count = sys.argv[1] == "on", int(sys.argv[2]), int(sys.argv[3])
+grid = load_grid(sys.argv[4])
+options = dataclasses.replace(options_for(grid, 300.0, 2.0 ** 36), share=share)
+chosen = list(itertools.islice(points(grid), start, start + count))
+plan_point(chosen[0], dataclasses.replace(options, share=False))  # imports and first-plan set-up, not counted
+POOL.hits = POOL.misses = 0
+cpu = time.process_time()
+rows = [plan_point(point, options) for point in chosen]
+print(json.dumps({"share": share, "cpu_s": time.process_time() - cpu, "hits": POOL.hits, "misses": POOL.misses}))
+"""
+MEMO_START, MEMO_POINTS, MEMO_REPEATS = 5760, 240, 2
+
+
+def memo_runs() -> list[dict]:
+    """The memo against none, each in a fresh process, alternated `MEMO_REPEATS` times."""
+    import subprocess
+    import sys
+
+    runs = []
+    for _ in range(MEMO_REPEATS):
+        for share in ("off", "on"):
+            before = load()
+            done = subprocess.run([sys.executable, "-c", MEMO_WORKER, share, str(MEMO_START), str(MEMO_POINTS), str(GRID)],
+                                  capture_output=True, text=True, check=True)
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]) | {"load_before": before, "load_after": load()})
+            print(f"  memo {runs[-1]}", flush=True)
+    return runs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="results")
@@ -77,6 +114,8 @@ def main(argv=None) -> int:
     parser.add_argument("--small", type=int, help="points of the short runs (per core, speed-up, overhead; default all "
                                                     "of the grid with its batch, length and NIC bandwidth fixed)")
     parser.add_argument("--skip-10k", action="store_true")
+    parser.add_argument("--memo-only", action="store_true",
+                        help="only the memo's runs in fresh processes, added to the existing codesign.json")
     args = parser.parse_args(argv)
     from synth.codesign.grid import load_grid
 
@@ -88,14 +127,21 @@ def main(argv=None) -> int:
     from synth.codesign.sweep import options_for
 
     grid = load_grid(GRID)
+    out = study_dir(STUDY, args.output)
+    if args.memo_only:
+        record = json.loads((out / "codesign.json").read_text())
+        record["memo"] = memo_runs()
+        (out / "codesign.json").write_text(json.dumps(record, indent=1) + "\n")
+        (out / REPORT).write_text(report(record, record.get("argv", [])))
+        return 0
     # the short runs: every system kind, one batch, sequence length and NIC bandwidth
     small = dataclasses.replace(grid, axes=tuple(Axis(axis.name, axis.values[:1]) if axis.name in SMALL_FIXED else axis
                                                  for axis in grid.axes))
     executors = [name for name in args.executors.split(",") if name]
-    out = study_dir(STUDY, args.output)
     work = Path(tempfile.mkdtemp(prefix="codesign-bench-"))
     record: dict = {"grid": str(GRID.relative_to(Path(__file__).parent.parent)), "grid_points": grid.size,
-                    "cpus": len(os.sched_getaffinity(0)), "runs": {}}
+                    "cpus": len(os.sched_getaffinity(0)), "runs": {}, "argv": list(argv or [])}
+    record["memo"] = memo_runs()
 
     started = time.process_time()
     estimate = estimate_sweep(points(grid), options_for(grid, 300.0, float(1 << 36)))
@@ -132,6 +178,7 @@ def main(argv=None) -> int:
 
 def report(record: dict, argv) -> str:
     runs = record["runs"]
+    argv = [arg for arg in (argv or []) if arg != "--memo-only"]
     command = "python -m benchmarks.codesign" + (" " + " ".join(argv) if argv else "")
     lines = [f"# Co-design sweeps: speed and agreement\n", header(command),
              f"Grid: `{record['grid']}` ({record['grid_points']:,} points: models of 1-3 B parameters on 4 to "
@@ -155,6 +202,18 @@ def report(record: dict, argv) -> str:
                      f"({100 * shared['memo_hit_rate']:.0f}% of its lookups hit), "
                      f"{fresh['points'] / fresh['points_cpu_s']:.1f} without it (same rows: digests "
                      f"{'equal' if shared['digest'] == fresh['digest'] else 'DIFFER'}).\n")
+    memo = record.get("memo")
+    if memo:
+        off = [run["cpu_s"] for run in memo if not run["share"]]
+        on = [run["cpu_s"] for run in memo if run["share"]]
+        hits = memo[-1]["hits"] / max(1, memo[-1]["hits"] + memo[-1]["misses"])
+        lines.append(f"The memo of priced collectives, each run in a fresh process ({MEMO_POINTS} consecutive points "
+                     f"from point {MEMO_START} of the grid, 4 systems, serial): "
+                     f"{', '.join(f'{value:.2f}' for value in off)} CPU s without it, "
+                     f"{', '.join(f'{value:.2f}' for value in on)} CPU s with it ({100 * hits:.0f}% of its lookups "
+                     f"hit): {sum(off) / sum(on):.2f}x fewer CPU seconds. (In the table, serial_fresh runs after "
+                     f"serial_shared in the same process and inherits the planner's own caches: not a fair "
+                     f"comparison, kept as measured.)\n")
     if "local_1" in runs and "local_2" in runs:
         one, two = runs["local_1"], runs["local_2"]
         lines.append(f"Speed-up of 2 local workers over 1 (process pool, wall): {one['wall_s'] / two['wall_s']:.2f}x "
