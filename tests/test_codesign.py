@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from synth.cli import main
-from synth.codesign.errors import GridError, MissingExtraError
+from synth.codesign.errors import GridError, MissingExtraError, UnreachableClusterError
 from synth.codesign.grid import grid_from_text
 from synth.codesign.points import chunks, points
 from synth.codesign.results import ResultsFile, read_rows
@@ -161,6 +161,17 @@ def test_missing_extra_is_named(grid, options, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingExtraError, match="codesign-ray"):
         _sweep(grid, options, tmp_path, "ray", 1)
+
+
+def test_unreachable_cluster_is_named(grid, options, monkeypatch, tmp_path):
+    ray = pytest.importorskip("ray", reason="ray is not installed (extra codesign-ray)")
+
+    def refuse(**_):
+        raise ConnectionError("no cluster at 10.0.0.1:6379")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(UnreachableClusterError, match="no cluster at 10.0.0.1:6379"):
+        _sweep(grid, options, tmp_path, "ray", 1, address="10.0.0.1:6379")
 
 
 # --- resume ------------------------------------------------------------------------------------------

@@ -27,3 +27,7 @@ class SweepBudgetError(UsageError):
         self.over = over
         self.estimate = estimate
         self.budget = budget
+
+
+class UnreachableClusterError(UsageError):
+    """A Ray or Dask cluster that cannot be reached at the address given (exit 2)."""

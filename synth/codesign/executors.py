@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
-from synth.codesign.errors import MissingExtraError
+from synth.codesign.errors import MissingExtraError, UnreachableClusterError
 from synth.codesign.run import RunOptions, run_chunk
 
 EXECUTORS = ("serial", "local", "ray", "dask")
@@ -68,8 +68,12 @@ def _ray(tasks, options, workers, address) -> Iterator[list[dict]]:
     started = not ray.is_initialized()
     if started:
         # attach to a running cluster by address, or start a local instance of `workers` CPUs
-        ray.init(address=address, **({} if address else {"num_cpus": workers}), include_dashboard=False,
-                 log_to_driver=False)
+        try:
+            ray.init(address=address, **({} if address else {"num_cpus": workers}), include_dashboard=False,
+                     log_to_driver=False)
+        except (ConnectionError, RuntimeError, OSError, ValueError) as error:
+            raise UnreachableClusterError(f"Ray at {address or 'a local instance'} cannot be reached or started: "
+                                          f"{' '.join(str(error).split())[:200]}") from None
     remote = ray.remote(num_cpus=1)(run_chunk)
     try:
         options_ref = ray.put(options)
@@ -96,7 +100,13 @@ def _dask(tasks, options, workers, address) -> Iterator[list[dict]]:
                                 extra="codesign-dask") from None
     cluster = None if address else LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                                 dashboard_address=None)
-    client = Client(address or cluster)
+    try:
+        client = Client(address or cluster, timeout=30)
+    except (OSError, TimeoutError, ValueError) as error:
+        if cluster is not None:
+            cluster.close()
+        raise UnreachableClusterError(f"the Dask scheduler at {address} cannot be reached: "
+                                      f"{' '.join(str(error).split())[:200]}") from None
     try:
         window = as_completed()
         in_flight = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 import time
 from pathlib import Path
 
@@ -80,11 +81,15 @@ def _memory_budget(text: str | None) -> float:
     return float(value)
 
 
-def _flagged(error, executor: str):
-    from synth.codesign.errors import MissingExtraError
+def _flagged(error, executor: str, address: str | None):
+    from synth.codesign.errors import MissingExtraError, UnreachableClusterError
 
     if isinstance(error, MissingExtraError):
         return UsageError(f"--executor {executor}: {error}, or choose --executor local")
+    if isinstance(error, UnreachableClusterError):
+        fix = f"check --address {echo(address)} (start the cluster first) or drop it for a local one" if address \
+            else "choose --executor local"
+        return UsageError(f"--executor {executor}: {error}; {fix}")
     return error
 
 
@@ -134,7 +139,7 @@ def run_codesign(args) -> int:
             chunk = args.chunk or max(1, min(MAX_CHUNK, int(TASK_S * sweep.points / max(sweep.cpu_s, 1e-9))))
             counts = run_sweep(grid, results, options, args.executor, workers, args.address, chunk, progress)
         except Exception as error:
-            raise _flagged(error, args.executor) from None
+            raise _flagged(error, args.executor, args.address) from None
         finally:
             progress.stop()
     finally:
@@ -170,7 +175,13 @@ def _outputs(args, grid, out, summary) -> None:
         return
     print(f"{summary['planned']:,} points planned in {summary['wall_s']:.1f} s ({summary['failed']:,} failed, "
           f"recorded); memo hit rate {100 * summary['memo_hit_rate']:.1f}%; results in {out}")
-    _table(rows, front, axis_names, args.top)
+    errors = Counter(row["error"] for row in rows if row["status"] != "ok")
+    for message, count in errors.most_common(3):
+        print(f"  failed x{count}: {message}")
+    if len(errors) > 3:
+        print(f"  ... {len(errors) - 3} other errors (the error column of {out})")
+    if any(row["status"] == "ok" for row in rows):
+        _table(rows, front, axis_names, args.top)
 
 
 def _table(rows, front, axis_names, top) -> None:
