@@ -117,7 +117,12 @@ def main(argv=None) -> int:
     parser.add_argument("--memo-only", action="store_true",
                         help="only the memo's runs in fresh processes, added to the existing codesign.json")
     args = parser.parse_args(argv)
-    from synth.codesign.grid import load_grid
+    import dataclasses
+
+    from synth.codesign.estimate import estimate_sweep
+    from synth.codesign.grid import Axis, load_grid
+    from synth.codesign.points import points
+    from synth.codesign.sweep import options_for
 
     import dataclasses
 
@@ -131,6 +136,9 @@ def main(argv=None) -> int:
     if args.memo_only:
         record = json.loads((out / "codesign.json").read_text())
         record["memo"] = memo_runs()
+        started = time.process_time()  # the estimate again, with the estimate's constants as they are now
+        estimate = estimate_sweep(points(grid), options_for(grid, 300.0, float(1 << 36)))
+        record["estimate"] = estimate.to_json() | {"estimate_cpu_s": time.process_time() - started}
         (out / "codesign.json").write_text(json.dumps(record, indent=1) + "\n")
         (out / REPORT).write_text(report(record, record.get("argv", [])))
         return 0
@@ -186,13 +194,15 @@ def report(record: dict, argv) -> str:
              f"32 devices, the planner's settings fixed); {record['cpus']} CPUs, shared with other jobs (load "
              f"average at each run's start and end below).\n",
              "| run | executor | workers | points | failed | wall s | points' CPU s | points / CPU-s | memo hits "
-             "| overhead / point | driver CPU / point | load (1, 5, 15 min) before -> after | rows' digest |",
+             "| overhead / point | driver's own CPU / point | load (1, 5, 15 min) before -> after | rows' digest |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, run in runs.items():
         rate = run["points"] / run["points_cpu_s"] if run["points_cpu_s"] else 0
+        # the serial driver plans the points itself: its own part is what is left
+        driver = run["driver_cpu_s"] - (run["points_cpu_s"] if run["executor"] == "serial" else 0.0)
         lines.append(f"| {name} | {run['executor']} | {run['workers']} | {run['points']:,} | {run['failed']:,} | "
                      f"{run['wall_s']:.1f} | {run['points_cpu_s']:.1f} | {rate:.1f} | {100 * run['memo_hit_rate']:.0f}% | "
-                     f"{1000 * run['overhead_per_point_s']:.2f} ms | {1000 * run['driver_cpu_s'] / run['points']:.2f} ms | "
+                     f"{1000 * run['overhead_per_point_s']:.2f} ms | {1000 * driver / run['points']:.2f} ms | "
                      f"{run['load_before']} -> {run['load_after']} | "
                      f"`{run['digest']}` |")
     lines.append("")
