@@ -208,10 +208,13 @@ def report(record: dict, argv) -> str:
     lines.append("")
     if "serial_shared" in runs and "serial_fresh" in runs:
         shared, fresh = runs["serial_shared"], runs["serial_fresh"]
-        lines.append(f"Points per CPU-second on one core (serial, in this process): "
-                     f"{shared['points'] / shared['points_cpu_s']:.1f} with the memo of priced collectives "
-                     f"({100 * shared['memo_hit_rate']:.0f}% of its lookups hit), "
-                     f"{fresh['points'] / fresh['points_cpu_s']:.1f} without it (same rows: digests "
+        whole = next((run for name, run in runs.items() if name.startswith("full_")), None)
+        over = (f"{whole['points'] / whole['points_cpu_s']:.1f} over the whole grid (60 points per system, "
+                f"{100 * whole['memo_hit_rate']:.0f}% memo hits), " if whole else "")
+        lines.append(f"Points per CPU-second on one core: {over}{shared['points'] / shared['points_cpu_s']:.1f} on "
+                     f"the short grid (serial, in this process; 5 points per system, "
+                     f"{100 * shared['memo_hit_rate']:.0f}% memo hits), {fresh['points'] / fresh['points_cpu_s']:.1f} "
+                     f"there without the memo (same rows: digests "
                      f"{'equal' if shared['digest'] == fresh['digest'] else 'DIFFER'}).\n")
     memo = record.get("memo")
     if memo:
@@ -235,7 +238,8 @@ def report(record: dict, argv) -> str:
     if full:
         estimate = record["estimate"]
         first = next(iter(full.values()))
-        lines.append(f"The sweep's own estimate of the whole grid before it started: {estimate['cpu_s']:,.0f} CPU s "
+        lines.append(f"The sweep's own estimate of the whole grid (synth/codesign/estimate.py, whose constant per "
+                     f"point was set from the short runs here: partly a fit on this grid): {estimate['cpu_s']:,.0f} CPU s "
                      f"({estimate['shared_s']:,.0f} s of it shared collectives, {estimate['unshared_s']:,.0f} s were "
                      f"they priced point by point), made in {estimate['estimate_cpu_s']:.1f} CPU s; measured: "
                      f"{first['points_cpu_s']:,.0f} CPU s in the points.\n")
