@@ -33,23 +33,32 @@ def _text(value) -> str:
     return str(value)
 
 
+def finished_keys(path: Path, columns: tuple[str, ...]) -> set[str]:
+    """The keys of the complete rows of a results file (none if it does not exist); a file with
+    other columns is another grid's, refused."""
+    finished: set[str] = set()
+    if not path.exists() or path.stat().st_size == 0:
+        return finished
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = tuple(next(reader, ()))
+        if header != columns:
+            raise UsageError(f"results file {path} holds another grid's columns; give the grid that wrote it, or "
+                             f"another results file")
+        for row in reader:
+            if len(row) == len(columns):  # a row cut short by an interruption is planned again
+                finished.add(row[0])
+    return finished
+
+
 class ResultsFile:
     """The CSV results file of one grid: `finished` holds the keys already in it."""
 
     def __init__(self, path: str | Path, columns: tuple[str, ...]):
         self.path = Path(path)
         self.columns = columns
-        self.finished: set[str] = set()
+        self.finished = finished_keys(self.path, columns)
         if self.path.exists() and self.path.stat().st_size > 0:
-            with open(self.path, newline="", encoding="utf-8") as handle:
-                reader = csv.reader(handle)
-                header = tuple(next(reader, ()))
-                if header != columns:
-                    raise UsageError(f"results file {self.path} holds another grid's columns; give the grid that "
-                                     f"wrote it, or another results file")
-                for row in reader:
-                    if len(row) == len(columns):  # a row cut short by an interruption is planned again
-                        self.finished.add(row[0])
             with open(self.path, "rb") as raw:
                 raw.seek(-1, 2)
                 cut = raw.read(1) != b"\n"

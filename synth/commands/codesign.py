@@ -97,6 +97,7 @@ def run_codesign(args) -> int:
     from synth.codesign.estimate import estimate_sweep
     from synth.codesign.executors import default_workers
     from synth.codesign.grid import load_grid
+    from synth.codesign.results import columns_for, finished_keys
     from synth.codesign.sweep import options_for, results_file, run_sweep, unfinished
     from synth.units import format_bytes
 
@@ -109,21 +110,22 @@ def run_codesign(args) -> int:
     point_budget = _seconds(args.point_budget, "--point-budget")
     options = options_for(grid, point_budget, memory / workers)
     out = Path(args.out) if args.out else Path(f"{Path(args.grid).stem}-results.csv")
+    done = finished_keys(out, columns_for(tuple(axis.name for axis in grid.axes)))
+    finished = len(done)
+    sweep = estimate_sweep(unfinished(grid, done), options)
+    wall = sweep.wall_s(workers)
+    summary = {"grid": args.grid, "points": grid.size, "finished_before": finished, "to_plan": sweep.points,
+               "workers": workers, "executor": args.executor, "estimate": sweep.to_json(),
+               "estimated_wall_s": wall}
+    line = (f"{grid.size:,} points, {finished:,} already in {out}; {sweep.points:,} to plan on {sweep.systems:,} "
+            f"systems ({sweep.failing:,} refused by the planner, recorded as errors): estimated {sweep.cpu_s:,.0f} "
+            f"CPU s ({sweep.shared_s:,.0f} s of shared collectives, {sweep.unshared_s:,.0f} s unshared), "
+            f"{wall:,.0f} s on {workers} worker(s), {format_bytes(int(sweep.worker_bytes))} per worker")
+    if args.estimate:  # nothing written
+        print(json.dumps(summary, indent=1) if args.json else line)
+        return 0
     results = results_file(grid, out)
     try:
-        finished = len(results.finished)
-        sweep = estimate_sweep(unfinished(grid, results.finished), options)
-        wall = sweep.wall_s(workers)
-        summary = {"grid": args.grid, "points": grid.size, "finished_before": finished, "to_plan": sweep.points,
-                   "workers": workers, "executor": args.executor, "estimate": sweep.to_json(),
-                   "estimated_wall_s": wall}
-        line = (f"{grid.size:,} points, {finished:,} already in {out}; {sweep.points:,} to plan on {sweep.systems:,} "
-                f"systems ({sweep.failing:,} refused by the planner, recorded as errors): estimated {sweep.cpu_s:,.0f} "
-                f"CPU s ({sweep.shared_s:,.0f} s of shared collectives, {sweep.unshared_s:,.0f} s unshared), "
-                f"{wall:,.0f} s on {workers} worker(s), {format_bytes(int(sweep.worker_bytes))} per worker")
-        if args.estimate:
-            print(json.dumps(summary, indent=1) if args.json else line)
-            return 0
         print(line, file=sys.stderr)
         if wall > budget:
             raise UsageError(f"the sweep is estimated at {wall:,.0f} s on {workers} worker(s), over the --budget of "
