@@ -162,14 +162,21 @@ def _model(name: str):
 
 def system_of(point: Point) -> tuple[Topology, str]:
     """The point's system and the name of the topology its device comes from (prices key on it)."""
+    return _system(point.system_values())
+
+
+@lru_cache(maxsize=256)
+def _system(values: tuple[tuple[str, object], ...]) -> tuple[Topology, str]:
+    """The system of these values (neighbouring points share it: built once)."""
     from synth.names import echo
     from synth.topology import check_levels
     from synth.units import parse_bandwidth, parse_time
     from synth.errors import UsageError
 
-    base = point.get("topology")
+    given = dict(values)
+    base = given.get("topology")
     topology = _topology(base)
-    device = point.get("device")
+    device = given.get("device")
     if device is not None:
         other = _topology(device)
         if other.device is None:
@@ -177,7 +184,7 @@ def system_of(point: Point) -> tuple[Topology, str]:
         topology = dataclasses.replace(topology, device=other.device, nccl=other.nccl or topology.nccl)
     levels = list(topology.levels)
     changes: dict[str, dict[str, object]] = {}
-    for name, value in point.values:
+    for name, value in values:
         if "." in name and not name.startswith("plan."):
             level, figure = name.split(".", 1)
             changes.setdefault(level, {})[figure] = value
@@ -207,7 +214,7 @@ def system_of(point: Point) -> tuple[Topology, str]:
             replaced["uplinks"] = uplinks
         levels[index] = dataclasses.replace(level, **replaced)
     if changes:
-        check_levels(tuple(levels), f"point {point.index}")
+        check_levels(tuple(levels), "the grid's level figures")
         topology = dataclasses.replace(topology, levels=tuple(levels))
     return topology, device or base
 
