@@ -124,13 +124,6 @@ def main(argv=None) -> int:
     from synth.codesign.points import points
     from synth.codesign.sweep import options_for
 
-    import dataclasses
-
-    from synth.codesign.estimate import estimate_sweep
-    from synth.codesign.grid import Axis
-    from synth.codesign.points import points
-    from synth.codesign.sweep import options_for
-
     grid = load_grid(GRID)
     out = study_dir(STUDY, args.output)
     if args.memo_only:
@@ -189,7 +182,7 @@ def report(record: dict, argv) -> str:
     runs = record["runs"]
     argv = [arg for arg in (argv or []) if arg != "--memo-only"]
     command = "python -m benchmarks.codesign" + (" " + " ".join(argv) if argv else "")
-    lines = [f"# Co-design sweeps: speed and agreement\n", header(command),
+    lines = ["# Co-design sweeps: speed and agreement\n", header(command),
              f"Grid: `{record['grid']}` ({record['grid_points']:,} points: models of 1-3 B parameters on 4 to "
              f"32 devices, the planner's settings fixed); {record['cpus']} CPUs, shared with other jobs (load "
              f"average at each run's start and end below).\n",

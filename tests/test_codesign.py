@@ -13,7 +13,7 @@ from synth.codesign.errors import GridError, MissingExtraError, UnreachableClust
 from synth.codesign.grid import grid_from_text
 from synth.codesign.points import chunks, points
 from synth.codesign.results import ResultsFile, read_rows
-from synth.codesign.run import MEASURED, RunOptions, plan_point
+from synth.codesign.run import MEASURED, plan_point
 from synth.codesign.sweep import options_for, results_file, run_sweep
 
 # Small systems (4 and 8 devices of Selene's kind) and small models, the planner's settings
