@@ -40,6 +40,8 @@ COMMANDS = {
     "emulate": ("synth.commands.emulate", "bring an emulated cluster (network namespaces, shaped links) up or down; needs root"),
     "plan": ("synth.commands.plan",
              "degrees, placement and programs of a whole training step, ranked by predicted step time"),
+    "codesign": ("synth.commands.codesign",
+                 "plan every point of a grid of systems x models x planner choices; cost, time, Pareto front"),
 }
 
 EPILOG = """\

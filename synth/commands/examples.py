@@ -31,6 +31,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
               "synth bench --emulate emu-2x4 --axes data=8 --reduce data --top 3 --bytes 1MiB   # as root"),
     "plan": ("synth plan --topology selene --model gpt3-2.7b --top 5",),
     "tune": ("synth tune --topology dgx-h100-x2 -o nccl_tuner.conf",),
+    "codesign": ("synth codesign benchmarks/grids/codesign-example.toml --estimate   # from the source tree",),
     "emulate": ("synth emulate up emu-2x4 --scale 1/64   # as root; then: synth emulate status; synth emulate down",),
 }
 

@@ -439,13 +439,16 @@ def check_size(size: SearchSize, request: PlanRequest) -> None:
 
 
 def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = None,
-         size: SearchSize | None = None) -> PlanResult:
+         size: SearchSize | None = None, costs: CommunicationCosts | None = None) -> PlanResult:
     """Search, predict and rank (module docstring); `progress(done, total)` after each placement.
-    `size`: the request's estimate when the caller made it already (it is checked again)."""
+    `size`: the request's estimate when the caller made it already (it is checked again).
+    `costs`: the request topology's costs when the caller keeps them across plans (a sweep shares
+    priced collectives between points: synth/codesign/run.py)."""
     size = size or estimate(request)
     check_size(size, request)
     started, cpu = time.perf_counter(), time.process_time()
-    costs = CommunicationCosts(request.topology, request.backend, request.max_len)
+    if costs is None:
+        costs = CommunicationCosts(request.topology, request.backend, request.max_len)
     result = PlanResult(request, size, [], [], costs=costs)
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
