@@ -234,6 +234,6 @@ def _measurements(rows, groups, path, level, topology, options, backend) -> list
         text = tokens[times[-1]]
         if text.upper() == "N/A" and len(times) > 1:
             text = tokens[times[0]]
-        time_s = check_time(parse_float(text, "time", where), text, where) * 1e-6
+        time_s = check_time(parse_float(text, "time", where), text, where, 1e-6)
         measurements.append(Measurement(collective, size, time_s, spans[owner], path, number, backend))
     return measurements

@@ -234,7 +234,7 @@ def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
         time_text = tokens[times[-1]]
         if time_text.upper() == "N/A" and len(times) > 1:
             time_text = tokens[times[0]]
-        time_s = check_time(parse_float(time_text, "time", where), time_text, where) * 1e-6
+        time_s = check_time(parse_float(time_text, "time", where), time_text, where, 1e-6)
         parsed.append((number, tokens, size, time_s))
     if not parsed:
         return []

@@ -125,7 +125,7 @@ def parse_synth_bench_csv(text: str, path: str, level: str | None) -> tuple[list
             spans[key] = _span(topology, group, level)
         span, _ = spans[key]
         nbytes = parse_count(row["bytes"], "bytes", where, 1)
-        time_s = check_time(parse_float(row["time_us"], "time_us", where), row["time_us"], where) * 1e-6
+        time_s = check_time(parse_float(row["time_us"], "time_us", where), row["time_us"], where, 1e-6)
         measurements.append(Measurement(collective, nbytes, time_s, span, path, number, backend))
     notes = [f"{path}: skipped {skipped} row(s) of programs that are not one call per group"] if skipped else []
     if not measurements:

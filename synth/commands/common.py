@@ -331,7 +331,8 @@ def resolve_goal(args, supported=None):
     from synth.goals import parse_goal
 
     with flagged("--collective"):
-        goal = parse_goal(getattr(args, "collective", None) or "allreduce")
+        chosen = getattr(args, "collective", None)
+        goal = parse_goal("allreduce" if chosen is None else chosen)
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
                          f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|nccl|json --program` "
