@@ -152,7 +152,7 @@ def _system_arguments(args) -> list[str]:
 
 def run_export(args) -> int:
     from synth.export import json_plan, mesh, nccl_c, torch_script
-    from synth.export.plan import PlanEntry, build_plan
+    from synth.export.plan import PlanEntry, build_plan, check_export_size
     from synth.export.provenance import Provenance, hierarchy_metadata, placement_metadata
 
     job = resolve_job(args)
@@ -176,6 +176,8 @@ def run_export(args) -> int:
     programs = []
     if args.format != "mesh":
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend, goal)
+        if args.format in ("torch", "nccl"):
+            check_export_size(placement.device_count, programs, f"--format {args.format}")
         for program in programs:
             _check_valid(program, hierarchy, goal)
 
