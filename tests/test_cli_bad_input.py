@@ -315,10 +315,10 @@ def test_ctrl_c_of_sweep_writes_the_placements_done_and_says_so(run_cli, tmp_pat
 
 @pytest.mark.slow
 def test_ctrl_c_during_z3_calls_is_never_lost(tmp_path):
-    """Placement enumeration is a loop of Z3 calls; an interrupt at any moment of it ends the
-    run with 130 (Z3 used to catch SIGINT itself and answer 'unknown', ending the loop as if
-    every placement had been found, and the run then exited 0)."""
-    args = ["placements", "--levels", "2,2,2,2,2,2,2,2", "--axes", "8,8,4", "--json"]  # 560 placements, seconds
+    """The search's pruning is a loop of Z3 calls; an interrupt at any moment of it ends the
+    run with 130 (Z3 used to catch SIGINT itself and answer 'unknown', which a loop takes for
+    an answer, and the run then exited 0)."""
+    args = ["programs", "--levels", "2,2,2,2", "--axes", "16", "--reduce", "a0", "--max-len", "4", "--count"]  # seconds
     for delay in (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0):
         done = _interrupt_after(args, delay, tmp_path)
         assert done.returncode == 130, (delay, done.returncode, done.stderr[-300:])
