@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from synth.errors import InputRangeError, UsageError
+from synth.names import echo
 from synth.language import collective_names
 
 # Collectives nccl-tests (and rccl-tests) measure that no program uses.
@@ -129,9 +130,9 @@ LONGEST_LATENCY_S = 60.0
 def check_rate(measurement: Measurement) -> None:
     """Refuse a time that no hardware could take for its bytes (module constants)."""
     seconds, size = measurement.time_s, measurement.bytes
-    if size / seconds > FASTEST_RATE:
-        raise InputRangeError(f"{measurement.where}: {size:,} bytes in {seconds:.3g} s is {size / seconds:.3g} B/s, "
-                              f"faster than any link (at most 100 TB/s); check the file's time and size columns")
+    if size > FASTEST_RATE * seconds:  # not size / seconds: a size of 400 digits is no float
+        raise InputRangeError(f"{measurement.where}: {size:,} bytes in {seconds:.3g} s is faster than any "
+                              f"link (at most 100 TB/s); check the file's time and size columns")
     if seconds > LONGEST_LATENCY_S + size / SLOWEST_RATE:
         raise InputRangeError(f"{measurement.where}: {size:,} bytes in {seconds:.3g} s is slower than any network "
                               f"(over a minute beyond 1 MB/s); check the file's time and size columns")
@@ -149,6 +150,8 @@ def parse_float(text: str, what: str, where: str) -> float:
 def parse_count(text: str, what: str, where: str, minimum: int = 0) -> int:
     """A whole number written as digits (nccl-tests sizes and counts)."""
     stripped = text.strip()
+    if len(stripped) > 20:  # past 2^64: no count or size nccl-tests prints (and no int() of 5,000 digits)
+        raise InputRangeError(f"{where}: {what} {echo(stripped)} has more digits than any count (at most 20)")
     if not re.fullmatch(r"\+?[0-9]+", stripped) or int(stripped) < minimum:
         kind = "a whole number" if minimum == 0 else f"a whole number of at least {minimum}"
         raise UsageError(f"{where}: {what} {stripped!r} is not {kind}")

@@ -41,7 +41,8 @@ from synth.errors import UsageError
 from synth.language import collective_names
 
 HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+# (Numbers read as ints are ASCII digits, at most 9: a rank line of 5,000 digits is no rank line.)
+RANK = re.compile(r"#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+([0-9]{1,9})\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+([0-9]{1,9})"
                   r"(?:\s+\[[^\]]*\]\s+(.*\S))?")
 TABLE_HEADER = re.compile(r"#\s*size\s+count\s+type", re.IGNORECASE)
 VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -309,7 +310,7 @@ def _count_per_rank(columns: list[str], parsed, n: int) -> bool | None:
     for _, tokens, size, _ in parsed:
         word = WORD_BYTES.get(tokens[type_at].lower())
         count = tokens[count_at]
-        if word is None or not count.isdigit() or not int(count) or not size:
+        if word is None or not re.fullmatch(r"[0-9]{1,20}", count) or not int(count) or not size:
             continue
         if size == int(count) * word:
             answers.add(False)
