@@ -719,3 +719,12 @@ def test_placements_of_three_levels_of_64_finish_and_json_of_gigabytes_is_refuse
     refused(run_cli, "placements", "--levels", "a=64,b=64,c=64", "--axes", "a=64,b=64,c=64", "--json",
             fragments=("406 placement(s) of 262,144 devices", "drop --json"))
     assert time.perf_counter() - started < 60
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_calibrate_refuses_sizes_and_rank_numbers_of_thousands_of_digits(run_cli, tmp_path, digits):
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(nccl_tests_log().replace("           8            2", f"{'9' * digits} {'9' * digits}"))
+    refused(run_cli, "calibrate", str(path), fragments=("size", "more digits than any count"))
+    path.write_text(nccl_tests_log().replace("Rank  7", "Rank " + "7" * digits))
+    refused(run_cli, "calibrate", str(path), fragments=(str(path),))

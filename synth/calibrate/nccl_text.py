@@ -41,8 +41,7 @@ from synth.errors import UsageError
 from synth.language import collective_names
 
 HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-# (Numbers read as ints are ASCII digits, at most 9: a rank line of 5,000 digits is no rank line.)
-RANK = re.compile(r"#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+([0-9]{1,9})\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+([0-9]{1,9})"
+RANK = re.compile(r"#\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+([0-9]+)"
                   r"(?:\s+\[[^\]]*\]\s+(.*\S))?")
 TABLE_HEADER = re.compile(r"#\s*size\s+count\s+type", re.IGNORECASE)
 VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -149,6 +148,9 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             if current is None or current.columns is not None:
                 current = _Run(number, named, version=version)
                 runs.append(current)
+            if max(len(rank.group(i) or "") for i in (1, 2, 5)) > 9:  # no int() of 5,000 digits
+                raise UsageError(f"{path}:{number}: a rank line whose rank, group or device number has more than "
+                                 f"9 digits; give nccl-tests output as printed")
             index = int(rank.group(1))
             if index in current.ranks:
                 raise UsageError(f"{path}:{number}: rank {index} appears twice in one run (several single-process runs "
