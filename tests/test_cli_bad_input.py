@@ -709,6 +709,12 @@ def test_an_export_of_a_million_devices_is_refused_before_it_starts(run_cli, tmp
     refused(run_cli, "export", "--levels", "node=1024,gpu=1024", "--axes", "data=1048576", "--reduce", "data",
             "--placement", "[[1024,1024]]", "--program", PROGRAM, "--format", form, "-o", str(tmp_path / "out"),
             fragments=("1,048,576 devices", "2,097,152 rank-steps", "at most 262,144"))
+    topology = tmp_path / "million.toml"
+    topology.write_text("".join(f'[[levels]]\nname = "{name}"\nsize = 1024\nbandwidth = {{ value = "25 GB/s", source = "x" }}\n'
+                                f'latency = {{ value = "5 us", source = "x" }}\n' for name in ("node", "gpu")))
+    topology.write_text('name = "million"\n' + topology.read_text())
+    refused(run_cli, "export", "--topology", str(topology), "--axes", "data=1048576", "--reduce", "data", "--top", "1",
+            "--format", form, "-o", str(tmp_path / "out"), fragments=("at least 1 step(s)", "1,048,576 rank-steps"))
     assert time.perf_counter() - started < 30 and not (tmp_path / "out").exists()
 
 

@@ -175,6 +175,8 @@ def run_export(args) -> int:
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
     if args.format != "mesh":
+        if args.format in ("torch", "nccl") and not args.program:  # before a ranking, itself per device
+            check_export_size(placement.device_count, None, f"--format {args.format}")
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend, goal)
         if args.format in ("torch", "nccl"):
             check_export_size(placement.device_count, programs, f"--format {args.format}")

@@ -152,13 +152,15 @@ RANK_STEP_BYTES = 37  # what one rank-step adds to a torch script (measured as a
 
 def check_export_size(device_count: int, programs, what: str) -> None:
     """Refuse, before any per-rank work, an export listing more rank-steps than MAX_RANK_STEPS:
-    a script for a million devices would take minutes to build without a word."""
-    steps = sum(len(program) for program in programs)
+    a script for a million devices would take minutes to build without a word. `programs`
+    None: not yet chosen (a ranking would pick them), counted as one step, the fewest."""
+    steps = 1 if programs is None else sum(len(program) for program in programs)
     rank_steps = device_count * steps
     if rank_steps > MAX_RANK_STEPS:
         size = rank_steps * RANK_STEP_BYTES / (1 << 20)
+        least = "at least " if programs is None else ""
         raise ExportTooLargeError(
-            f"{what} for {device_count:,} devices lists every rank at each of {steps} step(s): {rank_steps:,} "
+            f"{what} for {device_count:,} devices lists every rank at each of {least}{steps} step(s): {rank_steps:,} "
             f"rank-steps (about {size:,.0f} MiB, minutes to build; at most {MAX_RANK_STEPS:,}): export for fewer "
             f"devices (at most {max(1, MAX_RANK_STEPS // max(steps, 1)):,} for these programs) or fewer programs")
 
