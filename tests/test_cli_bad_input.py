@@ -734,3 +734,9 @@ def test_calibrate_refuses_sizes_and_rank_numbers_of_thousands_of_digits(run_cli
     refused(run_cli, "calibrate", str(path), fragments=("size", "more digits than any count"))
     path.write_text(nccl_tests_log().replace("Rank  7", "Rank " + "7" * digits))
     refused(run_cli, "calibrate", str(path), fragments=(str(path),))
+
+
+@pytest.mark.parametrize("matrix", ["", " "])
+def test_an_empty_placement_is_refused_not_taken_for_every_placement(run_cli, matrix):
+    refused(run_cli, "rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1MiB",
+            "--placement", matrix, fragments=("--placement", "not a placement matrix"))

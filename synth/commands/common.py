@@ -265,7 +265,7 @@ def constraints_of(args) -> list:
 
 def given_placement(args, job: Job) -> Placement | None:
     """The placement --placement gives, checked against the system and the axes (None without it)."""
-    if not getattr(args, "placement", None):
+    if getattr(args, "placement", None) is None:
         return None
     if getattr(args, "inside", None) or getattr(args, "factor", None):
         raise UsageError("--placement fixes the matrix; drop --inside/--factor or drop --placement")
