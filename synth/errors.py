@@ -33,6 +33,15 @@ class ProgramSyntaxError(UsageError):
     """A program text that does not parse; the message carries line, column and a caret."""
 
 
+class InputRangeError(UsageError):
+    """A figure read from an input file (a measured time, a model's ratio) outside what is
+    physically possible: caught where the file is read, so nothing downstream overflows."""
+
+
+class ExportTooLargeError(UsageError):
+    """An export estimated, before any per-rank work, to be too large to write in reasonable time."""
+
+
 class NoSolutionError(SynthError):
     """A well-formed request with no answer (no placement, no program). Exit code 1."""
 

@@ -130,7 +130,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from synth.errors import UsageError
+from synth.errors import InputRangeError, UsageError
 from synth.names import check_name, echo
 from synth.text import escaped
 from synth.topology import (CalibrationRecord, CollectiveFigures, Figure, Level, LinkKind, NcclSystem,
@@ -245,6 +245,11 @@ def _toml_loads(text: str, where: str) -> dict:
         raise UsageError(f"{where}: not valid TOML: {_one_line(error)}") from None
     except RecursionError:  # tables or arrays nested thousands deep
         raise UsageError(f"{where}: not a topology file: its values are nested too deeply") from None
+    except ValueError as error:  # an integer past Python's 4,300-digit string limit
+        digits = re.search(r"has (\d+) digits", str(error))
+        count = f"{int(digits.group(1)):,} digits" if digits else "too many digits"
+        raise InputRangeError(f"{where}: a number in the file has {count} (Python reads at most 4,300); "
+                              f"no figure needs so many: write it shorter") from None
 
 
 def _field_error(where: str, field: str, message: str) -> UsageError:

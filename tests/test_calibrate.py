@@ -473,10 +473,10 @@ GLOO_HEADER = "collective,level,group_size,bytes,time_s,backend\n"
     ("nccl_short.txt", OLD_NCCL_TESTS.replace("   3690.0   72.75", "   3690.0"), "fields where the header has 12"),
     ("nccl_noranks.txt", "\n".join(line for line in OLD_NCCL_TESTS.splitlines() if "Rank" not in line),
      "cannot tell the ranks"),
-    ("alltoall_perf.txt", OLD_NCCL_TESTS, "named alltoall_perf but its table (redop, root, busbw/algbw) fits "
+    ("alltoall_perf.txt", OLD_NCCL_TESTS, "named alltoall_perf but its table (redop, root, count, busbw/algbw) fits "
      "AllReduce, Reduce"),
     ("sendrecv_perf.txt", OLD_NCCL_TESTS, "SendRecv is not a collective programs use"),
-    ("all_gather_perf.txt", OLD_NCCL_TESTS, "named all_gather_perf but its table (redop, root, busbw/algbw) fits "
+    ("all_gather_perf.txt", OLD_NCCL_TESTS, "named all_gather_perf but its table (redop, root, count, busbw/algbw) fits "
      "AllReduce, Reduce"),
     ("nccl_unnamed.txt", OLD_NCCL_TESTS, "cannot tell which collective"),
     ("mixed_hosts.txt", OLD_NCCL_TESTS.replace("on    dgx01 device  1", "on    dgx02 device  1")

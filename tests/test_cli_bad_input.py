@@ -315,10 +315,10 @@ def test_ctrl_c_of_sweep_writes_the_placements_done_and_says_so(run_cli, tmp_pat
 
 @pytest.mark.slow
 def test_ctrl_c_during_z3_calls_is_never_lost(tmp_path):
-    """Placement enumeration is a loop of Z3 calls; an interrupt at any moment of it ends the
-    run with 130 (Z3 used to catch SIGINT itself and answer 'unknown', ending the loop as if
-    every placement had been found, and the run then exited 0)."""
-    args = ["placements", "--levels", "2,2,2,2,2,2,2,2", "--axes", "8,8,4", "--json"]  # 560 placements, seconds
+    """The search's pruning is a loop of Z3 calls; an interrupt at any moment of it ends the
+    run with 130 (Z3 used to catch SIGINT itself and answer 'unknown', which a loop takes for
+    an answer, and the run then exited 0)."""
+    args = ["programs", "--levels", "2,2,2,2", "--axes", "16", "--reduce", "a0", "--max-len", "4", "--count"]  # seconds
     for delay in (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0):
         done = _interrupt_after(args, delay, tmp_path)
         assert done.returncode == 130, (delay, done.returncode, done.stderr[-300:])
@@ -618,3 +618,125 @@ def test_a_real_ctrl_c_of_fusion_is_one_line_and_130():
                             Path(__file__).resolve().parents[1])
     assert done.returncode == 130 and "Traceback" not in done.stderr and done.stdout == "", done.stderr
     assert len(done.stderr.splitlines()) == 1 and "interrupted" in done.stderr  # while loading: "synth: interrupted"
+
+
+# --- issue 22 section 5: extreme figures in files, sizes of work, names of collectives -------------------
+
+
+def nccl_tests_log(times: str = "40.12", count_share: int = 1, redop: str = "sum", ranks: int = 8) -> str:
+    """A one-host nccl-tests table of sizes 8 B to 1 KiB (bandwidths too small to print, so
+    only the count column tells a per-rank collective); `count_share` divides the count."""
+    lines = ["# nThread 1 nGpus 8 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20", "# Using devices"]
+    lines += [f"#  Rank {r:2d} Group  0 Pid   1000 on      host0 device {r:2d} [0x{r:02x}] NVIDIA H100 80GB HBM3"
+              for r in range(ranks)]
+    lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+                 "   busbw #wrong")
+    for k in range(3, 11):
+        lines.append(f"{1 << k:12d} {(1 << k) // 4 // count_share:12d}     float    {redop:>4}      -1    {times}    0.00"
+                     f"    0.00      0    {times}    0.00    0.00      0")
+    return "\n".join(lines + ["# Avg bus bandwidth    : 0.0 "]) + "\n"
+
+
+@pytest.mark.parametrize("test, time", [("all_reduce", "1e-300"), ("all_reduce", "1e300"), ("alltoall", "1e-300"),
+                                        ("alltoall", "1e300"), ("all_reduce", "inf"), ("alltoall", "nan")])
+def test_calibrate_refuses_times_no_call_takes(run_cli, tmp_path, test, time):
+    path = tmp_path / f"{test}_perf.txt"
+    path.write_text(nccl_tests_log(time, 8 if test == "alltoall" else 1, "none" if test == "alltoall" else "sum"))
+    refused(run_cli, "calibrate", str(path), fragments=(f"{path}:", repr(time) if time[0] == "1" else time))
+
+
+def test_calibrate_refuses_rates_no_hardware_has(run_cli, tmp_path):
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(nccl_tests_log("0.001"))  # 1 KiB in 1 ns: 10^12 B/s is fine; 16 MiB would not be
+    path.write_text(nccl_tests_log("0.001").replace("        1024          256", "    16777216      4194304"))
+    refused(run_cli, "calibrate", str(path), fragments=("16,777,216 bytes in 1e-09 s", "faster than any link"))
+    path.write_text(nccl_tests_log("90000000"))  # 8 bytes in 90 s
+    refused(run_cli, "calibrate", str(path), fragments=("8 bytes in 90 s", "slower than any network"))
+    csv = tmp_path / "bench.csv"
+    csv.write_text("collective,level,group_size,bytes,time_s\nAllReduce,gpu,4,65536,1e-300\n")
+    refused(run_cli, "calibrate", str(csv), "--topology", "emu-2x4", fragments=("'1e-300' (s)", "1 ns to 1 day"))
+
+
+@pytest.mark.parametrize("named, share, redop", [("all_reduce", 8, "sum"), ("reduce_scatter", 1, "sum"),
+                                                 ("all_reduce", 8, "none"), ("all_gather", 1, "none")])
+def test_a_table_under_another_collectives_name_is_refused(run_cli, tmp_path, named, share, redop):
+    """nccl-tests prints `count` as one rank's share for reduce_scatter, all_gather and alltoall:
+    a table whose count says otherwise than its name is refused, even where busbw is 0.00."""
+    path = tmp_path / f"{named}_perf.txt"
+    path.write_text(nccl_tests_log(count_share=share, redop=redop))
+    refused(run_cli, "calibrate", str(path), fragments=(f"named {named}_perf but its table", "count"))
+
+
+def test_an_unnamed_table_is_told_by_its_count(tmp_path):
+    from synth.calibrate.readers import read_measurements
+
+    path = tmp_path / "run.txt"
+    for share, redop, collective in ((8, "sum", "ReduceScatter"), (1, "sum", "AllReduce")):
+        path.write_text(nccl_tests_log(count_share=share, redop=redop))
+        assert {m.collective for m in read_measurements(str(path))[1]} == {collective}
+
+
+@pytest.mark.parametrize("line, fragments", [
+    ("capacity_factor = 1e308", ("capacity_factor = 1e+308", "experts / top_k = 4")),
+    ("capacity_factor = 5.0", ("capacity_factor = 5", "give 1 to 4")),
+    ("vocab = " + "9" * 4400, ("4,400 digits", "write it shorter")),
+])
+def test_a_model_file_with_figures_out_of_range(run_cli, tmp_path, line, fragments):
+    path = tmp_path / "moe.toml"
+    keys = dict(name='"moe"', layers=8, hidden=1024, heads=16, ffn=4096, seq_len=2048, vocab=32000, micro_batch=1,
+                global_batch=64, experts=8, top_k=2)
+    key = line.split(" = ")[0]
+    path.write_text("".join(f"{k} = {v}\n" for k, v in keys.items() if k != key) + line + "\n")
+    refused(run_cli, "plan", "--topology", "dgx-a100-x4", "--model", str(path), fragments=fragments)
+
+
+def test_a_topology_file_with_an_integer_of_4400_digits(run_cli, tmp_path):
+    path = tmp_path / "big.toml"
+    path.write_text('name = "big"\n[[levels]]\nname = "node"\nsize = ' + "9" * 4400 + "\n")
+    refused(run_cli, "placements", "--topology", str(path), "--axes", "8", fragments=("4,400 digits",))
+
+
+@pytest.mark.parametrize("name", ["", " ", "\u200b"])
+def test_an_empty_collective_name_is_refused(run_cli, name):
+    refused(run_cli, "export", *LEVELS, "--axes", "8", "--reduce", "a0", "--placement", "[[2,4]]", "--program",
+            "AllReduce(InsideGroup(gpu))", "--format", "json", "-o", "x.json", "--collective", name,
+            fragments=("--collective", "unknown collective"))
+
+
+@pytest.mark.parametrize("form", ["torch", "nccl"])
+def test_an_export_of_a_million_devices_is_refused_before_it_starts(run_cli, tmp_path, form):
+    started = time.perf_counter()
+    refused(run_cli, "export", "--levels", "node=1024,gpu=1024", "--axes", "data=1048576", "--reduce", "data",
+            "--placement", "[[1024,1024]]", "--program", PROGRAM, "--format", form, "-o", str(tmp_path / "out"),
+            fragments=("1,048,576 devices", "2,097,152 rank-steps", "at most 262,144"))
+    topology = tmp_path / "million.toml"
+    topology.write_text("".join(f'[[levels]]\nname = "{name}"\nsize = 1024\nbandwidth = {{ value = "25 GB/s", source = "x" }}\n'
+                                f'latency = {{ value = "5 us", source = "x" }}\n' for name in ("node", "gpu")))
+    topology.write_text('name = "million"\n' + topology.read_text())
+    refused(run_cli, "export", "--topology", str(topology), "--axes", "data=1048576", "--reduce", "data", "--top", "1",
+            "--format", form, "-o", str(tmp_path / "out"), fragments=("at least 1 step(s)", "1,048,576 rank-steps"))
+    assert time.perf_counter() - started < 30 and not (tmp_path / "out").exists()
+
+
+def test_placements_of_three_levels_of_64_finish_and_json_of_gigabytes_is_refused(run_cli):
+    started = time.perf_counter()
+    code, out, err = run_cli("placements", "--levels", "a=64,b=64,c=64", "--axes", "a=64,b=64,c=64")
+    assert code == 0 and "406 placement(s)" in out, err
+    refused(run_cli, "placements", "--levels", "a=64,b=64,c=64", "--axes", "a=64,b=64,c=64", "--json",
+            fragments=("406 placement(s) of 262,144 devices", "drop --json"))
+    assert time.perf_counter() - started < 60
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_calibrate_refuses_sizes_and_rank_numbers_of_thousands_of_digits(run_cli, tmp_path, digits):
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(nccl_tests_log().replace("           8            2", f"{'9' * digits} {'9' * digits}"))
+    refused(run_cli, "calibrate", str(path), fragments=("size", "more digits than any count"))
+    path.write_text(nccl_tests_log().replace("Rank  7", "Rank " + "7" * digits))
+    refused(run_cli, "calibrate", str(path), fragments=(str(path),))
+
+
+@pytest.mark.parametrize("matrix", ["", " "])
+def test_an_empty_placement_is_refused_not_taken_for_every_placement(run_cli, matrix):
+    refused(run_cli, "rank", "--topology", "emu-2x4", "--axes", "data=8", "--reduce", "data", "--bytes", "1MiB",
+            "--placement", matrix, fragments=("--placement", "not a placement matrix"))

@@ -34,7 +34,7 @@ from synth.errors import UsageError
 TIME_BOUND_S = 60.0  # per run; a run past it is interrupted and fails the property
 
 HOSTILE = ["", " ", "-", "--", "0", "-1", "-5", "1", "2", "3", "99", "4294967297", "9" * 40, "9" * 400, "1e308",
-           "1e-308", "nan", "inf", "-inf", "\u0663", "\uff18", "\u00bd", "1/0", "1/3", "0x10", "1_000", "x", "None",
+           "1e-308", "1e-300", "nan", "inf", "-inf", "\u0663", "\uff18", "\u00bd", "1/0", "1/3", "0x10", "1_000", "x", "None",
            "a" * 300, "a=1," * 40, ",", "data,", "data,,model", "[[", "[" * 3000 + "]" * 3000,
            "[[" + "9" * 5000 + "]]", "[[1,2],[2,1]]", "[[true]]", "{}", "null", "\x00", "a\nb", "\x1b[31m",
            "../../etc/passwd", "/dev/zero", "/dev/null", "/", "@/dev/null", "@/", "@missing", "1e308PiB", "-1GiB",
@@ -43,7 +43,6 @@ HOSTILE = ["", " ", "-", "--", "0", "-1", "-5", "1", "2", "3", "99", "4294967297
            "AllReduce(Inside(gpu))", "AllReduce(InsideGroup(gpu)); AllReduce(Parallel(node))", "#", "; ;"]
 VALID = {
     "--topology": ["emu-2x4", "paper-fig3", "dgx-a100-x4", "selene", "no-such-topology"],
-    "--levels": ["node=2,gpu=4", "2,2", "rack=2,node=2,gpu=2"],
     "--axes": ["data=8", "data=4,model=2", "8", "4,2", "data=2,model=2,pipe=2"],
     "--reduce": ["data", "data,model", "a0", "model"],
     "--placement": ["[[2,4]]", "[[2,2],[1,2]]", "[[1,4],[2,1]]"],
@@ -55,7 +54,9 @@ VALID = {
     "--reduction": ["data:1MiB", "data+model:8MiBx2"], "--tensors": ["4MiB,16MiB", "1KiB"],
     "--compute-rate": ["30GB/s", "inf"], "--output": ["out", "out/file.py", "out.toml", "-x"],
     "--model": ["gpt3-1.3b", "llama2-7b", "no-such-model"], "--micro-batch": ["1,2", "\u00b2"],
-    "--resize": ["node=4", ""], "--export": ["launch.json", ""], "--efficiency": ["45%", "1e-300"],
+    "--resize": ["node=4", ""], "--collective": ["allreduce", "reducescatter", "alltoall", "", " "],
+    "--export": ["launch.json", ""], "--efficiency": ["45%", "1e-300"],
+    "--levels": ["node=2,gpu=4", "2,2", "rack=2,node=2,gpu=2", "a=64,b=64,c=64", "node=1024,gpu=1024"],
 }
 MODEL = {"name": "m", "layers": 24, "hidden": 2048, "heads": 16, "ffn": 8192, "seq_len": 2048, "vocab": 50257,
          "micro_batch": 1, "global_batch": 512}
@@ -69,6 +70,17 @@ def _device_table(name: str, efficiency: str, peak: str) -> bytes:
             + f'[device]\n{name}\nmemory = {{ value = "80 GiB", source = "x" }}\n'
               f'matmul_efficiency = {{ value = {efficiency}, source = "x" }}\n'
               f'[device.peak]\nbf16 = {{ value = {peak}, source = "x" }}\n'.encode())
+def _nccl_log(time: str, share: int = 1, redop: str = "sum") -> str:
+    """An 8-rank nccl-tests table with every time `time` (us) and counts divided by `share`."""
+    return ("# nThread 1 nGpus 8 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20\n"
+            + "".join(f"#  Rank {r} Group 0 Pid 1 on h device {r} [0x0] GPU\n" for r in range(8))
+            + "#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
+              "   algbw   busbw #wrong\n"
+            + "".join(f"{1 << k:12d} {(1 << k) // 4 // share:12d}     float    {redop}      -1    {time}    0.00    0.00"
+                      f"      0    {time}    0.00    0.00      0\n" for k in range(3, 11))
+            + "# Avg bus bandwidth    : 0.0 \n")
+
+
 SHORT = {"-t": "--topology", "-a": "--axes", "-r": "--reduce", "-p": "--placement", "-B": "--bytes", "-L": "--max-len",
          "-k": "--top", "-F": "--format", "-o": "--output", "-R": "--reduction", "-f": "-f"}
 SLOW_OPTIONS = {"--exact"}  # legitimately slow, not bad input: left out
@@ -108,6 +120,15 @@ def _file_pool(directory: Path) -> list[str]:
         "model-markup.json": json.dumps(dict(MODEL, name="m[/x][bold]\x1b[2J")).encode(),
         "device.toml": _device_table('name = "GPU [/x]\\u001b[31m"', '"1e-300"', '"312 TFLOP/s"'),
         "device-peak.toml": _device_table('name = "GPU"', '"46%"', '"1e-300 TFLOP/s"'),
+        # issue 22: figures past what a file can mean
+        "model-capacity.toml": ("".join(f"{key} = {json.dumps(value)}\n" for key, value in MODEL.items())
+                                + "experts = 8\ntop_k = 2\ncapacity_factor = 1e308\n").encode(),
+        "model-4400.toml": ("".join(f"{key} = {json.dumps(value)}\n" for key, value in MODEL.items() if key != "vocab")
+                            + "vocab = " + "9" * 4400 + "\n").encode(),
+        "topology-4400.toml": b'name = "x"\n[[levels]]\nname = "node"\nsize = ' + b"9" * 4400 + b"\n",
+        "all_reduce_perf-1e-300.log": _nccl_log("1e-300").encode(),
+        "alltoall_perf-1e300.log": _nccl_log("1e300", share=8, redop="none").encode(),
+        "reduce_scatter_perf-as-all_reduce_perf.log": _nccl_log("40.12", share=8).encode(),
         "nccl.log": ("# nThread 1 nGpus 8 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20\n"
                      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
                      "   algbw   busbw #wrong\n"

@@ -36,12 +36,12 @@ from synth.errors import UsageError
 from synth.names import echo
 
 GROUPS = re.compile(r"^#\s*reduction groups:\s*(\[.*\])\s*$")
-PROGRAM = re.compile(r"^#\s*program(?: (\d+))?(?: \(.*?\))?: (.*)$")  # torch: "program 0 (label): T"; C: "program: T"
+PROGRAM = re.compile(r"^#\s*program(?: ([0-9]{1,9}))?(?: \(.*?\))?: (.*)$")  # torch: "program 0 (label): T"; C: "program: T"
 BASELINE = re.compile(r"^#\s*baseline:")
 NCCL_BASELINE = re.compile(r"\bnccl([A-Z]\w*)")  # the C program's baseline line names its NCCL call
 BACKEND = re.compile(r"^#\s*\d+ program\(s\) on \d+ ranks, backend (\w+)")
 OLDER = re.compile(r"^#\s*(\d+ program\(s\) on \d+ ranks, backend|\d+ ranks, reduction groups of n = )")
-PROGRAMS_SUFFIX = re.compile(r"\s+\(programs ([\d,]+)\)\s*$")
+PROGRAMS_SUFFIX = re.compile(r"\s+\(programs ([0-9]{1,9}(?:,[0-9]{1,9})*)\)\s*$")
 FORMAT = "synth-export-results"
 
 
@@ -112,7 +112,7 @@ def parse_export_text(text: str, path: str, level: str | None, topology: str | N
 def parse_export_json(text: str, path: str, level: str | None, topology: str | None) -> list[Measurement]:
     try:
         document = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
+    except (ValueError, RecursionError) as error:  # ValueError: also an integer past 4,300 digits
         raise UsageError(f"{path}: not JSON ({' '.join(str(error).split())[:80]})") from None
     if not isinstance(document, dict) or not isinstance(document.get("programs"), list):
         raise UsageError(f"{path}: an exported script's JSON without its 'programs' (an older synth wrote the script): "
@@ -153,7 +153,7 @@ def named_topology(text: str) -> str | None:
     if looks_like_export_json(text):
         try:
             command = json.loads(text).get("command")
-        except (json.JSONDecodeError, RecursionError, AttributeError):
+        except (ValueError, RecursionError, AttributeError):
             return None
         if not isinstance(command, str):
             return None
@@ -187,7 +187,7 @@ def _goal_collective(name, path: str) -> str:
 def _groups(text: str, where: str) -> list[tuple[int, ...]]:
     try:
         groups = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: also an integer past 4,300 digits
         groups = None
     if (not isinstance(groups, list) or not groups or
             not all(isinstance(g, list) and len(g) >= 2 and all(type(r) is int and r >= 0 for r in g) for g in groups)):
@@ -234,6 +234,6 @@ def _measurements(rows, groups, path, level, topology, options, backend) -> list
         text = tokens[times[-1]]
         if text.upper() == "N/A" and len(times) > 1:
             text = tokens[times[0]]
-        time_s = check_time(parse_float(text, "time", where), text, where) * 1e-6
+        time_s = check_time(parse_float(text, "time", where), text, where, 1e-6)
         measurements.append(Measurement(collective, size, time_s, spans[owner], path, number, backend))
     return measurements

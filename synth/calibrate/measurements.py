@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from synth.errors import UsageError
+from synth.errors import InputRangeError, UsageError
+from synth.names import echo
 from synth.language import collective_names
 
 # Collectives nccl-tests (and rccl-tests) measure that no program uses.
@@ -98,10 +99,43 @@ def collective_from_name(text: str, where: str) -> str:
     raise UsageError(f"{where}: unknown collective {text.strip()!r}; use one of {supported}")
 
 
-def check_time(value: float, text: str, where: str) -> float:
+# What a timed collective call can take: no launch completes in under a nanosecond, and a
+# figure over a day is a corrupted column, not a measurement (the written topology refuses
+# latencies past a day too); outside it the fit overflows.
+SHORTEST_TIME_S = 1e-9
+LONGEST_TIME_S = 86400.0
+
+
+def check_time(value: float, text: str, where: str, scale: float = 1.0) -> float:
+    """The time in seconds (`value * scale`, the file's unit), refused when not a positive
+    finite number within a timed call's physical range."""
     if not value > 0 or value == float("inf"):
         raise UsageError(f"{where}: time {text.strip()!r} is not a positive number")
-    return value
+    seconds = value * scale
+    if not SHORTEST_TIME_S <= seconds <= LONGEST_TIME_S:
+        unit = "s" if scale == 1.0 else "us" if scale == 1e-6 else f"x {scale:g} s"
+        raise InputRangeError(f"{where}: time {text.strip()[:40]!r} ({unit}) is outside what a collective call takes "
+                              f"(1 ns to 1 day); check the file's time column")
+    return seconds
+
+
+# The rates a measurement may imply: no link or memory moves more than 100 TB/s (ten times
+# the fastest GPU memory), and no network is slower than 1 MB/s after a minute's latency
+# (the written topology's longest latency).
+FASTEST_RATE = 1e14
+SLOWEST_RATE = 1e6
+LONGEST_LATENCY_S = 60.0
+
+
+def check_rate(measurement: Measurement) -> None:
+    """Refuse a time that no hardware could take for its bytes (module constants)."""
+    seconds, size = measurement.time_s, measurement.bytes
+    if size > FASTEST_RATE * seconds:  # not size / seconds: a size of 400 digits is no float
+        raise InputRangeError(f"{measurement.where}: {size:,} bytes in {seconds:.3g} s is faster than any "
+                              f"link (at most 100 TB/s); check the file's time and size columns")
+    if seconds > LONGEST_LATENCY_S + size / SLOWEST_RATE:
+        raise InputRangeError(f"{measurement.where}: {size:,} bytes in {seconds:.3g} s is slower than any network "
+                              f"(over a minute beyond 1 MB/s); check the file's time and size columns")
 
 
 def parse_float(text: str, what: str, where: str) -> float:
@@ -116,6 +150,8 @@ def parse_float(text: str, what: str, where: str) -> float:
 def parse_count(text: str, what: str, where: str, minimum: int = 0) -> int:
     """A whole number written as digits (nccl-tests sizes and counts)."""
     stripped = text.strip()
+    if len(stripped) > 20:  # past 2^64: no count or size nccl-tests prints (and no int() of 5,000 digits)
+        raise InputRangeError(f"{where}: {what} {echo(stripped)} has more digits than any count (at most 20)")
     if not re.fullmatch(r"\+?[0-9]+", stripped) or int(stripped) < minimum:
         kind = "a whole number" if minimum == 0 else f"a whole number of at least {minimum}"
         raise UsageError(f"{where}: {what} {stripped!r} is not {kind}")

@@ -67,7 +67,7 @@ def parse_nccl_csv(text: str, path: str, level: str | None) -> list[Measurement]
         collective = collective_from_name(row["collective"], where)
         span = _span(row, where, level)
         size = parse_count(row["size"], "size", where)
-        time_s = check_time(parse_float(row["time"], "time", where), row["time"], where) * 1e-6
+        time_s = check_time(parse_float(row["time"], "time", where), row["time"], where, 1e-6)
         if size == 0:
             continue  # NCCL returns from an empty call without communicating
         size = _call_bytes(collective, size, time_s, span.size, row.get("algbw"), where)

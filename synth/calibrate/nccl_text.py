@@ -17,7 +17,8 @@ printed into the table that do not start with a number, are ignored.
 The output does not name the collective, so it is read from a `<test>_perf` name in the
 file (a captured command line) or in the file name, and from the table itself: the `redop`
 (`none` for AllGather, Broadcast and AllToAll), the `root` (-1 for AllReduce, ReduceScatter,
-AllGather and AllToAll) and busbw / algbw (nccl-tests' bus factors 2(n-1)/n, (n-1)/n, 1;
+AllGather and AllToAll), the `count` (one rank's share for ReduceScatter, AllGather and AllToAll,
+the whole buffer otherwise) and busbw / algbw (nccl-tests' bus factors 2(n-1)/n, (n-1)/n, 1;
 alltoall_perf's is (n-1)/n, as all_gather_perf's, so an all-to-all table is told apart by its
 name only). When both name and table tell, they must agree.
 
@@ -40,7 +41,7 @@ from synth.errors import UsageError
 from synth.language import collective_names
 
 HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+RANK = re.compile(r"#\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+([0-9]+)"
                   r"(?:\s+\[[^\]]*\]\s+(.*\S))?")
 TABLE_HEADER = re.compile(r"#\s*size\s+count\s+type", re.IGNORECASE)
 VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -55,6 +56,9 @@ TEST_OF = {"AllReduce": "all_reduce", "ReduceScatter": "reduce_scatter", "AllGat
            "Broadcast": "broadcast", "Reduce": "reduce", "AllToAll": "alltoall"}
 # nccl-tests' busbw / algbw per collective for n ranks (doc/PERFORMANCE.md).
 BUS_FACTOR = {record.name: record.bus_factor for record in RECORDS.values()}
+# Bytes per element of nccl-tests' `-d` type names (its test_typenames).
+WORD_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
+              "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 LOG_LINE = re.compile(r"\bNCCL\b|\bRCCL\b")
 TABLE_END = re.compile(r"#\s*(Out of bounds|Avg bus bandwidth)")
 
@@ -144,6 +148,9 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             if current is None or current.columns is not None:
                 current = _Run(number, named, version=version)
                 runs.append(current)
+            if max(len(rank.group(i) or "") for i in (1, 2, 5)) > 9:  # no int() of 5,000 digits
+                raise UsageError(f"{path}:{number}: a rank line whose rank, group or device number has more than "
+                                 f"9 digits; give nccl-tests output as printed")
             index = int(rank.group(1))
             if index in current.ranks:
                 raise UsageError(f"{path}:{number}: rank {index} appears twice in one run (several single-process runs "
@@ -234,7 +241,7 @@ def _measurements(run: _Run, path: str, level: str | None) -> list[Measurement]:
         time_text = tokens[times[-1]]
         if time_text.upper() == "N/A" and len(times) > 1:
             time_text = tokens[times[0]]
-        time_s = check_time(parse_float(time_text, "time", where), time_text, where) * 1e-6
+        time_s = check_time(parse_float(time_text, "time", where), time_text, where, 1e-6)
         parsed.append((number, tokens, size, time_s))
     if not parsed:
         return []
@@ -252,7 +259,7 @@ def _collective(run: _Run, columns: list[str], parsed, n: int, path: str) -> str
         named = collective_from_name(name, f"{path}:{line}" if line else path)
         if named not in possible:
             table = ", ".join(c for c in CALIBRATED if c in possible) or "no collective"
-            raise UsageError(f"{path}:{run.line}: the run is named {name}_perf but its table (redop, root, busbw/algbw) "
+            raise UsageError(f"{path}:{run.line}: the run is named {name}_perf but its table (redop, root, count, busbw/algbw) "
                              f"fits {table}; check the file")
         return named
     if len(possible) == 1:
@@ -283,10 +290,37 @@ def _possible_from_table(columns: list[str], parsed, n: int) -> set[str]:
     if len(roots) == 1:
         possible &= ({"AllReduce", "ReduceScatter", "AllGather", "AllToAll"} if roots == {"-1"}
                      else {"Reduce", "Broadcast"})
+    per_rank = _count_per_rank(columns, parsed, n)
+    if per_rank is not None:
+        possible &= {"ReduceScatter", "AllGather", "AllToAll"} if per_rank else {"AllReduce", "Broadcast", "Reduce"}
     factor = _bus_factor(columns, parsed)
     if factor is not None:
         possible = {c for c in possible if abs(factor / BUS_FACTOR[c](n) - 1) < 0.03}
     return possible
+
+
+def _count_per_rank(columns: list[str], parsed, n: int) -> bool | None:
+    """Whether the `count` column is one rank's share: nccl-tests prints `size` as the larger
+    buffer and `count` as the call's own count argument, so `size = count x word` for
+    all_reduce, broadcast and reduce, and `size = count x word x n` for reduce_scatter,
+    all_gather and alltoall (their getCollByteCount). None when the rows do not tell (an
+    unknown type, no row with a count, rows that disagree)."""
+    if "type" not in columns or "count" not in columns:
+        return None
+    type_at, count_at, size_at = columns.index("type"), columns.index("count"), columns.index("size")
+    answers = set()
+    for _, tokens, size, _ in parsed:
+        word = WORD_BYTES.get(tokens[type_at].lower())
+        count = tokens[count_at]
+        if word is None or not re.fullmatch(r"[0-9]{1,20}", count) or not int(count) or not size:
+            continue
+        if size == int(count) * word:
+            answers.add(False)
+        elif size == int(count) * word * n:
+            answers.add(True)
+        else:
+            return None
+    return answers.pop() if len(answers) == 1 else None
 
 
 def _bus_factor(columns: list[str], parsed) -> float | None:

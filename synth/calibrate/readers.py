@@ -17,7 +17,7 @@ from synth.calibrate.bench_csv import looks_like_bench_csv, parse_bench_csv
 from synth.calibrate.export_results import (looks_like_export_json, looks_like_export_text, parse_export_json,
                                             parse_export_text)
 from synth.calibrate.export_results import named_topology as export_named_topology
-from synth.calibrate.measurements import Measurement
+from synth.calibrate.measurements import Measurement, check_rate
 from synth.calibrate.nccl_csv import looks_like_nccl_csv, parse_nccl_csv
 from synth.calibrate.nccl_text import is_nccl_text, parse_nccl_text
 from synth.calibrate.synth_bench import looks_like_synth_bench, parse_synth_bench_csv
@@ -74,10 +74,13 @@ def read_measurements(path: str, level: str | None = None,
     `topology` is --topology, where exported programs' groups sit (default: the one they name)."""
     text = read_text(path)
     try:
-        return _parse(text, path, level, topology)
+        kind, measurements = _parse(text, path, level, topology)
     except csv.Error as error:  # a field over csv's limit (131,072 characters), a NUL byte: not a CSV of ours
         raise UsageError(f"{path}: not a measurement CSV ({' '.join(str(error).split())[:120]}); "
                          f"give the file synth bench, our benchmarks or nccl-tests wrote") from None
+    for measurement in measurements:
+        check_rate(measurement)
+    return kind, measurements
 
 
 def _parse(text: str, path: str, level: str | None, topology: str | None) -> tuple[str, list[Measurement]]:

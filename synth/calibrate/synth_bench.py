@@ -21,6 +21,7 @@ import shlex
 
 from synth.calibrate.measurements import Measurement, Span, check_time, collective_from_name, parse_count, parse_float
 from synth.errors import UsageError
+from synth.names import echo
 
 COLUMNS = ("placement", "hierarchy", "role", "program", "bytes", "time_us")
 ONE_STEP = re.compile(r"^\s*(\w+)\(\s*InsideGroup\(\s*([\w.]+)\s*\)\s*\)\s*;?\s*$")
@@ -118,14 +119,14 @@ def parse_synth_bench_csv(text: str, path: str, level: str | None) -> tuple[list
         if key not in spans:
             try:
                 matrix = json.loads(key)
-            except json.JSONDecodeError:
-                raise UsageError(f"{where}: placement {key!r} is not a matrix like [[2,4]]") from None
+            except (ValueError, RecursionError):  # ValueError: also an integer past 4,300 digits
+                raise UsageError(f"{where}: placement {echo(key)} is not a matrix like [[2,4]]") from None
             placement = make_placement(topology, axes, matrix)
             group = build_hierarchy(placement, reduced).groups[0]
             spans[key] = _span(topology, group, level)
         span, _ = spans[key]
         nbytes = parse_count(row["bytes"], "bytes", where, 1)
-        time_s = check_time(parse_float(row["time_us"], "time_us", where), row["time_us"], where) * 1e-6
+        time_s = check_time(parse_float(row["time_us"], "time_us", where), row["time_us"], where, 1e-6)
         measurements.append(Measurement(collective, nbytes, time_s, span, path, number, backend))
     notes = [f"{path}: skipped {skipped} row(s) of programs that are not one call per group"] if skipped else []
     if not measurements:

@@ -194,9 +194,20 @@ def _backend(option: str | None, measurements) -> str:
 def _check_written(text: str, backend, measurements):
     """Load the rendered file as any topology file is loaded, and replay the measurements on it."""
     from synth.calibrate import replay
+
+    return replay(_load_written(text), backend, measurements)
+
+
+def _load_written(text: str):
+    """The rendered topology loaded back; a figure out of its range there comes from measurements
+    no link produces (each in range, together absurd), so the error says so."""
     from synth.topology_file import topology_from_text
 
-    return replay(topology_from_text(text, "the written topology"), backend, measurements)
+    try:
+        return topology_from_text(text, "the fitted topology")
+    except UsageError as error:
+        raise UsageError(f"the measurements fit figures no hardware has ({error}); check the files' time and "
+                         f"size columns") from None
 
 
 def _write(path: str, text: str) -> None:
@@ -267,7 +278,7 @@ def _run_nccl(args, measurements, formats) -> int:
     from synth.calibrate.all_to_all import replay_with_all_to_all as replay_nccl
     from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
     from synth.commands.terminal import console as text_console
-    from synth.topology_file import load_topology, render_topology, topology_from_text
+    from synth.topology_file import load_topology, render_topology
 
     assumptions: tuple[str, ...] = ()
     if args.topology:
@@ -280,7 +291,7 @@ def _run_nccl(args, measurements, formats) -> int:
     header = (f"Written by synth calibrate (NCCL model) from {', '.join(args.files)}\n"
               f"on the base topology {base.name}; every fitted figure's source gives its fit.")
     text = render_topology(result.topology, header)
-    errors = replay_nccl(topology_from_text(text, "the written topology"), measurements)
+    errors = replay_nccl(_load_written(text), measurements)
     contradiction = _base_contradiction(base, args.topology, measurements, result, errors, assumptions)
     if args.output:
         _write(args.output, text)

@@ -272,7 +272,7 @@ def constraints_of(args) -> list:
 
 def given_placement(args, job: Job) -> Placement | None:
     """The placement --placement gives, checked against the system and the axes (None without it)."""
-    if not getattr(args, "placement", None):
+    if getattr(args, "placement", None) is None:
         return None
     if getattr(args, "inside", None) or getattr(args, "factor", None):
         raise UsageError("--placement fixes the matrix; drop --inside/--factor or drop --placement")
@@ -338,7 +338,8 @@ def resolve_goal(args, supported=None):
     from synth.goals import parse_goal
 
     with flagged("--collective"):
-        goal = parse_goal(getattr(args, "collective", None) or "allreduce")
+        chosen = getattr(args, "collective", None)
+        goal = parse_goal("allreduce" if chosen is None else chosen)
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
                          f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|nccl|json --program` "

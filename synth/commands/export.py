@@ -156,7 +156,7 @@ def _system_arguments(args) -> list[str]:
 
 def run_export(args) -> int:
     from synth.export import json_plan, mesh, nccl_c, torch_script
-    from synth.export.plan import PlanEntry, build_plan
+    from synth.export.plan import PlanEntry, build_plan, check_export_size
     from synth.export.provenance import Provenance, hierarchy_metadata, placement_metadata
 
     job = resolve_job(args)
@@ -179,7 +179,11 @@ def run_export(args) -> int:
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
     if args.format != "mesh":
+        if args.format in ("torch", "nccl") and not args.program:  # before a ranking, itself per device
+            check_export_size(placement.device_count, None, f"--format {args.format}")
         programs = _given_programs(args) or _top_programs(args, hierarchy, job.topology, [nbytes], args.backend, goal)
+        if args.format in ("torch", "nccl"):
+            check_export_size(placement.device_count, programs, f"--format {args.format}")
         for program in programs:
             _check_valid(program, hierarchy, goal)
         if args.top is not None:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from synth.commands.common import add_plot_option
 from synth.commands.common import (add_axes_option, add_constraint_options, add_job_options, add_json_option,
-                                   add_max_len_option, add_system_options, hierarchy_for, iter_placements, one_placement,
+                                   add_max_len_option, add_system_options, constraints_of, hierarchy_for, iter_placements, one_placement,
                                    print_json, read_program_text, resolve_goal, resolve_job, resolve_reduce)
 from synth.errors import NoSolutionError, UsageError
 
@@ -148,6 +148,7 @@ def run_placements(args) -> int:
     placements = iter_placements(args, job)
     if args.json:
         first = next(placements)  # errors (no placement, a bad constraint) before any output
+        _check_json_size(args, job)
         sys.stdout.write("[")
         for index, p in enumerate(itertools.chain([first], placements)):
             sys.stdout.write(("\n" if index == 0 else ",\n") + json.dumps(
@@ -166,6 +167,24 @@ def run_placements(args) -> int:
                    f"(columns: {','.join(job.topology.level_names)})")
     text_console(piped_width=None).print(table)
     return 0
+
+
+MAX_JSON_BYTES = 256 << 20  # 21 MB took 4 s
+
+
+def _check_json_size(args, job) -> None:
+    """--json lists every group of every axis of every placement: refuse, before writing, a
+    listing of gigabytes (406 placements of 262,144 devices ran for minutes)."""
+    from synth.placement import count_matching
+    from synth.units import format_bytes
+
+    count = 1 if getattr(args, "placement", None) else count_matching(job.topology, job.axes, constraints_of(args))
+    devices = job.topology.device_count
+    size = count * len(job.axes) * devices * (len(str(devices)) + 1)
+    if size > MAX_JSON_BYTES:
+        raise UsageError(f"--json would list every group of {count:,} placement(s) of {devices:,} devices: about "
+                         f"{format_bytes(size)} (at most {format_bytes(MAX_JSON_BYTES)}); drop --json for the table, "
+                         f"or narrow the placements with --inside/--factor")
 
 
 def _short_groups(placement, axis: str, limit: int = 3, members: int = 8) -> str:

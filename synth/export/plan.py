@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.collectives import collective
-from synth.errors import UsageError
+from synth.errors import ExportTooLargeError, UsageError
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
 from synth.lowering import lower
@@ -141,6 +141,28 @@ def check_hierarchy_names(hierarchy: SynthesisHierarchy) -> None:
     for level in hierarchy.levels:
         for part in level.name.split("."):
             check_name(part, "hierarchy level")
+
+
+# Rank-steps (devices x steps, over every program written) a torch script or NCCL C file may
+# list: each is a row of the file. 131,072 devices x 2 steps took 16-20 s and wrote 10 MB
+# (2 loaded cores); 2^20 devices ran past 90 s. Twice that, for about half a minute.
+MAX_RANK_STEPS = 1 << 19
+RANK_STEP_BYTES = 37  # what one rank-step adds to a torch script (measured as above)
+
+
+def check_export_size(device_count: int, programs, what: str) -> None:
+    """Refuse, before any per-rank work, an export listing more rank-steps than MAX_RANK_STEPS:
+    a script for a million devices would take minutes to build without a word. `programs`
+    None: not yet chosen (a ranking would pick them), counted as one step, the fewest."""
+    steps = 1 if programs is None else sum(len(program) for program in programs)
+    rank_steps = device_count * steps
+    if rank_steps > MAX_RANK_STEPS:
+        size = rank_steps * RANK_STEP_BYTES / (1 << 20)
+        least = "at least " if programs is None else ""
+        raise ExportTooLargeError(
+            f"{what} for {device_count:,} devices lists every rank at each of {least}{steps} step(s): {rank_steps:,} "
+            f"rank-steps (about {size:,.0f} MiB, minutes to build; at most {MAX_RANK_STEPS:,}): export for fewer "
+            f"devices (at most {max(1, MAX_RANK_STEPS // max(steps, 1)):,} for these programs) or fewer programs")
 
 
 def build_plan(entries) -> Plan:

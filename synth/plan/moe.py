@@ -39,7 +39,7 @@ over the expert-parallel group (synth/plan/costs.py prices them).
 
 from __future__ import annotations
 
-from synth.errors import UsageError
+from synth.errors import InputRangeError, UsageError
 
 DISPATCHES_PER_LAYER = 4  # dispatch and combine, in forward and in backward
 
@@ -76,6 +76,11 @@ def check_moe(model) -> None:
         raise UsageError(f"model {name!r}: top_k = {model.top_k} with {model.experts} experts; give 1 to {model.experts}")
     if 0 < factor < 1:
         raise UsageError(f"model {name!r}: capacity_factor = {factor} drops tokens on every expert; give >= 1 or 0 (dropless)")
+    if factor > model.experts / model.top_k:
+        # Past E / k an expert's capacity holds every token routed at all: only padding is added.
+        raise InputRangeError(f"model {name!r}: capacity_factor = {factor:g} is more than experts / top_k = "
+                              f"{model.experts / model.top_k:g} (one expert then takes every token); "
+                              f"give 1 to {model.experts / model.top_k:g}, or 0 (dropless)")
     if model.first_dense >= model.layers:
         raise UsageError(f"model {name!r}: first_dense = {model.first_dense} leaves none of its {model.layers} layers "
                          f"MoE; give fewer than {model.layers}")

@@ -338,6 +338,10 @@ def _first_steps(classes: tuple[InstructionClass, ...], facts: AbstractState, re
         return ALL if done else frozenset()
     import z3  # on the first query: importing the search costs nothing
 
+    # Z3 catches Ctrl-C itself by default and answers "unknown", which a search would take for
+    # "no completion": leave SIGINT to Python, so Ctrl-C raises as soon as the call returns.
+    z3.set_param("ctrl_c", False)
+
     formula = _formula(classes, remaining, ends)
     assumptions = [formula.need == facts.need,
                    formula.partial if facts.partial else z3.Not(formula.partial),
