@@ -56,8 +56,7 @@ def test_the_nvls_check_never_refits_without_an_algorithm():
     assert nvls_flipped(only_nvls, unpinned) is None
     ring = replace(base, nccl=replace(base.nccl, nvls=False, algorithms=("ring",)))
     assert nvls_flipped(ring, unpinned) is None  # NVLS on changes nothing NCCL may pick
-    ampere = replace(load_topology("dgx-a100"))
-    assert nvls_flipped(ampere, unpinned) is None
+    assert nvls_flipped(load_topology("dgx-a100"), unpinned) is None  # no NVLS before Hopper
 
 
 def test_a_poor_fit_of_a_pinned_nvls_run_ends_without_a_traceback(run_cli, tmp_path, monkeypatch):
