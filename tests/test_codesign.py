@@ -244,3 +244,60 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+# --- the NCCL version and symmetric registration as axes ------------------------------------------------
+
+NCCL_GRID = """
+[axes]
+topology = ["dgx-h100"]
+nccl_version = ["2.26", "2.28"]
+nccl_symmetric = [false, true]
+model = ["gpt3-1.3b"]
+global_batch = [16]
+[axes.plan]
+recompute = ["none"]
+sequence_parallel = ["on"]
+zero1 = ["on"]
+offload = ["off"]
+"""
+
+
+def test_nccl_version_and_symmetric_are_axes_of_the_system():
+    import dataclasses
+
+    from synth.codesign.run import system_of
+
+    grid = grid_from_text(NCCL_GRID, "nccl grid")
+    assert [axis.name for axis in grid.axes][:3] == ["topology", "nccl_version", "nccl_symmetric"]
+    options = options_for(grid, 300.0, float(1 << 36))
+    rows = {(p.get("nccl_version"), p.get("nccl_symmetric")): (p, plan_point(p, options)) for p in points(grid)}
+    for (version, symmetric), (point, row) in rows.items():
+        nccl = system_of(point)[0].nccl
+        assert (nccl.version, nccl.symmetric) == (version, symmetric) and row["status"] == "ok", row
+        fresh = plan_point(point, dataclasses.replace(options, share=False))  # the memo keys on the version
+        assert fresh["step_s"] == row["step_s"]
+    step = {key: row["step_s"] for key, (_, row) in rows.items()}
+    # 2.27+ runs registered buffers on the symmetric kernels inside the node: faster collectives;
+    # 2.26 has none, and without registration 2.26 and 2.28 price an H100 node alike
+    assert step[("2.28", True)] < step[("2.26", True)]
+    assert step[("2.26", True)] == step[("2.26", False)] == step[("2.28", False)]
+
+
+@pytest.mark.parametrize("axis, named", [
+    ("nccl_version = ['2.25']", "axes.nccl_version holds '2.25'"),
+    ("nccl_version = [2.27]", "as strings"),
+    ("nccl_symmetric = ['yes']", "true and/or false"),
+])
+def test_bad_nccl_axes_are_refused(axis, named):
+    with pytest.raises(GridError, match=named):
+        grid_from_text(f"[axes]\ntopology=['selene']\nmodel=['x']\n{axis}", "g")
+
+
+def test_a_system_without_nccl_table_fails_its_point_only():
+    from synth.codesign.run import system_of
+    from synth.errors import UsageError
+
+    grid = grid_from_text("[axes]\ntopology=['emu-2x2']\nmodel=['gpt3-1.3b']\nnccl_version=['2.27']", "g")
+    with pytest.raises(UsageError, match=r"no \[nccl\] table"):
+        system_of(next(points(grid)))

@@ -23,6 +23,7 @@ EXPECTED = {
     "all_reduce_perf-h100-ib-2x8.txt": ("AllReduce", 2, 8, 32, "NVIDIA H100 80GB HBM3", 1, False),
     "all_reduce_perf-h100-ib-4x8.txt": ("AllReduce", 4, 8, 32, "NVIDIA H100 80GB HBM3", 1, False),
     "all_reduce_perf-h100-1x8-nvls.txt": ("AllReduce", 1, 8, 4, "NVIDIA H100 80GB HBM3", 8, False),
+    "h100-1x8-nvls-pinned-all_reduce_perf.txt": ("AllReduce", 1, 8, 4, "NVIDIA H100 80GB HBM3", 8, False),
     "all_gather_perf-rtx5090-socket.txt": ("AllGather", 1, 2, 8, "NVIDIA GeForce RTX 5090", 1, True),
     "h100-gcp-a3mega-2x8-all_reduce_perf.txt": ("AllReduce", 2, 8, 31, "NVIDIA H100 80GB HBM3", 1, False),
     "h100-2x8-dgx0607-all_reduce_perf.txt": ("AllReduce", 2, 8, 32, "NVIDIA H100 80GB HBM3", 8, False),

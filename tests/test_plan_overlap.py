@@ -81,3 +81,24 @@ def test_pipeline_transfers_hide_behind_the_next_chunk_when_interleaved():
     assert settings_problem(model, degrees, Settings(1, 1, overlap_p2p=True)) is not None
     assert "--no-overlap-p2p-communication" in megatron_arguments(model, plain)
     assert "--no-overlap-p2p-communication" not in megatron_arguments(model, hidden)
+
+
+def test_tensor_parallel_overlap_across_the_trays_of_an_nvlink_domain():
+    """Transformer Engine (2.2+) maps userbuffers by CUDA fabric handles across multi-node NVLink
+    (NVIDIA/TransformerEngine#1470): on a GB200 NVL72 rack a tensor-parallel group over two
+    trays keeps its overlap; one across racks (the network) does not."""
+    from synth.placement import Axis, make_placement
+
+    topology = load_topology("gb200-nvl72")  # rack=2, tray=18 (NVLink domain), gpu=4
+    model = dataclasses.replace(PRESETS["llama2-7b"], global_batch=72)
+    compute = compute_of(topology.device, model.precision)
+    costs = CommunicationCosts(topology)
+    assert costs.userbuffers_level == 1 and CommunicationCosts(load_topology("dgx-h100-2x8x8")).userbuffers_level == 2
+    settings = Settings(1, 1, True, "none", True, tp_overlap=True)
+    trays = make_placement(topology, (Axis("dp", 18), Axis("tp", 8)), ((2, 9, 1), (1, 2, 4)))
+    inside = predict(model, compute, costs, Degrees(18, 8, 1), trays, settings)
+    plain = predict(model, compute, costs, Degrees(18, 8, 1), trays, dataclasses.replace(settings, tp_overlap=False))
+    assert inside.settings.tp_overlap and inside.breakdown.tensor_parallel < plain.breakdown.tensor_parallel
+    racks = make_placement(topology, (Axis("dp", 36), Axis("tp", 4)), ((1, 18, 2), (2, 1, 2)))
+    across = predict(model, compute, costs, Degrees(36, 4, 1), racks, settings)
+    assert not across.settings.tp_overlap

@@ -49,12 +49,14 @@ class Span:
 class RunInfo:
     """What an nccl-tests run says about its hardware beyond the group: the GPU names of its
     rank lines, how many GPUs one process drives (`-g N`, or ranks sharing a Pid), whether two
-    ranks share one GPU of a host, and the NCCL version when the output prints it."""
+    ranks share one GPU of a host, the NCCL version when the output prints it, and the
+    NCCL_ALGO the run was launched with when its command line or NCCL's log says."""
 
     devices: tuple[str, ...] = ()
     gpus_per_process: int = 1
     shared_device: bool = False
     nccl_version: str | None = None
+    nccl_algo: str | None = None
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ from synth.calibrate.measurements import Measurement
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
-from synth.topology import CalibrationRecord, Figure, ProtocolFactors, Topology
+from synth.model.nccl.names import SELECTABLE_ALGORITHMS, algorithms_of_setting
+from synth.topology import CalibrationRecord, Figure, NcclSystem, ProtocolFactors, Topology
 from synth.units import format_bytes
 
 PROTOCOLS = nccl.PROTOCOLS
@@ -163,6 +164,7 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     launched = launch_of(measurements)
     restore, original = base.nccl, base
     base = with_launch(base, *launched) if launched != _launch_mode(base) else base
+    base = with_pinned_algorithms(base, measurements)
     view = nccl_view(base)
     by_level: dict[int, list[_Point]] = {}
     for measurement in measurements:
@@ -197,6 +199,66 @@ def launch_of(measurements: list[Measurement]) -> tuple[int, bool]:
     that many GPUs); one process per GPU when the file does not say."""
     per_thread = max((m.run.gpus_per_process for m in measurements if m.run is not None), default=1)
     return max(1, per_thread), False
+
+
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")
+
+
+def pinned_algorithms(measurements: list[Measurement]) -> tuple[str, ...] | None:
+    """The algorithms the measured runs let NCCL pick (their NCCL_ALGO), None when no run
+    says; runs pinned differently are refused (one fit prices one setting)."""
+    found: dict[tuple[str, ...], Measurement] = {}
+    for m in measurements:
+        setting = m.run.nccl_algo if m.run is not None else None
+        if setting is None:
+            continue
+        allowed = algorithms_of_setting(setting, m.collective)
+        if allowed is None:
+            raise UsageError(f"{m.where}: NCCL_ALGO={setting} names an algorithm NCCL does not have (it knows "
+                             f"Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT)")
+        if not allowed:
+            raise UsageError(f"{m.where}: NCCL_ALGO={setting} leaves {m.collective} no algorithm the NCCL model prices "
+                             f"({', '.join(SELECTABLE_ALGORITHMS)}); calibrate from a run without CollNet")
+        found.setdefault(allowed, m)
+    if len(found) > 1:
+        runs = "; ".join(f"{m.where}: NCCL_ALGO={m.run.nccl_algo}" for m in found.values())
+        raise UsageError(f"the runs were launched with different NCCL_ALGO settings ({runs}); calibrate the runs of "
+                         f"one setting at a time")
+    if not found:
+        return None
+    allowed = next(iter(found))
+    return None if allowed == SELECTABLE_ALGORITHMS else allowed
+
+
+def with_pinned_algorithms(topology: Topology, measurements: list[Measurement]) -> Topology:
+    """The topology with the algorithms the runs pinned (NCCL_ALGO): the fit prices what ran.
+    A pin the topology cannot run (only NVLS where it has no NVLS) is refused."""
+    pinned = pinned_algorithms(measurements)
+    if pinned is None:
+        return topology
+    system = topology.nccl or NcclSystem("ampere", "assumed: Ampere, no NVLS (no [nccl] table)")
+    if not system.nvls and set(pinned) <= set(NVLS_ALGORITHMS):
+        setting = next(m.run.nccl_algo for m in measurements if m.run is not None and m.run.nccl_algo)
+        raise UsageError(f"the runs were launched with NCCL_ALGO={setting}, but topology {topology.name} has no NVLS "
+                         f"(nvls = false in its [nccl] table): NVLS ran, so set nvls = true there", inputs=("topology",))
+    return replace(topology, nccl=replace(system, algorithms=pinned))
+
+
+def nvls_flipped(topology: Topology, measurements: list[Measurement]) -> Topology | None:
+    """The topology with its NVLS setting the other way, to tell whether the measurements
+    contradict it; None where the other setting cannot differ or cannot run: NVLS off where
+    the algorithms allowed (the runs' NCCL_ALGO, else the topology's) are all NVLS ones,
+    NVLS on where none is, or on a GPU before Hopper."""
+    system = topology.nccl
+    if system is None:
+        return None
+    allowed = pinned_algorithms(measurements) or system.algorithms or SELECTABLE_ALGORITHMS
+    nvls_allowed = set(allowed) & set(NVLS_ALGORITHMS)
+    if system.nvls and nvls_allowed == set(allowed):
+        return None
+    if not system.nvls and (not nvls_allowed or system.generation not in ("hopper", "blackwell")):
+        return None
+    return replace(topology, nccl=replace(system, nvls=not system.nvls))
 
 
 def _launch_mode(topology: Topology) -> tuple[int, bool]:

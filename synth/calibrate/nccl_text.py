@@ -45,6 +45,9 @@ RANK = re.compile(r"#\s*Rank\s+([0-9]+)\s+(?:Group\s+([0-9]+)\s+)?Pid\s+(\d+)\s+
                   r"(?:\s+\[[^\]]*\]\s+(.*\S))?")
 TABLE_HEADER = re.compile(r"#\s*size\s+count\s+type", re.IGNORECASE)
 VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+# NCCL_ALGO on the command line (`NCCL_ALGO=NVLS ./build/...`, `export ...`, mpirun `-x ...`) or
+# in NCCL's INFO log (`NCCL_ALGO set by environment to NVLS`)
+ALGO = re.compile(r"\bNCCL_ALGO(?:=|\s+set by environment to\s+)['\"]?([^\s'\"]+)")
 # Launcher prefixes: mpirun --tag-output "[1,0]<stdout>:", srun --label "0: ", markdown "> ".
 TAG = re.compile(r"^\[\d+,\d+\]<(stdout|stderr|stddiag)>:")
 LABEL = re.compile(r"^\s*\d+:\s")
@@ -75,6 +78,7 @@ class _Run:
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     devices: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # rank -> (pid, device, name)
     version: str | None = None
+    algo: str | None = None
 
 
 def strip_prefixes(text: str) -> str:
@@ -122,7 +126,7 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
     runs: list[_Run] = []
     named = _name_in_path(path)
     current: _Run | None = None
-    version = None
+    version = algo = None
     for number, raw in enumerate(strip_prefixes(text).splitlines(), 1):
         line = raw.strip()
         found_version = VERSION.search(line) if "version" in line else None  # cheap tests first: 10^5 rows
@@ -130,6 +134,11 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             version = found_version.group(1)
             if current is not None:
                 current.version = version
+        found_algo = ALGO.search(line) if "NCCL_ALGO" in line else None
+        if found_algo:
+            algo = found_algo.group(1)
+            if current is not None and not current.rows:  # NCCL's log during this run's setup
+                current.algo = algo
         if current is not None and current.open and line and not line.startswith("#"):
             if "CCL" not in line or not LOG_LINE.search(line):
                 current.rows.append((number, line.split()))
@@ -140,13 +149,13 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             if current is not None and not current.rows:
                 current.named = named
         if HEADER.match(line):
-            current = _Run(number, named, version=version)
+            current = _Run(number, named, version=version, algo=algo)
             runs.append(current)
             continue
         rank = RANK.match(line)
         if rank:
             if current is None or current.columns is not None:
-                current = _Run(number, named, version=version)
+                current = _Run(number, named, version=version, algo=algo)
                 runs.append(current)
             if max(len(rank.group(i) or "") for i in (1, 2, 5)) > 9:  # no int() of 5,000 digits
                 raise UsageError(f"{path}:{number}: a rank line whose rank, group or device number has more than "
@@ -188,7 +197,7 @@ def _run_info(run: _Run) -> RunInfo:
         per_pid[(host, pid)] = per_pid.get((host, pid), 0) + 1
         per_device[(host, device)] = per_device.get((host, device), 0) + 1
     return RunInfo(names, max(per_pid.values(), default=1), any(count > 1 for count in per_device.values()),
-                   run.version)
+                   run.version, run.algo)
 
 
 def _name_in_path(path: str) -> tuple[str, int] | None:

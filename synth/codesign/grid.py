@@ -9,6 +9,8 @@ once, so that a typo is refused before any point is planned. The file (docs/code
     [axes]
     topology = ["dgx-h100-2x8x8"]      # base systems (built-in names or TOML files)
     device = ["dgx-h100", "selene"]    # optional: [device] and [nccl] taken from these instead
+    nccl_version = ["2.26", "2.28"]    # optional: the systems' [nccl] version
+    nccl_symmetric = [false, true]     # optional: buffers registered as symmetric windows (2.27+)
     model = ["llama3-70b"]
     global_batch = [1024]              # optional: sequences per step (default: the model's)
     seq_len = [4096]                   # optional (default: the model's)
@@ -23,8 +25,8 @@ once, so that a typo is refused before any point is planned. The file (docs/code
     tp = [8]
     recompute = ["none", "none,selective,full"]
 
-The NCCL version is not a figure of a topology here (the NCCL model is of one version), so it is
-not an axis.
+The NCCL version and symmetric registration are the systems' `[nccl] version` and `symmetric`
+(synth/topology_file.py, docs/calibrate.md): swept, they replace the base's (or the swept device's) values.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ PLAN_CHOICES = {
     "fp8": (False, True),
 }
 PLAN_KEYS = PLAN_INTEGERS + tuple(PLAN_CHOICES)
-TOP_KEYS = ("topology", "device", "model", "global_batch", "seq_len", "levels", "plan")
+NCCL_AXES = ("nccl_version", "nccl_symmetric")  # the systems' [nccl] version and symmetric
+TOP_KEYS = ("topology", "device", *NCCL_AXES, "model", "global_batch", "seq_len", "levels", "plan")
 SWEEP_KEYS = ("token_budget", "prices", "max_len", "backend", "memory_headroom")
 MAX_POINTS = 10**8  # a grid beyond this is a typo in an axis, not a study
 
@@ -113,6 +116,10 @@ def grid_from_text(text: str, where: str) -> Grid:
     for name in ("topology", "device"):
         if name in axes_table:
             axes.append(Axis(name, _strings(axes_table[name], where, f"axes.{name}")))
+    if "nccl_version" in axes_table:
+        axes.append(Axis("nccl_version", _versions(axes_table["nccl_version"], where)))
+    if "nccl_symmetric" in axes_table:
+        axes.append(Axis("nccl_symmetric", _booleans(axes_table["nccl_symmetric"], where, "axes.nccl_symmetric")))
     if "topology" not in axes_table:
         raise GridError(f"grid {where}: axes.topology is missing; give base systems, e.g. topology = [\"selene\"]")
     levels = axes_table.get("levels", {})
@@ -173,6 +180,25 @@ def _string(value, where: str, field: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise GridError(f"grid {where}: {field} = {value!r}; give a name as a string")
     return value
+
+
+def _versions(value, where: str) -> tuple[str, ...]:
+    from synth.model.nccl.names import NCCL_VERSIONS
+
+    items = _list(value, where, "axes.nccl_version")
+    for item in items:
+        if item not in NCCL_VERSIONS or not isinstance(item, str):
+            raise GridError(f"grid {where}: axes.nccl_version holds {item!r}; give NCCL releases the model has, as "
+                            f"strings: {', '.join(repr(v) for v in NCCL_VERSIONS)}")
+    return tuple(items)
+
+
+def _booleans(value, where: str, field: str) -> tuple[bool, ...]:
+    items = _list(value, where, field)
+    for item in items:
+        if not isinstance(item, bool):
+            raise GridError(f"grid {where}: {field} holds {item!r}; give true and/or false")
+    return tuple(items)
 
 
 def _positive_ints(value, where: str, field: str) -> tuple[int, ...]:

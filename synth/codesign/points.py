@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from synth.codesign.grid import Grid
+from synth.codesign.grid import NCCL_AXES, Grid
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,9 @@ class Point:
         return next((value for axis, value in self.values if axis == name), default)
 
     def system_values(self) -> tuple[tuple[str, object], ...]:
-        """The values that make the system (base topology, device, level figures)."""
+        """The values that make the system (base topology, device, NCCL settings, level figures)."""
         return tuple((name, value) for name, value in self.values
-                     if name in ("topology", "device") or "." in name and not name.startswith("plan."))
+                     if name in ("topology", "device", *NCCL_AXES) or "." in name and not name.startswith("plan."))
 
 
 def points(grid: Grid, start: int = 0) -> Iterator[Point]:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
+from synth.codesign.grid import NCCL_AXES
 from synth.codesign.points import Point
 from synth.plan.costs import CommunicationCosts
 from synth.plan.equivalent import equivalent
@@ -182,6 +183,12 @@ def _system(values: tuple[tuple[str, object], ...]) -> tuple[Topology, str]:
         if other.device is None:
             raise UsageError(f"device {echo(device)}: that topology has no [device] table; name one that has")
         topology = dataclasses.replace(topology, device=other.device, nccl=other.nccl or topology.nccl)
+    settings = {name.removeprefix("nccl_"): value for name, value in values if name in NCCL_AXES}
+    if settings:
+        if topology.nccl is None:
+            raise UsageError(f"topology {echo(base)} has no [nccl] table to give an NCCL version or symmetric "
+                             f"registration to; give it an [nccl] table")
+        topology = dataclasses.replace(topology, nccl=dataclasses.replace(topology.nccl, **settings))
     levels = list(topology.levels)
     changes: dict[str, dict[str, object]] = {}
     for name, value in values:

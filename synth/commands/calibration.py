@@ -108,18 +108,19 @@ def _base_contradiction(base, spec: str | None, measurements, result, errors, as
     the fit again with `nvls` flipped, and a warning naming the field when that fits far better
     (a base without `nvls = true` costs an NVLS system's large sizes 25% slow and drops them as
     outliers; the poor-fit warning alone does not say the base is wrong)."""
-    from dataclasses import replace
-
     import numpy as np
 
     from synth.calibrate.all_to_all import calibrate_with_all_to_all as calibrate_nccl  # all-to-alls apart
     from synth.calibrate.all_to_all import replay_with_all_to_all as replay_nccl
+    from synth.calibrate.nccl_fit import nvls_flipped
 
     rms = float(np.sqrt(np.mean(np.square(errors))))
     outliers = sum(group.outliers for fit in result.fits for group in fit.groups)
     if base.nccl is None or (rms < CONTRADICTION_FLOOR and not outliers):
         return None
-    flipped = replace(base, nccl=replace(base.nccl, nvls=not base.nccl.nvls))
+    flipped = nvls_flipped(base, measurements)  # None: the other setting leaves no algorithm or changes nothing
+    if flipped is None:
+        return None
     try:
         other = calibrate_nccl(measurements, flipped, assumptions)
         other_errors = replay_nccl(other.topology, measurements)

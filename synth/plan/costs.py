@@ -121,6 +121,17 @@ class CommunicationCosts:
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
         self._goal_of: dict[str, str] = {}  # the goal of every non-all-reduce program handed out
 
+    @property
+    def userbuffers_level(self) -> int:
+        """The outermost level inside the domain Transformer Engine's userbuffers reach (its
+        comm-GEMM overlap, Megatron's --tp-comm-overlap): a multi-host NVLink domain where the
+        system has one (a level marked nvlink_domain: TE >= 2.2 maps the tensor-parallel
+        group's buffers by CUDA fabric handles across multi-node NVLink, NVIDIA/
+        TransformerEngine#1470, userbuffers-host.cpp has_mnnvl_fabric, and groups them by
+        tensor-parallel rank, not host), else the innermost level (CUDA IPC inside a node)."""
+        domains = [index for index, level in enumerate(self.topology.levels) if level.nvlink_domain]
+        return domains[0] if domains else len(self.topology.levels) - 1
+
     # --- reductions ------------------------------------------------------------------------------
 
     def factors(self, placement: Placement, axes: tuple[str, ...]) -> tuple[int, ...]:

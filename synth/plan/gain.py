@@ -8,7 +8,7 @@ what it gives up. Every term is a modelled mechanism, named with what it rests o
 a gain carried by a bounded or sourced-but-unmeasured term is visible as such. Effects the
 model leaves out (docs/plan.md, "What it leaves out") carry nothing by construction; those that
 could favour a layout are kept from doing so where they are known: tensor-parallel overlap is
-credited only inside a node, contention is charged where overlapped and critical-path
+credited only inside a node or NVLink domain, contention is charged where overlapped and critical-path
 collectives share links.
 """
 

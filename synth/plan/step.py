@@ -17,7 +17,7 @@ pipeline stage (each stage's own layers; the last one also runs the output layer
   layer's `b s h` activations in forward and two in backward (two more in the recomputed
   forward), on the critical path; with sequence parallelism (Korthikanti et al. 2022, section
   4.2.2) each all-reduce becomes a reduce-scatter and an all-gather of the same size; + one
-  all-reduce for the vocabulary-parallel output layer. With `tp_overlap` (inside a node only)
+  all-reduce for the vocabulary-parallel output layer. With `tp_overlap` (inside a node or NVLink domain)
   each runs inside its GEMM and only the computed remainder counts (`tp_overlap_exposed`);
 * pipeline (Narayanan et al. 2021, section 2.2 and 4.1): each micro-batch sends its `b s h`
   activations forward and their gradient back, v times with the interleaved schedule; with
@@ -342,9 +342,10 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     With `data_parallel=False` the gradient reduction is left out: a lower bound on the step
     time (every term is >= 0) for the search to skip candidates that cannot rank."""
     dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
-    if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:-1]):
+    if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
         # Transformer Engine's userbuffers overlap runs over the GPUs' own interconnect (CUDA IPC
-        # inside a node): tensor-parallel groups that cross it run their collectives unoverlapped.
+        # inside a node, fabric handles inside a multi-node NVLink domain: costs.userbuffers_level):
+        # tensor-parallel groups that cross it run their collectives unoverlapped.
         settings = dataclasses.replace(settings, tp_overlap=False)
     m = microbatches_of(model, degrees, settings.micro_batch)
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch

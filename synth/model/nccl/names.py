@@ -29,3 +29,30 @@ COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Reduce")
 
 def generation_index(generation: str) -> int:
     return GENERATIONS.index(generation)
+
+# NCCL_ALGO's spellings (NCCL user guide, NCCL_ALGO: not case sensitive) of the algorithms above
+ALGORITHM_SETTING_NAMES = {"tree": "tree", "ring": "ring", "collnetdirect": "collnet_direct",
+                           "collnetchain": "collnet_chain", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+
+
+def algorithms_of_setting(text: str, collective: str) -> tuple[str, ...] | None:
+    """The selectable algorithms an NCCL_ALGO value leaves `collective` (NCCL user guide:
+    a comma-separated list, `^` in front to exclude instead; from 2.24 per collective,
+    `allreduce:tree,ring;broadcast:ring`). None: a name NCCL does not know, so the value
+    cannot be read; an empty tuple: the value leaves only algorithms the model has not
+    (CollNet) or none at all."""
+    chosen = text.strip().strip("'\"")
+    if ":" in chosen:
+        wanted = [item.split(":", 1)[1] for item in chosen.split(";")
+                  if ":" in item and item.split(":", 1)[0].strip().lower() == collective.lower()]
+        if not wanted:
+            return SELECTABLE_ALGORITHMS  # the setting leaves this collective NCCL's default
+        chosen = wanted[-1]
+    exclude = chosen.startswith("^")
+    names = [name.strip().lower() for name in chosen.lstrip("^").split(",") if name.strip()]
+    if any(name not in ALGORITHM_SETTING_NAMES for name in names):
+        return None
+    named = {ALGORITHM_SETTING_NAMES[name] for name in names}
+    if exclude:
+        return tuple(a for a in SELECTABLE_ALGORITHMS if a not in named)
+    return tuple(a for a in SELECTABLE_ALGORITHMS if a in named)

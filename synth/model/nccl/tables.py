@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from synth.errors import UsageError
 from synth.model.nccl import symmetric
 from synth.model.nccl.graph import (NVLS_MAX_ARITY, PATH_NVB, PATH_NVL, PATH_PXB, PATH_PXN, Graph,
                                     communicator_channels, nvls_channels, search, with_ctas)
@@ -315,7 +316,10 @@ def choose(hardware: Hardware, call: Call, table: Tuning | None = None) -> Choic
             if time >= 0 and (best is None or time < best[0]):
                 best = (time, algorithm, protocol)
     if best is None:
-        raise ValueError(f"no NCCL algorithm for {call.collective} over {call.ranks} ranks")
+        allowed = ", ".join(hardware.algorithms) if hardware.algorithms else "all"
+        raise UsageError(f"no NCCL algorithm for {call.collective} over {call.ranks} ranks (algorithms allowed: "
+                         f"{allowed}; NVLS {'on' if hardware.nvls else 'off'}); allow another algorithm in the "
+                         f"topology's [nccl] table", inputs=("topology",))
     time, algorithm, protocol = best
     return Choice(algorithm, protocol, channels_used(table, call, algorithm, protocol), time * 1e-6)
 
