@@ -43,8 +43,8 @@ class Confidence:
             return (f"model error at {band} (this size's band) {rms:.1%} RMS (worst {worst:.1%}, {points} sizes) on the "
                     f"{where}: {shape}; {r.rms_error:.1%} RMS over all its sizes")
         missing = f" (it measured no size in {band}, this size's band)" if band is not None and r.bands else ""
-        return (f"model error {r.rms_error:.1%} RMS (worst {r.worst_error:.1%}) over all sizes of the {where}{missing}: "
-                f"{shape}")
+        return (f"model error {r.rms_error:.1%} RMS (worst {r.worst_error:.1%}) over all its sizes on the {where}"
+                f"{missing}: {shape}")
 
 
 def band_errors(errors) -> tuple[tuple[str, float, float, int], ...]:
