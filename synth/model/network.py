@@ -227,6 +227,90 @@ class Network:
             total += np.bincount(part, weights=weight, minlength=len(self.links))
         return total
 
+    def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
+                   ) -> np.ndarray | None:
+        """`loads` of every ordered pair of distinct members within each row of `sets` ([set,
+        member] devices), a flow weighing `intra[set]` between members of one `node` (None: all
+        one node) and `inter[set]` otherwise, priced per class of equal flows, not one by one.
+
+        The flows from a device to the others group by the level at which they first differ;
+        every flow of a class crosses the same links (route), so a link's load is a count of
+        flows of one weight. Counting needs only each device's number of members sharing its
+        prefix at each level, O(members x levels). The result is bit for bit `loads` over the
+        pairs in any order: every link's bytes are then `count` equal addends, summed here one
+        after the other as `np.bincount` does. None (price the flows one by one) where that does
+        not hold: a node that is not a unit of the hierarchy, a link whose flows weigh differently
+        (mixed classes), or a device twice in a set."""
+        sets = np.asarray(sets, dtype=np.int64)
+        count, k = sets.shape
+        if k < 2:
+            return np.zeros(len(self.links))
+        strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
+        row = np.arange(count, dtype=np.int64)[:, None] * (self.device_count + 1)
+        same = []  # [p][set, member]: members of the set sharing the member's prefix of length p
+        for stride in strides:
+            _, inverse, counts = np.unique(row + sets // stride, return_inverse=True, return_counts=True)
+            same.append(counts[inverse.reshape(sets.shape)])
+        if not (same[-1] == 1).all():
+            return None
+        weight = self._class_weights(sets, row, strides, node, np.asarray(inter, dtype=float),
+                                     np.asarray(intra, dtype=float))
+        if weight is None:
+            return None
+        flows = [same[level] - same[level + 1] for level in range(self.depth)]  # [level][set, member]
+        ids, counts, weights = [], [], []
+
+        def add(links: np.ndarray, level: int) -> None:
+            ids.append(links.ravel())
+            counts.append(flows[level].ravel())
+            weights.append(np.broadcast_to(weight[:, level:level + 1], sets.shape).ravel())
+
+        for level in range(self.depth):
+            add(self.inject[sets, level], level)
+            add(self.eject[sets, level], level)
+        for uplink_level in self.uplink_levels:
+            for level in range(uplink_level + 1):
+                add(self.up_out[sets, uplink_level], level)
+                add(self.up_in[sets, uplink_level], level)
+        for fabric_level in self.fabric_levels:
+            add(self.fabric[sets, fabric_level], fabric_level)
+        return self._summed(np.concatenate(ids), np.concatenate(counts), np.concatenate(weights))
+
+    def _class_weights(self, sets, row, strides, node, inter, intra) -> np.ndarray | None:
+        """[set, level] the weight of a flow first differing at the level: `inter` above the
+        level whose units are the nodes, `intra` from it down; None when no level's units are
+        the nodes in some set."""
+        levels = np.arange(self.depth)[None, :]
+        if node is None:
+            return np.broadcast_to(intra[:, None], (len(sets), self.depth))
+        node = np.asarray(node, dtype=np.int64)
+        nodes = row + node[None, :]
+        node_count = len(np.unique(nodes))
+        for split, stride in enumerate(strides):
+            units = row + sets // stride
+            if len(np.unique(units)) == node_count and len(np.unique(units * (len(node) + 1) + node)) == node_count:
+                return np.where(levels < split, inter[:, None], intra[:, None])
+        return None
+
+    def _summed(self, ids: np.ndarray, counts: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+        """Per link, `counts` addends of `weights` summed in sequence (None if a link gets two weights)."""
+        used = counts > 0
+        ids, counts, weights = ids[used], counts[used], weights[used]
+        total = np.bincount(ids, weights=counts, minlength=len(self.links)).astype(np.int64)
+        low = np.full(len(self.links), np.inf)
+        high = np.full(len(self.links), -np.inf)
+        np.minimum.at(low, ids, weights)
+        np.maximum.at(high, ids, weights)
+        loaded = np.flatnonzero(total)
+        if (low[loaded] != high[loaded]).any():
+            return None
+        result = np.zeros(len(self.links))
+        for value in np.unique(low[loaded]):
+            links = loaded[low[loaded] == value]
+            sums = np.cumsum(np.full(int(total[links].max()), value))  # sequential, as bincount adds
+            result[links] = sums[total[links] - 1]
+        return result
+
     def makespan(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> tuple[float, int]:
         """(seconds, busiest link) for flows that start together: max over links of load/capacity."""
         if np.asarray(src).size == 0:
