@@ -106,9 +106,9 @@ TOP_CLI_POINTER = ("The whole `synth rank --top 5` command of every goal at 4096
                    "(`python -m benchmarks.goals --top-cli`).")
 TOP_POINTER = ("The top-5 search of every goal at 4096 members, cost model included: "
                "[top-search.md](top-search.md) (`python -m benchmarks.goals --top`).")
-ALL_TO_ALL_NOTE = ("The all-to-all's cost still grows with its members: a 4096-member pairwise all-to-all moves "
-                   "4096 x 4095 flows, and their link loads (numpy, one pass per regime and per call site) are most "
-                   "of its time.")
+ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per class of equal flows "
+                   "(`Network.pair_loads`), in time linear in the members; what is left is the search and building "
+                   "the network's tables, which every goal shares.")
 
 # One top-K search in a fresh interpreter; prints its CPU seconds and the times it found (the
 # same script runs the checkout under test and an earlier one, so it uses only public names

@@ -27,17 +27,20 @@ def _network(sizes: tuple[int, ...], uplinks: tuple[int, ...], fabrics: tuple[in
     return Network(dataclasses.replace(topology, levels=levels))
 
 
-def _per_flow(network: Network, sets: np.ndarray, node, inter, intra) -> np.ndarray:
-    """Network.loads over every pair of every set, weighted as PairwiseFlows' arrays are."""
+def _every_pair(sets: np.ndarray, node, inter, intra) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, bytes) of every pair of every set, weighted as PairwiseFlows' arrays are."""
     src, dst, nbytes = [], [], []
     for row, devices in enumerate(sets):
-        k = len(devices)
-        flows = PairwiseFlows(k, 1.0 / k).divided(node, 1.0, 1.0)
+        flows = PairwiseFlows(len(devices), 1.0)
         same = np.full(len(flows), True) if node is None else (np.array(node)[flows.src] == np.array(node)[flows.dst])
         src.append(devices[flows.src])
         dst.append(devices[flows.dst])
         nbytes.append(np.where(same, intra[row], inter[row]))
-    return network.loads(np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes))
+    return np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes)
+
+
+def _per_flow(network: Network, sets: np.ndarray, node, inter, intra) -> np.ndarray:
+    return network.loads(*_every_pair(sets, node, inter, intra))
 
 
 @st.composite
@@ -101,14 +104,7 @@ def _aligned(network: Network, sets: np.ndarray, node) -> bool:
 
 def _mixed(network: Network, sets: np.ndarray, node, inter, intra) -> bool:
     """Whether some link carries flows of two different weights (per flow, one weight at a time)."""
-    src, dst, nbytes = [], [], []
-    for row, devices in enumerate(sets):
-        flows = PairwiseFlows(len(devices), 1.0)
-        same = np.full(len(flows), True) if node is None else (np.array(node)[flows.src] == np.array(node)[flows.dst])
-        src.append(devices[flows.src])
-        dst.append(devices[flows.dst])
-        nbytes.append(np.where(same, intra[row], inter[row]))
-    src, dst, nbytes = np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes)
+    src, dst, nbytes = _every_pair(sets, node, inter, intra)
     carried = np.stack([network.loads(src, dst, (nbytes == value).astype(float)) > 0 for value in np.unique(nbytes)])
     return bool((carried.sum(axis=0) > 1).any())
 
