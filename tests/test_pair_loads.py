@@ -5,6 +5,7 @@ with uplinks, fabrics and a node rule; and they decline (None) where the classes
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -143,6 +144,8 @@ def test_pairwise_flows_read_as_the_arrays_they_stand_for():
     assert flows.weight(True, 0.5) == expected.fraction[0] / 0.5
     with pytest.raises(ValueError):
         flows.divided(node, 0.9, 0.9)
+    again = pickle.loads(pickle.dumps(flows))  # to worker processes
+    assert again == flows and list(again) == list(expected)
 
 
 ALL_TO_ALL_CASES = [case for case in CASES if case[7] == "alltoall"]

@@ -205,6 +205,9 @@ class PairwiseFlows(FlowArrays):
     def __hash__(self) -> int:
         return hash((self.k, self.share, self.node, self.inter, self.intra))
 
+    def __reduce__(self):  # its few numbers, not the arrays (which have no setter)
+        return PairwiseFlows, (self.k, self.share, self.node, self.inter, self.intra)
+
 
 @dataclass(frozen=True)
 class Phase:
