@@ -1,6 +1,7 @@
 """An all-to-all's link loads priced per class of equal flows (Network.pair_loads) are the
 per-flow loads (Network.loads over every pair) bit for bit, on full and partial hierarchies,
-with uplinks, fabrics and a node rule; and they decline (None) where the classes do not hold."""
+with uplinks, fabrics and a node rule, and they decline (None) where the classes do not hold;
+the network's link tables (built as arrays) give each flow the links of its route on the graph."""
 
 from __future__ import annotations
 
@@ -169,3 +170,16 @@ def test_the_engine_prices_all_to_all_by_classes_as_it_would_flow_by_flow(case, 
     monkeypatch.setattr(Network, "pair_loads", lambda self, *args: declined.append(1))  # always None
     assert np.array_equal(case_times(case), by_classes)
     assert declined  # priced again, flow by flow
+
+
+@settings(max_examples=30, deadline=None)
+@given(systems(), st.data())
+def test_the_tables_give_each_flow_the_links_of_its_route_on_the_graph(system, data):
+    network = _network(*system)
+    if network.device_count < 2:
+        return
+    src = data.draw(st.integers(0, network.device_count - 1))
+    dst = data.draw(st.integers(0, network.device_count - 1).filter(lambda d: d != src))
+    loaded = network.loads(np.array([src]), np.array([dst]), np.array([1.0]))
+    assert sorted(network.link_names[i] for i in np.flatnonzero(loaded)) == sorted(network.route(src, dst))
+    assert set(loaded.tolist()) <= {0.0, 1.0}  # no link twice

@@ -19,8 +19,10 @@ A flow between devices whose coordinates first differ at level ``d`` takes the s
 level-``d`` injection link, leaves every unit of the source at levels ``d..L-1`` (their
 uplinks, where present), turns at the switch of their common level-``d`` parent, enters the
 destination's units and takes its level-``d`` ejection link. That is the unique shortest
-path between the two level-``d`` ports (``route``); the costing tables are read off the graph
-once, so that the load of a batch of flows is a few numpy gathers and one ``bincount``.
+path between the two level-``d`` ports (``route``). The costing tables number the same links
+per (device, level) as arrays, built without walking the graph (which is built from them only
+when a route is asked for), so that the load of a batch of flows is a few numpy gathers and one
+``bincount``.
 
 Time of a batch of flows that all start together: with max-min fair sharing every link
 drains its load at its capacity and the last flow ends when the busiest link is empty, so
@@ -31,7 +33,7 @@ Bertsekas & Gallager, Data Networks, 2nd ed., section 6.5.2 on max-min fairness)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from itertools import product as cartesian
 
 import networkx as nx
@@ -73,48 +75,88 @@ class Network:
         ranks = np.arange(self.device_count)
         self.coords = np.stack(np.unravel_index(ranks, self.sizes), axis=1).astype(np.int64)
         self.links: list[Link] = []
-        self.graph = self._build_graph()
+        self._build_tables()
         self.capacity = np.array([link.capacity for link in self.links], dtype=float)
         self.link_names = tuple(link.name for link in self.links)
-        self._build_tables()
         self._pack_codes()
 
-    # --- the graph ---------------------------------------------------------------------------
+    # --- the links and the graph -----------------------------------------------------------------
 
     def _unit_name(self, prefix: tuple[int, ...]) -> str:
         if not prefix:
             return "system"
         return ".".join(f"{self.topology.levels[i].name}{c}" for i, c in enumerate(prefix))
 
-    def _new_link(self, name: str, capacity: float) -> int:
-        self.links.append(Link(name, capacity))
-        return len(self.links) - 1
-
     def _prefix(self, rank: int, length: int) -> tuple[int, ...]:
         return tuple(int(c) for c in self.coords[rank, :length])
 
-    def _build_graph(self) -> nx.DiGraph:
-        graph = nx.DiGraph()
+    def _units(self, length: int):
+        """The units whose prefixes have `length` coordinates, in order (their index = rank // stride)."""
+        return cartesian(*(range(n) for n in self.sizes[:length]))
+
+    def _build_tables(self) -> None:
+        """Every link, numbered in a fixed order (each fabric, then each unit's uplinks out and
+        in, then each device's injection and ejection link per level), and per (device, level)
+        the links a flow of that level takes at its ends: arrays, without walking the graph
+        (`graph` is built from them; tests/test_pair_loads.py checks they agree)."""
         levels = self.topology.levels
-        self.fabric_links: dict[tuple[int, ...], int] = {}
-        for length in range(self.depth):
-            for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
-                graph.add_node(("sw", prefix), kind="switch", name=self._unit_name(prefix))
-                fabric = levels[length].fabric
-                if fabric is not None:
-                    self.fabric_links[prefix] = self._new_link(
-                        f"{self._unit_name(prefix)} {levels[length].name}-fabric", fabric.value)
+        ranks = np.arange(self.device_count, dtype=np.int64)
+        strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
+        shape = (self.device_count, self.depth)
+        self.inject = np.full(shape, NO_LINK, dtype=np.int64)
+        self.eject = np.full(shape, NO_LINK, dtype=np.int64)
+        self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
+        self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
+        self.fabric = np.full(shape, NO_LINK, dtype=np.int64)
+        for length, level in enumerate(levels):  # one shared medium per switch of the level
+            if level.fabric is not None:
+                first = len(self.links)
+                self.links += [Link(f"{self._unit_name(prefix)} {level.name}-fabric", level.fabric.value)
+                               for prefix in self._units(length)]
+                self.fabric[:, length] = first + ranks // strides[length]
         for length in range(1, self.depth + 1):
             level = levels[length - 1]
-            for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
-                name = self._unit_name(prefix)
+            if level.uplinks is not None:
+                first, capacity = len(self.links), level.uplinks.count * level.uplinks.bandwidth.value
+                for prefix in self._units(length):
+                    name = self._unit_name(prefix)
+                    self.links += [Link(f"{name} uplinks out", capacity), Link(f"{name} uplinks in", capacity)]
+                self.up_out[:, length - 1] = first + 2 * (ranks // strides[length])
+                self.up_in[:, length - 1] = self.up_out[:, length - 1] + 1
+        first = len(self.links)
+        for prefix in self._units(self.depth):
+            name = self._unit_name(prefix)
+            for level in levels:
+                self.links += [Link(f"{name} {level.name}-link out", level.bandwidth.value),
+                               Link(f"{name} {level.name}-link in", level.bandwidth.value)]
+        self.inject[:] = first + 2 * (ranks[:, None] * self.depth + np.arange(self.depth)[None, :])
+        self.eject[:] = self.inject + 1
+        self.uplink_levels = tuple(l for l, level in enumerate(levels) if level.uplinks is not None)
+        self.fabric_levels = tuple(l for l, level in enumerate(levels) if level.fabric is not None)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The network as a graph whose edges carry the link numbers of the tables (for `route`,
+        checks and explanations; built when first asked for)."""
+        graph = nx.DiGraph()
+        strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
+
+        def first_rank(prefix: tuple[int, ...]) -> int:
+            return sum(c * strides[i + 1] for i, c in enumerate(prefix))
+
+        def link(table: np.ndarray, rank: int, level: int) -> int | None:
+            found = int(table[rank, level])
+            return None if found == NO_LINK else found
+
+        for length in range(self.depth):
+            for prefix in self._units(length):
+                graph.add_node(("sw", prefix), kind="switch", name=self._unit_name(prefix))
+        for length in range(1, self.depth + 1):
+            for prefix in self._units(length):
+                name, rank = self._unit_name(prefix), first_rank(prefix)
                 graph.add_node(("out", prefix), kind="exit", name=name)
                 graph.add_node(("in", prefix), kind="entry", name=name)
-                up = down = None
-                if level.uplinks is not None:
-                    capacity = level.uplinks.count * level.uplinks.bandwidth.value
-                    up = self._new_link(f"{name} uplinks out", capacity)
-                    down = self._new_link(f"{name} uplinks in", capacity)
+                up, down = link(self.up_out, rank, length - 1), link(self.up_in, rank, length - 1)
                 parent = prefix[:-1]
                 # Leaving the unit: to the parent's switch (traffic that stays in the parent)
                 # or on to the parent's own exit; either way through the unit's uplinks.
@@ -125,39 +167,13 @@ class Network:
                     graph.add_edge(("in", parent), ("in", prefix), link=down)
         for rank in range(self.device_count):
             device = self._prefix(rank, self.depth)
-            name = self._unit_name(device)
-            graph.add_node(("dev", rank), kind="device", name=name)
-            for index, level in enumerate(levels):
-                bandwidth = level.bandwidth.value
-                inject = self._new_link(f"{name} {level.name}-link out", bandwidth)
-                eject = self._new_link(f"{name} {level.name}-link in", bandwidth)
-                graph.add_edge(("dev", rank), ("port-out", rank, index), link=inject)
+            graph.add_node(("dev", rank), kind="device", name=self._unit_name(device))
+            for index in range(self.depth):
+                graph.add_edge(("dev", rank), ("port-out", rank, index), link=int(self.inject[rank, index]))
                 graph.add_edge(("port-out", rank, index), ("out", device), link=None)
                 graph.add_edge(("in", device), ("port-in", rank, index), link=None)
-                graph.add_edge(("port-in", rank, index), ("dev", rank), link=eject)
+                graph.add_edge(("port-in", rank, index), ("dev", rank), link=int(self.eject[rank, index]))
         return graph
-
-    def _build_tables(self) -> None:
-        """Per (device, level): the links a flow of that level takes at its ends, read off the graph."""
-        shape = (self.device_count, self.depth)
-        self.inject = np.full(shape, NO_LINK, dtype=np.int64)
-        self.eject = np.full(shape, NO_LINK, dtype=np.int64)
-        self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
-        self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
-        self.fabric = np.full(shape, NO_LINK, dtype=np.int64)
-        edges = self.graph.edges
-        for rank in range(self.device_count):
-            for level in range(self.depth):
-                self.inject[rank, level] = edges[("dev", rank), ("port-out", rank, level)]["link"]
-                self.eject[rank, level] = edges[("port-in", rank, level), ("dev", rank)]["link"]
-                unit, parent = self._prefix(rank, level + 1), self._prefix(rank, level)
-                up = edges[("out", unit), ("sw", parent)]["link"]
-                down = edges[("sw", parent), ("in", unit)]["link"]
-                self.up_out[rank, level] = NO_LINK if up is None else up
-                self.up_in[rank, level] = NO_LINK if down is None else down
-                self.fabric[rank, level] = self.fabric_links.get(parent, NO_LINK)
-        self.uplink_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.uplinks is not None)
-        self.fabric_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.fabric is not None)
 
     # --- routing and loads -----------------------------------------------------------------------
 
