@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from synth.model import engine
 from synth.model.backend import FlowArrays, PairwiseFlows
-from synth.model.network import Network
+from synth.model.network import Network, sequential_sums
 from synth.topology import Figure, uniform_topology
 from tests.test_model_call_shape import CASES, case_times
 
@@ -183,3 +183,12 @@ def test_the_tables_give_each_flow_the_links_of_its_route_on_the_graph(system, d
     loaded = network.loads(np.array([src]), np.array([dst]), np.array([1.0]))
     assert sorted(network.link_names[i] for i in np.flatnonzero(loaded)) == sorted(network.route(src, dst))
     assert set(loaded.tolist()) <= {0.0, 1.0}  # no link twice
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(st.floats(min_value=5e-324, max_value=1e300, allow_nan=False, allow_infinity=False),
+                 st.integers(1, 2**20).map(lambda n: n * 2.0 ** -24)),  # the second: sums that tie
+       st.lists(st.integers(1, 200_000), min_size=1, max_size=6))
+def test_sequential_sums_are_the_sums_added_one_by_one(value, counts):
+    expected = np.cumsum(np.full(max(counts), value))[np.array(counts) - 1]
+    assert np.array_equal(sequential_sums(value, np.array(counts)), expected)

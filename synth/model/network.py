@@ -32,7 +32,9 @@ Bertsekas & Gallager, Data Networks, 2nd ed., section 6.5.2 on max-min fairness)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property, lru_cache
 from itertools import product as cartesian
 
@@ -323,8 +325,7 @@ class Network:
         result = np.zeros(len(self.links))
         for value in np.unique(low[loaded]):
             links = loaded[low[loaded] == value]
-            sums = np.cumsum(np.full(int(total[links].max()), value))  # sequential, as bincount adds
-            result[links] = sums[total[links] - 1]
+            result[links] = sequential_sums(float(value), total[links])
         return result
 
     def makespan(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> tuple[float, int]:
@@ -337,6 +338,38 @@ class Network:
 
     def link_name(self, link: int) -> str:
         return "" if link == NO_LINK else self.link_names[link]
+
+
+def sequential_sums(value: float, counts: np.ndarray) -> np.ndarray:
+    """For each count n, the float that adding `value` (> 0) to 0.0 n times one after the other
+    gives (as `np.bincount` or `np.cumsum` add), in O(log n) steps: within one binade of the
+    running sum every addition rounds to the same multiple of its ulp, unless `value` is halfway
+    between two (then those additions are done one by one, as cumsum does them)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    wanted = sorted(set(counts.tolist()))
+    found: dict[int, float] = {}
+    total, done, exact = 0.0, 0, Fraction(value)
+    for target in wanted:
+        while done < target:
+            if total == 0.0:
+                total, done = total + value, done + 1
+                continue
+            exponent = math.frexp(total)[1]  # total in [2^(e-1), 2^e): ulp 2^(e-53)
+            ulp = Fraction(2) ** (exponent - 53)
+            whole, rest = divmod(exact, ulp)
+            if 2 * rest == ulp:  # a tie: round-half-even alternates, so add one by one
+                total = float(np.cumsum(np.concatenate(([total], np.full(target - done, value))))[-1])
+                done = target
+                continue
+            step = (whole + (1 if 2 * rest > ulp else 0)) * ulp
+            room = (Fraction(2) ** exponent - exact - Fraction(total)) / step  # additions j < room stay inside
+            steps = min(math.ceil(room), target - done) if room > 0 else 0
+            if steps <= 0:
+                total, done = total + value, done + 1
+                continue
+            total, done = float(Fraction(total) + steps * step), done + steps
+        found[target] = total
+    return np.array([found[n] for n in counts.tolist()], dtype=float)
 
 
 @lru_cache(maxsize=16)
