@@ -37,12 +37,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache
 from itertools import product as cartesian
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from synth.errors import UsageError
 from synth.topology import Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NO_LINK = -1
 
@@ -139,7 +142,9 @@ class Network:
     @cached_property
     def graph(self) -> nx.DiGraph:
         """The network as a graph whose edges carry the link numbers of the tables (for `route`,
-        checks and explanations; built when first asked for)."""
+        checks and explanations; built, and networkx imported, when first asked for)."""
+        import networkx as nx
+
         graph = nx.DiGraph()
         strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
 
@@ -211,6 +216,8 @@ class Network:
     def route(self, src: int, dst: int) -> tuple[str, ...]:
         """The names of the links one flow crosses, by shortest path on the graph (for checks
         and explanations; costing uses the tables built from the same graph)."""
+        import networkx as nx
+
         level = int(self.first_difference(src, dst))
         path = nx.shortest_path(self.graph, ("port-out", src, level), ("port-in", dst, level))
         nodes = [("dev", src), *path, ("dev", dst)]
