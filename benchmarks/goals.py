@@ -103,7 +103,8 @@ TOP_TARGET_S = 2.0
 TOP_LEVELS = "pod=4,rack=8,node=16,gpu=8"
 TOP_ESTIMATES = ("pipelined", "lockstep")
 TOP_CLI_POINTER = ("The whole `synth rank --top 5` command of every goal at 4096 members: [top-cli.md](top-cli.md) "
-                   "(`python -m benchmarks.goals --top-cli`).")
+                   "(`python -m benchmarks.goals --top-cli`); the all-to-all's alone, before and after its flows were "
+                   "priced by class: [top-cli-alltoall.md](top-cli-alltoall.md) (`--goal alltoall`).")
 TOP_POINTER = ("The top-5 search of every goal at 4096 members, cost model included: "
                "[top-search.md](top-search.md) (`python -m benchmarks.goals --top`).")
 ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per class of equal flows "
