@@ -108,8 +108,8 @@ TOP_CLI_POINTER = ("The whole `synth rank --top 5` command of every goal at 4096
 TOP_POINTER = ("The top-5 search of every goal at 4096 members, cost model included: "
                "[top-search.md](top-search.md) (`python -m benchmarks.goals --top`).")
 ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per class of equal flows "
-                   "(`Network.pair_loads`), in time linear in the members; what is left is the search and building "
-                   "the network's tables, which every goal shares.")
+                   "(`Network.pair_loads`), in time linear in the members; what is left is mostly the search itself "
+                   "(its states' permutations) and the interpreter's imports, which every goal shares.")
 
 # One top-K search in a fresh interpreter; prints its CPU seconds and the times it found (the
 # same script runs the checkout under test and an earlier one, so it uses only public names
