@@ -3,7 +3,7 @@
     python -m benchmarks.goals [-o results] [--before DIR]
     python -m benchmarks.goals --calibrate [-o results]
     python -m benchmarks.goals --top [-o results] [--before DIR]
-    python -m benchmarks.goals --top-cli [-o results] [--before DIR]
+    python -m benchmarks.goals --top-cli [--goal GOAL] [-o results] [--before DIR]
 
 Times the complete, pruned search (every valid program up to length 5) of each goal on
 4096-member groups (a 3-level and a 4-level merged hierarchy) and on the 8-GPU node pairs the
@@ -27,7 +27,8 @@ under 2 s CPU per goal. Writes results/synthesis-goals/top-search.md and top-sea
 (its topology written to a temporary TOML file), in a fresh process per goal: interpreter
 start, imports, the search, the pricing of the rows and the printing, CPU of the child
 process. With --before DIR the same command runs with the synth package of DIR and its JSON
-must be identical. Writes results/synthesis-goals/top-cli.md and top-cli.json.
+must be identical. Writes results/synthesis-goals/top-cli.md and top-cli.json; with --goal GOAL,
+that goal alone, in top-cli-GOAL.md and top-cli-GOAL.json.
 """
 
 from __future__ import annotations
@@ -102,12 +103,13 @@ TOP_TARGET_S = 2.0
 TOP_LEVELS = "pod=4,rack=8,node=16,gpu=8"
 TOP_ESTIMATES = ("pipelined", "lockstep")
 TOP_CLI_POINTER = ("The whole `synth rank --top 5` command of every goal at 4096 members: [top-cli.md](top-cli.md) "
-                   "(`python -m benchmarks.goals --top-cli`).")
+                   "(`python -m benchmarks.goals --top-cli`); the all-to-all's alone, before and after its flows were "
+                   "priced by class: [top-cli-alltoall.md](top-cli-alltoall.md) (`--goal alltoall`).")
 TOP_POINTER = ("The top-5 search of every goal at 4096 members, cost model included: "
                "[top-search.md](top-search.md) (`python -m benchmarks.goals --top`).")
-ALL_TO_ALL_NOTE = ("The all-to-all's cost still grows with its members: a 4096-member pairwise all-to-all moves "
-                   "4096 x 4095 flows, and their link loads (numpy, one pass per regime and per call site) are most "
-                   "of its time.")
+ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per class of equal flows "
+                   "(`Network.pair_loads`), in time linear in the members; what is left is mostly the search itself "
+                   "(its states' permutations) and the interpreter's imports, which every goal shares.")
 
 # One top-K search in a fresh interpreter; prints its CPU seconds and the times it found (the
 # same script runs the checkout under test and an earlier one, so it uses only public names
@@ -242,7 +244,7 @@ def time_cli(source: str, topology: str, goal: str) -> dict:
     return {"cpu_s": cpu, "wall_s": wall, "peak_rss_mib": after.ru_maxrss / 1024, "rows": json.loads(done.stdout)}
 
 
-def top_cli(output: str, before: str | None) -> int:
+def top_cli(output: str, before: str | None, only: str | None = None) -> int:
     import subprocess
     import tempfile
 
@@ -253,7 +255,7 @@ def top_cli(output: str, before: str | None) -> int:
         topology = os.path.join(scratch, "dgx-h100-4x8x16x8.toml")
         subprocess.run([sys.executable, "-c", _TOPOLOGY_SCRIPT, topology], check=True, cwd=here,
                        env={**os.environ, "PYTHONPATH": here})
-        for goal in GOALS:
+        for goal in (only,) if only else GOALS:
             row = {"goal": goal, **time_cli(here, topology, goal)}
             if before:
                 row["before"] = time_cli(before, topology, goal)
@@ -265,9 +267,11 @@ def top_cli(output: str, before: str | None) -> int:
             print(f"{goal:14s} {row['cpu_s']:6.2f} s CPU" + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before
                                                               else ""), flush=True)
     load_after = os.getloadavg()[0]
-    command = "python -m benchmarks.goals --top-cli" + (" --before OLD" if before else "")
-    folder = _write_top_json(output, "top-cli.json", command, (load_before, load_after), rows)
-    lines = [f"# `synth rank --top {TOP_K}` for every goal on a 4096-member group", "", header(command), "",
+    command = "python -m benchmarks.goals --top-cli" + (f" --goal {only}" if only else "") + (
+        " --before OLD" if before else "")
+    name = f"top-cli-{only}" if only else "top-cli"
+    folder = _write_top_json(output, f"{name}.json", command, (load_before, load_after), rows)
+    lines = [f"# `synth rank --top {TOP_K}` for {only or 'every goal'} on a 4096-member group", "", header(command), "",
              f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work: "
              f"CPU time is the steadier figure, and contention inflates it too).", "",
              f"The whole command, `synth rank --topology T --axes data=4096 --reduce data --collective GOAL "
@@ -278,8 +282,8 @@ def top_cli(output: str, before: str | None) -> int:
         lines += [f"`before`: the same command with the synth package of OLD (commit {_commit_of(before)}), whose "
                   f"JSON output was identical for every goal.", ""]
     lines += _timing_lines(rows, bool(before), ("goal",))
-    (folder / "top-cli.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {folder / 'top-cli.md'}")
+    (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {folder / name}.md")
     return 0
 
 
@@ -318,6 +322,7 @@ def main(argv=None) -> int:
     parser.add_argument("--top", action="store_true", help=f"time the top-{TOP_K} search of every goal at 4096 members")
     parser.add_argument("--top-cli", action="store_true",
                         help=f"time `synth rank --top {TOP_K}` of every goal at 4096 members, the whole command")
+    parser.add_argument("--goal", choices=GOALS, help="with --top-cli: this goal alone (its own files)")
     parser.add_argument("--before", metavar="DIR",
                         help="also run every search with the synth package of DIR (a checkout of an earlier commit)")
     args = parser.parse_args(argv)
@@ -326,7 +331,7 @@ def main(argv=None) -> int:
     if args.top:
         return top(args.output, args.before)
     if args.top_cli:
-        return top_cli(args.output, args.before)
+        return top_cli(args.output, args.before, args.goal)
     load_before = os.getloadavg()[0]
     rows = []
     for label, names, sizes in CASES:

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 
-from synth.model.backend import CallSite, Flow, FlowArrays, Layout, Phase, Plan, call_layout  # noqa: F401 - the seam's vocabulary
+from synth.model.backend import CallSite, Flow, FlowArrays, Layout, PairwiseFlows, Phase, Plan, call_layout  # noqa: F401 - the seam's vocabulary
 
 Algorithm = Callable[[Layout], Plan]
 
@@ -244,9 +244,7 @@ def pairwise_all_to_all(layout: Layout) -> Plan:
     slowest pair's. The received blocks land in a scratch buffer of B (NCCL has no in-place
     all-to-all) that is copied back."""
     k = layout.size
-    src, dst = np.repeat(np.arange(k), k), np.tile(np.arange(k), k)
-    pairs = src != dst
-    flows = FlowArrays(src[pairs], dst[pairs], np.full(k * (k - 1), 1.0 / k))  # k x (k-1) flows: arrays
+    flows = PairwiseFlows(k, 1.0 / k)  # k x (k-1) flows, held as their classes
     return Plan("pairwise", (Phase(layout.largest_hop(), flows),), extra_memory=1.0)
 
 

@@ -146,6 +146,69 @@ class FlowArrays(Sequence):
         return self._hash
 
 
+class PairwiseFlows(FlowArrays):
+    """Every ordered pair of k members, a -> b for a != b (source-major, the same order as
+    FlowArrays of `np.repeat`/`np.tile`), each carrying `share` divided by `intra`, or by
+    `inter` where the two members' `node` differs (no `node`: every pair `intra`). Held as
+    those few numbers, so that link loads can be priced per class of equal flows
+    (Network.pair_loads) instead of over k x (k - 1) arrays; the arrays are built only when
+    something reads them, with the same floats."""
+
+    __slots__ = ("k", "share", "node", "inter", "intra", "_arrays")
+
+    def __init__(self, k: int, share: float, node: tuple[int, ...] | None = None, inter: float = 1.0,
+                 intra: float = 1.0):
+        self.k, self.share, self.node, self.inter, self.intra = int(k), float(share), node, float(inter), float(intra)
+        self._arrays = None
+        self._hash = None
+
+    def divided(self, node: tuple[int, ...] | None, inter: float, intra: float) -> PairwiseFlows:
+        """These flows with each share divided by the link's efficiency (the `node` rule above)."""
+        if self.inter != 1.0 or self.intra != 1.0:
+            raise ValueError("pairwise flows divided by link efficiency twice")
+        return PairwiseFlows(self.k, self.share, node, inter, intra)
+
+    def weight(self, same_node: bool, efficiency: float = 1.0) -> float:
+        """The bytes of one flow per byte of B within a node or across nodes, over `efficiency`,
+        as the arrays' elementwise division gives it."""
+        divisor = self.intra if self.node is None or same_node else self.inter
+        return float(np.float64(self.share) / np.float64(divisor) / np.float64(efficiency))
+
+    def _build(self):
+        if self._arrays is None:
+            k = self.k
+            src, dst = np.repeat(np.arange(k), k), np.tile(np.arange(k), k)
+            pairs = src != dst
+            src, dst = src[pairs], dst[pairs]
+            fraction = np.full(k * (k - 1), self.share)
+            if self.inter != 1.0 or self.intra != 1.0:
+                node = None if self.node is None else np.array(self.node, dtype=np.int64)
+                divisor = (np.full(len(src), self.intra, dtype=float) if node is None
+                           else np.where(node[src] != node[dst], self.inter, self.intra))
+                fraction = fraction / divisor
+            self._arrays = (src, dst, fraction)
+        return self._arrays
+
+    src = property(lambda self: self._build()[0])
+    dst = property(lambda self: self._build()[1])
+    fraction = property(lambda self: self._build()[2])
+
+    def __len__(self) -> int:
+        return self.k * (self.k - 1)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, PairwiseFlows):
+            return (self.k, self.share, self.node, self.inter, self.intra) == (
+                other.k, other.share, other.node, other.inter, other.intra)
+        return super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((self.k, self.share, self.node, self.inter, self.intra))
+
+    def __reduce__(self):  # its few numbers, not the arrays (which have no setter)
+        return PairwiseFlows, (self.k, self.share, self.node, self.inter, self.intra)
+
+
 @dataclass(frozen=True)
 class Phase:
     latency_s: float

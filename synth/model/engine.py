@@ -41,7 +41,7 @@ import numpy as np
 
 from synth.lowering import LoweredProgram, LoweredStep
 from synth.model.algorithms import Plan
-from synth.model.backend import CallSite, FlowArrays, canonical_coords
+from synth.model.backend import CallSite, FlowArrays, PairwiseFlows, canonical_coords
 from synth.model.context import CostContext
 from synth.model.network import NO_LINK
 
@@ -157,11 +157,36 @@ class _Call:
         return self.shared.per_byte
 
 
+@dataclass(frozen=True)
+class _Pairs:
+    """A phase of every ordered pair of a call's members (PairwiseFlows) over the plan's
+    efficiency: priced per class of equal flows (Network.pair_loads), one by one as `arrays`
+    where that does not apply."""
+
+    flows: PairwiseFlows
+    efficiency: float
+
+    @property
+    def node(self) -> np.ndarray | None:
+        return None if self.flows.node is None else np.array(self.flows.node, dtype=np.int64)
+
+    def weights(self) -> tuple[float, float]:
+        """(across nodes, within one) bytes of one flow per byte of B."""
+        return self.flows.weight(False, self.efficiency), self.flows.weight(True, self.efficiency)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.flows.src, self.flows.dst, self.flows.fraction / self.efficiency
+
+
 @lru_cache(maxsize=4096)
-def _local_flows(plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-    """A plan's flows per phase as (from member, to member, bytes per byte of B) arrays."""
+def _local_flows(plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | _Pairs, ...]:
+    """A plan's flows per phase as (from member, to member, bytes per byte of B) arrays, or a
+    pairwise phase's classes."""
     result = []
     for phase in plan.phases:
+        if isinstance(phase.flows, PairwiseFlows):
+            result.append(_Pairs(phase.flows, plan.efficiency))
+            continue
         if isinstance(phase.flows, FlowArrays):
             result.append((phase.flows.src, phase.flows.dst, phase.flows.fraction / plan.efficiency))
             continue
@@ -169,6 +194,10 @@ def _local_flows(plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
         weight = np.array([f for _, _, f in phase.flows], dtype=float) / plan.efficiency
         result.append((pairs[:, 0], pairs[:, 1], weight))
     return tuple(result)
+
+
+def _flow_arrays(local) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return local.arrays() if isinstance(local, _Pairs) else local
 
 
 _PLANS: dict[tuple, tuple[Plan, ...]] = {}
@@ -225,7 +254,15 @@ class CostEngine:
         latencies, alone = [], []
         for plan in plans:
             total = 0.0
-            for src_local, dst_local, weight in _local_flows(plan):
+            for local in _local_flows(plan):
+                if isinstance(local, _Pairs):
+                    inter, intra = local.weights()
+                    loads = network.pair_loads(devices[members][None, :], local.node, np.array([inter]),
+                                               np.array([intra]))
+                    if loads is not None:
+                        total += float((loads / network.capacity).max())
+                        continue
+                src_local, dst_local, weight = _flow_arrays(local)
                 total += network.makespan(devices[members[src_local]], devices[members[dst_local]], weight)[0]
             latencies.append(tuple(phase.latency_s for phase in plan.phases))
             alone.append(total)
@@ -289,8 +326,18 @@ class CostEngine:
         link_s = np.zeros(len(capacity))
         one_group = len(self.devices) == 1
         for phase in range(max(len(p) for p in phase_latencies)):
-            parts = [self._run_flows(calls, plans, weights, start, stop, phase) for start, stop in runs
-                     if phase < len(phase_latencies[start])]
+            in_phase = [(start, stop) for start, stop in runs if phase < len(phase_latencies[start])]
+            pairs = self._pair_loads(network, calls, plans, weights, in_phase, phase)
+            if pairs is not None:
+                seconds = pairs[0] / capacity
+                busiest = int(np.argmax(seconds))
+                drains.append(float(seconds[busiest]))
+                links.append(busiest if seconds[busiest] > 0 else NO_LINK)
+                link_s += seconds
+                latencies.append(max(p[phase] for p in phase_latencies if phase < len(p)))
+                chain_drains.append(float(seconds.max()) if one_group else float((pairs[1] / capacity).max()))
+                continue
+            parts = [self._run_flows(calls, plans, weights, start, stop, phase) for start, stop in in_phase]
             src = np.concatenate([part[0] for part in parts])
             dst = np.concatenate([part[1] for part in parts])
             nbytes = np.concatenate([part[2] for part in parts])
@@ -318,11 +365,38 @@ class CostEngine:
         self._regime_ids[key] = len(self.regimes) - 1
         return len(self.regimes) - 1
 
+    def _pair_loads(self, network, calls, plans, weights, runs, phase: int):
+        """(every group's, group 0's) link loads of a phase whose runs are all pairwise flows
+        of one member count and node layout, priced per class of equal flows; None otherwise
+        (or where Network.pair_loads declines), for the flows one by one."""
+        found = [_local_flows(plans[start])[phase] for start, _ in runs]
+        if not found or not all(isinstance(local, _Pairs) for local in found):
+            return None
+        if len({(local.flows.k, local.flows.node) for local in found}) != 1:
+            return None
+        members = np.concatenate([np.stack([call.members for call in calls[start:stop]]) for start, stop in runs])
+        inter, intra = [], []
+        for local, (start, stop) in zip(found, runs):
+            across, within = local.weights()
+            for scale in weights[start:stop]:  # as the flows' weight times the call's scale
+                inter.append(np.float64(across) * np.float64(scale))
+                intra.append(np.float64(within) * np.float64(scale))
+        inter, intra, node = np.array(inter), np.array(intra), found[0].node
+        groups = len(self.devices)
+        every = network.pair_loads(self.devices[:, members].reshape(-1, members.shape[1]), node,
+                                   np.tile(inter, groups), np.tile(intra, groups))
+        if every is None:
+            return None
+        if groups == 1:
+            return every, every
+        alone = network.pair_loads(self.devices[0, members], node, inter, intra)
+        return None if alone is None else (every, alone)
+
     def _run_flows(self, calls, plans, weights, start: int, stop: int, phase: int):
         """The flows of calls[start:stop] (one site, one plan) in one phase, in call order and,
         within a call, group by group: (src, dst, bytes per byte of B_max) on every group's
         devices, then the same on group 0's alone. One gather for the whole run."""
-        src_local, dst_local, weight = _local_flows(plans[start])[phase]
+        src_local, dst_local, weight = _flow_arrays(_local_flows(plans[start])[phase])
         members = np.stack([call.members for call in calls[start:stop]])  # [call, member]
         scale = np.array(weights[start:stop])[:, None]
         devices = self.devices

@@ -19,8 +19,10 @@ A flow between devices whose coordinates first differ at level ``d`` takes the s
 level-``d`` injection link, leaves every unit of the source at levels ``d..L-1`` (their
 uplinks, where present), turns at the switch of their common level-``d`` parent, enters the
 destination's units and takes its level-``d`` ejection link. That is the unique shortest
-path between the two level-``d`` ports (``route``); the costing tables are read off the graph
-once, so that the load of a batch of flows is a few numpy gathers and one ``bincount``.
+path between the two level-``d`` ports (``route``). The costing tables number the same links
+per (device, level) as arrays, built without walking the graph (which is built from them only
+when a route is asked for), so that the load of a batch of flows is a few numpy gathers and one
+``bincount``.
 
 Time of a batch of flows that all start together: with max-min fair sharing every link
 drains its load at its capacity and the last flow ends when the busiest link is empty, so
@@ -30,15 +32,20 @@ Bertsekas & Gallager, Data Networks, 2nd ed., section 6.5.2 on max-min fairness)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import lru_cache
+from fractions import Fraction
+from functools import cached_property, lru_cache
 from itertools import product as cartesian
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from synth.errors import UsageError
 from synth.topology import Topology
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NO_LINK = -1
 
@@ -73,48 +80,90 @@ class Network:
         ranks = np.arange(self.device_count)
         self.coords = np.stack(np.unravel_index(ranks, self.sizes), axis=1).astype(np.int64)
         self.links: list[Link] = []
-        self.graph = self._build_graph()
+        self._build_tables()
         self.capacity = np.array([link.capacity for link in self.links], dtype=float)
         self.link_names = tuple(link.name for link in self.links)
-        self._build_tables()
         self._pack_codes()
 
-    # --- the graph ---------------------------------------------------------------------------
+    # --- the links and the graph -----------------------------------------------------------------
 
     def _unit_name(self, prefix: tuple[int, ...]) -> str:
         if not prefix:
             return "system"
         return ".".join(f"{self.topology.levels[i].name}{c}" for i, c in enumerate(prefix))
 
-    def _new_link(self, name: str, capacity: float) -> int:
-        self.links.append(Link(name, capacity))
-        return len(self.links) - 1
-
     def _prefix(self, rank: int, length: int) -> tuple[int, ...]:
         return tuple(int(c) for c in self.coords[rank, :length])
 
-    def _build_graph(self) -> nx.DiGraph:
-        graph = nx.DiGraph()
+    def _units(self, length: int):
+        """The units whose prefixes have `length` coordinates, in order (their index = rank // stride)."""
+        return cartesian(*(range(n) for n in self.sizes[:length]))
+
+    def _build_tables(self) -> None:
+        """Every link, numbered in a fixed order (each fabric, then each unit's uplinks out and
+        in, then each device's injection and ejection link per level), and per (device, level)
+        the links a flow of that level takes at its ends: arrays, without walking the graph
+        (`graph` is built from them; tests/test_pair_loads.py checks they agree)."""
         levels = self.topology.levels
-        self.fabric_links: dict[tuple[int, ...], int] = {}
-        for length in range(self.depth):
-            for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
-                graph.add_node(("sw", prefix), kind="switch", name=self._unit_name(prefix))
-                fabric = levels[length].fabric
-                if fabric is not None:
-                    self.fabric_links[prefix] = self._new_link(
-                        f"{self._unit_name(prefix)} {levels[length].name}-fabric", fabric.value)
+        ranks = np.arange(self.device_count, dtype=np.int64)
+        strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
+        shape = (self.device_count, self.depth)
+        self.inject = np.full(shape, NO_LINK, dtype=np.int64)
+        self.eject = np.full(shape, NO_LINK, dtype=np.int64)
+        self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
+        self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
+        self.fabric = np.full(shape, NO_LINK, dtype=np.int64)
+        for length, level in enumerate(levels):  # one shared medium per switch of the level
+            if level.fabric is not None:
+                first = len(self.links)
+                self.links += [Link(f"{self._unit_name(prefix)} {level.name}-fabric", level.fabric.value)
+                               for prefix in self._units(length)]
+                self.fabric[:, length] = first + ranks // strides[length]
         for length in range(1, self.depth + 1):
             level = levels[length - 1]
-            for prefix in cartesian(*(range(n) for n in self.sizes[:length])):
-                name = self._unit_name(prefix)
+            if level.uplinks is not None:
+                first, capacity = len(self.links), level.uplinks.count * level.uplinks.bandwidth.value
+                for prefix in self._units(length):
+                    name = self._unit_name(prefix)
+                    self.links += [Link(f"{name} uplinks out", capacity), Link(f"{name} uplinks in", capacity)]
+                self.up_out[:, length - 1] = first + 2 * (ranks // strides[length])
+                self.up_in[:, length - 1] = self.up_out[:, length - 1] + 1
+        first = len(self.links)
+        for prefix in self._units(self.depth):
+            name = self._unit_name(prefix)
+            for level in levels:
+                self.links += [Link(f"{name} {level.name}-link out", level.bandwidth.value),
+                               Link(f"{name} {level.name}-link in", level.bandwidth.value)]
+        self.inject[:] = first + 2 * (ranks[:, None] * self.depth + np.arange(self.depth)[None, :])
+        self.eject[:] = self.inject + 1
+        self.uplink_levels = tuple(l for l, level in enumerate(levels) if level.uplinks is not None)
+        self.fabric_levels = tuple(l for l, level in enumerate(levels) if level.fabric is not None)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The network as a graph whose edges carry the link numbers of the tables (for `route`,
+        checks and explanations; built, and networkx imported, when first asked for)."""
+        import networkx as nx
+
+        graph = nx.DiGraph()
+        strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
+
+        def first_rank(prefix: tuple[int, ...]) -> int:
+            return sum(c * strides[i + 1] for i, c in enumerate(prefix))
+
+        def link(table: np.ndarray, rank: int, level: int) -> int | None:
+            found = int(table[rank, level])
+            return None if found == NO_LINK else found
+
+        for length in range(self.depth):
+            for prefix in self._units(length):
+                graph.add_node(("sw", prefix), kind="switch", name=self._unit_name(prefix))
+        for length in range(1, self.depth + 1):
+            for prefix in self._units(length):
+                name, rank = self._unit_name(prefix), first_rank(prefix)
                 graph.add_node(("out", prefix), kind="exit", name=name)
                 graph.add_node(("in", prefix), kind="entry", name=name)
-                up = down = None
-                if level.uplinks is not None:
-                    capacity = level.uplinks.count * level.uplinks.bandwidth.value
-                    up = self._new_link(f"{name} uplinks out", capacity)
-                    down = self._new_link(f"{name} uplinks in", capacity)
+                up, down = link(self.up_out, rank, length - 1), link(self.up_in, rank, length - 1)
                 parent = prefix[:-1]
                 # Leaving the unit: to the parent's switch (traffic that stays in the parent)
                 # or on to the parent's own exit; either way through the unit's uplinks.
@@ -125,39 +174,13 @@ class Network:
                     graph.add_edge(("in", parent), ("in", prefix), link=down)
         for rank in range(self.device_count):
             device = self._prefix(rank, self.depth)
-            name = self._unit_name(device)
-            graph.add_node(("dev", rank), kind="device", name=name)
-            for index, level in enumerate(levels):
-                bandwidth = level.bandwidth.value
-                inject = self._new_link(f"{name} {level.name}-link out", bandwidth)
-                eject = self._new_link(f"{name} {level.name}-link in", bandwidth)
-                graph.add_edge(("dev", rank), ("port-out", rank, index), link=inject)
+            graph.add_node(("dev", rank), kind="device", name=self._unit_name(device))
+            for index in range(self.depth):
+                graph.add_edge(("dev", rank), ("port-out", rank, index), link=int(self.inject[rank, index]))
                 graph.add_edge(("port-out", rank, index), ("out", device), link=None)
                 graph.add_edge(("in", device), ("port-in", rank, index), link=None)
-                graph.add_edge(("port-in", rank, index), ("dev", rank), link=eject)
+                graph.add_edge(("port-in", rank, index), ("dev", rank), link=int(self.eject[rank, index]))
         return graph
-
-    def _build_tables(self) -> None:
-        """Per (device, level): the links a flow of that level takes at its ends, read off the graph."""
-        shape = (self.device_count, self.depth)
-        self.inject = np.full(shape, NO_LINK, dtype=np.int64)
-        self.eject = np.full(shape, NO_LINK, dtype=np.int64)
-        self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
-        self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
-        self.fabric = np.full(shape, NO_LINK, dtype=np.int64)
-        edges = self.graph.edges
-        for rank in range(self.device_count):
-            for level in range(self.depth):
-                self.inject[rank, level] = edges[("dev", rank), ("port-out", rank, level)]["link"]
-                self.eject[rank, level] = edges[("port-in", rank, level), ("dev", rank)]["link"]
-                unit, parent = self._prefix(rank, level + 1), self._prefix(rank, level)
-                up = edges[("out", unit), ("sw", parent)]["link"]
-                down = edges[("sw", parent), ("in", unit)]["link"]
-                self.up_out[rank, level] = NO_LINK if up is None else up
-                self.up_in[rank, level] = NO_LINK if down is None else down
-                self.fabric[rank, level] = self.fabric_links.get(parent, NO_LINK)
-        self.uplink_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.uplinks is not None)
-        self.fabric_levels = tuple(l for l, level in enumerate(self.topology.levels) if level.fabric is not None)
 
     # --- routing and loads -----------------------------------------------------------------------
 
@@ -193,6 +216,8 @@ class Network:
     def route(self, src: int, dst: int) -> tuple[str, ...]:
         """The names of the links one flow crosses, by shortest path on the graph (for checks
         and explanations; costing uses the tables built from the same graph)."""
+        import networkx as nx
+
         level = int(self.first_difference(src, dst))
         path = nx.shortest_path(self.graph, ("port-out", src, level), ("port-in", dst, level))
         nodes = [("dev", src), *path, ("dev", dst)]
@@ -227,6 +252,89 @@ class Network:
             total += np.bincount(part, weights=weight, minlength=len(self.links))
         return total
 
+    def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
+                   ) -> np.ndarray | None:
+        """`loads` of every ordered pair of distinct members within each row of `sets` ([set,
+        member] devices), a flow weighing `intra[set]` between members of one `node` (None: all
+        one node) and `inter[set]` otherwise, priced per class of equal flows, not one by one.
+
+        The flows from a device to the others group by the level at which they first differ;
+        every flow of a class crosses the same links (route), so a link's load is a count of
+        flows of one weight. Counting needs only each device's number of members sharing its
+        prefix at each level, O(members x levels). The result is bit for bit `loads` over the
+        pairs in any order: every link's bytes are then `count` equal addends, summed here one
+        after the other as `np.bincount` does. None (price the flows one by one) where that does
+        not hold: a node that is not a unit of the hierarchy, a link whose flows weigh differently
+        (mixed classes), or a device twice in a set."""
+        sets = np.asarray(sets, dtype=np.int64)
+        count, k = sets.shape
+        if k < 2:
+            return np.zeros(len(self.links))
+        strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
+        row = np.arange(count, dtype=np.int64)[:, None] * (self.device_count + 1)
+        same = []  # [p][set, member]: members of the set sharing the member's prefix of length p
+        for stride in strides:
+            _, inverse, counts = np.unique(row + sets // stride, return_inverse=True, return_counts=True)
+            same.append(counts[inverse.reshape(sets.shape)])
+        if not (same[-1] == 1).all():
+            return None
+        weight = self._class_weights(sets, row, strides, node, np.asarray(inter, dtype=float),
+                                     np.asarray(intra, dtype=float))
+        if weight is None:
+            return None
+        flows = [same[level] - same[level + 1] for level in range(self.depth)]  # [level][set, member]
+        ids, counts, weights = [], [], []
+
+        def add(links: np.ndarray, level: int) -> None:
+            ids.append(links.ravel())
+            counts.append(flows[level].ravel())
+            weights.append(np.broadcast_to(weight[:, level:level + 1], sets.shape).ravel())
+
+        for level in range(self.depth):
+            add(self.inject[sets, level], level)
+            add(self.eject[sets, level], level)
+        for uplink_level in self.uplink_levels:
+            for level in range(uplink_level + 1):
+                add(self.up_out[sets, uplink_level], level)
+                add(self.up_in[sets, uplink_level], level)
+        for fabric_level in self.fabric_levels:
+            add(self.fabric[sets, fabric_level], fabric_level)
+        return self._summed(np.concatenate(ids), np.concatenate(counts), np.concatenate(weights))
+
+    def _class_weights(self, sets, row, strides, node, inter, intra) -> np.ndarray | None:
+        """[set, level] the weight of a flow first differing at the level: `inter` above the
+        level whose units are the nodes, `intra` from it down; None when no level's units are
+        the nodes in some set."""
+        levels = np.arange(self.depth)[None, :]
+        if node is None:
+            return np.broadcast_to(intra[:, None], (len(sets), self.depth))
+        node = np.asarray(node, dtype=np.int64)
+        nodes = row + node[None, :]
+        node_count = len(np.unique(nodes))
+        for split, stride in enumerate(strides):
+            units = row + sets // stride
+            if len(np.unique(units)) == node_count and len(np.unique(units * (len(node) + 1) + node)) == node_count:
+                return np.where(levels < split, inter[:, None], intra[:, None])
+        return None
+
+    def _summed(self, ids: np.ndarray, counts: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+        """Per link, `counts` addends of `weights` summed in sequence (None if a link gets two weights)."""
+        used = counts > 0
+        ids, counts, weights = ids[used], counts[used], weights[used]
+        total = np.bincount(ids, weights=counts, minlength=len(self.links)).astype(np.int64)
+        low = np.full(len(self.links), np.inf)
+        high = np.full(len(self.links), -np.inf)
+        np.minimum.at(low, ids, weights)
+        np.maximum.at(high, ids, weights)
+        loaded = np.flatnonzero(total)
+        if (low[loaded] != high[loaded]).any():
+            return None
+        result = np.zeros(len(self.links))
+        for value in np.unique(low[loaded]):
+            links = loaded[low[loaded] == value]
+            result[links] = sequential_sums(float(value), total[links])
+        return result
+
     def makespan(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> tuple[float, int]:
         """(seconds, busiest link) for flows that start together: max over links of load/capacity."""
         if np.asarray(src).size == 0:
@@ -237,6 +345,38 @@ class Network:
 
     def link_name(self, link: int) -> str:
         return "" if link == NO_LINK else self.link_names[link]
+
+
+def sequential_sums(value: float, counts: np.ndarray) -> np.ndarray:
+    """For each count n, the float that adding `value` (> 0) to 0.0 n times one after the other
+    gives (as `np.bincount` or `np.cumsum` add), in O(log n) steps: within one binade of the
+    running sum every addition rounds to the same multiple of its ulp, unless `value` is halfway
+    between two (then those additions are done one by one, as cumsum does them)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    wanted = sorted(set(counts.tolist()))
+    found: dict[int, float] = {}
+    total, done, exact = 0.0, 0, Fraction(value)
+    for target in wanted:
+        while done < target:
+            if total == 0.0:
+                total, done = total + value, done + 1
+                continue
+            exponent = math.frexp(total)[1]  # total in [2^(e-1), 2^e): ulp 2^(e-53)
+            ulp = Fraction(2) ** (exponent - 53)
+            whole, rest = divmod(exact, ulp)
+            if 2 * rest == ulp:  # a tie: round-half-even alternates, so add one by one
+                total = float(np.cumsum(np.concatenate(([total], np.full(target - done, value))))[-1])
+                done = target
+                continue
+            step = (whole + (1 if 2 * rest > ulp else 0)) * ulp
+            room = (Fraction(2) ** exponent - exact - Fraction(total)) / step  # additions j < room stay inside
+            steps = min(math.ceil(room), target - done) if room > 0 else 0
+            if steps <= 0:
+                total, done = total + value, done + 1
+                continue
+            total, done = float(Fraction(total) + steps * step), done + steps
+        found[target] = total
+    return np.array([found[n] for n in counts.tolist()], dtype=float)
 
 
 @lru_cache(maxsize=16)

@@ -60,7 +60,7 @@ from synth.model.nccl import symmetric, tables, timing
 from synth.model.nccl.protocols import (BUFFER, LL128_DATA_ELEMS, LL128_LINE_ELEMS, MAX_THREADS, NCCL_STEPS, PAYLOAD,
                                         THREAD_THRESHOLD, log2i)
 from synth.model.algorithms import Phase, Plan
-from synth.model.backend import CallSite, FlowArrays
+from synth.model.backend import CallSite, FlowArrays, PairwiseFlows
 from synth.model.nccl.hardware import NcclView, call_for, nccl_view
 from synth.topology import Level, NcclSystem, Topology
 
@@ -362,6 +362,8 @@ def _at_link_efficiency(phase: Phase, node: np.ndarray | None, net: float, intra
     if not phase.flows:
         return Phase(phase.latency_s, ())
     given = phase.flows
+    if isinstance(given, PairwiseFlows):
+        return Phase(phase.latency_s, given.divided(None if node is None else tuple(node.tolist()), net, intra))
     if isinstance(given, FlowArrays):
         src, dst, fraction = given.src, given.dst, given.fraction
     else:
