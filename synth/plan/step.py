@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
@@ -243,8 +244,8 @@ class Memory:
     def last(self) -> float:
         return self.states_last + self.activations_last
 
-    @property
-    def peak(self) -> float:
+    @cached_property
+    def peak(self) -> float:  # kept: the search compares every candidate's against the Pareto set's
         return max(self.first, self.last)
 
     def to_json(self) -> dict:
