@@ -64,6 +64,10 @@ class Placement:
 
     def to_text(self) -> str:
         """The matrix as compact JSON, the form `--placement` takes."""
+        return self._text
+
+    @cached_property
+    def _text(self) -> str:  # kept: the planner's ranking keys ask for it thousands of times
         return json.dumps([list(row) for row in self.matrix], separators=(",", ":"))
 
     @cached_property
