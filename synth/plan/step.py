@@ -92,8 +92,8 @@ class Settings:
     overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
     offload_layers: int = 0  # layers whose activations are copied to host memory (megatron-core cpu_offloading)
 
-    @property
-    def text(self) -> str:
+    @cached_property
+    def text(self) -> str:  # kept: a ranking key, asked thousands of times
         parts = [f"mb={self.micro_batch}"]
         if self.virtual > 1:
             parts.append(f"v={self.virtual}")
