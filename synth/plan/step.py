@@ -540,9 +540,14 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         return extra_seconds(costs, placement, {("tp",): count * tp1, ("cp",): count * cp1, ("ep",): moe_count * ep1},
                              background)
 
+    stage_times: dict[tuple[int, bool, int], float] = {}  # the middle stages repeat: each kind costed once
+
     def stage_mb(count: int, head: bool, moe_count: int) -> float:
-        work = stage_work(count, head, moe_count)
-        return work + exposed_p2p(work) + p2p_shared(count, moe_count, work)
+        found = stage_times.get((count, head, moe_count))
+        if found is None:
+            work = stage_work(count, head, moe_count)
+            found = stage_times[count, head, moe_count] = work + exposed_p2p(work) + p2p_shared(count, moe_count, work)
+        return found
 
     candidates = [(stage_mb(stages.last, True, moe_last), stages.last, True, moe_last)]
     if pp > 1:
