@@ -59,6 +59,10 @@ class Placement:
 
     def to_text(self) -> str:
         """The matrix as compact JSON, the form `--placement` takes."""
+        return self._text
+
+    @cached_property
+    def _text(self) -> str:  # kept: the planner's ranking keys ask for it thousands of times
         return json.dumps([list(row) for row in self.matrix], separators=(",", ":"))
 
     @cached_property
@@ -288,16 +292,38 @@ def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=(
     fixed = constraint_cells(topology, axes, constraints)
     count = count_placements(topology.sizes, tuple(a.size for a in axes), fixed, MAX_PLACEMENTS)
     if count > MAX_PLACEMENTS:
-        shown = "; ".join(str(c) for c in constraints)
-        raise UsageError(f"more than {MAX_PLACEMENTS} placements of "
-                         f"{','.join(f'{a.name}={a.size}' for a in axes)} on {topology.name}"
-                         f"{' with ' + shown if shown else ''}: too many to list; fix some factors or keep axes "
-                         f"inside levels to narrow them")
+        raise _too_many(topology, axes, constraints)
     results = sorted(set(matching_matrices(topology, axes, constraints)))
     if not results:
-        described = "; ".join(str(c) for c in constraints)
-        raise NoSolutionError(f"no placement of these axes on {topology.name} satisfies the constraints ({described}): relax one")
+        raise _none_fit(topology, constraints)
     return results
+
+
+def listed_placements(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[Placement]:
+    """`enumerate_placements`'s list, the same matrices in the same order, from the
+    prime-exponent tables (`matching_matrices`) instead of Z3's models one at a time: for a
+    search whose estimate lists them that way already (the planner's), where Z3 took a tenth
+    of a quick plan. tests/test_plan_budget.py holds the two listings equal."""
+    if count_matching(topology, axes, constraints, MAX_PLACEMENTS) > MAX_PLACEMENTS:
+        raise _too_many(topology, axes, constraints)
+    matrices = sorted(matching_matrices(topology, axes, constraints))
+    if not matrices:
+        raise _none_fit(topology, constraints)
+    axis_names, axis_sizes = tuple(a.name for a in axes), tuple(a.size for a in axes)
+    return [Placement(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix) for matrix in matrices]
+
+
+def _too_many(topology: Topology, axes: tuple[Axis, ...], constraints) -> UsageError:
+    shown = "; ".join(str(c) for c in constraints)
+    return UsageError(f"more than {MAX_PLACEMENTS} placements of {','.join(f'{a.name}={a.size}' for a in axes)} on "
+                      f"{topology.name}{' with ' + shown if shown else ''}: too many to list; fix some factors or "
+                      f"keep axes inside levels to narrow them")
+
+
+def _none_fit(topology: Topology, constraints) -> NoSolutionError:
+    described = "; ".join(str(c) for c in constraints)
+    return NoSolutionError(f"no placement of these axes on {topology.name} satisfies the constraints ({described}): "
+                           f"relax one")
 
 
 def count_placements(level_sizes, axis_sizes, fixed: dict[tuple[int, int, int], int], limit: int) -> int:

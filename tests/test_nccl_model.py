@@ -232,3 +232,24 @@ def test_the_logged_infiniband_runs_are_predicted_within_target_from_the_topolog
             misses.append((m.bytes, round(error, 3)))
     assert len(misses) <= 1, misses  # 512 KiB, where NCCL's LL128 estimate and the run part (+35%)
     assert math.isfinite(e.busbw)
+
+
+def test_choose_weighs_only_enabled_pairs_and_agrees_with_a_scan_of_every_pair():
+    """NCCL's choice skips the pairs its table disables: the same pick, time and channels as a
+    scan of all (algorithm, protocol) pairs by nccl_time_us, at every size class and between."""
+    from synth.model.nccl.names import PROTOCOLS
+    from synth.model.nccl.tables import ALGORITHM_ORDER, channels_used, nccl_time_us
+
+    restricted = Hardware("hopper", 8, NVLINK4, IB400, nvls=True, algorithms=("ring", "tree"), protocols=("Simple",))
+    for hardware in (HGX_H100, DGX_A100, restricted):
+        for collective in ("AllReduce", "ReduceScatter", "AllGather", "Broadcast"):
+            for nodes, per_node in ((1, 8), (2, 8), (4, 8), (16, 1)):
+                for k in range(0, 36, 3):
+                    call = Call(collective, nodes, per_node, float((1 << k) + 3 * k))
+                    table = tuning(hardware, call)
+                    times = [(nccl_time_us(table, hardware, call, a, p), a, p) for a in ALGORITHM_ORDER
+                             for p in PROTOCOLS]
+                    best = min((t for t in times if t[0] >= 0), key=lambda t: t[0])  # the first of equals
+                    choice = choose(hardware, call, table)
+                    assert (choice.algorithm, choice.protocol, choice.nccl_time_s) == (best[1], best[2], best[0] * 1e-6)
+                    assert choice.channels == channels_used(table, call, best[1], best[2])

@@ -32,13 +32,16 @@ def _request(topology_name="selene", resize=None, **overrides):
 
 def test_placements_listed_without_z3_are_z3s():
     """The estimate lists placements by their prime-exponent tables (synth.placement.matching_matrices)."""
-    from synth.placement import Inside, matching_matrices, parse_axes, placement_matrices
+    from synth.placement import (Inside, enumerate_placements, listed_placements, matching_matrices, parse_axes,
+                                 placement_matrices)
 
     for name, axes, constraints in (("dgx-h100-2x8x8", "a=8,b=4,c=4", ()), ("selene", "a=4,b=16", ()),
                                     ("dgx-h100-2x8x8", "a=8,b=4,c=4", (Inside("b", "node"),)),
                                     ("selene", "a=2,b=2,c=16", ())):
         topology, parsed = load_topology(name), parse_axes(axes)
         assert sorted(matching_matrices(topology, parsed, constraints)) == placement_matrices(topology, parsed, constraints)
+        # the planner's listing: Z3's placements, in Z3's order
+        assert listed_placements(topology, parsed, constraints) == enumerate_placements(topology, parsed, constraints)
 
 
 def test_the_estimate_counts_placements_exactly_and_grows_with_the_system():

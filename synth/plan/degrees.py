@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 from synth.plan.errors import LimitValueError
 from synth.names import Sized
@@ -65,8 +66,8 @@ class Degrees:
     def expert_dp(self) -> int:
         return self.dp // self.ep
 
-    @property
-    def text(self) -> str:
+    @cached_property
+    def text(self) -> str:  # kept: a ranking key, asked thousands of times
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
         return ",".join(parts + ([f"cp={self.cp}"] if self.cp > 1 else []) + ([f"ep={self.ep}"] if self.ep > 1 else []))
 

@@ -1,7 +1,7 @@
 """The planner: every degree choice x every placement x every setting, predicted and ranked.
 
 For each `Degrees` the model and the limits allow (degrees.py), every placement of its axes
-on the system (synth.placement.enumerate_placements, with the user's Inside/Factor
+on the system (synth.placement.listed_placements, with the user's Inside/Factor
 constraints), and every runnable setting (micro-batch size, interleaving, sequence
 parallelism, recomputation, sharded optimizer), the step is predicted (step.py). Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, enumerate_placements, matching_matrices
+from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, listed_placements, matching_matrices
 from synth.plan.costs import CommunicationCosts, goal_program_rows
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
@@ -42,7 +42,7 @@ from synth.topology import Topology
 # inside real plans; results/plan-speed/README.md has the figures and the check):
 # * every candidate is predicted once without its data-parallel terms (the lower bound the
 #   search ranks by): its kernel times, its communication looked up, its memory;
-# * every placement is listed (Z3, synth.placement.enumerate_placements);
+# * every placement is listed (synth.placement.listed_placements: Z3's list, from exponent tables);
 # * every distinct group shape the lower-bound pass costs (tensor-, context-, expert-parallel
 #   groups and pipeline transfers) is searched once (the program search and its cost model,
 #   synth/plan/costs.py) on its equivalent system (synth/plan/equivalent.py): a fixed part (the
@@ -461,7 +461,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 result.no_placement += constraints is None
                 continue
             try:
-                placements = enumerate_placements(request.topology, degrees.axes(), constraints)
+                placements = listed_placements(request.topology, degrees.axes(), constraints)
             except NoSolutionError:
                 result.no_placement += 1
                 continue

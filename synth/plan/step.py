@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
@@ -91,8 +92,8 @@ class Settings:
     overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
     offload_layers: int = 0  # layers whose activations are copied to host memory (megatron-core cpu_offloading)
 
-    @property
-    def text(self) -> str:
+    @cached_property
+    def text(self) -> str:  # kept: a ranking key, asked thousands of times
         parts = [f"mb={self.micro_batch}"]
         if self.virtual > 1:
             parts.append(f"v={self.virtual}")
@@ -243,8 +244,8 @@ class Memory:
     def last(self) -> float:
         return self.states_last + self.activations_last
 
-    @property
-    def peak(self) -> float:
+    @cached_property
+    def peak(self) -> float:  # kept: the search compares every candidate's against the Pareto set's
         return max(self.first, self.last)
 
     def to_json(self) -> dict:
@@ -540,9 +541,14 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         return extra_seconds(costs, placement, {("tp",): count * tp1, ("cp",): count * cp1, ("ep",): moe_count * ep1},
                              background)
 
+    stage_times: dict[tuple[int, bool, int], float] = {}  # the middle stages repeat: each kind costed once
+
     def stage_mb(count: int, head: bool, moe_count: int) -> float:
-        work = stage_work(count, head, moe_count)
-        return work + exposed_p2p(work) + p2p_shared(count, moe_count, work)
+        found = stage_times.get((count, head, moe_count))
+        if found is None:
+            work = stage_work(count, head, moe_count)
+            found = stage_times[count, head, moe_count] = work + exposed_p2p(work) + p2p_shared(count, moe_count, work)
+        return found
 
     candidates = [(stage_mb(stages.last, True, moe_last), stages.last, True, moe_last)]
     if pp > 1:

@@ -131,10 +131,17 @@ def envelope(shape: Shape) -> Envelope:
             points.add(float(channels * MAX_THREADS[protocol] * threshold))
     points.update(_tree_chunk_changes(shape, table, pairs))
     ordered = sorted(b for b in points if 1 <= b <= LARGEST)
-    points.update(_pick_changes(shape, table, ordered))
+    choices: dict[float, tables.Choice] = {}  # NCCL's choice per size, each decided once for this envelope
+
+    def choice_at(nbytes: float) -> tables.Choice:
+        found = choices.get(nbytes)
+        if found is None:
+            found = choices[nbytes] = tables.choose(shape.hardware, shape.call(nbytes), table)
+        return found
+
+    points.update(_pick_changes(ordered, choice_at))
     ordered = sorted(b for b in points if 1 <= b <= LARGEST)
-    probe = Envelope(shape, table, pairs, (), ())
-    times = [probe.timed(b).time_s for b in ordered]
+    times = [timing.timed(shape.hardware, shape.call(b), choice_at(b), table).time_s for b in ordered]
     least_from = list(times)
     least_at = list(range(len(times)))
     for j in range(len(times) - 2, -1, -1):
@@ -173,10 +180,11 @@ def _tree_chunk_changes(shape: Shape, table: tables.Tuning, pairs) -> set[float]
     return found
 
 
-def _pick_changes(shape: Shape, table: tables.Tuning, ordered: list[float]) -> list[float]:
-    """Every integer size, between consecutive thresholds, at which NCCL's pick changes."""
+def _pick_changes(ordered: list[float], choice_at) -> list[float]:
+    """Every integer size, between consecutive thresholds, at which NCCL's pick changes
+    (`choice_at(bytes)`: NCCL's choice for a call of that many bytes)."""
     def pick(nbytes: int) -> tuple[str, str]:
-        choice = tables.choose(shape.hardware, shape.call(float(nbytes)), table)
+        choice = choice_at(float(nbytes))
         return choice.algorithm, choice.protocol
 
     changes = []

@@ -75,6 +75,10 @@ PER_CHANNEL_NVLS_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.
 NVLS_SOURCE_VERSION = "2.28.3"
 
 
+# NCCL's loop over algorithms when it picks (enqueue.cc topoGetAlgoInfo): the first of equal times wins.
+ALGORITHM_ORDER = ("tree", "ring", "nvls", "nvls_tree", "pat")
+
+
 @dataclass(frozen=True)
 class Tuning:
     """NCCL's table for one call: per (algorithm, protocol), latency (us) and algorithm
@@ -87,10 +91,15 @@ class Tuning:
     # (algorithm, protocol) -> (latency_us, bandwidth, cap): a dict look-up, since a planner asks
     # for entries millions of times (a linear scan took 9-14% of a plan's CPU)
     table: dict = field(init=False, repr=False, compare=False, hash=False)
+    # the pairs `choose` weighs, (algorithm, protocol, latency_us, bandwidth) in NCCL's loop
+    # order, disabled ones left out: a planner's envelopes call `choose` tens of thousands of times
+    enabled: tuple = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
         object.__setattr__(self, "table", {(a, p): (latency, bandwidth, cap)
                                            for a, p, latency, bandwidth, cap in reversed(self.entries)})  # the first entry wins, as a scan
+        object.__setattr__(self, "enabled", tuple((a, p, *self.get(a, p)) for a in ALGORITHM_ORDER for p in PROTOCOLS
+                                                  if self.get(a, p)[1] > 0))
 
     def get(self, algorithm: str, protocol: str) -> tuple[float, float]:
         """(latency us, algorithm bandwidth GB/s) as NCCL prints them (NCCL_DEBUG_SUBSYS=TUNING)."""
@@ -290,13 +299,29 @@ def nccl_time_us(table: Tuning, hardware: Hardware, call: Call, algorithm: str, 
     latency, bandwidth = table.get(algorithm, protocol)
     if bandwidth <= 0:
         return -1.0
+    return _pair_time_us(latency, bandwidth, algorithm, protocol, *_size_terms(table, hardware, call))
+
+
+def _size_terms(table: Tuning, hardware: Hardware, call: Call) -> tuple[int, int, float]:
+    """What ncclTopoGetAlgoTime reads of the call's size, the same for every pair: the bytes,
+    the tree correction's size class (-1 outside the table or for other collectives) and the
+    ring plateau's factor (1 where it does not apply)."""
     nbytes = int(call.nbytes)
     log_size = log2i(nbytes >> 6) if nbytes >> 6 > 0 else -1
-    if algorithm == "tree" and call.collective == "AllReduce" and 0 <= log_size < 23:
+    if not (call.collective == "AllReduce" and 0 <= log_size < 23):
+        log_size = -1
+    plateau = 1.0
+    if call.nodes > 1 and call.collective == "AllReduce" and nbytes // (table.channels * call.ranks) >= 64:
+        plateau = RING_PLATEAU["volta" if hardware.generation == "volta" else "other"]
+    return nbytes, log_size, plateau
+
+
+def _pair_time_us(latency: float, bandwidth: float, algorithm: str, protocol: str, nbytes: int, log_size: int,
+                  plateau: float) -> float:
+    if algorithm == "tree" and log_size >= 0:
         bandwidth *= TREE_CORRECTION[protocol][log_size]
-    if (algorithm == "ring" and protocol == "Simple" and call.nodes > 1 and call.collective == "AllReduce"
-            and nbytes // (table.channels * call.ranks) >= 64):
-        latency *= RING_PLATEAU["volta" if hardware.generation == "volta" else "other"]
+    if algorithm == "ring" and protocol == "Simple" and plateau != 1.0:
+        latency *= plateau
     return latency + nbytes / (1000 * bandwidth)
 
 
@@ -309,12 +334,12 @@ def choose(hardware: Hardware, call: Call, table: Tuning | None = None) -> Choic
     if found is not None:
         return Choice("symmetric", found.kernel, found.blocks, found.time_us * 1e-6)
     table = table or tuning(hardware, call)
+    terms = _size_terms(table, hardware, call)
     best = None
-    for algorithm in ("tree", "ring", "nvls", "nvls_tree", "pat"):
-        for protocol in PROTOCOLS:
-            time = nccl_time_us(table, hardware, call, algorithm, protocol)
-            if time >= 0 and (best is None or time < best[0]):
-                best = (time, algorithm, protocol)
+    for algorithm, protocol, latency, bandwidth in table.enabled:
+        time = _pair_time_us(latency, bandwidth, algorithm, protocol, *terms)
+        if time >= 0 and (best is None or time < best[0]):
+            best = (time, algorithm, protocol)
     if best is None:
         allowed = ", ".join(hardware.algorithms) if hardware.algorithms else "all"
         raise UsageError(f"no NCCL algorithm for {call.collective} over {call.ranks} ranks (algorithms allowed: "
