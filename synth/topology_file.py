@@ -231,7 +231,7 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
-def _toml_loads(text: str, where: str) -> dict:
+def toml_loads(text: str, where: str) -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
@@ -244,7 +244,7 @@ def _toml_loads(text: str, where: str) -> dict:
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{where}: not valid TOML: {_one_line(error)}") from None
     except RecursionError:  # tables or arrays nested thousands deep
-        raise UsageError(f"{where}: not a topology file: its values are nested too deeply") from None
+        raise UsageError(f"{where}: its values are nested too deeply to be a synth file") from None
     except ValueError as error:  # an integer past Python's 4,300-digit string limit
         digits = re.search(r"has (\d+) digits", str(error))
         count = f"{int(digits.group(1)):,} digits" if digits else "too many digits"
@@ -594,7 +594,7 @@ def _bands(value, where: str, field: str) -> tuple:
 
 def _parse_topology(text: str, where: str, source_path: str | None) -> Topology:
     """Validate a whole document; `where` prefixes every message so the user finds the line."""
-    document = _toml_loads(text, where)
+    document = toml_loads(text, where)
     _check_keys(document, _TOP_KEYS, where, "")
     name = _string(_require(document, "name", where, "", 'name = "my-cluster"'), where, "name", 'name = "my-cluster"')
     if not _TOPOLOGY_NAME.match(name):

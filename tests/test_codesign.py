@@ -92,7 +92,8 @@ def test_points_are_lazy_and_keyed(grid):
     ("[axes]\ntopology=['selene']\nmodel=['x']\n[axes.levels.node]\nnics=[0]", "positive integers"),
     ("[axes]\ntopology=['selene']\nmodel=['x']\n[axes.plan]\nrecompute=['some']", "none, selective, full"),
     ("[sweep]\ntoken_budget=-1\n[axes]\ntopology=['selene']\nmodel=['x']", "token_budget"),
-    ("[axes\n", "not TOML"),
+    ("[axes\n", "not valid TOML"),
+    ("[axes]\ntopology=['selene']\nmodel=[" + "1" * 4400 + "]", "4,400 digits"),
 ])
 def test_bad_grids_are_refused_naming_the_key(text, named):
     with pytest.raises(GridError, match=named):

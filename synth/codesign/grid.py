@@ -32,11 +32,11 @@ The NCCL version and symmetric registration are the systems' `[nccl] version` an
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from synth.codesign.errors import GridError
+from synth.errors import UsageError
 
 LEVEL_FIGURES = ("size", "bandwidth", "latency", "nics", "nic_bandwidth", "oversubscription")
 PLAN_INTEGERS = ("tp", "pp", "dp", "ep", "cp", "max_tp")
@@ -101,10 +101,12 @@ def load_grid(path: str | Path) -> Grid:
 
 
 def grid_from_text(text: str, where: str) -> Grid:
+    from synth.topology_file import toml_loads  # the one TOML reader: tomli on 3.10, bad numbers and nesting named
+
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise GridError(f"grid {where}: not TOML ({error}); see docs/codesign.md for the form") from None
+        data = toml_loads(text, f"grid {where}")
+    except UsageError as error:
+        raise GridError(f"{error}; see docs/codesign.md for the form") from None
     _keys(data, ("sweep", "axes"), where, "")
     sweep = data.get("sweep", {})
     axes_table = data.get("axes")

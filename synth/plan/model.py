@@ -446,8 +446,8 @@ def read_model(spec: str, where: str = "model") -> ModelSource:
         except RecursionError:
             raise UsageError(f"{spec}: JSON nested too deeply to be a model (a model is one flat object)") from None
     else:
-        from synth.topology_file import _toml_loads  # the one TOML reader (tomllib, or tomli on 3.10)
+        from synth.topology_file import toml_loads  # the one TOML reader (tomllib, or tomli on 3.10)
 
-        document = _toml_loads(text, spec)
+        document = toml_loads(text, spec)
     model = model_from_mapping(document, spec)
     return ModelSource(model, tuple(key for key in ARCHITECTURE if key not in document))
