@@ -40,11 +40,13 @@ def test_the_plans_of_every_goal_carry_their_permutations_and_final_places():
 
 
 @pytest.mark.torchrun
-def test_every_short_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_ranks(tmp_path):
+@pytest.mark.parametrize("max_len", [3, pytest.param(4, marks=pytest.mark.slow)])
+def test_every_short_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_ranks(tmp_path, max_len):
+    """Length 3 (387 programs) by default; length 4 (1,147, a minute more) with `-m slow`."""
     pytest.importorskip("torch")
     from synth.execute.launch import torchrun
 
-    plan = build_plan(goal_entries(4))
+    plan = build_plan(goal_entries(max_len))
     script = tmp_path / "goals.py"
     script.write_text(torch_script.render(plan, Provenance(("pytest",))))
     result = torchrun(script, plan.world_size, ["--backend", "gloo", "--check", "--iters", "1", "--warmup", "0",

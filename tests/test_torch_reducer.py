@@ -150,6 +150,7 @@ def test_ddp_with_the_hook_trains_like_plain_ddp(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps(report))
 
 
+@pytest.mark.slow  # the two halves run apart in the default suite: DDP with the hook above, bench on an emulated cluster in test_emulate.py
 @pytest.mark.emulate
 @pytest.mark.torchrun
 def test_ddp_with_the_hook_on_the_emulated_cluster():
