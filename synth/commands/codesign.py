@@ -8,7 +8,7 @@ from collections import Counter
 import time
 from pathlib import Path
 
-from synth.commands.common import positive_int
+from synth.commands.common import positive_int, positive_seconds, search_memory_bytes
 from synth.errors import UsageError
 from synth.names import echo
 
@@ -56,29 +56,13 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run_codesign)
 
 
-def _seconds(text: str, flag: str) -> float:
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{flag} {echo(text)}: give a positive, finite number of seconds, e.g. 600")
-    return value
-
-
 def _memory_budget(text: str | None) -> float:
     from synth.plan.search import MEMORY_SHARE, available_memory
-    from synth.units import parse_bytes
 
     if text is None:
         available = available_memory()
         return float(1 << 40) if available is None else MEMORY_SHARE * available
-    value = parse_bytes(text, where="--search-memory")
-    if value <= 0:
-        raise UsageError(f"--search-memory {text}: give a positive size, e.g. 16GiB")
-    return float(value)
+    return float(search_memory_bytes(text, "16GiB"))
 
 
 def _flagged(error, executor: str, address: str | None):
@@ -105,9 +89,9 @@ def run_codesign(args) -> int:
         raise UsageError(f"--address {echo(args.address)} is for --executor ray or dask; drop it or choose one")
     grid = load_grid(args.grid)
     workers = args.workers or default_workers()
-    budget = _seconds(args.budget, "--budget") if args.budget is not None else DEFAULT_BUDGET_S
+    budget = positive_seconds(args.budget, "--budget") if args.budget is not None else DEFAULT_BUDGET_S
     memory = _memory_budget(args.search_memory)
-    point_budget = _seconds(args.point_budget, "--point-budget")
+    point_budget = positive_seconds(args.point_budget, "--point-budget")
     options = options_for(grid, point_budget, memory / workers)
     out = Path(args.out) if args.out else Path(f"{Path(args.grid).stem}-results.csv")
     done = finished_keys(out, columns_for(tuple(axis.name for axis in grid.axes)))

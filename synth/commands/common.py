@@ -55,6 +55,27 @@ def _integer(text: str, minimum: int) -> int:
     return value
 
 
+def positive_seconds(text: str, flag: str) -> float:
+    """A positive, finite number of seconds (`nan` and `inf` would switch a budget's refusal off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag} {echo(text)}: give a positive, finite number of seconds, e.g. 600")
+    return value
+
+
+def search_memory_bytes(text: str, example: str = "4GiB") -> int:
+    """--search-memory: a positive size."""
+    from synth.units import parse_bytes
+
+    value = parse_bytes(text, where="--search-memory")
+    if value <= 0:
+        raise UsageError(f"--search-memory {text}: give a positive size, e.g. {example}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 written in ASCII digits."""
     return _integer(text, 1)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 
-from synth.commands.common import (add_constraint_options, add_json_option, add_model_options, flagged, positive_int,
-                                   print_json)
-from synth.commands.common import add_plot_option
+from synth.commands.common import (add_constraint_options, add_json_option, add_model_options, add_plot_option,
+                                   flagged, positive_int, positive_seconds, print_json, search_memory_bytes)
 from synth.errors import UsageError
 from synth.names import echo
 
@@ -290,14 +288,8 @@ def build_request(args):
                         tp_overlap=not args.no_tp_overlap,
                         overlap_param_gather=not args.no_param_overlap,
                         activation_offload=_switch(args.offload))
-    budget = _budget_seconds(args.budget) if args.budget is not None else DEFAULT_BUDGET_S
-    memory = None
-    if args.search_memory is not None:
-        from synth.units import parse_bytes
-
-        memory = parse_bytes(args.search_memory, where="--search-memory")
-        if memory <= 0:
-            raise UsageError(f"--search-memory {args.search_memory}: give a positive size, e.g. 4GiB")
+    budget = positive_seconds(args.budget, "--budget") if args.budget is not None else DEFAULT_BUDGET_S
+    memory = None if args.search_memory is None else search_memory_bytes(args.search_memory)
     from synth.plan.launch import megatron_launchable
 
     return PlanRequest(model, topology, compute, limits, constraints, space, args.backend, args.max_len, headroom,
@@ -315,17 +307,6 @@ def _memory_reserve(text: str, figures):
     if text.strip() == "0":
         return None
     return fixed_reserve(parse_bytes(text, where="--memory-reserve"), "given with --memory-reserve")
-
-
-def _budget_seconds(text: str) -> float:
-    """--budget: a positive, finite number of seconds (`nan` and `inf` would switch the refusal off)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
-        raise UsageError(f"--budget {echo(text)}: give a positive, finite number of seconds, e.g. 600")
-    return value
 
 
 def _flags_for(error):
