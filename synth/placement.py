@@ -288,10 +288,7 @@ def generate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=
 def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[tuple[tuple[int, ...], ...]]:
     """The sorted matrices of every placement satisfying the constraints, counted first (past
     MAX_PLACEMENTS refused before any is listed), then listed by `matching_matrices`."""
-    check_axes_fit(topology, axes)
-    fixed = constraint_cells(topology, axes, constraints)
-    count = count_placements(topology.sizes, tuple(a.size for a in axes), fixed, MAX_PLACEMENTS)
-    if count > MAX_PLACEMENTS:
+    if count_matching(topology, axes, constraints, MAX_PLACEMENTS) > MAX_PLACEMENTS:
         raise _too_many(topology, axes, constraints)
     results = sorted(set(matching_matrices(topology, axes, constraints)))
     if not results:
@@ -300,17 +297,9 @@ def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=(
 
 
 def listed_placements(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[Placement]:
-    """`enumerate_placements`'s list, the same matrices in the same order, from the
-    prime-exponent tables (`matching_matrices`) instead of Z3's models one at a time: for a
-    search whose estimate lists them that way already (the planner's), where Z3 took a tenth
-    of a quick plan. tests/test_plan_budget.py holds the two listings equal."""
-    if count_matching(topology, axes, constraints, MAX_PLACEMENTS) > MAX_PLACEMENTS:
-        raise _too_many(topology, axes, constraints)
-    matrices = sorted(matching_matrices(topology, axes, constraints))
-    if not matrices:
-        raise _none_fit(topology, constraints)
-    axis_names, axis_sizes = tuple(a.name for a in axes), tuple(a.size for a in axes)
-    return [Placement(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix) for matrix in matrices]
+    """The planner's listing (the name its estimate's units count): `enumerate_placements`, which
+    now lists from the prime-exponent tables (`matching_matrices`) without Z3."""
+    return enumerate_placements(topology, axes, constraints)
 
 
 def _too_many(topology: Topology, axes: tuple[Axis, ...], constraints) -> UsageError:

@@ -42,7 +42,7 @@ from synth.topology import Topology
 # inside real plans; results/plan-speed/README.md has the figures and the check):
 # * every candidate is predicted once without its data-parallel terms (the lower bound the
 #   search ranks by): its kernel times, its communication looked up, its memory;
-# * every placement is listed (synth.placement.listed_placements: Z3's list, from exponent tables);
+# * every placement is listed (synth.placement.listed_placements: from exponent tables);
 # * every distinct group shape the lower-bound pass costs (tensor-, context-, expert-parallel
 #   groups and pipeline transfers) is searched once (the program search and its cost model,
 #   synth/plan/costs.py) on its equivalent system (synth/plan/equivalent.py): a fixed part (the
