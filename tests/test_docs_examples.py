@@ -300,7 +300,7 @@ class Workspace:
             return False
         outcome.ran += 1
         if result.returncode != command.expected_exit:
-            tail = (result.stdout[-1500:] + "\n" + result.stderr[-2500:]).strip()
+            tail = (result.stdout[-1500:] + "\n" + _ends(result.stderr)).strip()
             outcome.failures.append(f"line {command.line}: exit code {result.returncode} (expected "
                                     f"{command.expected_exit}): {command.text}\n{tail}")
             return False
@@ -343,6 +343,12 @@ def _params():
         if example.needs_torchrun or example.needs_ranks:
             marks.append(pytest.mark.torchrun)
         yield pytest.param(example, id=example.id, marks=marks)
+
+
+def _ends(text: str, keep: int = 2500) -> str:
+    """The start and the end of a long output: a launcher (torchrun) prints the failing rank's own
+    message first and its summary last."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}\n[...]\n{text[-keep:]}"
 
 
 @pytest.mark.parametrize("example", list(_params()))

@@ -168,3 +168,21 @@ def test_ddp_with_the_hook_on_the_emulated_cluster():
     assert scale == 1 / 64 and len(configurations) == len(report["hooks"]) == 4
     assert report["plain"]["median_step_s"] > 0
     assert all(hook["ok"] and hook["median_step_s"] > 0 for hook in report["hooks"])
+
+
+def test_the_background_thread_is_stopped_at_exit():
+    """A daemon thread Python abandons at exit while it is inside torch's C++ frames aborts the
+    process (seen on about one run in four of docs/training.md's DDP script): the reducer stops
+    its thread at exit, before Python abandons it, as `close()` does."""
+    torch = pytest.importorskip("torch")
+    from datetime import timedelta
+
+    reducer = object.__new__(st.HierarchicalReducer)
+    reducer._worker, reducer.timeout = None, timedelta(seconds=30)
+    reducer._reduce_now = lambda tensor: tensor.mul_(2)
+    future = torch.futures.Future()
+    reducer._submit(torch.ones(3), future)
+    assert future.wait().tolist() == [2.0, 2.0, 2.0]
+    assert reducer._stopper.atexit and reducer._worker.is_alive()
+    reducer._stopper()  # what the interpreter runs at exit
+    assert not reducer._worker.is_alive()
