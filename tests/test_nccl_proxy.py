@@ -1,8 +1,8 @@
-"""The proxy floor of the NCCL model (synth/model/nccl/proxy.py) as NCCL 2.26.2 prices it: one
-nsteps x net overhead per call inside the ring's latency (src/graph/tuning.cc:190-195
-getNetOverhead, :316-322 "Inter-node rings still have to launch nsteps * net overhead"), not
-multiplied by the ring's loops nor by the channels a proxy thread serves, not charged to the
-classic tree; net.cc posts one request per slice. Cases worked out by hand from the source."""
+"""The proxy floor of the NCCL model (synth/model/nccl/proxy.py): one host thread per GPU posts
+every network step of every channel crossing the node at that GPU, each at NCCL's own per-step
+cost (src/graph/tuning.cc:190-195 getNetOverhead, :316-322), so a ring call across nodes takes at
+least baseLat + steps x loops x operations per step x that cost. Cases worked out by hand from
+NCCL 2.26.2's source."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from synth.model.nccl import Call, Hardware, Link, Network, estimate, estimate_for, tuning
-from synth.model.nccl.proxy import posts_per_pass, proxy_floor_s, ring_steps
+from synth.model.nccl.proxy import (operations_per_step, proxy_floor_s, ring_loops, tree_loops,
+                                   tree_operations_per_loop)
 
 GB = 1e9
 NVLINK4 = Link("nvswitch", 450 * GB, 0.824, "topo.h SM90_NVLINK_BW")
@@ -19,67 +20,78 @@ IB400 = Network(Link("infiniband", 50 * GB, 0.96, "search.cc ladder"), 8)
 RING_LL128 = Hardware("hopper", 8, NVLINK4, IB400, algorithms=("ring",), protocols=("LL128",))
 
 
-def test_a_ring_call_pays_nsteps_times_the_net_overhead_once():
-    """2 x 8 H100, ring/LL128 AllReduce of 1 MiB on 16 channels: nsteps = 2 x 15 = 30, 1 us per
-    LL128 step (Intel): floor baseLat 14 + 30 = 44 us, whatever the channels (the old floor,
-    ceil(2 x 16 / 8) = 4 operations per step, was 134 us). NCCL's own latency, 14 + 28 x
-    max(1.9, 1) + 2 x 4.0 = 75.2 us, already holds it: the floor does not bind."""
+def test_a_ring_ll128_call_over_two_h100_nodes_waits_for_its_proxy():
+    """2 x 8 H100, 8 NICs, Intel hosts, ring/LL128 AllReduce of 1 MiB on the communicator's 16
+    channels (8 ring channels at 48 GB/s doubled, connect.cc:452): each channel enters and leaves
+    each node once, so the busiest proxy posts ceil(2 x 16 / 8) = 4 operations per step; 2 x 15 =
+    30 steps; one loop (64 KiB per channel < 16 ranks x 576,000-byte LL128 chunk: 614,400-byte
+    step x 120/128); 1 us per LL128 step (Intel). Floor: baseLat 14 + 30 x 4 x 1 = 134 us, above
+    NCCL's own latency of 14 + 28 x 1.9 + 2 x 4.0 = 75.2 us and the 7 us of transfer."""
     call = Call("AllReduce", 2, 8, 1 << 20)
     table = tuning(RING_LL128, call)
     assert table.channels == 16
     assert table.get("ring", "LL128")[0] == pytest.approx(75.2)
-    assert proxy_floor_s(table, RING_LL128, call, "ring", "LL128", 16) == pytest.approx(44e-6)
-    assert proxy_floor_s(table, RING_LL128, call, "ring", "LL128", 2) == pytest.approx(44e-6)
+    assert operations_per_step(RING_LL128, call, 16) == 4
+    assert ring_loops(table, RING_LL128, call, "LL128", 16) == 1
+    assert proxy_floor_s(table, RING_LL128, call, "ring", "LL128", 16) == pytest.approx(134e-6)
     e = estimate(RING_LL128, call)
-    assert e.latency_s == pytest.approx(75.2e-6)
+    assert (e.choice.algorithm, e.choice.protocol, e.choice.channels) == ("ring", "LL128", 16)
+    assert e.time_s == pytest.approx(134e-6)
 
 
 def test_amd_hosts_pay_twice_the_per_step_cost():
-    """getNetOverhead: 2 us per step on AMD CPUs: 14 + 30 x 2 = 74 us."""
+    """getNetOverhead: 2 us per step on AMD CPUs: 14 + 30 x 4 x 2 = 254 us."""
     amd = replace(RING_LL128, cpu="amd")
     call = Call("AllReduce", 2, 8, 1 << 20)
-    assert proxy_floor_s(tuning(amd, call), amd, call, "ring", "LL128", 16) == pytest.approx(74e-6)
+    assert estimate(amd, call).time_s == pytest.approx(254e-6)
 
 
-def test_simple_steps_cost_three_times_and_large_calls_pay_once():
-    """ring/Simple over 1 GiB: 8.4 + 30 x 3 = 98.4 us, the same for every loop count (the old
-    floor multiplied by 2 loops and 4 operations: 728.4 us)."""
+def test_simple_steps_cost_three_times_and_large_calls_run_more_loops():
+    """ring/Simple, 4 MiB buffers: 512 KiB steps, 2 MiB chunks (ALLREDUCE_CHUNKSTEPS 4). 1 GiB over
+    16 channels: 64 MiB per channel over 16 ranks x 2 MiB = 2 loops of 30 steps, 4 operations each
+    at 3 us: floor 8.4 + 2 x 30 x 4 x 3 = 728.4 us, far below the ~2.9 ms transfer (no effect)."""
     simple = replace(RING_LL128, protocols=("Simple",))
-    small, large = Call("AllReduce", 2, 8, 1 << 20), Call("AllReduce", 2, 8, 1 << 30)
-    for call in (small, large):
-        assert proxy_floor_s(tuning(simple, call), simple, call, "ring", "Simple", 16) == pytest.approx(98.4e-6)
+    call = Call("AllReduce", 2, 8, 1 << 30)
+    table = tuning(simple, call)
+    assert ring_loops(table, simple, call, "Simple", 16) == 2
+    assert proxy_floor_s(table, simple, call, "ring", "Simple", 16) == pytest.approx(728.4e-6)
+    e = estimate(simple, call)
+    assert e.time_s > 2e-3 and e.latency_s == pytest.approx(table.get("ring", "Simple")[0] * 1.4e-6)
 
 
-def test_one_post_per_slice():
-    """net.cc posts sliceSteps at a time: a Simple ring step (ALLREDUCE_CHUNKSTEPS 4 over
-    SLICESTEPS 2) is two posts, an LL or LL128 step one; AllGather's pass is n - 1 steps."""
-    all_reduce, all_gather = Call("AllReduce", 2, 8, 1 << 20), Call("AllGather", 2, 8, 1 << 20)
-    assert ring_steps(all_reduce) == 30 and ring_steps(all_gather) == 15
-    assert posts_per_pass(all_reduce, "Simple") == 60
-    assert posts_per_pass(all_reduce, "LL128") == 30
-    assert posts_per_pass(all_gather, "LL") == 15
-
-
-def test_no_proxy_floor_inside_a_node_for_the_tree_nor_the_nvls_tree():
-    """One node has no network connection; NCCL's tree latency has no per-step net overhead;
-    the NVLS tree's fill counts its proxy stages."""
+def test_no_proxy_floor_inside_a_node_nor_for_the_nvls_tree():
+    """One node has no network connection; the NVLS tree's fill counts its proxy stages."""
     one_node = Call("AllReduce", 1, 8, 1 << 20)
     hardware = Hardware("hopper", 8, NVLINK4, IB400, nvls=True)
     assert proxy_floor_s(tuning(hardware, one_node), hardware, one_node, "ring", "LL128", 16) == 0.0
     two_nodes = Call("AllReduce", 2, 8, 1 << 20)
     table = tuning(hardware, two_nodes)
     assert proxy_floor_s(table, hardware, two_nodes, "nvls_tree", "Simple", 16) == 0.0
-    assert proxy_floor_s(table, hardware, two_nodes, "tree", "LL128", 16) == 0.0
     nvls_tree = estimate_for(hardware, two_nodes, "nvls_tree", "Simple")
     assert nvls_tree.latency_s == pytest.approx(table.get("nvls_tree", "Simple")[0] * 1e-6)
 
 
-def test_a_tree_call_over_eight_nodes_is_nccl_latency_plus_transfer():
-    """8 x 8 H100, tree/LL128 AllReduce of 4 MiB: NCCL's latency 14 + 2 x (7 x 1.25 + 3 x 8.5) =
-    82.5 us, no proxy floor on top (the old floor charged 15 loops x 12 operations: 194 us)."""
+def test_a_tree_ll128_call_over_eight_h100_nodes_waits_for_its_proxy():
+    """8 x 8 H100, tree/LL128 AllReduce of 4 MiB on 16 channels: 256 KiB per channel. The LL128
+    chunk (576,000 bytes) shrinks for it (enqueue.cc:1901-1909, nsteps = 1 + log2 8 + 0.1 x 8 =
+    4.8): halved while bytes/chunk < 4.8 x 64 / 8 = 38.4 and chunk > 128 KiB (72,000), then while
+    < 9.6 and > 32 KiB (18,000): 15 loops. An inner node of the double binary tree has 3 network
+    peers, one operation each per direction: 6 per loop and channel, 2 channels per GPU (16 over
+    8 NICs): 15 x 12 = 180 operations at 1 us. Floor 14 + 180 = 194 us, above NCCL's latency
+    14 + 2 x (7 x 1.25 + 3 x 8.5) = 82.5 us plus 36 us of transfer (measured on
+    NVIDIA/nccl-tests#309's 8-node cluster: 204 us)."""
     hardware = Hardware("hopper", 8, NVLINK4, IB400, algorithms=("tree",), protocols=("LL128",))
     call = Call("AllReduce", 8, 8, 4 << 20)
-    assert tuning(hardware, call).get("tree", "LL128")[0] == pytest.approx(82.5)
+    table = tuning(hardware, call)
+    assert table.get("tree", "LL128")[0] == pytest.approx(82.5)
+    assert tree_loops(table, hardware, call, "LL128", 16) == 15
+    assert tree_operations_per_loop(hardware, call, 16) == 12
     e = estimate(hardware, call)
-    assert e.latency_s == pytest.approx(82.5e-6)
-    assert e.time_s == pytest.approx(e.latency_s + e.fill_s + e.transfer_s)
+    assert (e.choice.algorithm, e.choice.channels) == ("tree", 16)
+    assert e.time_s == pytest.approx(194e-6)
+
+
+def test_a_tree_across_two_nodes_has_one_peer():
+    """Two nodes: one network peer per tree node, 2 operations per loop and channel."""
+    call = Call("AllReduce", 2, 8, 4 << 20)
+    assert tree_operations_per_loop(Hardware("hopper", 8, NVLINK4, IB400), call, 16) == 4
