@@ -144,3 +144,30 @@ def test_net_cc_posts_one_request_per_slice():
     assert posts_per_pass(call, "Simple") == 60
     assert posts_per_pass(call, "LL128") == 30
     assert posts_per_pass(Call("AllGather", 2, 8, 1 << 20), "LL") == 15
+
+
+# --- leave one source out: every fold refits the host figure on the other sources ----------------
+
+
+def test_a_fold_takes_the_launch_per_gpu_from_the_other_sources_only(monkeypatch):
+    """Three sources that fitted a launch per GPU (4.9, 5.0 and 6.0 us, the last from two logs):
+    holding one out gives the median of the others, whatever their transport class, never its
+    own; figures of another class stay out."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from benchmarks import fidelity
+
+    def log(name, source):
+        return SimpleNamespace(path=Path(name), name=name, source=SimpleNamespace(name=source))
+
+    logs = [log("a.txt", "A"), log("b.txt", "B"), log("c1.txt", "C"), log("c2.txt", "C")]
+    classes = {"a.txt": "one node", "b.txt": "across nodes, ib", "c1.txt": "one node", "c2.txt": "one node"}
+    monkeypatch.setattr(fidelity, "log_class", lambda entry: classes[entry.name])
+    fits = {"a.txt": {"launch_per_gpu": 4.9e-6, "overhead_s": 1e-6}, "b.txt": {"launch_per_gpu": 5.0e-6},
+            "c1.txt": {"launch_per_gpu": 6.0e-6}, "c2.txt": {"launch_per_gpu": 6.2e-6, "overhead_s": 3e-6}}
+    figures, _ = fidelity.pooled(logs[0], logs, fits)
+    assert figures["launch_per_gpu"] == pytest.approx((5.0e-6 + 6.1e-6) / 2)  # B and C's median, not A's
+    assert figures["overhead_s"] == pytest.approx(3e-6)  # of its class only (C)
+    figures, _ = fidelity.pooled(logs[2], logs, fits)
+    assert figures["launch_per_gpu"] == pytest.approx((4.9e-6 + 5.0e-6) / 2)
