@@ -281,7 +281,7 @@ class _Param:
     """One fitted figure: what it is, where it goes, and its value x in the fit's units (the
     log of an efficiency or factor, the overhead in units of `_Setup.overhead_unit`, stages as is)."""
 
-    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages"
+    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages", "launch", "floor"
     key: int | str  # level index (efficiency) or protocol (bandwidth, latency)
     start: float
     lower: float
