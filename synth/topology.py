@@ -90,6 +90,7 @@ class Transport:
     latency: Figure | None = None
     unpack: bool = False
     stages: Figure | None = None  # store-and-forward stages per network hop (fitted by synth calibrate)
+    floor: Figure | None = None  # least time of a call crossing the level (s; None: the kind's default, fitted by calibrate)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,9 @@ class NcclSystem:
     # (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), which 2.27+ runs on symmetric kernels
     version: str | None = None
     symmetric: bool = False
+    # host time per GPU a thread launches a call on (s; synth/model/nccl/launch.py; None: its
+    # default), a per-cluster figure synth calibrate fits on runs driving several GPUs per thread
+    launch_per_gpu: Figure | None = None
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ them is a separate figure with its own source::
     max_ctas = 32                      # optional: NCCL_MAX_CTAS, the most; default NCCL's
     version = "2.26"                   # optional: the NCCL release (2.26, 2.27, 2.28); default the newest, 2.28
     symmetric = true                   # optional: buffers registered as symmetric windows (2.27+ kernels); default false
+    launch_per_gpu = { value = "5 us", source = "..." }  # optional: host time per GPU a thread launches a call on
     source = "..."                     # required
 
     [[levels]]
@@ -103,7 +104,9 @@ domain use the network level outside it (synth/model/nccl/hardware.py)::
 A `transport` may also give, for sockets, `sockets` (streams per connection: NCCL_SOCKET_NTHREADS
 x NCCL_NSOCKS_PERTHREAD; default NCCL's for the NIC `vendor`: aws, gcp or other) and `stream`
 (what one stream moves, e.g. "25 Gb/s"); for a plugin, `latency` (what it reports, added to each
-network step) and `unpack = true` when its receive side unpacks on the GPU. Without these keys
+network step) and `unpack = true` when its receive side unpacks on the GPU; for any kind, `floor`
+(the least time of a call crossing the level, e.g. "40 us": a net plugin's per-call cost, which
+NCCL's tables do not have; `synth calibrate` fits it). Without these keys
 the NCCL model assumes defaults and says which (synth/model/nccl/hardware.py).
 
 `synth calibrate` also records what it fitted on, so a ranking can say how sure it is::
@@ -148,9 +151,9 @@ from synth.model.nccl.names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # n
 from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 from synth.model.nccl.names import NCCL_VERSIONS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
-_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages")
+_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages", "floor")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
-              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric")
+              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend", "bands")
 _OPTIONAL_CALIBRATION_KEYS = ("backend", "bands")
@@ -487,7 +490,8 @@ def _transport(value, where: str, field: str) -> Transport:
     if kind != "socket" and (sockets is not None or stream is not None):
         raise _field_error(where, field, "sockets and stream describe the socket transport; drop them or set "
                                          "kind = \"socket\"")
-    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages)
+    floor = Figure(parse_time(table["floor"], where=f"{where}: {field}.floor"), source) if "floor" in table else None
+    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages, floor)
 
 
 def _efficiency(value, where: str, field: str) -> Figure:
@@ -536,8 +540,11 @@ def _nccl(value, where: str) -> NcclSystem:
             for key in ("min_ctas", "max_ctas")]
     version = _choice(table["version"], NCCL_VERSIONS, where, "nccl.version") if "version" in table else None
     symmetric = _bool(table.get("symmetric", False), where, "nccl.symmetric")
+    launch = None
+    if "launch_per_gpu" in table:
+        launch = _figure(table["launch_per_gpu"], parse_time, TIME_EXAMPLE, where, "nccl.launch_per_gpu")
     return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas,
-                      version, symmetric)
+                      version, symmetric, launch)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -663,6 +670,8 @@ def topology_document(topology: Topology) -> dict:
             table["gpus_per_thread"] = nccl.gpus_per_thread
         if nccl.cuda_graphs:
             table["cuda_graphs"] = True
+        if nccl.launch_per_gpu is not None:
+            table["launch_per_gpu"] = _figure_table(nccl.launch_per_gpu, format_time)
         for key in ("min_ctas", "max_ctas", "version"):
             if getattr(nccl, key) is not None:
                 table[key] = getattr(nccl, key)
@@ -711,6 +720,8 @@ def _level_table(level: Level) -> dict:
             entry["unpack"] = True
         if transport.stages is not None:
             entry["stages"] = round(transport.stages.value, 4)
+        if transport.floor is not None:
+            entry["floor"] = format_time(transport.floor.value, _digits(transport.floor))
         entry["source"] = transport.source
         table["transport"] = entry
     if level.efficiency is not None:

@@ -41,6 +41,8 @@ from synth.calibrate.measurements import Measurement
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
+from synth.model.nccl.launch import launch_s_per_gpu
+from synth.model.nccl.transports import CALL_FLOOR
 from synth.model.nccl.names import SELECTABLE_ALGORITHMS, algorithms_of_setting
 from synth.topology import CalibrationRecord, Figure, NcclSystem, ProtocolFactors, Topology
 from synth.units import format_bytes
@@ -188,6 +190,8 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
                                                            f"{', '.join(files)}."]))
     kept = tuple(r for r in base.calibration if (r.file, r.collective, r.nodes, r.ranks_per_node) not in
                  {(n.file, n.collective, n.nodes, n.ranks_per_node) for n in records})
+    if restore is not None and topology.nccl is not None:  # a fitted launch figure is the host's: kept
+        restore = replace(restore, launch_per_gpu=topology.nccl.launch_per_gpu)
     topology = replace(topology, name=name, description=description, calibration=kept + records, source_path=None,
                        nccl=restore)
     assumed = tuple(assumptions) + nccl_view(original).assumptions
@@ -277,7 +281,7 @@ class _Param:
     """One fitted figure: what it is, where it goes, and its value x in the fit's units (the
     log of an efficiency or factor, the overhead in units of `_Setup.overhead_unit`, stages as is)."""
 
-    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages"
+    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages", "launch", "floor"
     key: int | str  # level index (efficiency) or protocol (bandwidth, latency)
     start: float
     lower: float
@@ -397,6 +401,7 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     overhead = target.overhead.value if target.overhead is not None else 0.0
     unit = PRIOR_OVERHEAD * float(times.min())
     params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, 1.0))
+    params += _floor_params(topology, level, unique, view, unit)
     if _fills(topology, level, unique, view):
         # without a figure NVLS trees fill with NET_HOP_STAGES per hop and classic trees not at
         # all (nccl.pipeline_stages): start from what the chosen algorithms do
@@ -407,6 +412,39 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     hardware = view.hardware
     calls = tuple((e.call, e.choice, nccl.tuning(hardware, e.call)) for e in estimates)
     return _Setup(topology, level, tuple(points), tuple(unique), calls, np.array(index), times, tuple(params), unit)
+
+
+# --- per-cluster floors: what a cluster's calls cannot go under, fitted like the overhead ---------
+
+
+def _floor_params(topology: Topology, level: int, points: list[_Point], view: NcclView, unit: float) -> list[_Param]:
+    """The per-cluster floors these points determine, in units of the overhead's x: the host's
+    launch time per GPU (launch.py) on a run driving several GPUs from one thread, and a net
+    plugin's per-call floor (transports.call_floor_s) on calls crossing the plugin's level."""
+    params = []
+    system = topology.nccl
+    if system is not None and system.gpus_per_thread > 1 and not system.cuda_graphs:
+        params.append(_Param("launch", "system", launch_s_per_gpu(view.hardware) / unit, 0.0, 1e5, 1.0))
+    transport = topology.levels[level].transport
+    if (transport is not None and transport.kind == "plugin" and view.node_level == level
+            and any(group_layout(topology, view, p.devices)[0] > 1 for p in points)):
+        floor = transport.floor.value if transport.floor is not None else CALL_FLOOR[transport.kind][0]
+        params.append(_Param("floor", level, floor / unit, 0.0, 1e5, 1.0))
+    return params
+
+
+def _with_floors(topology: Topology, level: int, values: dict[tuple, float], said, unit: float) -> Topology:
+    """The topology with fitted per-cluster floors in place (`_floor_params`' figures)."""
+    if ("launch", "system") in values and topology.nccl is not None:
+        launch = Figure(values[("launch", "system")] * unit, said(("launch", "system")))
+        topology = replace(topology, nccl=replace(topology.nccl, launch_per_gpu=launch))
+    transport = topology.levels[level].transport
+    if ("floor", level) in values and transport is not None:
+        levels = list(topology.levels)
+        floor = Figure(values[("floor", level)] * unit, said(("floor", level)))
+        levels[level] = replace(levels[level], transport=replace(transport, floor=floor))
+        topology = replace(topology, levels=tuple(levels))
+    return topology
 
 
 def _fills(topology: Topology, level: int, points: list[_Point], view: NcclView) -> bool:
@@ -521,7 +559,7 @@ def _apply_values(topology: Topology, level: int, values: dict[tuple, float], so
             factors[protocol] = ProtocolFactors(bandwidth, latency)
     target = replace(target, protocols=tuple((p, factors[p]) for p in PROTOCOLS if p in factors))
     levels[level] = target
-    return replace(topology, levels=tuple(levels))
+    return _with_floors(replace(topology, levels=tuple(levels)), level, values, said, overhead_unit)
 
 
 def _source(setup: _Setup, keep: np.ndarray) -> dict[tuple, str]:

@@ -106,7 +106,9 @@ def nccl_view(topology: Topology) -> NcclView:
                              min_ctas=launch.min_ctas if launch is not None else None,
                              max_ctas=launch.max_ctas if launch is not None else None,
                              version=(launch.version if launch is not None and launch.version else N.DEFAULT_VERSION),
-                             symmetric=launch.symmetric if launch is not None else False)
+                             symmetric=launch.symmetric if launch is not None else False,
+                             launch_s_per_gpu=(launch.launch_per_gpu.value
+                                               if launch is not None and launch.launch_per_gpu is not None else None))
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
     protocols = tuple(tuple(nccl.ProtocolFigures(name, factors.bandwidth.value if factors.bandwidth else 1.0,
                                                  factors.latency.value if factors.latency else 1.0)
@@ -232,8 +234,9 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
         assumptions.append(f"level {level.name}: {DEFAULT_STREAM.value * 8 / 1e9:g} Gb/s per TCP stream (none given)")
     latency = transport.latency.value if transport.latency is not None else 0.0
     stages = transport.stages.value if transport.stages is not None else None
+    floor = transport.floor.value if transport.floor is not None else None
     return nccl.Network(link, nics, transport.kind, transport.gdr, latency, sockets, stream.value, stream.source,
-                        transport.unpack, stages)
+                        transport.unpack, stages, floor)
 
 
 def group_layout(topology: Topology, view: NcclView, devices) -> tuple[int, int, int]:

@@ -19,7 +19,17 @@ and at a tree node each network peer costs one operation per direction: two per 
 nodes (one peer), six beyond (NCCL's double binary tree: an inner node has a parent and two
 children; the busiest GPU is an inner node). The NVLS tree's pipeline fill already counts the
 proxy's post and poll as stages of a network hop (protocols.NET_HOP_STAGES), so it has no floor
-here."""
+here.
+
+NCCL's own tuning prices less: one nsteps x overhead per call inside the ring's latency
+(`nccl_priced_floor_s`), not multiplied by loops nor by the operations per step, and none for
+the classic tree; and net.cc posts one request per slice (sliceSteps), two per Simple ring step
+(`posts_per_pass`). Pricing the floor as NCCL does was measured one mechanism at a time on the
+published logs (results/fidelity, "The proxy floor, one mechanism at a time"): it moves the
+1-64 MiB band from 24% to 39% median error (GPUDirect-TCPX all-gathers 2-5x too fast, rings of 24
+channels and 8-node trees 10-40% too fast), the loops and the operations per step each
+carrying part of it; so the floor stays what the proxy thread does, and NCCL's price is kept
+as what NCCL believes (its choice reads its tables, not this floor)."""
 
 from __future__ import annotations
 
@@ -32,6 +42,9 @@ from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.tables import BASE_LATENCY, NET_OVERHEAD, Tuning
 
 RING_COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather")
+# enqueue.cc: a Simple ring chunk is ALLREDUCE_CHUNKSTEPS (NCCL_STEPS/2 = 4) steps posted in slices
+# of ALLREDUCE_SLICESTEPS (NCCL_STEPS/4 = 2); LL and LL128 post one step per slice
+POSTS_PER_STEP = {"LL": 1, "LL128": 1, "Simple": 2}
 
 
 def step_overhead_us(hardware: Hardware, protocol: str) -> float:
@@ -51,6 +64,22 @@ def ring_loops(table: Tuning, hardware: Hardware, call: Call, protocol: str, cha
     chunk = chunk_bytes(table, hardware, Call(call.collective, call.nodes, call.ranks_per_node, per_channel), "ring",
                         protocol, 1)
     return max(1, math.ceil(per_channel / (call.ranks * chunk)))
+
+
+def posts_per_pass(call: Call, protocol: str) -> int:
+    """Network requests one connection posts for one pass of the ring: one per slice (net.cc
+    sendProxyProgress advances `posted` by sliceSteps per request)."""
+    return ring_steps(call) * POSTS_PER_STEP[protocol]
+
+
+def nccl_priced_floor_s(hardware: Hardware, call: Call, algorithm: str, protocol: str) -> float:
+    """What NCCL's tuning charges for the proxy (tuning.cc:316-322): baseLat + nsteps x the
+    per-step net overhead, once per call, for a ring across nodes; 0 otherwise (the classic
+    tree's latency has no such term). Below NCCL's own ring latency, which holds it."""
+    if call.nodes < 2 or hardware.network is None or algorithm != "ring" or call.collective not in RING_COLLECTIVES:
+        return 0.0
+    busy_us = ring_steps(call) * step_overhead_us(hardware, protocol)
+    return (BASE_LATENCY[algorithm][PROTOCOLS.index(protocol)] + busy_us) * 1e-6
 
 
 def operations_per_step(hardware: Hardware, call: Call, channels: int) -> int:

@@ -48,6 +48,9 @@ class Network:
     stream_source: str = ""
     unpack: bool = False  # a net plugin whose receive side unpacks on the GPU (GPUDirect-TCPX/O)
     stages: float | None = None  # store-and-forward stages per network hop (None: NET_HOP_STAGES for NVLS trees)
+    # the least time of a call that crosses this network (transports.call_floor_s: a per-cluster
+    # figure, NCCL's tables have none; None: the transport kind's default, transports.CALL_FLOOR)
+    floor_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class Hardware:
     # The call's node is a multi-node NVLink domain that it spans across hosts (NCCL's MNNVL: the
     # clique's topologies fused into one node, src/graph/topo.cc:1346-1350 in 2.26.2)
     mnnvl: bool = False
+    # host time per GPU a thread launches a call on (launch.py; None: launch.LAUNCH_US_PER_GPU)
+    launch_s_per_gpu: float | None = None
     # The NCCL release whose behaviour applies (names.NCCL_VERSIONS) and whether the caller
     # registers its buffers as symmetric windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC:
     # 2.27's symmetric kernels, symmetric.py)

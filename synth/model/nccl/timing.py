@@ -13,7 +13,7 @@ from synth.model.nccl.protocols import PAYLOAD
 from synth.model.nccl.proxy import proxy_floor_s
 from synth.model.nccl.graph import nics_used
 from synth.model.nccl.system import Call, Hardware
-from synth.model.nccl.transports import socket_capacity
+from synth.model.nccl.transports import call_floor_s, socket_capacity
 from synth.model.nccl.tables import (NVLS_EFFICIENCY, RING_PLATEAU, Choice, Tuning, channels_used, choose,
                                      nccl_time_us, tuning)
 
@@ -189,9 +189,11 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         fill = stages * chunk / per_channel
     latency = latency_us * 1e-6 + hardware.overhead_s
     # the GPUs wait for the host: the thread launching the call (launch.py) and the proxy thread
-    # posting its network steps (proxy.py); floors, not added latencies
+    # posting its network steps (proxy.py); and a call across nodes takes at least the network's
+    # per-call floor (transports.call_floor_s); floors, not added latencies
     floor = max(launch_floor_s(hardware),
-                proxy_floor_s(table, hardware, call, algorithm, protocol, channels) * figures.latency + hardware.overhead_s)
+                proxy_floor_s(table, hardware, call, algorithm, protocol, channels) * figures.latency + hardware.overhead_s,
+                call_floor_s(hardware, call))
     total = latency + fill + transfer
     if total < floor:
         latency, total = floor - fill - transfer, floor

@@ -45,3 +45,33 @@ def socket_streams(vendor: str, threads: int | None = None, sockets_per_thread: 
     if threads * sockets_per_thread > SOCKET_MAX_SOCKETS:
         sockets_per_thread = SOCKET_MAX_SOCKETS // threads
     return max(1, threads * sockets_per_thread)
+
+
+# The least time of a call that crosses a network, per NCCL transport kind, where the cluster's
+# topology gives none (Network.floor_s, fitted by synth calibrate). NCCL's own transports have no
+# such floor: their costs are in NCCL's tables (src/graph/tuning.cc baseLat, hwLat[NET] and the
+# per-step net overhead), and net_ib reports no latency of its own (net_ib.cc getProperties:
+# "props->latency = 0; // Not set"). A net plugin's per-call costs (its request posting, its own
+# progress thread, the receive-side unpack of GPUDirect-TCPX/O) are not in NCCL's tables, and no
+# plugin documents a figure for them: aws-ofi-nccl reports only a per-message latency, which NCCL
+# adds to every network step (src/platform-aws.cpp platform_data_map: 75 us on p4d/p5/p5e, 35 us on
+# p5en and P6; the transport's `latency`); gIB and the TCPX plugins report none. So the default is
+# NCCL's own (none), and the floor of a plugin cluster is a figure to measure: `synth calibrate`
+# fits it from a run's smallest calls.
+CALL_FLOOR = {
+    "ib": (0.0, "NCCL's net_ib: its costs are in NCCL's tables (tuning.cc), it reports no latency (net_ib.cc)"),
+    "socket": (0.0, "NCCL's net_socket: its costs are in NCCL's tables and the TCP streams' rate (net_socket.cc)"),
+    "plugin": (0.0, "no net plugin documents a per-call cost (aws-ofi-nccl reports a per-step latency only, "
+                    "platform-aws.cpp; gIB and TCPX none): NCCL's own (none) until synth calibrate fits one"),
+}
+
+
+def call_floor_s(hardware: Hardware, call: Call) -> float:
+    """The least time of a call that crosses the network: the cluster's figure, else the
+    transport kind's default (CALL_FLOOR); 0 for a call inside one node."""
+    network = hardware.network
+    if network is None or call.nodes < 2:
+        return 0.0
+    if network.floor_s is not None:
+        return network.floor_s
+    return CALL_FLOOR[network.transport][0]
