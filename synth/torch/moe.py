@@ -357,6 +357,9 @@ def _describe(code: int, value: int, origin: int, experts: int, top_k: int, what
     return f"{at}: problem code {code} ({value})"
 
 
+_GROUPS: dict[tuple, object] = {}
+
+
 def _group(ranks: tuple[int, ...]):
     """A process group of `ranks`, made once per default group (every rank builds the same
     dispatchers in the same order, so every rank makes the same groups in one order)."""
