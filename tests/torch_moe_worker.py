@@ -171,6 +171,14 @@ def check_errors(rank: int) -> dict:
             tokens = tokens.float()
         expect(errors, f"{form}/dtype", lambda: dispatcher.dispatch(tokens, indices, weights))
         tokens, indices, weights = routing(rank, 2, 1)
+        if rank == 7:
+            weights = weights.float()
+        expect(errors, f"{form}/weights_dtype", lambda: dispatcher.dispatch(tokens, indices, weights))
+        tokens, indices, weights = routing(rank, 2, 1)
+        routed = dispatcher.dispatch(tokens, indices, weights)
+        outputs = routed.expert_input if rank != 1 else routed.expert_input.float()
+        expect(errors, f"{form}/combine_dtype", lambda: dispatcher.combine(outputs, routed))
+        tokens, indices, weights = routing(rank, 2, 1)
         if rank == 6:
             indices = indices.clone()
             indices[0, 1] = indices[0, 0]

@@ -161,7 +161,7 @@ class TokenDispatcher:
         """Send every token to the ranks hosting its experts; `indices` [n, k] are expert ids of
         the layer (0..num_experts-1), `weights` [n, k] the router's (kept for combine)."""
         problem = self._check(tokens, indices, weights)
-        header = self._header(tokens, problem)
+        header = self._header(tokens, weights, problem)
         if self.form == "flat":
             return self._dispatch_flat(tokens, indices, weights, header)
         return self._dispatch_two_stage(tokens, indices, weights, header)
@@ -186,9 +186,9 @@ class TokenDispatcher:
                 return REPEATED, int(ordered[:, 1:][same][0])
         return 0, 0
 
-    def _header(self, tokens, problem) -> list[int]:
+    def _header(self, tokens, weights, problem) -> list[int]:
         hidden = tokens.shape[-1] if tokens.dim() else 0
-        return [problem[0], problem[1], self.rank, agreement.dtype_code(tokens.dtype), hidden, self.top_k]
+        return [problem[0], problem[1], self.rank, _types(tokens.dtype, weights.dtype), hidden, self.top_k]
 
     def _counts(self, counts: torch.Tensor, header: list[int], group, members) -> tuple[torch.Tensor, list[int]]:
         """Exchange per-destination counts [S, C] with each rank's header; returns the received
@@ -299,7 +299,7 @@ class TokenDispatcher:
         problem = [0, 0]
         if expert_output.dim() != 2 or expert_output.shape[0] != routed.expert_input.shape[0]:
             problem = [ROWS, expert_output.shape[0] if expert_output.dim() else 0]
-        header = [*problem, self.rank, agreement.dtype_code(expert_output.dtype),
+        header = [*problem, self.rank, _types(expert_output.dtype),
                   expert_output.shape[-1] if expert_output.dim() == 2 else 0, self.top_k]
         group = self.group_or_none
         gathered = [header] if group is None else [list(h) for h in agreement.gather(header, group, self.device)]
@@ -349,12 +349,21 @@ def _describe(code: int, value: int, origin: int, experts: int, top_k: int, what
     if code in (DTYPE, WIDTH, OTHER_K):
         other, mine, theirs = value >> 42, (value >> 21) & (2**21 - 1), value & (2**21 - 1)
         if code == DTYPE:
-            return (f"{at}: tensors of type {agreement.dtype_name(mine)}, rank {other} {agreement.dtype_name(theirs)}: "
-                    f"every rank must {what} one type")
+            return f"{at}: {_type_names(mine)}, rank {other} {_type_names(theirs)}: every rank must {what} one type"
         if code == WIDTH:
             return f"{at}: rows of width {mine}, rank {other} {theirs}: every rank must {what} rows of one width"
         return f"{at}: top_k {mine}, rank {other} {theirs}: build every rank's dispatcher with one top_k"
     return f"{at}: problem code {code} ({value})"
+
+
+def _types(*dtypes) -> int:
+    """The types of a call's tensors (tokens, router weights) as one number compared across ranks."""
+    return sum((1 + min(agreement.dtype_code(dtype), 30)) << (5 * index) for index, dtype in enumerate(dtypes))
+
+
+def _type_names(code: int) -> str:
+    names = [agreement.dtype_name((code & 31) - 1), agreement.dtype_name((code >> 5) - 1)]
+    return f"{names[0]} tokens with {names[1]} weights" if code >> 5 else f"{names[0]} outputs"
 
 
 _GROUPS: dict[tuple, object] = {}
