@@ -96,7 +96,8 @@ def test_bad_routing_raises_on_every_rank_naming_the_rank(ranks):
             assert "float32" in errors[f"{form}/dtype"] and "float64" in errors[f"{form}/dtype"]
             assert "rank 2" in errors[f"{form}/dtype"]
             assert "float32 weights" in errors[f"{form}/weights_dtype"] and "rank 7" in errors[f"{form}/weights_dtype"]
-            assert "combine on rank" in errors[f"{form}/combine_dtype"] and "float32 outputs" in errors[f"{form}/combine_dtype"]
+            combine = errors[f"{form}/combine_dtype"]
+            assert "combine on rank" in combine and "float32 outputs" in combine
             assert "rank 6: expert" in errors[f"{form}/repeated"] and "twice" in errors[f"{form}/repeated"]
             assert "combine on rank 0: expert_output has" in errors[f"{form}/combine_rows"]
             assert errors[f"{form}/still_works"] <= TOLERANCE  # the groups are usable after the errors

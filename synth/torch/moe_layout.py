@@ -89,7 +89,8 @@ class ExpertLayout:
             by_node.setdefault(self.node_of(rank), []).append(ep_rank)
         counts = sorted({len(members) for members in by_node.values()})
         if len(counts) > 1:
-            raise UsageError(f"expert-parallel group {list(group)[:16]} has {counts[0]} to {counts[-1]} ranks per node: "
+            raise UsageError(f"expert-parallel group {list(group)[:16]} has {counts[0]} to {counts[-1]} ranks per "
+                             "node: "
                              "a two-stage dispatch needs the same number on every node (use the flat form, or "
                              "place the group evenly over its nodes)")
         return NodeSplit(tuple(tuple(members) for members in by_node.values()))
@@ -119,9 +120,9 @@ class ExpertLayout:
                 raise UsageError(f"{name}={value!r}: give a positive whole number")
         for name, value in (("ranks_per_node", ranks_per_node), ("ep_size", ep_size)):
             if world_size % value:
-                raise UsageError(f"{name}={value} does not divide the {world_size} ranks: give a divisor of {world_size}")
-        blocks = lambda size: tuple(tuple(range(start, start + size)) for start in range(0, world_size, size))  # noqa: E731
-        return ExpertLayout(num_experts, blocks(ep_size), blocks(ranks_per_node))
+                raise UsageError(f"{name}={value} does not divide the {world_size} ranks: give a divisor of "
+                                 f"{world_size}")
+        return ExpertLayout(num_experts, _blocks(world_size, ep_size), _blocks(world_size, ranks_per_node))
 
     @staticmethod
     def from_groups(num_experts: int, ep_groups, node_groups) -> ExpertLayout:
@@ -132,10 +133,12 @@ class ExpertLayout:
     def from_hierarchy(hierarchy, num_experts: int) -> ExpertLayout:
         """A synthesis hierarchy's groups as the EP groups (synth.hierarchy), ranks numbered
         node-major by its placement, a node being its system's innermost level."""
-        per_node = hierarchy.placement.level_sizes[-1]
-        world = hierarchy.placement.device_count
-        nodes = tuple(tuple(range(start, start + per_node)) for start in range(0, world, per_node))
+        nodes = _blocks(hierarchy.placement.device_count, hierarchy.placement.level_sizes[-1])
         return ExpertLayout(num_experts, tuple(tuple(map(int, g)) for g in hierarchy.groups), nodes)
+
+
+def _blocks(world_size: int, size: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(range(start, start + size)) for start in range(0, world_size, size))
 
 
 def _ranks(groups, name: str) -> tuple[tuple[int, ...], ...]:
