@@ -98,6 +98,7 @@ def test_bad_routing_raises_on_every_rank_naming_the_rank(ranks):
             assert "float32 weights" in errors[f"{form}/weights_dtype"] and "rank 7" in errors[f"{form}/weights_dtype"]
             combine = errors[f"{form}/combine_dtype"]
             assert "combine on rank" in combine and "float32 outputs" in combine
+            assert "rank 4: tokens must be a tensor [n, hidden]" in errors[f"{form}/no_weights"]
             assert "rank 6: expert" in errors[f"{form}/repeated"] and "twice" in errors[f"{form}/repeated"]
             assert "combine on rank 0: expert_output has" in errors[f"{form}/combine_rows"]
             assert errors[f"{form}/still_works"] <= TOLERANCE  # the groups are usable after the errors

@@ -184,6 +184,9 @@ def check_errors(rank: int) -> dict:
             indices[0, 1] = indices[0, 0]
         expect(errors, f"{form}/repeated", lambda: dispatcher.dispatch(tokens, indices, weights))
         tokens, indices, weights = routing(rank, 2, 1)
+        expect(errors, f"{form}/no_weights",
+               lambda: dispatcher.dispatch(tokens, indices, weights if rank != 4 else None))
+        tokens, indices, weights = routing(rank, 2, 1)
         routed = dispatcher.dispatch(tokens, indices, weights)
         outputs = routed.expert_input if rank != 0 else routed.expert_input[1:]
         expect(errors, f"{form}/combine_rows", lambda: dispatcher.combine(outputs, routed))

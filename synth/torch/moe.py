@@ -168,6 +168,8 @@ class TokenDispatcher:
 
     def _check(self, tokens, indices, weights) -> tuple[int, int]:
         """This rank's own problem with its input, as (code, value), (0, 0) when none."""
+        if not all(isinstance(value, torch.Tensor) for value in (tokens, indices, weights)):
+            return SHAPE, 2
         if tokens.dim() != 2:
             return SHAPE, tokens.dim()
         if indices.dim() != 2 or indices.shape[0] != tokens.shape[0] or weights.shape != indices.shape:
@@ -187,8 +189,9 @@ class TokenDispatcher:
         return 0, 0
 
     def _header(self, tokens, weights, problem) -> list[int]:
-        hidden = tokens.shape[-1] if tokens.dim() else 0
-        return [problem[0], problem[1], self.rank, _types(tokens.dtype, weights.dtype), hidden, self.top_k]
+        if problem[0] == SHAPE:  # nothing more to compare: the ranks raise on the shape
+            return [*problem, self.rank, 0, 0, self.top_k]
+        return [problem[0], problem[1], self.rank, _types(tokens.dtype, weights.dtype), tokens.shape[-1], self.top_k]
 
     def _counts(self, counts: torch.Tensor, header: list[int], group, members) -> tuple[torch.Tensor, list[int]]:
         """Exchange per-destination counts [S, C] with each rank's header; returns the received
@@ -297,10 +300,13 @@ class TokenDispatcher:
     def _check_combine(self, expert_output, routed) -> None:
         """The ranks agree on the outputs' type and width, and each gives one row per routed row."""
         problem = [0, 0]
-        if expert_output.dim() != 2 or expert_output.shape[0] != routed.expert_input.shape[0]:
-            problem = [ROWS, expert_output.shape[0] if expert_output.dim() else 0]
-        header = [*problem, self.rank, _types(expert_output.dtype),
-                  expert_output.shape[-1] if expert_output.dim() == 2 else 0, self.top_k]
+        if not isinstance(expert_output, torch.Tensor):
+            header = [SHAPE, 3, self.rank, 0, 0, self.top_k]
+        else:
+            if expert_output.dim() != 2 or expert_output.shape[0] != routed.expert_input.shape[0]:
+                problem = [ROWS, expert_output.shape[0] if expert_output.dim() else 0]
+            header = [*problem, self.rank, _types(expert_output.dtype),
+                      expert_output.shape[-1] if expert_output.dim() == 2 else 0, self.top_k]
         group = self.group_or_none
         gathered = [header] if group is None else [list(h) for h in agreement.gather(header, group, self.device)]
         self._raise(_first_problem(gathered), "combine")
@@ -341,9 +347,11 @@ def _describe(code: int, value: int, origin: int, experts: int, top_k: int, what
         return f"{at}: indices have {value} experts per token, the dispatcher's top_k is {top_k}: give [n, {top_k}]"
     if code == REPEATED:
         return f"{at}: expert {value} appears twice in one token's top-k: route each token to {top_k} distinct experts"
+    if code == SHAPE and what == "combine":
+        return f"{at}: expert_output must be a tensor [rows, width], one row per routed.expert_input row"
     if code == SHAPE:
-        return (f"{at}: tokens must be [n, hidden], indices and weights [n, top_k] of one shape, indices of an integer "
-                "type" + (", and combine's weights the dispatched [n, top_k]" if what == "combine" else ""))
+        return (f"{at}: tokens must be a tensor [n, hidden], indices and weights tensors [n, top_k] of one shape, "
+                "indices of an integer type")
     if code == ROWS:
         return f"{at}: expert_output has {value} rows, not the dispatched rows: give one output row per input row"
     if code in (DTYPE, WIDTH, OTHER_K):
