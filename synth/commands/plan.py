@@ -435,14 +435,14 @@ def _export(path: str, request, result, launchable) -> None:
     from synth.plan.launch import launch_document
 
     winner = result.ranked[0]
-    document = launch_document(request.model, winner)
+    document = launch_document(request.model, winner, request.topology)
     document = {"format": "synth-launch", "version": 1, "topology": request.topology.name,
                 "model": request.model.name, **document}
     if launchable is not winner:
         # The winner's layout is not one Megatron-LM can number; the best one it can, in full.
         document["best_launchable"] = None if launchable is None else {
             "step_s": launchable.step_s, "slower_than_winner": launchable.step_s / winner.step_s - 1,
-            **launch_document(request.model, launchable)}
+            **launch_document(request.model, launchable, request.topology)}
     from synth.output_files import write_text
 
     write_text(path, json.dumps(document, indent=1) + "\n", f"--export {path}")
@@ -613,11 +613,11 @@ def _print_megatron(console, result, launchable) -> None:
     from synth.plan.launch import megatron_command, megatron_order
     from synth.units import format_time
 
-    model, winner = result.request.model, result.ranked[0]
+    model, winner, topology = result.request.model, result.ranked[0], result.request.topology
     order = megatron_order(winner.placement)
     if launchable is winner:
-        console.print(f"Megatron-LM: {(megatron_command(model, winner))}\n  rank order: {(order.reason)}",
-                      highlight=False, soft_wrap=True)
+        console.print(f"Megatron-LM: {(megatron_command(model, winner, topology))}\n  rank order: {(order.reason)}"
+                      + _dispatcher_line(model, winner, topology), highlight=False, soft_wrap=True)
         return
     console.print(f"Megatron-LM cannot launch the winner: {(order.reason)}", highlight=False, soft_wrap=True)
     if launchable is None:
@@ -627,8 +627,17 @@ def _print_megatron(console, result, launchable) -> None:
     console.print(
         f"Best launchable ({where}): {format_time(launchable.step_s)}, {100 * (launchable.step_s / winner.step_s - 1):.1f}% "
         f"slower, {launchable.degrees.text} {(launchable.placement.to_text())} {launchable.settings.text}\n"
-        f"Megatron-LM: {(megatron_command(model, launchable))}\n"
-        f"  rank order: {(megatron_order(launchable.placement).reason)}", highlight=False, soft_wrap=True)
+        f"Megatron-LM: {(megatron_command(model, launchable, topology))}\n"
+        f"  rank order: {(megatron_order(launchable.placement).reason)}" + _dispatcher_line(model, launchable, topology),
+        highlight=False, soft_wrap=True)
+
+
+def _dispatcher_line(model, prediction, topology) -> str:
+    """The MoE dispatcher Megatron-LM runs and what of the plan has no equivalent there."""
+    from synth.plan.launch import megatron_dispatcher
+
+    dispatcher = megatron_dispatcher(model, prediction.placement, topology)
+    return f"\n  MoE dispatcher: {dispatcher.statement}" if dispatcher is not None else ""
 
 
 def prediction_json(prediction, request, costs=None) -> dict:

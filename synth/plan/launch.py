@@ -49,7 +49,7 @@ def megatron_launchable(placement: Placement) -> bool:
     return megatron_order(placement).order is not None
 
 
-def megatron_model_arguments(model: Transformer) -> list[str]:
+def megatron_model_arguments(model: Transformer, dispatcher: MoeDispatcher | None = None) -> list[str]:
     """The model's shape and architecture on Megatron-LM's command line (pretrain_gpt.py): the
     flags that make Megatron build the model the plan priced (Megatron's defaults are GPT's:
     learned positions, biases, tied embeddings, GeLU FFN, dropout 0.1, LayerNorm)."""
@@ -77,10 +77,10 @@ def megatron_model_arguments(model: Transformer) -> list[str]:
         args += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if model.precision != "fp32":
         args.append(f"--{model.precision}")
-    return args + megatron_moe_arguments(model)
+    return args + megatron_moe_arguments(model, dispatcher)
 
 
-def megatron_moe_arguments(model: Transformer) -> list[str]:
+def megatron_moe_arguments(model: Transformer, dispatcher: MoeDispatcher | None = None) -> list[str]:
     """The MoE layers on Megatron-LM's command line (megatron/training/arguments.py, _add_moe_args;
     megatron-core's TransformerConfig fields num_moe_experts, moe_router_topk, ...): the experts,
     their routing and sizes, which layers (`--moe-layer-freq` as Megatron's pattern expression,
@@ -91,7 +91,8 @@ def megatron_moe_arguments(model: Transformer) -> list[str]:
     from synth.plan import moe
 
     args = ["--num-experts", str(model.experts), "--moe-router-topk", str(model.top_k),
-            "--moe-ffn-hidden-size", str(moe.expert_ffn(model)), "--moe-token-dispatcher-type", "alltoall"]
+            "--moe-ffn-hidden-size", str(moe.expert_ffn(model)),
+            *(dispatcher.arguments if dispatcher is not None else ("--moe-token-dispatcher-type", "alltoall"))]
     if model.shared_ffn:
         args += ["--moe-shared-expert-intermediate-size", str(model.shared_ffn)]
     pattern = [1 if moe.is_moe_layer(model, index) else 0 for index in range(model.layers)]
@@ -113,6 +114,64 @@ def moe_layer_pattern(pattern: list[int]) -> str:
     return "(" + "+".join(f"[{value}]*{count}" for value, count in runs) + ")"
 
 
+@dataclass(frozen=True)
+class MoeDispatcher:
+    """The token dispatcher Megatron-LM runs for the plan's expert-parallel groups."""
+
+    arguments: tuple[str, ...]  # --moe-token-dispatcher-type alltoall|flex [--moe-flex-dispatcher-backend ...]
+    form: str  # the synth.torch.moe form it runs: "flat" or "hierarchical"
+    statement: str
+
+
+NO_EQUIVALENT = ("a synthesized dispatch or combine program other than the flat all-to-all and the two-stage form "
+                 "(across nodes once per destination node, then inside it) has no equivalent among Megatron's "
+                 "dispatchers; synth.torch.moe runs both forms in torch")
+
+
+def megatron_dispatcher(model: Transformer, placement: Placement, topology=None) -> MoeDispatcher | None:
+    """Megatron-LM's dispatcher for the expert-parallel groups of `placement` (megatron-core's
+    TransformerConfig: moe_token_dispatcher_type, moe_flex_dispatcher_backend): `alltoall` (one
+    NCCL all-to-all, the flat form) while the groups stay inside one host; across hosts the
+    `flex` dispatcher, whose backends send a token once per destination node and forward it
+    over NVLink (the two-stage form): HybridEP on a system with a multi-host NVLink domain
+    (megatron-core: "only hybridep supports the MNNVL case"; NVIDIA's first choice on GB200
+    NVL72), DeepEP over a network. DeepEP takes no padded capacity (megatron-core refuses
+    `--moe-pad-expert-input-to-capacity` with it), so a plan priced with a capacity factor
+    keeps `alltoall` there. Without `topology` every level above the innermost is taken for a
+    network between hosts. None for a dense model."""
+    if not model.is_moe:
+        return None
+    alltoall = ("--moe-token-dispatcher-type", "alltoall")
+    if "ep" not in placement.axis_names or placement.axis_sizes[placement.axis_index("ep")] < 2:
+        return MoeDispatcher(alltoall, "flat", "no expert parallelism: alltoall (the experts are local)")
+    from synth.plan.equivalent import span
+
+    factors = span(placement, ("ep",))
+    domain = None
+    if topology is not None:
+        from synth.model.nccl.hardware import nccl_view
+
+        view = nccl_view(topology)
+        domain = view.domain_level
+        host = domain if domain is not None else view.node_level
+    else:
+        host = len(factors) - 2
+    if host is None or host < 0 or all(factor == 1 for factor in factors[:host + 1]):
+        return MoeDispatcher(alltoall, "flat", "the expert-parallel groups stay inside one host: alltoall (one NCCL "
+                             f"all-to-all over NVLink, the flat form); {NO_EQUIVALENT}")
+    if domain is not None:
+        return MoeDispatcher(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"),
+                             "hierarchical", "the expert-parallel groups span hosts of a multi-host NVLink domain: "
+                             f"flex with HybridEP (the two-stage form); {NO_EQUIVALENT}")
+    if model.capacity_factor:
+        return MoeDispatcher(alltoall, "flat", "the expert-parallel groups span nodes, where DeepEP's two-stage "
+                             "dispatch would fit, but the plan pads to a capacity, which megatron-core refuses with "
+                             f"DeepEP: alltoall (the flat form); {NO_EQUIVALENT}")
+    return MoeDispatcher(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"),
+                         "hierarchical", "the expert-parallel groups span nodes: flex with DeepEP (across nodes to the "
+                         f"same-index GPU once per node, then NVLink: the two-stage form); {NO_EQUIVALENT}")
+
+
 def megatron_environment(prediction: Prediction) -> dict[str, str]:
     """Environment variables Megatron-LM requires for this candidate: validate_args asserts
     CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (on GPUs before
@@ -121,17 +180,19 @@ def megatron_environment(prediction: Prediction) -> dict[str, str]:
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if degrees.tp > 1 or degrees.cp > 1 else {}
 
 
-def megatron_command(model: Transformer, prediction: Prediction) -> str:
+def megatron_command(model: Transformer, prediction: Prediction, topology=None) -> str:
     """One shell line: the environment, then pretrain_gpt.py's arguments (data, tokenizer and
     launcher left to the user)."""
     environment = " ".join(f"{name}={value}" for name, value in megatron_environment(prediction).items())
-    arguments = shlex.join(megatron_arguments(model, prediction))  # quoted: a MoE layer pattern has brackets
+    arguments = shlex.join(megatron_arguments(model, prediction, topology))  # quoted: a MoE layer pattern has brackets
     return " ".join(part for part in (environment, "pretrain_gpt.py", arguments) if part)
 
 
-def megatron_arguments(model: Transformer, prediction: Prediction) -> list[str]:
-    """The model, sizes and settings on Megatron-LM's command line (pretrain_gpt.py)."""
-    return megatron_model_arguments(model) + megatron_parallel_arguments(model, prediction)
+def megatron_arguments(model: Transformer, prediction: Prediction, topology=None) -> list[str]:
+    """The model, sizes and settings on Megatron-LM's command line (pretrain_gpt.py); the MoE
+    dispatcher for the placement on `topology` (megatron_dispatcher)."""
+    dispatcher = megatron_dispatcher(model, prediction.placement, topology)
+    return megatron_model_arguments(model, dispatcher) + megatron_parallel_arguments(model, prediction)
 
 
 def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> list[str]:
@@ -221,7 +282,7 @@ def jax_hybrid_mesh(placement: Placement) -> HybridMesh:
         "with the device permutation"))
 
 
-def launch_document(model: Transformer, prediction: Prediction) -> dict:
+def launch_document(model: Transformer, prediction: Prediction, topology=None) -> dict:
     """Everything a launcher needs for one candidate, as JSON. With experts the axes are named
     for what they are (Degrees.exported_names: `edp` the expert data-parallel group, `ep` the
     expert-parallel one) and `data_parallel` gives the dense data-parallel group, the two axes
@@ -236,7 +297,8 @@ def launch_document(model: Transformer, prediction: Prediction) -> dict:
         "settings": prediction.settings.to_json(),
         "placement": placement.to_text(),
         "axes": dict(zip(names, placement.axis_sizes)),
-        "megatron": {"launchable": order.order is not None, "arguments": megatron_arguments(model, prediction),
+        "megatron": {"launchable": order.order is not None,
+                     "arguments": megatron_arguments(model, prediction, topology),
                      "environment": megatron_environment(prediction), "order": order.order,
                      "flag": order.flag, "statement": order.reason},
         "torch_device_mesh": {"mesh": device_mesh_array(placement).tolist(), "mesh_dim_names": names},
@@ -246,6 +308,10 @@ def launch_document(model: Transformer, prediction: Prediction) -> dict:
                 "device_permutation": jax_permutation(placement)},
         "rank_groups": groups,
     }
+    dispatcher = megatron_dispatcher(model, placement, topology)
+    if dispatcher is not None:
+        document["megatron"]["moe_dispatcher"] = {"arguments": list(dispatcher.arguments), "form": dispatcher.form,
+                                                  "statement": dispatcher.statement}
     if degrees.ep > 1:
         if order.order is not None:
             document["megatron"]["statement"] += "; its dp token there is the expert generator's, the edp axis"

@@ -8,22 +8,26 @@ any tensor, and the hooks DDP and FSDP2 take (docs/training.md).
 
 Plans of the other collectives (`plan_reduction(..., collective="reducescatter")`) run in
 HierarchicalReduceScatter, HierarchicalAllGather (FSDP2's custom comms) and
-HierarchicalAllToAll (MoE), in place of torch's own calls (synth.torch.collectives).
+HierarchicalAllToAll (MoE), in place of torch's own calls (synth.torch.collectives). An MoE
+layer's dispatch and combine with uneven splits, flat or in two stages over the nodes, run in
+TokenDispatcher over an ExpertLayout (synth.torch.moe).
 
 The plans (synth.torch.plan) need no torch; the reducer and hooks need torch, an optional
 extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on first use.
 """
 
-from synth.torch.errors import HandSetHookError, MissingReductionError, RankDisagreementError, ReducerSetupError
+from synth.torch.errors import (HandSetHookError, MissingReductionError, RankDisagreementError, ReducerSetupError,
+                                RoutingError)
+from synth.torch.moe_layout import ExpertLayout
 from synth.errors import PlanFileError
 from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
                               size_thresholds)
 
 _TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "synth.torch.reducer",
                 "HierarchicalReduceScatter": "synth.torch.collectives", "HierarchicalAllGather": "synth.torch.collectives",
-                "HierarchicalAllToAll": "synth.torch.collectives"}
+                "HierarchicalAllToAll": "synth.torch.collectives", "TokenDispatcher": "synth.torch.moe"}
 
-__all__ = ["HandSetHookError", "MissingReductionError", "PlanFileError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
+__all__ = ["ExpertLayout", "HandSetHookError", "MissingReductionError", "RoutingError", "PlanFileError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
            "best_by_size", "load_plan", "plan_programs", "plan_reduction", "size_thresholds", *_TORCH_NAMES]
 
 

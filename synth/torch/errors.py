@@ -25,6 +25,12 @@ class HandSetHookError(ReducerSetupError):
     with `hasattr` or catches AttributeError to skip the hook would skip it silently."""
 
 
+class RoutingError(UsageError):
+    """An MoE layer's routing that cannot be dispatched (synth.torch.moe): an expert index out
+    of range, top-k or shapes that do not match, ranks that send tokens of different types or
+    widths. Raised on every rank of the expert-parallel group at once, naming the rank at fault."""
+
+
 class MissingReductionError(SynthError, RuntimeError):
     """A backward ended without the reductions the attached model needed."""
 
