@@ -139,6 +139,14 @@ def test_2_29_runs_registered_calls_across_nvlink_domains_on_the_hierarchical_ke
         new = _rs_and_ag(domain, "2.29", True, list(range(72)), nbytes)
         for collective in old:
             assert old[collective].choice == new[collective].choice and old[collective].time_s == new[collective].time_s
+    across = _rs_and_ag(domain, "2.28", True, list(range(144)), 1 << 24)  # the two NVL72 racks over InfiniBand
+    later = _rs_and_ag(domain, "2.29", True, list(range(144)), 1 << 24)
+    assert across["ReduceScatter"].choice.algorithm != "symmetric"
+    assert later["ReduceScatter"].choice.protocol == "ReduceScatter_RailA2A_LsaLDMC"  # NVLS: the multicast variant
+    assert later["ReduceScatter"].time_s != across["ReduceScatter"].time_s
+    one_per_node = _rs_and_ag(racks, "2.30", True, [0, 8], 1 << 20)  # one rank per domain: no NVLink leg (C's x/0)
+    assert one_per_node["ReduceScatter"].choice.protocol == "ReduceScatter_RailA2A_LsaLD"
+    assert math.isfinite(one_per_node["ReduceScatter"].time_s)
     sockets = load_topology("gcp-a3-high-2x8")  # a net plugin, no GPU-initiated networking assumed: no change
     if sockets.nccl is not None and sockets.nccl.generation in ("hopper", "blackwell"):
         old = _rs_and_ag(sockets, "2.28", True, list(range(16)), 1 << 20)

@@ -77,11 +77,16 @@ def _multipliers(call: Call, ldmc: bool) -> tuple[float, float, float]:
     return sm_mul, lsa_mul, gin_mul
 
 
+def _per(bandwidth: float, multiplier: float) -> float:
+    """bandwidth / multiplier, inf for a widget the data never crosses (one rank per domain: C's x/0)."""
+    return bandwidth / multiplier if multiplier > 0 else math.inf
+
+
 def _saturating_blocks(hardware: Hardware, call: Call, ldmc: bool, lsa_bw: float, gin_bw: float) -> int:
     """calcSatBlocks_ReduceScatter_RailA2A: the blocks whose SMs keep up with NVLink and the network."""
     sm_bw = SM_BW[_era(hardware)][hardware.generation == "blackwell"][1 if ldmc else 0]
     sm_mul, lsa_mul, gin_mul = _multipliers(call, ldmc)
-    return math.ceil(min(float(1 << 30), min(lsa_bw / lsa_mul, gin_bw / gin_mul) / (sm_bw / sm_mul)))
+    return math.ceil(min(float(1 << 30), min(_per(lsa_bw, lsa_mul), _per(gin_bw, gin_mul)) / (sm_bw / sm_mul)))
 
 
 def query(kernel: str, hardware: Hardware, call: Call, nbytes: int) -> tuple[float, int, float]:
@@ -107,6 +112,6 @@ def query(kernel: str, hardware: Hardware, call: Call, nbytes: int) -> tuple[flo
     sm_bw = SM_BW[_era(hardware)][hardware.generation == "blackwell"][1 if ldmc else 0]
     sm_mul, lsa_mul, gin_mul = _multipliers(call, ldmc)
     blocks = max(min_blocks, min(max_blocks, -(-nbytes // chunk)))
-    rate = min(blocks * sm_bw / sm_mul, lsa_bw / lsa_mul, gin_bw / gin_mul)
+    rate = min(blocks * sm_bw / sm_mul, _per(lsa_bw, lsa_mul), _per(gin_bw, gin_mul))
     fill = min(nbytes, chunk * blocks) * (lsa_mul / lsa_bw + gin_mul / gin_bw)
     return (nbytes / rate + fill + gin_lat) * 1e6, blocks, gin_lat * 1e6
