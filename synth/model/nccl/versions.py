@@ -30,7 +30,9 @@ Read but not priced (no figure in NCCL's source to price them with, or outside t
 the copy-engine paths (2.28-2.30: taken on request, NCCL_CTA_POLICY_ZERO, or for a registered
 AllGather above NCCL_SYM_CE_THRESHOLD = 8M elements on Blackwell, enqueue.cc, timed by no model
 of NCCL's); the TMA symmetric kernels of 2.30; and the Blackwell per-channel caps NCCL retuned
-in 2.28-2.30 (tuning.cc perChMax*Bws Blackwell rows), which the model keeps at 2.26's.
+in 2.28-2.30 (tuning.cc perChMax*Bws Blackwell rows: ring LL128, tree, tree LL128), which the
+model keeps at 2.26's for every version (its NVLS-tree cap is 2.30's 80 GB/s beyond two nodes,
+where 2.28 had 43.1-43.8).
 PAT's enable rule (tuning.cc ncclPatEnable: one GPU per node, no net device offload, sm60+)
 and its latency read the same from v2.26.2 to v2.30.7, and NVLS still needs CollNet for
 ReduceScatter/AllGather across nodes (v2.30.7 tuning.cc), so no version moves them. NVLS
