@@ -19,7 +19,8 @@ network rate as the slowest NIC's (comm->minNetBw, the line rate NCCL's topology
 latency of NCCL's ring/Simple network hop (14 us, tuning.cc hwLatencies), and per-SM rates
 NVIDIA measured. NCCL's AllGather estimate comes out in seconds where its others are in
 microseconds (a units slip in queryModel_gin); it never competes with another kernel, so the
-pick is unchanged, and the time charged here is in microseconds.
+pick is unchanged, and the time charged here is in microseconds. As for the one-domain kernels
+(symmetric.py), the time charged is NCCL's estimate, floored by the host's launch.
 """
 
 from __future__ import annotations
