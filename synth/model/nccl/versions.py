@@ -15,7 +15,9 @@ NVIDIA/nccl and its release notes; nothing priced without one):
 * 2.29: the hierarchical symmetric kernels for a communicator that spans NVLink domains
   (gin.py: ReduceScatter_RailA2A_LsaLD/LDMC, a rail all-to-all over GPU-initiated networking
   then a reduction inside the domain, and AllGather_RailRing_LsaSTMC; v2.29.7
-  src/sym_kernels.cc queryModel_gin), with registered buffers and a GIN-capable network;
+  src/sym_kernels.cc queryModel_gin), with registered buffers and a GIN-capable network
+  (2.29 is priced as its last patch, 2.29.7; 2.29.2 had only a hierarchical AllGather,
+  AllGather_GinHier_MCRing, and no hierarchical ReduceScatter);
 * 2.30: the same kernels retuned (v2.30.7 src/sym_kernels.cc: per-SM rates and a 128 KiB
   chunk for the reduce-scatter); hierarchical copy-engine AllGather/AllToAll across nodes,
   only with NCCL_CTA_POLICY_ZERO (v2.30.7 src/ce_coll.cc ncclHierCeAvailable; not priced);
