@@ -314,7 +314,9 @@ def render_wins(command: str, sweeps: dict[str, list[JobSweep]], systems: list[T
     default = sweeps[DEFAULT_VARIANT]
     nccl_names = [system.name for system in nccl_systems(systems)]
     cloud = [name for name in CLOUD if name in nccl_names]
-    lines = ["# How often a synthesized program beats NCCL's flat call", "", header(command), ""]
+    lines = ["# How often a synthesized program beats NCCL's flat call", "", header(command), "",
+             "At the model's default NCCL version, buffers not registered; per NCCL version and registration: "
+             "[by-version.md](by-version.md) (`python -m benchmarks.version_wins`).", ""]
     if goal_lines:
         lines += list(goal_lines) + ["", "## The all-reduce in detail", ""]
     lines.append(

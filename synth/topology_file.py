@@ -73,7 +73,7 @@ them is a separate figure with its own source::
     cuda_graphs = false                # optional: calls captured in CUDA graphs (no per-call host launch); default false
     min_ctas = 24                      # optional: NCCL_MIN_CTAS, the fewest channels a communicator runs on; default NCCL's
     max_ctas = 32                      # optional: NCCL_MAX_CTAS, the most; default NCCL's
-    version = "2.26"                   # optional: the NCCL release (2.26, 2.27, 2.28); default the newest, 2.28
+    version = "2.26"                   # optional: the NCCL release (2.26 to 2.32); default the newest, 2.32
     symmetric = true                   # optional: buffers registered as symmetric windows (2.27+ kernels); default false
     launch_per_gpu = { value = "5 us", source = "..." }  # optional: host time per GPU a thread launches a call on
     source = "..."                     # required

@@ -91,3 +91,76 @@ def test_the_simple_case_is_one_environment_setting():
 def test_bad_input_is_one_line(run_cli):
     code, out, err = run_cli("tune", "--topology", "dgx-h100-x2", "--collective", "alltoall")
     assert code == 2 and "alltoall" in err and "\n" not in err.strip()
+
+
+# ncclCollConfig_t as nccl.h declares it (2.31+, struct ncclCollConfig_v23200 in 2.32), with the
+# types it needs: a stand-in header so the exported function compiles without NCCL installed.
+COLL_CONFIG_HEADER = """
+#include <stddef.h>
+#include <stdint.h>
+typedef struct ncclConfigExt ncclConfigExt_t;
+typedef void* cudaEvent_t;
+#define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define NCCL_CONFIG_UNDEF_PTR NULL
+typedef struct {
+  size_t size; unsigned int magic; unsigned int version; ncclConfigExt_t* ext;
+  int minCTAs; int maxCTAs; int nvlsCTAs; int cgaClusterSize;
+  const char* algSelection; int forceAlgSelection; int CTAPolicy;
+  uint64_t userProfilerTag; cudaEvent_t launchCompletionEvent;
+} ncclCollConfig_t;
+#define NCCL_COLLCONFIG_INITIALIZER {sizeof(ncclCollConfig_t), 0, 0, NCCL_CONFIG_UNDEF_PTR, \\
+  NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \\
+  NCCL_CONFIG_UNDEF_PTR, 1, NCCL_CONFIG_UNDEF_INT, 0, NCCL_CONFIG_UNDEF_PTR}
+"""
+
+COLL_CONFIG_DRIVER = """
+#include <stdio.h>
+#include "synth_coll_config.h"
+int main(int argc, char** argv) {
+  char collective[32]; size_t bytes; int nodes, ranks;
+  while (scanf("%31s %zu %d %d", collective, &bytes, &nodes, &ranks) == 4) {
+    ncclCollConfig_t config = NCCL_COLLCONFIG_INITIALIZER;
+    int hit = synthCollConfig(collective, bytes, nodes, ranks, &config);
+    printf("%d %s %d %d\\n", hit, hit ? config.algSelection : "-", hit ? config.forceAlgSelection : -1,
+           hit ? config.maxCTAs : -1);
+  }
+  return 0;
+}
+"""
+
+
+def test_coll_config_values_compile_and_pick_the_model_s_algorithm(run_cli, tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler: the exported function cannot be built here")
+    header = tmp_path / "synth_coll_config.h"
+    code, out, err = run_cli("tune", "--topology", "dgx-h100-x2", "--format", "coll-config", "-o", str(header))
+    assert code == 0, err
+    (tmp_path / "nccl.h").write_text(COLL_CONFIG_HEADER)
+    (tmp_path / "driver.c").write_text(COLL_CONFIG_DRIVER)
+    binary = tmp_path / "driver"
+    subprocess.run([compiler, "-I", str(tmp_path), str(tmp_path / "driver.c"), "-o", str(binary)], check=True,
+                   capture_output=True)
+    rows = [row for row in nccl_tuner.overrides(load_topology("dgx-h100-x2")).rows
+            if row.algorithm != row.nccl_algorithm]
+    assert rows, "the model picks another algorithm than NCCL somewhere on this system"
+    queries = "".join(f"{row.collective.lower()} {row.min_bytes} {row.nodes} {row.ranks}\n" for row in rows)
+    done = subprocess.run([str(binary)], input=queries + "allreduce 1024 3 3\n", capture_output=True, text=True,
+                          check=True, timeout=60)
+    answers = done.stdout.splitlines()
+    for row, answer in zip(rows, answers):
+        hit, selection, force, ctas = answer.split()
+        assert (hit, selection, force, int(ctas)) == ("1", row.algorithm.replace("_", ""), "1", row.channels)
+    assert answers[-1].startswith("0 ")  # a communicator the overrides do not name: NCCL's own choice
+
+
+def test_coll_config_needs_nccl_2_31(run_cli, tmp_path):
+    from dataclasses import replace
+
+    from synth.topology_file import render_topology
+
+    topology = load_topology("dgx-h100-x2")
+    path = tmp_path / "old.toml"
+    path.write_text(render_topology(replace(topology, nccl=replace(topology.nccl, version="2.30"))))
+    code, out, err = run_cli("tune", "--topology", str(path), "--format", "coll-config")
+    assert code == 2 and "2.31" in err and "\n" not in err.strip()

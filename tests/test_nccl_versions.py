@@ -55,7 +55,8 @@ def test_without_registered_buffers_the_versions_agree_except_blackwell_nvls_cha
 
 
 def test_the_default_is_the_newest_and_2_26_stays_the_transcribed_tables():
-    assert DEFAULT_VERSION == NCCL_VERSIONS[-1] == "2.28"
+    assert DEFAULT_VERSION == NCCL_VERSIONS[-1] == "2.32"
+    assert NCCL_VERSIONS == ("2.26", "2.27", "2.28", "2.29", "2.30", "2.31", "2.32")
     view = nccl_view(load_topology("dgx-h100-x2"))
     assert view.hardware.version == DEFAULT_VERSION and not view.hardware.symmetric
 
@@ -101,7 +102,7 @@ def test_version_and_symmetric_are_read_checked_and_written_back():
     again = topology_from_text(text, "copy.toml")
     assert (again.nccl.version, again.nccl.symmetric) == ("2.27", True)
     bad = text.replace('version = "2.27"', 'version = "2.25"')
-    with pytest.raises(UsageError, match="nccl.version.*2.26, 2.27, 2.28"):
+    with pytest.raises(UsageError, match="nccl.version.*2.26, 2.27, 2.28, 2.29, 2.30, 2.31, 2.32"):
         topology_from_text(bad, "bad.toml")
 
 
@@ -111,3 +112,76 @@ def test_2_28_prices_symmetric_calls_in_whole_kilobyte_cells():
              for version in ("2.27", "2.28")}
     kib = estimate_group(_as(topology, "2.27", True), list(range(8)), "AllReduce", 1024)
     assert small["2.28"].choice.nccl_time_s == kib.choice.nccl_time_s != small["2.27"].choice.nccl_time_s
+
+
+def _rs_and_ag(topology, version: str, registered: bool, devices, nbytes):
+    return {collective: estimate_group(_as(topology, version, registered), devices, collective, nbytes)
+            for collective in ("ReduceScatter", "AllGather")}
+
+
+def test_2_29_runs_registered_calls_across_nvlink_domains_on_the_hierarchical_kernels():
+    """v2.29.7 src/sym_kernels.cc: with registered buffers a ReduceScatter or AllGather spanning
+    NVLink domains runs on the rail kernels (ReduceScatter_RailA2A_Lsa*, AllGather_RailRing_LsaSTMC);
+    2.28 ran them on its ring; inside one domain nothing changes from 2.28 to 2.29."""
+    racks = load_topology("dgx-h100-x2")  # two 8-GPU NVSwitch nodes over InfiniBand
+    for nbytes in (1 << 16, 1 << 24, 1 << 28):
+        old = _rs_and_ag(racks, "2.28", True, list(range(16)), nbytes)
+        new = _rs_and_ag(racks, "2.29", True, list(range(16)), nbytes)
+        assert old["ReduceScatter"].choice.algorithm != "symmetric"
+        assert new["ReduceScatter"].choice.protocol.startswith("ReduceScatter_RailA2A_Lsa")
+        assert new["AllGather"].choice.protocol == "AllGather_RailRing_LsaSTMC"
+        assert new["ReduceScatter"].time_s != old["ReduceScatter"].time_s
+        unregistered = _rs_and_ag(racks, "2.29", False, list(range(16)), nbytes)
+        assert unregistered["ReduceScatter"].choice == old["ReduceScatter"].choice  # needs registered windows
+    domain = load_topology("gb200-nvl72")  # inside one NVLink domain: the one-domain kernels, as in 2.28
+    for nbytes in (1 << 16, 1 << 24):
+        old = _rs_and_ag(domain, "2.28", True, list(range(72)), nbytes)
+        new = _rs_and_ag(domain, "2.29", True, list(range(72)), nbytes)
+        for collective in old:
+            assert old[collective].choice == new[collective].choice and old[collective].time_s == new[collective].time_s
+    across = _rs_and_ag(domain, "2.28", True, list(range(144)), 1 << 24)  # the two NVL72 racks over InfiniBand
+    later = _rs_and_ag(domain, "2.29", True, list(range(144)), 1 << 24)
+    assert across["ReduceScatter"].choice.algorithm != "symmetric"
+    assert later["ReduceScatter"].choice.protocol == "ReduceScatter_RailA2A_LsaLDMC"  # NVLS: the multicast variant
+    assert later["ReduceScatter"].time_s != across["ReduceScatter"].time_s
+    one_per_node = _rs_and_ag(racks, "2.30", True, [0, 8], 1 << 20)  # one rank per domain: no NVLink leg (C's x/0)
+    assert one_per_node["ReduceScatter"].choice.protocol == "ReduceScatter_RailA2A_LsaLD"
+    assert math.isfinite(one_per_node["ReduceScatter"].time_s)
+    sockets = load_topology("gcp-a3-high-2x8")  # a net plugin, no GPU-initiated networking assumed: no change
+    if sockets.nccl is not None and sockets.nccl.generation in ("hopper", "blackwell"):
+        old = _rs_and_ag(sockets, "2.28", True, list(range(16)), 1 << 20)
+        new = _rs_and_ag(sockets, "2.29", True, list(range(16)), 1 << 20)
+        assert old["ReduceScatter"].choice == new["ReduceScatter"].choice
+
+
+def test_the_hierarchical_reduce_scatter_is_nccl_s_own_model():
+    """queryModel_gin (v2.29.7): time = bytes / min(blocks x smBw / smMul, lsaBw / lsaMul,
+    ginBw / ginMul) + the first chunk through NVLink and the network + one GIN latency."""
+    from synth.model.nccl import gin
+
+    topology = _as(load_topology("dgx-h100-x2"), "2.29", True)
+    hardware, call = call_for(topology, nccl_view(topology), list(range(16)), "ReduceScatter", 1 << 30)
+    nbytes = (1 << 30) // 16
+    time, blocks, base = gin.query("ReduceScatter_RailA2A_LsaLD", hardware, call, nbytes)
+    sm_mul, lsa_mul, gin_mul = gin._multipliers(call, False)
+    assert (sm_mul, lsa_mul, gin_mul) == (8 * 1 + 8 + 1, 7 * 2, 1)
+    lsa_bw, gin_bw = 360e9, hardware.network.link.bandwidth
+    rate = min(blocks * 14.5e9 / sm_mul, lsa_bw / lsa_mul, gin_bw / gin_mul)
+    fill = min(nbytes, (64 << 10) * blocks) * (lsa_mul / lsa_bw + gin_mul / gin_bw)
+    assert time == pytest.approx((nbytes / rate + fill + 14e-6) * 1e6) and base == 14.0
+    retuned = replace(hardware, version="2.30")
+    assert gin.query("ReduceScatter_RailA2A_LsaLD", retuned, call, nbytes)[0] != time  # 2.30's SM rates and chunk
+
+
+def test_the_default_change_moves_only_registered_calls_across_domains():
+    """2.28 -> 2.32 without registered buffers: the same prediction everywhere (checked on every
+    built-in above for 2.26); with them, only calls across NVLink domains move."""
+    topology = load_topology("dgx-h100-x2")
+    for collective in COLLECTIVES:
+        for nbytes in SIZES:
+            a = estimate_group(_as(topology, "2.28"), list(range(16)), collective, nbytes)
+            b = estimate_group(_as(topology, "2.32"), list(range(16)), collective, nbytes)
+            assert a.choice == b.choice and a.time_s == b.time_s
+            inside = [estimate_group(_as(topology, version, True), list(range(8)), collective, nbytes)
+                      for version in ("2.28", "2.32")]
+            assert inside[0].choice == inside[1].choice and inside[0].time_s == inside[1].time_s

@@ -674,7 +674,8 @@ def registration_text(request) -> str | None:
     version = system.version or DEFAULT_VERSION
     if system.symmetric:
         return (f"NCCL {version}: buffers registered as symmetric windows (ncclCommWindowRegister with "
-                f"NCCL_WIN_COLL_SYMMETRIC); calls inside one node run on the symmetric kernels from 2.27")
+                f"NCCL_WIN_COLL_SYMMETRIC); calls inside one node run on the symmetric kernels from 2.27, "
+                f"reduce-scatters and all-gathers across InfiniBand nodes on the hierarchical ones from 2.29")
     return (f"NCCL {version}: buffers not registered as symmetric windows ([nccl] symmetric = true prices "
             f"registering them)")
 

@@ -1,6 +1,7 @@
 """`synth tune`: the fix for stock NCCL, where the model's fastest algorithm and protocol for a
 flat call differ from NCCL's own pick: a tuner file for NCCL's example tuner plugin, or the
-NCCL_ALGO / NCCL_PROTO settings of the simple case (synth/export/nccl_tuner.py)."""
+NCCL_ALGO / NCCL_PROTO settings of the simple case (synth/export/nccl_tuner.py), or per-call
+ncclCollConfig_t values for NCCL 2.31+ (synth/export/nccl_coll_config.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from synth.commands.common import flagged, resolve_topology
 from synth.errors import UsageError
 from synth.output_files import write_text
 
-FORMATS = ("nccl-tuner", "env")
+FORMATS = ("nccl-tuner", "env", "coll-config")
 COLLECTIVE_NAMES = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
                     "broadcast": "Broadcast", "reduce": "Reduce"}
 
@@ -27,7 +28,8 @@ def register(subparsers) -> None:
     parser.add_argument("--collective", "-c", action="append", default=[], metavar="C",
                         help=f"a collective to tune ({', '.join(COLLECTIVE_NAMES)}); repeatable (default all)")
     parser.add_argument("--format", "-F", choices=FORMATS, default="nccl-tuner",
-                        help="nccl-tuner: the example tuner plugin's CSV (default); env: shell exports")
+                        help="nccl-tuner: the example tuner plugin's CSV (default); env: shell exports; "
+                             "coll-config: a C function filling ncclCollConfig_t per call (NCCL 2.31+)")
     parser.add_argument("--output", "-o", metavar="PATH", help="file to write (default: standard output)")
     parser.set_defaults(handler=run_tune)
 
@@ -45,12 +47,21 @@ def run_tune(args) -> int:
             if key not in COLLECTIVE_NAMES:
                 raise UsageError(f"{name!r} is not a collective NCCL's tuner takes: one of {', '.join(COLLECTIVE_NAMES)}")
             collectives.append(COLLECTIVE_NAMES[key])
+    if args.format == "coll-config":
+        _check_coll_config_version(topology)
     found = nccl_tuner.overrides(topology, tuple(dict.fromkeys(collectives)) or nccl_tuner.COLLECTIVES)
     title = (f"NCCL tuner overrides for {topology.name}, written by synth tune: where the model's fastest "
              f"algorithm/protocol differs from NCCL's own pick ({len(found.rows)} ranges)\n"
              f"format of NVIDIA/nccl plugins/tuner/example: load with NCCL_TUNER_PLUGIN=<its .so> "
              f"NCCL_TUNER_CONFIG_FILE=<this file>")
-    if args.format == "nccl-tuner":
+    if args.format == "coll-config":
+        from synth.export import nccl_coll_config
+
+        text = nccl_coll_config.render_c(found.rows, title.split("\n")[0])
+    elif args.format == "nccl-tuner":
+        settings = nccl_tuner.environment(found)
+        if settings:
+            title += "\nthe simple case, one setting right everywhere: " + " ".join(f"{k}={v}" for k, v in settings.items())
         text = nccl_tuner.render_csv(found.rows, title)
     else:
         settings = nccl_tuner.environment(found)
@@ -67,3 +78,14 @@ def run_tune(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _check_coll_config_version(topology) -> None:
+    """ncclCollConfig_t is NCCL 2.31's: a topology pinned to an older release cannot take it."""
+    from synth.model.nccl.names import DEFAULT_VERSION
+    from synth.model.nccl.versions import COLL_CONFIG_SINCE, at_least
+
+    version = (topology.nccl.version if topology.nccl is not None else None) or DEFAULT_VERSION
+    if not at_least(version, COLL_CONFIG_SINCE):
+        raise UsageError(f"--format coll-config: ncclCollConfig_t needs NCCL 2.31 or later and --topology "
+                         f"{topology.name} sets [nccl] version = {version}; use --format nccl-tuner or env")

@@ -13,6 +13,8 @@ One module per concern of NCCL's source:
 * `transports`: what a network transport does to a call (sockets' streams, net plugins);
 * `launch`: the host's share of a call (launch mode, per-call floor);
 * `proxy`: the proxy thread that posts every network step of the channels crossing at a GPU;
+* `versions`: what each NCCL release (2.26-2.32) changes in what the model prices;
+* `symmetric`, `gin`: 2.27's symmetric-memory kernels and 2.29's hierarchical ones across NVLink domains;
 * `timing`: the time of NCCL's choice on the hardware (`estimate`);
 * `hardware`: a synth topology read as NCCL sees it (`nccl_view`, `estimate_group`);
 * `backend`: the model as the costing engine's `nccl` backend.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.transports import SOCKET_DEFAULT_SPEED_GBPS
+from synth.model.nccl.versions import at_least
 
 # src/graph/search.cc:913-924: the per-channel speeds the topology search tries, GB/s, fastest
 # first; "intra" for one node, "inter" when a network is in the graph.
@@ -258,8 +259,7 @@ def nvls_channels(hardware: Hardware, call: Call) -> int:
     2.27 on, 24 on Blackwell when the communicator is one node or one multi-node NVLink domain
     (v2.27.3 src/transport/nvls.cc:176-190: "use a reduced number of channels for single
     node/MNNVL domain on Blackwell")."""
-    version = tuple(int(part) for part in hardware.version.split("."))[:2]
-    if call.nodes == 1 and version >= NVLS_CHANNELS_ONE_NODE_SINCE and hardware.generation in NVLS_CHANNELS_ONE_NODE:
+    if call.nodes == 1 and at_least(hardware.version, NVLS_CHANNELS_ONE_NODE_SINCE) and hardware.generation in NVLS_CHANNELS_ONE_NODE:
         return NVLS_CHANNELS_ONE_NODE[hardware.generation]
     return NVLS_CHANNELS.get(hardware.generation, 0)
 

@@ -20,6 +20,9 @@ LL kernels then excluded; a single call is what is priced here), and each call's
 count is first rounded up to whole 1 KiB cells (NCCL_SYM_KERNEL_CELL_SIZE,
 src/include/sym_kernels.h:17), so the model sees its bytes in whole KiB.
 
+From 2.29 a communicator spanning several NVLink domains has kernels of its own for
+ReduceScatter and AllGather (gin.py), picked by the same rule among themselves.
+
 This is NCCL's estimate, which NVIDIA fitted to its kernels (its constants per architecture
 are in the source); the time charged is that estimate, floored by the host's launch.
 """
@@ -29,10 +32,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from synth.model.nccl import gin
 from synth.model.nccl.system import Call, Hardware
-
-SYMMETRIC_SINCE = (2, 27)  # NCCL 2.27.3: src/symmetric.cc, src/device/symmetric/
-CELLS_SINCE = (2, 28)  # v2.28.3 src/scheduler/symmetric_sched.cc: counts aligned to whole cells
+from synth.model.nccl.versions import CELLS_SINCE, SYMMETRIC_SINCE, version_tuple
 CELL_BYTES = 1024  # v2.28.3 src/include/sym_kernels.h:17 NCCL_SYM_KERNEL_CELL_SIZE
 MAX_BLOCKS = 64  # src/include/symmetric.h:8 ncclSymMaxBlocks
 LL_BUS_FACTOR = 9  # symmetric.cc:106: "2X the bytes, plus some processing, plus no unrolling"
@@ -56,15 +58,16 @@ class SymmetricPick:
     base_us: float  # its fixed part (baseLat)
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def applies(hardware: Hardware, call: Call) -> bool:
     """Whether NCCL runs this call on a symmetric kernel (module docstring): version 2.27 or
-    later, registered symmetric buffers, one node as NCCL sees it, a collective with kernels."""
-    return (hardware.symmetric and version_tuple(hardware.version)[:2] >= SYMMETRIC_SINCE and call.nodes == 1
-            and call.ranks > 1 and call.collective in KERNELS and hardware.intra.kind in ("nvswitch", "nvlink"))
+    later, registered symmetric buffers, one node as NCCL sees it, a collective with kernels;
+    from 2.29 also across NVLink domains (gin.py)."""
+    if not hardware.symmetric or call.ranks < 2:
+        return False
+    if call.nodes > 1:
+        return gin.applies(hardware, call)
+    return (version_tuple(hardware.version) >= SYMMETRIC_SINCE and call.collective in KERNELS
+            and hardware.intra.kind in ("nvswitch", "nvlink"))
 
 
 def _softmin(x: float, ceiling: float, softness: float) -> float:
@@ -121,7 +124,10 @@ def _query(kernel: str, nbytes: int, ranks: int, blackwell: bool, min_blocks: in
 
 def kernels_for(hardware: Hardware, call: Call) -> tuple[str, ...]:
     """The kernels NCCL considers for the call (symmetric.cc:224-262): multicast ones only with
-    NVLS (bf16/fp16/fp32 sums, which the model prices), LL ones below 2 GiB of bus bytes."""
+    NVLS (bf16/fp16/fp32 sums, which the model prices), LL ones below 2 GiB of bus bytes; across
+    NVLink domains, the hierarchical ones (gin.py)."""
+    if call.nodes > 1:
+        return gin.kernels_for(hardware, call)
     found = []
     nvls = hardware.nvls and hardware.intra.kind == "nvswitch" and hardware.generation in ("hopper", "blackwell") \
         and call.ranks_per_node > 2
@@ -147,14 +153,17 @@ def pick(hardware: Hardware, call: Call) -> SymmetricPick | None:
     if not applies(hardware, call):
         return None
     nbytes = _per_rank_bytes(call)
-    if version_tuple(hardware.version)[:2] >= CELLS_SINCE:
+    if version_tuple(hardware.version) >= CELLS_SINCE:
         nbytes = -(-nbytes // CELL_BYTES) * CELL_BYTES
     blackwell = hardware.generation == "blackwell"
     min_blocks = hardware.min_ctas or 1
     max_blocks = hardware.max_ctas or MAX_BLOCKS
     best = None
     for kernel in kernels_for(hardware, call):
-        time, blocks, base = _query(kernel, nbytes, call.ranks, blackwell, min_blocks, max_blocks)
+        if call.nodes > 1:
+            time, blocks, base = gin.query(kernel, hardware, call, nbytes)
+        else:
+            time, blocks, base = _query(kernel, nbytes, call.ranks, blackwell, min_blocks, max_blocks)
         if best is None or time * (1 + SM_PENALTY * blocks) < best.time_us * (1 + SM_PENALTY * best.blocks):
             best = SymmetricPick(kernel, blocks, time, base)
     return best

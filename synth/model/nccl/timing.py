@@ -232,4 +232,7 @@ def _symmetric_time(hardware: Hardware, call: Call, choice: Choice) -> Estimate:
     transfer = (found.time_us - found.base_us) * 1e-6
     total = max(latency + transfer, launch_floor_s(hardware))
     loads = (Load("intra", share * call.nbytes, hardware.intra.achieved),)
+    if call.nodes > 1 and hardware.network is not None:  # a hierarchical kernel (gin.py): each node's rail traffic
+        loads += (Load("net", (call.nodes - 1) / call.nodes * call.nbytes,
+                       nics_used(hardware, call.ranks_per_node) * hardware.network.link.achieved),)
     return Estimate(call, choice, total, total - transfer, 0.0, transfer, "symmetric", loads)
