@@ -208,8 +208,13 @@ def run_check(args) -> int:
     goal = resolve_goal(args)
     placement = one_placement(args, job, "check")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
-    quotient = hierarchy.group_size > EXPLICIT_CHECK_LIMIT
-    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
+    if goal.routed:  # valid for every routing (synth/routed.py): --routing is not read
+        from synth.routed import RoutedSemantics
+
+        semantics = RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal)
+    else:
+        quotient = hierarchy.group_size > EXPLICIT_CHECK_LIMIT
+        semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
     trace = semantics.run(program)
     levels = ", ".join(f"{level.name}={level.size}" for level in hierarchy.levels)
     reached = "reach the full sum" if goal.name == "allreduce" else f"complete the {goal.title}"
@@ -245,6 +250,8 @@ def run_programs(args) -> int:
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
+    if goal.routed:
+        return _routed_programs(args, hierarchies, goal)
     check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len, goal=goal)  # before any output
     rows, total = [], 0
     try:
@@ -273,6 +280,37 @@ def run_programs(args) -> int:
         if args.json:  # what was found stays usable: a complete JSON document
             print_json(rows)
         raise KeyboardInterruptWithCount(total, "the JSON holds them" if args.json else "") from None
+    if args.json:
+        print_json(rows)
+    else:
+        print(f"# {total} program(s) up to {args.max_len} step(s)")
+    if total == 0:
+        raise NoSolutionError(f"no valid program of at most {args.max_len} step(s): raise --max-len")
+    return 0
+
+
+def _routed_programs(args, hierarchies, goal) -> int:
+    """Every dispatch or combine program (synth/routed.py: orders and groupings of the levels)."""
+    from synth.routed import RoutedSemantics
+
+    rows, total = [], 0
+    for hierarchy in hierarchies:
+        matrix = [list(row) for row in hierarchy.placement.matrix]
+        programs = RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal).programs(args.max_len)
+        total += len(programs)
+        if args.count:
+            rows.append({"matrix": matrix, "count": len(programs)})
+            if not args.json:
+                print(f"{_matrix_text(matrix)}  {len(programs)} program(s)")
+            continue
+        if not args.json:
+            print(f"# placement {_matrix_text(matrix)}  hierarchy {','.join(hierarchy.level_names)}")
+        for program in programs:
+            if args.json:
+                rows.append({"program": str(program), "matrix": matrix, "length": len(program),
+                             "hierarchy": list(hierarchy.level_names)})
+            else:
+                print(program)
     if args.json:
         print_json(rows)
     else:
