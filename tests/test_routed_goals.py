@@ -253,3 +253,20 @@ def test_rank_finds_the_two_stage_dispatch_on_four_nodes():
 def test_rank_refuses_bad_routing_in_one_line(args, fragment):
     result = synth("rank", "--topology", "emu-2x4", "--axes", "8", "--reduce", "a0", *args)
     assert result.returncode == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_export_writes_each_steps_calls_as_global_ranks(tmp_path):
+    import json
+
+    out = tmp_path / "plan.json"
+    result = synth("export", "--topology", "emu-2x4", "--axes", "8", "--reduce", "a0", "--collective", "dispatch",
+                   "--program", "AllToAll(Parallel(node)); AllToAll(InsideGroup(gpu))", "--format", "json", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(out.read_text())
+    assert plan["format"] == "synth-routed-plan" and plan["collective"] == "dispatch" and plan["routing"] is None
+    first, second = plan["programs"][0]["steps"]
+    assert first["levels"] == ["node"] and first["calls"] == [[[0, 4], [1, 5], [2, 6], [3, 7]]]
+    assert second["levels"] == ["gpu"] and second["calls"] == [[[0, 1, 2, 3], [4, 5, 6, 7]]]
+    refused = synth("export", "--topology", "emu-2x4", "--axes", "8", "--reduce", "a0", "--collective", "combine",
+                    "--top", "1", "--format", "torch", "-o", str(tmp_path / "x.py"))
+    assert refused.returncode == 2 and "--format json" in refused.stderr
