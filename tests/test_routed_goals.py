@@ -270,3 +270,9 @@ def test_export_writes_each_steps_calls_as_global_ranks(tmp_path):
     refused = synth("export", "--topology", "emu-2x4", "--axes", "8", "--reduce", "a0", "--collective", "combine",
                     "--top", "1", "--format", "torch", "-o", str(tmp_path / "x.py"))
     assert refused.returncode == 2 and "--format json" in refused.stderr
+
+
+def test_programs_lists_every_order_and_grouping():
+    result = synth("programs", "--levels", "rack=2,node=2,gpu=2", "--axes", "8", "--reduce", "a0", "--collective",
+                   "dispatch", "--count")
+    assert result.returncode == 0 and "9 program(s)" in result.stdout

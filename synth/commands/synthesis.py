@@ -250,16 +250,23 @@ def run_programs(args) -> int:
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
-    if goal.routed:
-        return _routed_programs(args, hierarchies, goal)
-    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len, goal=goal)  # before any output
+    if goal.routed:  # orders and groupings of the levels (synth/routed.py): nothing to budget
+        from synth.routed import RoutedSemantics
+
+        def listing(hierarchy, progress):
+            return _Listed(RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal).programs(args.max_len))
+    else:
+        check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len, goal=goal)  # before any output
+
+        def listing(hierarchy, progress):
+            return Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=args.max_len),
+                              on_progress=progress)
     rows, total = [], 0
     try:
         with search_progress("synthesizing") as progress:
             for hierarchy in hierarchies:
                 matrix = [list(row) for row in hierarchy.placement.matrix]
-                enumerator = Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=args.max_len),
-                                        on_progress=progress)
+                enumerator = listing(hierarchy, progress)
                 if args.count:
                     count = enumerator.total()
                     total += count
@@ -289,35 +296,17 @@ def run_programs(args) -> int:
     return 0
 
 
-def _routed_programs(args, hierarchies, goal) -> int:
-    """Every dispatch or combine program (synth/routed.py: orders and groupings of the levels)."""
-    from synth.routed import RoutedSemantics
+class _Listed:
+    """Programs already listed (a routed goal's: synth/routed.py), read as an Enumerator is."""
 
-    rows, total = [], 0
-    for hierarchy in hierarchies:
-        matrix = [list(row) for row in hierarchy.placement.matrix]
-        programs = RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal).programs(args.max_len)
-        total += len(programs)
-        if args.count:
-            rows.append({"matrix": matrix, "count": len(programs)})
-            if not args.json:
-                print(f"{_matrix_text(matrix)}  {len(programs)} program(s)")
-            continue
-        if not args.json:
-            print(f"# placement {_matrix_text(matrix)}  hierarchy {','.join(hierarchy.level_names)}")
-        for program in programs:
-            if args.json:
-                rows.append({"program": str(program), "matrix": matrix, "length": len(program),
-                             "hierarchy": list(hierarchy.level_names)})
-            else:
-                print(program)
-    if args.json:
-        print_json(rows)
-    else:
-        print(f"# {total} program(s) up to {args.max_len} step(s)")
-    if total == 0:
-        raise NoSolutionError(f"no valid program of at most {args.max_len} step(s): raise --max-len")
-    return 0
+    def __init__(self, programs):
+        self._programs = programs
+
+    def total(self) -> int:
+        return len(self._programs)
+
+    def programs(self):
+        return iter(self._programs)
 
 
 class KeyboardInterruptWithCount(KeyboardInterrupt):
