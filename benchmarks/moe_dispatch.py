@@ -147,7 +147,7 @@ def render(rows: list[Row], seconds: float) -> str:
               + ("Combine's speedups equal dispatch's in every row: its programs are dispatch's reversed and carry "
                  "the same copies backwards, priced alike." if same else "Combine's speedups differ from dispatch's "
                  "in some rows (rows.csv)."), "",
-              "| system | routing | tokens | placements | won | best dispatch speedup | its program (placement, hierarchy) |",
+              "| system | routing | tokens | placements | won | best dispatch speedup | the fastest program (placement, hierarchy) |",
               "|---|---|---|---|---|---|---|"]
     groups: dict[tuple, list[Row]] = {}
     for row in rows:
@@ -156,7 +156,7 @@ def render(rows: list[Row], seconds: float) -> str:
     for (system, routing, tokens), members in groups.items():
         top = max(members, key=lambda row: row.speedup)
         count = sum(1 for row in members if won(row))
-        shown = f"{top.speedup:.2f}x" if won(top) else "none (flat)"
+        shown = f"{top.speedup:.2f}x" if won(top) else f"none (best {top.speedup:.3f}x)"
         lines.append(f"| {system} | {routing} | {tokens} | {len(members)} | {count} | {shown} | "
                      f"`{top.best_program}` ({top.matrix}, {top.hierarchy}) |")
     lines += ["", "## Why", "",
