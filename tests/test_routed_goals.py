@@ -96,19 +96,20 @@ def adversarial(sizes, count=2):
     return experts
 
 
-def concrete_ok(program, names, sizes) -> bool:
+def concrete_ok(program, names, sizes, goal="dispatch") -> bool:
     """The rules of synth/routed.py read off the executor under the adversarial routing:
     no step after the goal, every step carries copies across each of its levels, the goal at
     the end."""
     from synth.semantics import FORMS
 
+    run, reached = (run_dispatch, dispatch_reached) if goal == "dispatch" else (run_combine, combine_reached)
     tokens = make_tokens(np.random.default_rng(0), adversarial(sizes), 1)
     positions = [np.unravel_index(m, sizes) for m in range(int(np.prod(sizes)))]
     for length in range(len(program.steps)):
-        held, _ = run_dispatch(Program(program.steps[:length]), names, sizes, tokens)
-        if length and dispatch_reached(held, tokens):
+        held, _ = run(Program(program.steps[:length]), names, sizes, tokens)
+        if length and reached(held, tokens):
             return False
-    held, sent = run_dispatch(program, names, sizes, tokens)
+    held, sent = run(program, names, sizes, tokens)
     for step, counts in zip(program.steps, sent):
         _, varying = FORMS[step.form](tuple(sizes), names.index(step.level))
         for level in (level for level in varying if sizes[level] > 1):
@@ -117,7 +118,7 @@ def concrete_ok(program, names, sizes) -> bool:
                 return False
         if not counts.any():
             return False
-    return dispatch_reached(held, tokens)
+    return reached(held, tokens)
 
 
 hierarchies = st.lists(st.integers(1, 3), min_size=1, max_size=3).filter(lambda s: np.prod(s) > 1)
@@ -132,6 +133,8 @@ def test_machine_equals_executor(sizes, data):
     program = Program(tuple(steps))
     valid = abstract_valid(RoutedSemantics(names, sizes, "dispatch"), program)
     assert valid == concrete_ok(program, names, sizes), program
+    assert abstract_valid(RoutedSemantics(names, sizes, "combine"), program) == valid
+    assert valid == concrete_ok(program, names, sizes, "combine"), program
     if valid:  # any routing: random tokens, experts and gates reach both goals
         members = int(np.prod(sizes))
         per_member = data.draw(st.integers(1, 3))
@@ -276,3 +279,22 @@ def test_programs_lists_every_order_and_grouping():
     result = synth("programs", "--levels", "rack=2,node=2,gpu=2", "--axes", "8", "--reduce", "a0", "--collective",
                    "dispatch", "--count")
     assert result.returncode == 0 and "9 program(s)" in result.stdout
+
+
+@pytest.mark.parametrize("topology, axes", [("hgx-h100-ib-4x8", "ep=32"), ("dgx-h100-2x8x8", "ep=128"),
+                                            ("emu-2x4", "ep=8")])
+@pytest.mark.parametrize("routing", [Routing(4096, 8, 256), Routing(128, 8, 256, node_limit=4),
+                                     Routing(4096, 2, 128, zipf=1.0)])
+def test_no_program_beats_the_lower_bound(topology, axes, routing):
+    from synth.analysis.routed_rank import RoutedPrograms
+    from synth.hierarchy import build_hierarchy
+    from synth.model import cost_context
+    from synth.placement import enumerate_placements, parse_axes
+    from synth.topology_file import load_topology
+
+    system = load_topology(topology)
+    hierarchy = build_hierarchy(enumerate_placements(system, parse_axes(axes))[0], ("ep",))
+    for goal in ("dispatch", "combine"):
+        rows = RoutedPrograms(cost_context(hierarchy, system, "nccl"), goal, routing).rank(routing.buffer_bytes)
+        assert rows and all(row.bound_ratio >= 1 for row in rows)
+        assert sum(row.baseline for row in rows) == 1
