@@ -22,8 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from synth.errors import UsageError
 from synth.names import echo
 
@@ -98,8 +96,11 @@ class Routing:
                                f"multiple of {members} experts, or a group whose size divides {self.experts}")
         return self.experts // members
 
-    def probabilities(self) -> np.ndarray:
-        """The router's weight of each expert, normalized."""
+    def probabilities(self):
+        """The router's weight of each expert, normalized (a numpy array; numpy is imported
+        here so that reading a routing at the command line loads nothing heavy)."""
+        import numpy as np
+
         if self.weights is not None:
             weights = np.asarray(self.weights, dtype=float)
         elif self.zipf is not None:
@@ -108,9 +109,12 @@ class Routing:
             weights = np.ones(self.experts)
         return weights / weights.sum()
 
-    def sample(self, rng: np.random.Generator, count: int, nodes: int) -> np.ndarray:
-        """`count` tokens' experts, [token, k] sorted, drawn as the module docstring says; the
-        experts sit in `nodes` equal nodes (consecutive experts), for the node limit."""
+    def sample(self, rng, count: int, nodes: int):
+        """`count` tokens' experts, [token, k] sorted, drawn with the numpy Generator `rng` as
+        the module docstring says; the experts sit in `nodes` equal nodes (consecutive
+        experts), for the node limit."""
+        import numpy as np
+
         if self.experts % nodes:
             raise RoutingError(f"routing experts={self.experts} do not spread evenly over {nodes} nodes")
         with np.errstate(divide="ignore"):
