@@ -298,3 +298,10 @@ def test_no_program_beats_the_lower_bound(topology, axes, routing):
         rows = RoutedPrograms(cost_context(hierarchy, system, "nccl"), goal, routing).rank(routing.buffer_bytes)
         assert rows and all(row.bound_ratio >= 1 for row in rows)
         assert sum(row.baseline for row in rows) == 1
+
+
+def test_commands_without_routed_goals_say_which_take_them():
+    result = synth("explore", "--topology", "emu-2x4", "--axes", "8", "--reduce", "a0", "--collective", "dispatch",
+                   "--bytes", "1MiB")
+    assert result.returncode == 2 and "does not take dispatch or combine yet" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -374,14 +374,17 @@ def resolve_reduce(args, job: Job) -> tuple[str, ...]:
 ALL_REDUCE_ONLY = ("allreduce",)
 
 
-def resolve_goal(args, supported=None):
+def resolve_goal(args, supported=None, routed: bool = False):
     """The --collective goal (synth/goals.py); a command that cannot yet cost or run a goal
-    names the commands that can."""
+    names the commands that can. `routed`: the command takes dispatch and combine."""
     from synth.goals import parse_goal
 
     with flagged("--collective"):
         chosen = getattr(args, "collective", None)
         goal = parse_goal("allreduce" if chosen is None else chosen)
+    if goal.routed and not routed:
+        raise UsageError(f"--collective {goal.name}: this command does not take dispatch or combine yet; "
+                         f"`synth check`, `synth programs`, `synth rank` and `synth export --format json` do")
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
                          f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|nccl|json --program` "

@@ -171,7 +171,7 @@ def run_export(args) -> int:
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
     # Every format takes every goal: programs given or ranked by --top; the mesh says where the goal's blocks go.
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     if args.format == "mesh" and goal.name != "allreduce" and reduce_axes is None:
         raise UsageError(f"--collective {goal.name} with --format mesh says where its blocks go in each reduction "
                          "group: give the axes it runs over with --reduce")

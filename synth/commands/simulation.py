@@ -46,7 +46,7 @@ def run_rank(args) -> int:
     from synth.model.network import check_costable
 
     job = resolve_job(args)
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     routing = resolve_routing(args, goal)
     sizes = resolve_sizes(args, None if routing is None else routing.buffer_bytes)
     reduce_axes = resolve_reduce(args, job)

@@ -205,7 +205,7 @@ def run_check(args) -> int:
     job = resolve_job(args)
     program = parse_program(read_program_text(args.program))
     reduce_axes = resolve_reduce(args, job)
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     placement = one_placement(args, job, "check")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
     if goal.routed:  # valid for every routing (synth/routed.py): --routing is not read
@@ -245,7 +245,7 @@ def run_programs(args) -> int:
 
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     hierarchies = [hierarchy_for(p, reduce_axes, args.hierarchy) for p in iter_placements(args, job)]
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
