@@ -161,13 +161,14 @@ def render(rows: list[Row], seconds: float) -> str:
                      f"`{top.best_program}` ({top.matrix}, {top.hierarchy}) |")
     lines += ["", "## Why", "",
               "* One level (the group inside one node or NVLink domain): the only program is the flat all-to-all.",
-              "* Several levels, top-k > 1 with many experts (DeepSeek-V3, Qwen3): the two-stage program (across "
-              "the outer level to the same-index member, then inside) wins on every system, because a token's 8 "
-              "experts share destination nodes and the copy crosses the slow level once per node; with three "
-              "levels the three-stage program wins. This is where DeepEP and HybridEP win.",
-              "* Mixtral (8 experts, top-2) has little to deduplicate: over two nodes of four the two experts of a "
-              "token share a node 3/7 of the time, and the inside step's own launch and NVLink time eat the "
-              "saving; the model finds a small win at 4096 tokens on some systems and none at 128.",
+              f"* Several levels, top-k > 1 with many experts (DeepSeek-V3, Qwen3), uniform routing: "
+              f"{_spread(rows, ('deepseek-v3', 'qwen3-235b'))}. The staged program (across the outer level to the "
+              f"same-index member, then inside; three stages on three levels) wins because a token's 8 experts share "
+              f"destination nodes and its copy crosses the slow level once per node, not once per expert's GPU: "
+              f"where DeepEP and HybridEP win.",
+              f"* Mixtral (8 experts, top-2), uniform: {_spread(rows, ('mixtral-8x7b',))}. It has little to "
+              f"deduplicate (over two nodes of four GPUs a token's two experts share a node 3/7 of the time), and "
+              f"the inside step's own launch and NVLink time eat much of the saving, most at 128 tokens.",
               "* Under the skew the flat all-to-all's hottest member (the first experts) sets its time; the "
               "outer step of the staged program sends to the same-index member of each node, so its hottest "
               "member carries less, and the win grows. These figures price every pair at the hottest member's "
@@ -175,6 +176,22 @@ def render(rows: list[Row], seconds: float) -> str:
               "the uniform rows are the sound ones.",
               "", "All rows: [rows.csv](rows.csv).", ""]
     return "\n".join(lines)
+
+
+def _spread(rows: list[Row], models) -> str:
+    """Where the uniform routing's dispatch wins, per token count: systems and speedups."""
+    parts = []
+    for tokens in TOKENS:
+        chosen = [row for row in rows if row.model in models and row.skew == "uniform" and row.goal == "dispatch"
+                  and row.tokens == tokens and "," in row.hierarchy]
+        systems = {row.system for row in chosen}
+        winning = [row for row in chosen if won(row)]
+        won_systems = {row.system for row in winning}
+        speedups = [row.speedup for row in winning]
+        span = f", {min(speedups):.2f}x to {max(speedups):.2f}x" if speedups else ""
+        parts.append(f"at {tokens} tokens a win on {len(won_systems)} of the {len(systems)} systems where the group "
+                     f"spans levels ({len(winning)} of {len(chosen)} placements{span})")
+    return "; ".join(parts)
 
 
 def _key(row: Row):
