@@ -10,7 +10,12 @@ A request names one collective, as a training step calls it over the reduction g
 * `alltoall`: member i's block j ends at member j, as block i (`all_to_all_single` with equal
   splits);
 * `broadcast`: every member ends with member 0's buffer;
-* `reduce`: member 0 ends with every block summed over the group (the others end as they may).
+* `reduce`: member 0 ends with every block summed over the group (the others end as they may);
+* `dispatch` (mixture-of-experts): every token reaches each member hosting one of its experts,
+  exactly once per expert; `combine`: each token's owner ends with the weighted sum of its k
+  expert outputs. These two are *routed*: what they move is set by a routing
+  (synth/routing.py), their programs are checked by synth/routed.py and priced by
+  synth/analysis/routed_rank.py; `ROUTED_GOALS` holds them beside `GOALS`.
 
 A goal also says which steps its programs are built of (its alphabet: the collectives that
 can take part in a valid program of it, and whether local `Permute` steps can), and what the
@@ -47,6 +52,7 @@ class Goal:
     ends_full: bool  # no member ends empty
     start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK or ROOT_ONLY
     bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/analysis/goal_rank.py)
+    routed: bool = False  # it moves tokens by a routing (dispatch, combine: synth/routed.py)
 
     def __str__(self) -> str:
         return self.name
@@ -68,6 +74,15 @@ GOALS: dict[str, Goal] = {
         Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False),
     )
 }
+# Mixture-of-experts goals: AllToAll steps that carry each token once per destination they
+# lead to (docs/model.md section 7, "Dispatch and combine").
+ROUTED_GOALS: dict[str, Goal] = {
+    goal.name: goal
+    for goal in (
+        Goal("dispatch", "AllToAll", "dispatch", ("AllToAll",), False, False, False, True, routed=True),
+        Goal("combine", "AllToAll", "combine", ("AllToAll",), False, True, False, True, routed=True),
+    )
+}
 ALL_REDUCE = GOALS["allreduce"]
 DEFAULT_GOAL = ALL_REDUCE.name
 
@@ -77,7 +92,7 @@ def parse_goal(text) -> Goal:
     if isinstance(text, Goal):
         return text
     key = str(text).strip().lower().replace("-", "").replace("_", "")
-    goal = GOALS.get(key)
+    goal = GOALS.get(key) or ROUTED_GOALS.get(key)
     if goal is None:
-        raise UsageError(f"unknown collective {echo(text)}: choose one of {', '.join(GOALS)}")
+        raise UsageError(f"unknown collective {echo(text)}: choose one of {', '.join([*GOALS, *ROUTED_GOALS])}")
     return goal

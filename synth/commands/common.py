@@ -143,11 +143,32 @@ def add_reduce_option(parser: argparse.ArgumentParser, required: bool = True) ->
 
 
 def add_collective_option(parser: argparse.ArgumentParser) -> None:
-    from synth.goals import DEFAULT_GOAL, GOALS
+    from synth.goals import DEFAULT_GOAL, GOALS, ROUTED_GOALS
+    from synth.routing import EXAMPLE
 
     parser.add_argument("--collective", default=DEFAULT_GOAL, metavar="C",
-                        help=f"the collective the programs compute over the --reduce group: {', '.join(GOALS)} "
-                             f"(default {DEFAULT_GOAL})")
+                        help=f"the collective the programs compute over the --reduce group: "
+                             f"{', '.join([*GOALS, *ROUTED_GOALS])} (default {DEFAULT_GOAL})")
+    parser.add_argument("--routing", metavar="R",
+                        help=f"the mixture-of-experts routing --collective dispatch|combine moves, e.g. {EXAMPLE} "
+                             f"(also bytes=2, capacity=1.25, zipf=1.1 or weights=w0/w1/..., one per expert)")
+
+
+def resolve_routing(args, goal, required: bool = True):
+    """The --routing of a dispatch or combine goal (synth/routing.py); None for other goals."""
+    from synth.routing import EXAMPLE, parse_routing
+
+    text = getattr(args, "routing", None)
+    if not goal.routed:
+        if text is not None:
+            raise UsageError(f"--routing is read by --collective dispatch|combine, not {goal.name}: drop it")
+        return None
+    if text is None:
+        if not required:
+            return None
+        raise UsageError(f"--collective {goal.name} needs --routing, e.g. --routing {EXAMPLE}")
+    with flagged("--routing"):
+        return parse_routing(text)
 
 
 def add_placement_options(parser: argparse.ArgumentParser) -> None:
@@ -353,14 +374,17 @@ def resolve_reduce(args, job: Job) -> tuple[str, ...]:
 ALL_REDUCE_ONLY = ("allreduce",)
 
 
-def resolve_goal(args, supported=None):
+def resolve_goal(args, supported=None, routed: bool = False):
     """The --collective goal (synth/goals.py); a command that cannot yet cost or run a goal
-    names the commands that can."""
+    names the commands that can. `routed`: the command takes dispatch and combine."""
     from synth.goals import parse_goal
 
     with flagged("--collective"):
         chosen = getattr(args, "collective", None)
         goal = parse_goal("allreduce" if chosen is None else chosen)
+    if goal.routed and not routed:
+        raise UsageError(f"--collective {goal.name}: this command does not take dispatch or combine yet; "
+                         f"`synth check`, `synth programs`, `synth rank` and `synth export --format json` do")
     if supported is not None and goal.name not in supported:
         raise UsageError(f"--collective {goal.name}: this command takes {', '.join(supported)} for now; "
                          f"`synth programs`, `synth check`, `synth rank` and `synth export --format torch|nccl|json --program` "

@@ -171,11 +171,13 @@ def run_export(args) -> int:
     placement = one_placement(args, job, "export")
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
     # Every format takes every goal: programs given or ranked by --top; the mesh says where the goal's blocks go.
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     if args.format == "mesh" and goal.name != "allreduce" and reduce_axes is None:
         raise UsageError(f"--collective {goal.name} with --format mesh says where its blocks go in each reduction "
                          "group: give the axes it runs over with --reduce")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
+    if goal.routed:
+        return _export_routed(args, job, placement, hierarchy, goal)
     nbytes = resolve_sizes(args, default=DEFAULT_EXPORT_BYTES)[0] if args.format == "json" or args.top else None
     programs = []
     if args.format != "mesh":
@@ -244,6 +246,40 @@ def run_export(args) -> int:
     if interrupted:
         raise KeyboardInterrupt(f"interrupted after writing {written} of {total} file(s) (each whole, through the "
                                 f"usual atomic writer); the rest were not written")
+    return 0
+
+
+def _export_routed(args, job, placement, hierarchy, goal) -> int:
+    """Dispatch or combine programs (given, or the --top K for the --routing) as a JSON plan of
+    their calls (synth/export/routed_plan.py)."""
+    from synth.commands.common import resolve_routing
+    from synth.export.routed_plan import render, routed_plan
+
+    if args.format != "json":
+        raise UsageError(f"--collective {goal.name} exports --format json for now (its runtime reads the plan)")
+    routing = resolve_routing(args, goal, required=args.top is not None)
+    programs = _given_programs(args)
+    if not programs:
+        from synth.analysis.routed_rank import RoutedPrograms
+        from synth.model.context import cost_context
+        from synth.model.network import check_costable
+
+        check_costable(job.topology)
+        size = resolve_sizes(args, routing.buffer_bytes)[0]
+        rows = RoutedPrograms(cost_context(hierarchy, job.topology, args.backend), goal, routing, args.max_len).rank(size)
+        programs = [row.program for row in rows[:args.top]]
+    argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes, "--reduce", ",".join(hierarchy.reduce_axes),
+            "--placement", placement.to_text(), "--hierarchy", args.hierarchy, "--collective", goal.name]
+    if args.routing:
+        argv += ["--routing", args.routing]
+    argv += (["--top", str(args.top)] if args.top is not None else
+             [part for program in programs for part in ("--program", str(program))]) + ["--format", "json", "-o", args.output]
+    try:
+        text = render(routed_plan(hierarchy, goal, programs, routing, argv))
+    except InvalidProgramError as error:
+        raise InvalidProgramError(f"{error}", error.step_index) from None
+    for path in _write(args.output, [text], ".json", False):
+        print(f"wrote {path}")
     return 0
 
 

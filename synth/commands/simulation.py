@@ -7,7 +7,7 @@ import sys
 from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
-from synth.commands.common import add_plot_option
+from synth.commands.common import add_plot_option, resolve_routing
 from synth.errors import NoSolutionError
 
 __all__ = ["register", "run_rank", "parse_size", "resolve_sizes"]  # the last two: benchmarks/sweep.py's imports
@@ -46,14 +46,18 @@ def run_rank(args) -> int:
     from synth.model.network import check_costable
 
     job = resolve_job(args)
-    sizes = resolve_sizes(args)
+    goal = resolve_goal(args, routed=True)
+    routing = resolve_routing(args, goal)
+    sizes = resolve_sizes(args, None if routing is None else routing.buffer_bytes)
     reduce_axes = resolve_reduce(args, job)
-    goal = resolve_goal(args)
     # Every hierarchy first, checked against the search's limits, before anything is costed:
     # a topology too deep to search is refused before its network is built.
-    hierarchies = [hierarchy_for(placement, reduce_axes, args.hierarchy) for placement in iter_placements(args, job)]
-    hierarchies = [hierarchy for hierarchy in hierarchies if hierarchy.group_size > 1]
-    check_search(hierarchies, args.max_len, goal)
+    hierarchies = [hierarchy for placement in iter_placements(args, job)
+                   for hierarchy in [hierarchy_for(placement, reduce_axes, args.hierarchy)] if hierarchy.group_size > 1]
+    if routing is None:  # a routed goal's programs are orders of the levels: no search to refuse
+        check_search(hierarchies, args.max_len, goal)
+    else:
+        args.routed, args.estimate = routing, "lockstep"  # a routed program's steps add up
     check_costable(job.topology)
     from synth.commands.plotting import check_plot
 
@@ -84,6 +88,9 @@ def _rank_one(args, job, goal, sizes, hierarchy, sections: list) -> None:
     from synth.model.context import cost_context
 
     context = cost_context(hierarchy, job.topology, args.backend)
+    if goal.routed:
+        sections += _routed_sections(context, goal, sizes, args)
+        return
     if goal.name != "allreduce":
         sections += _goal_sections(context, goal, sizes, args)
         return
@@ -169,6 +176,28 @@ def _goal_sections(context, goal, sizes, args) -> list:
         if args.pareto:
             rows = pareto_front(rows)
         sections.append((size, context.hierarchy, (goal_bound(context, goal, size), None), rows))
+    return sections
+
+
+def _routed_sections(context, goal, sizes, args) -> list:
+    """Dispatch or combine programs for the --routing, with their routed lower bound
+    (synth/analysis/routed_rank.py); sizes are bytes of tokens per member."""
+    from synth.analysis.routed_rank import RoutedPrograms, routing_at
+    from synth.commands.common import flagged
+    from synth.search.rank import pareto_front
+
+    with flagged("--routing"):
+        programs = RoutedPrograms(context, goal, args.routed, args.max_len)
+    sections = []
+    for size in sizes:
+        with flagged("--bytes"):
+            routing = routing_at(args.routed, size)
+        rows = programs.rank(size)
+        if args.top is not None:
+            rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
+        if args.pareto:
+            rows = pareto_front(rows)
+        sections.append((routing.buffer_bytes, context.hierarchy, (programs.bound(routing), None), rows))
     return sections
 
 

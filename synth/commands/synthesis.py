@@ -205,11 +205,16 @@ def run_check(args) -> int:
     job = resolve_job(args)
     program = parse_program(read_program_text(args.program))
     reduce_axes = resolve_reduce(args, job)
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     placement = one_placement(args, job, "check")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
-    quotient = hierarchy.group_size > EXPLICIT_CHECK_LIMIT
-    semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
+    if goal.routed:  # valid for every routing (synth/routed.py): --routing is not read
+        from synth.routed import RoutedSemantics
+
+        semantics = RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal)
+    else:
+        quotient = hierarchy.group_size > EXPLICIT_CHECK_LIMIT
+        semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
     trace = semantics.run(program)
     levels = ", ".join(f"{level.name}={level.size}" for level in hierarchy.levels)
     reached = "reach the full sum" if goal.name == "allreduce" else f"complete the {goal.title}"
@@ -240,19 +245,28 @@ def run_programs(args) -> int:
 
     job = resolve_job(args)
     reduce_axes = resolve_reduce(args, job)
-    goal = resolve_goal(args)
+    goal = resolve_goal(args, routed=True)
     hierarchies = [hierarchy_for(p, reduce_axes, args.hierarchy) for p in iter_placements(args, job)]
     hierarchies = [h for h in hierarchies if h.group_size > 1]
     if not hierarchies:
         raise NoSolutionError(f"reducing over {args.reduce} involves one device per group: there is nothing to reduce")
-    check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len, goal=goal)  # before any output
+    if goal.routed:  # orders and groupings of the levels (synth/routed.py): nothing to budget
+        from synth.routed import RoutedSemantics
+
+        def listing(hierarchy, progress):
+            return _Listed(RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal).programs(args.max_len))
+    else:
+        check_budget([(h.level_names, h.sizes) for h in hierarchies], args.max_len, goal=goal)  # before any output
+
+        def listing(hierarchy, progress):
+            return Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=args.max_len),
+                              on_progress=progress)
     rows, total = [], 0
     try:
         with search_progress("synthesizing") as progress:
             for hierarchy in hierarchies:
                 matrix = [list(row) for row in hierarchy.placement.matrix]
-                enumerator = Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=args.max_len),
-                                        on_progress=progress)
+                enumerator = listing(hierarchy, progress)
                 if args.count:
                     count = enumerator.total()
                     total += count
@@ -280,6 +294,19 @@ def run_programs(args) -> int:
     if total == 0:
         raise NoSolutionError(f"no valid program of at most {args.max_len} step(s): raise --max-len")
     return 0
+
+
+class _Listed:
+    """Programs already listed (a routed goal's: synth/routed.py), read as an Enumerator is."""
+
+    def __init__(self, programs):
+        self._programs = programs
+
+    def total(self) -> int:
+        return len(self._programs)
+
+    def programs(self):
+        return iter(self._programs)
 
 
 class KeyboardInterruptWithCount(KeyboardInterrupt):

@@ -1,0 +1,45 @@
+"""A JSON plan of dispatch or combine programs (docs/model.md section 7, "Dispatch and
+combine"): for each program, each step's `AllToAll` calls as global ranks, so a runtime
+builds one process group per call and runs the steps in order, forwarding each token copy
+(or summed partial) to the member of the call that agrees with its destination on the
+step's levels. The routing is recorded where one was given: the programs are valid for
+every routing, the ranking that chose them was for that one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from synth.goals import Goal
+from synth.hierarchy import SynthesisHierarchy
+from synth.routed import RoutedSemantics
+from synth.routing import Routing
+from synth.semantics import FORMS
+
+FORMAT = "synth-routed-plan"
+VERSION = 1
+
+
+def routed_plan(hierarchy: SynthesisHierarchy, goal: Goal, programs, routing: Routing | None, command) -> dict:
+    """The plan as a JSON-ready dict; every program is checked first (InvalidProgramError)."""
+    semantics = RoutedSemantics(hierarchy.level_names, hierarchy.sizes, goal)
+    groups = hierarchy.groups
+    entries = []
+    for program in programs:
+        trace = semantics.run(program)
+        steps = []
+        for entry in trace:
+            step = entry.step
+            calls, _ = FORMS[step.form](tuple(hierarchy.sizes), hierarchy.level_names.index(step.level))
+            steps.append({"step": str(step), "levels": [hierarchy.level_names[i] for i in sorted(entry.after - entry.before)],
+                          "calls": [[[group[m] for m in call] for call in sorted(calls)] for group in groups]})
+        entries.append({"program": str(program), "steps": steps})
+    return {"format": FORMAT, "version": VERSION, "command": list(command), "collective": goal.name,
+            "routing": None if routing is None else asdict(routing),
+            "hierarchy": [{"name": level.name, "size": level.size} for level in hierarchy.levels],
+            "groups": [list(group) for group in groups], "programs": entries}
+
+
+def render(plan: dict) -> str:
+    return json.dumps(plan, separators=(",", ":")) + "\n"
