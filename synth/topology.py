@@ -90,6 +90,7 @@ class Transport:
     latency: Figure | None = None
     unpack: bool = False
     stages: Figure | None = None  # store-and-forward stages per network hop (fitted by synth calibrate)
+    message_rate: Figure | None = None  # messages/s one NIC processes (p2p posts; None: a default per NIC kind)
 
 
 @dataclass(frozen=True)

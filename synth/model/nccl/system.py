@@ -48,6 +48,8 @@ class Network:
     stream_source: str = ""
     unpack: bool = False  # a net plugin whose receive side unpacks on the GPU (GPUDirect-TCPX/O)
     stages: float | None = None  # store-and-forward stages per network hop (None: NET_HOP_STAGES for NVLS trees)
+    message_rate: float | None = None  # messages/s one NIC processes (None: p2p.DEFAULT_MESSAGE_RATE by link kind)
+    message_rate_source: str = ""
 
 
 @dataclass(frozen=True)
