@@ -174,7 +174,7 @@ def brute_schedule(comm: p2p.P2pComm, coords: np.ndarray, node_level: int | None
         mine_posts, mine_parts = 0, 0
         for b in range(k):
             network = node_level is not None and bool((coords[a, :node_level + 1] != coords[b, :node_level + 1]).any())
-            op = p2p.operation(comm, nbytes, network and a != b)
+            op = p2p.operation(comm, nbytes, network and a != b, itself=a == b)
             mine_parts += op.channels
             if a != b:
                 mine_posts += 2 * op.posts

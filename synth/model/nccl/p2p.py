@@ -169,10 +169,11 @@ def p2p_comm(hardware: Hardware, nodes: int, ranks_per_node: int, comm_channels:
              net_channels: int | None = None) -> P2pComm:
     """The communicator's p2p figures (module docstring, init)."""
     ranks = nodes * ranks_per_node
-    channels = pow2_up(max(1, min(comm_channels, MAX_CHANNELS)))
+    given = max(1, min(comm_channels, MAX_CHANNELS))  # p2pnChannels before it is made a power of two
+    channels = pow2_up(given)
     least = channels
-    if nodes > 1:
-        least = min(least, net_peer_channels(ranks, channels, 1, net_channels))
+    if nodes > 1:  # ncclTopoGetNchannels runs on the value before pow2Up (paths.cc:803-826)
+        least = min(least, net_peer_channels(ranks, given, 1, net_channels))
     if ranks_per_node > 1:
         least = min(least, local_peer_channels(hardware))
     per_peer = min(pow2_up(least), channels)
@@ -194,10 +195,11 @@ def protocol_for(comm: P2pComm, nbytes: int) -> str:
     return "LL" if nbytes <= comm.per_peer * LL_THRESHOLD else "Simple"
 
 
-def operation(comm: P2pComm, nbytes: int, network: bool) -> Op:
-    """One send of `nbytes` to one peer (addP2pToPlan): protocol, channels, chunk, posts."""
+def operation(comm: P2pComm, nbytes: int, network: bool, itself: bool = False) -> Op:
+    """One send of `nbytes` to one peer (addP2pToPlan): protocol, channels, chunk, posts. A
+    member's send to `itself` is a local copy, always Simple (protoLL starts false for it)."""
     nbytes = int(nbytes)
-    protocol = protocol_for(comm, nbytes)
+    protocol = "Simple" if itself else protocol_for(comm, nbytes)
     step = BUFFER["LL"] // NCCL_STEPS if protocol == "LL" else comm.step
     chunk = step
     if network:
@@ -226,7 +228,7 @@ def schedule(comm: P2pComm, classes: tuple[PeerClass, ...], nbytes: int) -> Sche
     """The all-to-all's schedule on its busiest GPU, from its classes of peers (every peer one
     round of one send and one receive of `nbytes`; itself one more round, a local copy)."""
     ops = {network: operation(comm, nbytes, network) for network in (False, True)}
-    parts = sum(c.count * ops[c.network].channels for c in classes) + ops[False].channels
+    parts = sum(c.count * ops[c.network].channels for c in classes) + operation(comm, nbytes, False, True).channels
     posts = sum(2 * c.count * ops[True].posts for c in classes if c.network)
     per_channel = -(-parts // comm.channels)  # the rotating base spreads the parts evenly
     batches = -(-per_channel // P2P_PER_BATCH)
