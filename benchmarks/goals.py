@@ -282,9 +282,11 @@ def top_cli(output: str, before: str | None, only: str | None = None, changed: b
              f"Pipelined estimate (the default). Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
     if before:
         differ = [row["goal"] for row in rows if not row["before"]["same_rows"]]
-        said = (f"JSON output was identical for {'every goal' if not differ else 'the other goals'}"
-                + (f"; for {', '.join(differ)} its programs or times differ (the model changed between the two: "
-                   f"--model-changed)" if differ else ""))
+        same = [row["goal"] for row in rows if row["goal"] not in differ]
+        said = "; ".join(part for part in (
+            (f"JSON output was identical for {'every goal' if not differ else ', '.join(same)}" if same else ""),
+            (f"printed programs or times differ for {', '.join(differ)} (the model changed between the two: "
+             f"--model-changed)" if differ else "")) if part)
         lines += [f"`before`: the same command with the synth package of OLD (commit {_commit_of(before)}), whose "
                   f"{said}.", ""]
     lines += _timing_lines(rows, bool(before), ("goal",))
