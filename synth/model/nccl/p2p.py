@@ -1,6 +1,6 @@
-"""Point-to-point as NCCL schedules it (NCCL 2.26.2): the channels each peer gets, the protocol
-by the bytes per peer, how peers are batched onto channels and kernels, and what the proxy
-thread and the NIC do per message. An all-to-all (`ncclSend`/`ncclRecv` to every peer in one
+"""Point-to-point as NCCL schedules it (NCCL 2.26.2; these rules are unchanged in 2.27 and 2.28):
+the channels each peer gets, the protocol by the bytes per peer, how peers are batched onto
+channels and kernels, and what the proxy thread and the NIC do per message. An all-to-all (`ncclSend`/`ncclRecv` to every peer in one
 group) is priced from these, per class of equivalent peers, never per pair.
 
 At init (src/graph/paths.cc ncclTopoComputeP2pChannels, ncclTopoGetNchannels):
