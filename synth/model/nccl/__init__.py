@@ -13,6 +13,8 @@ One module per concern of NCCL's source:
 * `transports`: what a network transport does to a call (sockets' streams, net plugins);
 * `launch`: the host's share of a call (launch mode, per-call floor);
 * `proxy`: the proxy thread that posts every network step of the channels crossing at a GPU;
+* `p2p`: point-to-point as NCCL schedules it (channels per peer, LL below the per-peer
+  threshold, batches and kernels, proxy posts, the NIC's message rate): the all-to-all's time;
 * `timing`: the time of NCCL's choice on the hardware (`estimate`);
 * `hardware`: a synth topology read as NCCL sees it (`nccl_view`, `estimate_group`);
 * `backend`: the model as the costing engine's `nccl` backend.
