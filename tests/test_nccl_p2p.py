@@ -222,3 +222,24 @@ def test_4096_members_are_priced_by_class():
     assert classes == (p2p.PeerClass(4088, True), p2p.PeerClass(7, False))
     times = predicted_times(topology, tuple(range(4096)), [1 << 28])
     assert np.isfinite(times).all()
+
+
+def test_headroom_is_the_time_the_proxy_holds_the_call_back():
+    """Proxy-bound (128 GPUs on 16 nodes, 64 KiB per peer), the call's links could carry more:
+    its headroom is positive, and what is left beyond its flows (the residual the engine adds to
+    a shared step) is its fixed part, never negative."""
+    from synth.model.backend import CallSite, canonical_coords
+    from synth.model.nccl.backend import NCCL_MEASURED
+    from synth.model.network import network_for
+
+    topology = with_level(h100(), 1, size=16)
+    site = CallSite("AllToAll", canonical_coords(network_for(topology).coords[:128]), topology.levels, topology.nccl)
+    plans = NCCL_MEASURED.plans(site)
+    call_bytes = np.array([128 * 1024, 128 * 65536, 128 * (1 << 22)], dtype=float)
+    latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
+    flow = latency[None, :] + call_bytes[:, None] * np.array([2e-11, 1e-11])[None, :]
+    own = NCCL_MEASURED.alone_s(site, plans, call_bytes, flow)
+    room = NCCL_MEASURED.headroom_s(site, plans, call_bytes, flow)
+    picked = np.isfinite(own)
+    assert room[1, 1] > 0
+    assert np.all(own[picked] - flow[picked] - room[picked] >= -1e-15)

@@ -323,7 +323,7 @@ class NcclMeasured:
         and its flows' drain (the flow model's, which also sees links NCCL's view leaves out: a
         fabric, a rack's uplinks). Negative when the flows need longer than NCCL's time."""
         if call.collective == "AllToAll":
-            return np.zeros(flow_s.shape)
+            return all_to_all_headroom_s(call, plans, np.asarray(call_bytes, dtype=float), flow_s)
         picks, least, fixed, links = self._estimates(call, np.asarray(call_bytes, dtype=float))
         rows = np.arange(len(picks))
         latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
@@ -369,6 +369,18 @@ def all_to_all_alone_s(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.n
     """The all-to-all alone per size (p2p.AllToAllCost.time_s) in the column of the protocol
     NCCL runs, inf in the other; the least of any call at least as large (the schedule's
     breakpoints, p2p.breakpoints), so it never falls as the bytes grow."""
+    return _all_to_all_times(call, plans, call_bytes, flow_s)[0]
+
+
+def all_to_all_headroom_s(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
+                          ) -> np.ndarray:
+    """Of the all-to-all's time alone, what the proxy, the NIC or the host hold it back beyond
+    its fixed part and its flows' drain: other traffic on its links fills that first."""
+    return _all_to_all_times(call, plans, call_bytes, flow_s)[1]
+
+
+def _all_to_all_times(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
     hardware, cost = _all_to_all_site(call)
     k = call.size
     latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
@@ -379,22 +391,26 @@ def all_to_all_alone_s(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.n
         per_byte = (flow_s[z] - latency) / call_bytes[z]
     column = {plan.algorithm.rsplit("/", 1)[-1]: c for c, plan in enumerate(plans)}
 
-    def at(peer_bytes: int) -> tuple[float, int]:
+    def at(peer_bytes: int) -> tuple[float, float, int]:
         c = column[p2p.protocol_for(cost.comm, peer_bytes)]
         drain = float(per_byte[c]) * peer_bytes * k
-        return cost.time_s(hardware, peer_bytes, drain, hop, ALL_TO_ALL_LAUNCH_S), c
+        return (*cost.parts(hardware, peer_bytes, drain, hop, ALL_TO_ALL_LAUNCH_S), c)
 
     points = p2p.breakpoints(cost.comm)
-    later = [at(point)[0] for point in points]
+    later = [at(point)[:2] for point in points]
     for j in range(len(later) - 2, -1, -1):
         later[j] = min(later[j], later[j + 1])
     own = np.full(flow_s.shape, np.inf)
+    room = np.zeros(flow_s.shape)
     for z, nbytes in enumerate(call_bytes.tolist()):
         peer_bytes = math.ceil(nbytes / k)
-        time, c = at(peer_bytes)
+        time, fixed, c = at(peer_bytes)
         j = bisect.bisect_right(points, peer_bytes)
-        own[z, c] = min(time, later[j]) if j < len(points) else time
-    return own
+        if j < len(points) and later[j][0] < time:
+            time, fixed = later[j]
+        own[z, c] = time
+        room[z, c] = max(0.0, time - fixed - (flow_s[z, c] - latency[c]))
+    return own, room
 
 
 def _network_nodes(call: CallSite) -> np.ndarray | None:

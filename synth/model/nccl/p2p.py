@@ -264,11 +264,20 @@ class AllToAllCost:
     def time_s(self, hardware: Hardware, nbytes: int, drain_s: float, hop_s: float, base_s: float) -> float:
         """The call alone: overhead + max(host launches, kernels' base + the longest of the
         flows' drain with a hop per batch, the proxy's posts, the NIC's messages)."""
+        return self.parts(hardware, nbytes, drain_s, hop_s, base_s)[0]
+
+    def parts(self, hardware: Hardware, nbytes: int, drain_s: float, hop_s: float, base_s: float
+              ) -> tuple[float, float]:
+        """(the call alone, its part no other traffic can overlap: overhead, the kernels' base
+        and a hop per batch). The rest beyond the drain is time the proxy, the NIC or the host
+        holds the call back while its links could carry more."""
         found = schedule(self.comm, self.classes, nbytes)
+        fixed = found.plans * base_s + found.batches * hop_s
         device = found.plans * base_s + max(drain_s + found.batches * hop_s,
                                             hop_s + found.proxy_s(hardware),
                                             hop_s + found.nic_s(hardware, self.ranks_per_node, self.message_rate))
-        return hardware.overhead_s + max(found.plans * launch_floor_s(hardware), device)
+        overhead = hardware.overhead_s
+        return overhead + max(found.plans * launch_floor_s(hardware), device), overhead + fixed
 
 
 def peer_classes(coords: np.ndarray, node_level: int | None) -> tuple[PeerClass, ...]:
