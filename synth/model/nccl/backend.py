@@ -379,6 +379,9 @@ def all_to_all_headroom_s(call: CallSite, plans: tuple[Plan, ...], call_bytes: n
     return _all_to_all_times(call, plans, call_bytes, flow_s)[1]
 
 
+_LATER: dict[tuple, list[tuple[float, float]]] = {}  # per site and flow rates: the least (time, fixed) from each breakpoint on
+
+
 def _all_to_all_times(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray]:
     hardware, cost = _all_to_all_site(call)
@@ -397,9 +400,15 @@ def _all_to_all_times(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.nd
         return (*cost.parts(hardware, peer_bytes, drain, hop, ALL_TO_ALL_LAUNCH_S), c)
 
     points = p2p.breakpoints(cost.comm)
-    later = [at(point)[:2] for point in points]
-    for j in range(len(later) - 2, -1, -1):
-        later[j] = min(later[j], later[j + 1])
+    key = (call, per_byte.tobytes(), hop, p2p.step_overhead_s(hardware, "LL"))
+    later = _LATER.get(key)
+    if later is None:
+        if len(_LATER) > 4096:
+            _LATER.clear()
+        later = [at(point)[:2] for point in points]
+        for j in range(len(later) - 2, -1, -1):
+            later[j] = min(later[j], later[j + 1])
+        _LATER[key] = later
     own = np.full(flow_s.shape, np.inf)
     room = np.zeros(flow_s.shape)
     for z, nbytes in enumerate(call_bytes.tolist()):
