@@ -109,7 +109,9 @@ TOP_CLI_POINTER = ("The whole `synth rank --top 5` command of every goal at 4096
 TOP_POINTER = ("The top-5 search of every goal at 4096 members, cost model included: "
                "[top-search.md](top-search.md) (`python -m benchmarks.goals --top`).")
 ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per class of equal flows "
-                   "(`Network.pair_loads`), in time linear in the members; what is left is mostly the search itself "
+                   "(`Network.pair_loads`), in time linear in the members, and its time alone is NCCL's point-to-point "
+                   "schedule computed from the busiest member's two classes of peers (synth/model/nccl/p2p.py), not "
+                   "per pair; what is left is mostly the search itself "
                    "(its states' permutations) and the interpreter's imports, which every goal shares.")
 
 # One top-K search in a fresh interpreter; prints its CPU seconds and the times it found (the
