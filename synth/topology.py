@@ -91,6 +91,7 @@ class Transport:
     unpack: bool = False
     stages: Figure | None = None  # store-and-forward stages per network hop (fitted by synth calibrate)
     floor: Figure | None = None  # least time of a call crossing the level (s; None: the kind's default, fitted by calibrate)
+    message_rate: Figure | None = None  # messages/s one NIC processes (p2p posts; None: a default per NIC kind)
 
 
 @dataclass(frozen=True)

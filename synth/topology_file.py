@@ -106,8 +106,10 @@ x NCCL_NSOCKS_PERTHREAD; default NCCL's for the NIC `vendor`: aws, gcp or other)
 (what one stream moves, e.g. "25 Gb/s"); for a plugin, `latency` (what it reports, added to each
 network step) and `unpack = true` when its receive side unpacks on the GPU; for any kind, `floor`
 (the least time of a call crossing the level, e.g. "40 us": a net plugin's per-call cost, which
-NCCL's tables do not have; `synth calibrate` fits it). Without these keys
-the NCCL model assumes defaults and says which (synth/model/nccl/hardware.py).
+NCCL's tables do not have; `synth calibrate` fits it); for any network, `message_rate`, the
+messages per second one NIC processes (what bounds many small point-to-point posts; default per
+NIC kind, synth/model/nccl/p2p.py). Without these keys the NCCL model assumes defaults and says
+which (synth/model/nccl/hardware.py).
 
 `synth calibrate` also records what it fitted on, so a ranking can say how sure it is::
 
@@ -151,7 +153,8 @@ from synth.model.nccl.names import SELECTABLE_ALGORITHMS as NCCL_ALGORITHMS  # n
 from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 from synth.model.nccl.names import NCCL_VERSIONS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
-_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages", "floor")
+_TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages", "floor",
+                   "message_rate")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
               "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
@@ -491,7 +494,14 @@ def _transport(value, where: str, field: str) -> Transport:
         raise _field_error(where, field, "sockets and stream describe the socket transport; drop them or set "
                                          "kind = \"socket\"")
     floor = Figure(parse_time(table["floor"], where=f"{where}: {field}.floor"), source) if "floor" in table else None
-    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages, floor)
+    message_rate = None
+    if "message_rate" in table:
+        raw = table["message_rate"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw < 1e12:
+            raise _field_error(where, f"{field}.message_rate", f"{raw!r} is not a NIC message rate in messages per "
+                                                               f"second (e.g. message_rate = 215e6)")
+        message_rate = Figure(float(raw), source)
+    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages, floor, message_rate)
 
 
 def _efficiency(value, where: str, field: str) -> Figure:
@@ -722,6 +732,8 @@ def _level_table(level: Level) -> dict:
             entry["stages"] = round(transport.stages.value, 4)
         if transport.floor is not None:
             entry["floor"] = format_time(transport.floor.value, _digits(transport.floor))
+        if transport.message_rate is not None:
+            entry["message_rate"] = transport.message_rate.value
         entry["source"] = transport.source
         table["transport"] = entry
     if level.efficiency is not None:

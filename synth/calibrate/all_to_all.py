@@ -2,9 +2,10 @@
 under the NCCL model.
 
 NCCL has no all-to-all algorithm to choose: `all_to_all_single` is one grouped send/recv to
-every peer, and the model (synth/model/nccl_backend.py, `all_to_all_plans`) times one call
-alone as its launch, the slowest pair's hop latency, and its pairwise flows through the links,
-each at the efficiency NCCL reaches on the link it crosses. The NCCL model's fit
+every peer, and the model (synth/model/nccl/backend.py, `all_to_all_plans`) times one call
+alone as NCCL schedules point-to-point (synth/model/nccl/p2p.py: its kernels' launches, a hop
+latency per batch, the proxy's posts, the NIC's messages) around its pairwise flows through the
+links, each at the efficiency NCCL reaches on the link it crosses. The NCCL model's fit
 (synth/calibrate/nccl_fit.py: efficiencies, protocols, pipeline stages) has nothing of that
 shape, so an all-to-all is fitted apart, after it, on what it can correct: the latency and
 the bandwidth of the level its groups span, *as the all-to-all sees them*, written as the

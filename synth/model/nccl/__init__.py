@@ -15,6 +15,8 @@ One module per concern of NCCL's source:
 * `proxy`: the proxy thread that posts every network step of the channels crossing at a GPU;
 * `versions`: what each NCCL release (2.26-2.32) changes in what the model prices;
 * `symmetric`, `gin`: 2.27's symmetric-memory kernels and 2.29's hierarchical ones across NVLink domains;
+* `p2p`: point-to-point as NCCL schedules it (channels per peer, LL below the per-peer
+  threshold, batches and kernels, proxy posts, the NIC's message rate): the all-to-all's time;
 * `timing`: the time of NCCL's choice on the hardware (`estimate`);
 * `hardware`: a synth topology read as NCCL sees it (`nccl_view`, `estimate_group`);
 * `backend`: the model as the costing engine's `nccl` backend.

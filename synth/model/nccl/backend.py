@@ -56,7 +56,7 @@ import numpy as np
 
 from synth.model import algorithms as flows
 from synth.model.nccl import system as nccl
-from synth.model.nccl import symmetric, tables, timing
+from synth.model.nccl import p2p, symmetric, tables, timing
 from synth.model.nccl.protocols import (BUFFER, LL128_DATA_ELEMS, LL128_LINE_ELEMS, MAX_THREADS, NCCL_STEPS, PAYLOAD,
                                         THREAD_THRESHOLD, log2i)
 from synth.model.algorithms import Phase, Plan
@@ -309,8 +309,8 @@ class NcclMeasured:
 
     def alone_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                 flow_s: np.ndarray) -> np.ndarray:
-        if call.collective == "AllToAll":
-            return flow_s + ALL_TO_ALL_LAUNCH_S
+        if call.collective == "AllToAll":  # NCCL's p2p schedule (p2p.py), its pick of protocol
+            return all_to_all_alone_s(call, plans, np.asarray(call_bytes, dtype=float), flow_s)
         picks, least, _, _ = self._estimates(call, np.asarray(call_bytes, dtype=float))
         own = np.full(flow_s.shape, np.inf)
         own[np.arange(len(picks)), picks] = least
@@ -323,7 +323,7 @@ class NcclMeasured:
         and its flows' drain (the flow model's, which also sees links NCCL's view leaves out: a
         fabric, a rack's uplinks). Negative when the flows need longer than NCCL's time."""
         if call.collective == "AllToAll":
-            return np.zeros(flow_s.shape)
+            return all_to_all_headroom_s(call, plans, np.asarray(call_bytes, dtype=float), flow_s)
         picks, least, fixed, links = self._estimates(call, np.asarray(call_bytes, dtype=float))
         rows = np.arange(len(picks))
         latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
@@ -340,17 +340,86 @@ ALL_TO_ALL_LAUNCH_S = flows.NCCL_LAUNCH_S
 
 def all_to_all_plans(call: CallSite) -> tuple[Plan, ...]:
     """The all-to-all's pairwise send/recv flows, each weighted by the efficiency NCCL reaches
-    on the link it crosses (the NICs between nodes, NVLink or PCIe inside one)."""
-    view, topology = _view(call.levels, call.nccl)
-    coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)
-    devices = np.ravel_multi_index(tuple(coords.T), topology.sizes)
-    hardware, _ = call_for(topology, view, devices, "AllReduce", 0.0)
+    on the link it crosses (the NICs between nodes, NVLink or PCIe inside one): one plan per
+    protocol NCCL's p2p may run (LL, Simple: p2p.py), at the protocol's payload share."""
+    hardware, _ = _all_to_all_site(call)
     node = _network_nodes(call)
     intra = hardware.intra.efficiency
     net = hardware.network.link.efficiency if hardware.network is not None else 1.0
     plan = flows.pairwise_all_to_all(call.layout)
     phases = tuple(_at_link_efficiency(phase, node, net, intra) for phase in plan.phases)
-    return (Plan(plan.algorithm, phases, plan.extra_memory),)
+    return tuple(Plan(f"{plan.algorithm}/{protocol}", phases, plan.extra_memory,
+                      PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth) for protocol in p2p.PROTOCOLS)
+
+
+@lru_cache(maxsize=1024)
+def _all_to_all_site(call: CallSite) -> tuple[nccl.Hardware, p2p.AllToAllCost]:
+    """The hardware of an all-to-all site and NCCL's p2p figures for it, its peers by class."""
+    view, topology = _view(call.levels, call.nccl)
+    coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)
+    devices = np.ravel_multi_index(tuple(coords.T), topology.sizes)
+    hardware, shape = call_for(topology, view, devices, "AllReduce", 0.0)
+    channels = tables.tuning(hardware, shape).channels if call.size > 1 else 1
+    classes = p2p.peer_classes(coords, view.node_level)
+    return hardware, p2p.cached_cost(hardware, shape.nodes, shape.ranks_per_node, channels, classes)
+
+
+def all_to_all_alone_s(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
+                       ) -> np.ndarray:
+    """The all-to-all alone per size (p2p.AllToAllCost.time_s) in the column of the protocol
+    NCCL runs, inf in the other; the least of any call at least as large (the schedule's
+    breakpoints, p2p.breakpoints), so it never falls as the bytes grow."""
+    return _all_to_all_times(call, plans, call_bytes, flow_s)[0]
+
+
+def all_to_all_headroom_s(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
+                          ) -> np.ndarray:
+    """Of the all-to-all's time alone, what the proxy, the NIC or the host hold it back beyond
+    its fixed part and its flows' drain: other traffic on its links fills that first."""
+    return _all_to_all_times(call, plans, call_bytes, flow_s)[1]
+
+
+_LATER: dict[tuple, list[tuple[float, float]]] = {}  # per site and flow rates: the least (time, fixed) from each breakpoint on
+
+
+def _all_to_all_times(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    hardware, cost = _all_to_all_site(call)
+    k = call.size
+    latency = np.array([sum(phase.latency_s for phase in plan.phases) for plan in plans])
+    hop = float(latency.max())
+    per_byte = np.zeros(len(plans))
+    if len(call_bytes) and call_bytes.max() > 0:
+        z = int(np.argmax(call_bytes))
+        per_byte = (flow_s[z] - latency) / call_bytes[z]
+    column = {plan.algorithm.rsplit("/", 1)[-1]: c for c, plan in enumerate(plans)}
+
+    def at(peer_bytes: int) -> tuple[float, float, int]:
+        c = column[p2p.protocol_for(cost.comm, peer_bytes)]
+        drain = float(per_byte[c]) * peer_bytes * k
+        return (*cost.parts(hardware, peer_bytes, drain, hop, ALL_TO_ALL_LAUNCH_S), c)
+
+    points = p2p.breakpoints(cost.comm)
+    key = (call, per_byte.tobytes(), hop, p2p.step_overhead_s(hardware, "LL"))
+    later = _LATER.get(key)
+    if later is None:
+        if len(_LATER) > 4096:
+            _LATER.clear()
+        later = [at(point)[:2] for point in points]
+        for j in range(len(later) - 2, -1, -1):
+            later[j] = min(later[j], later[j + 1])
+        _LATER[key] = later
+    own = np.full(flow_s.shape, np.inf)
+    room = np.zeros(flow_s.shape)
+    for z, nbytes in enumerate(call_bytes.tolist()):
+        peer_bytes = math.ceil(nbytes / k)
+        time, fixed, c = at(peer_bytes)
+        j = bisect.bisect_right(points, peer_bytes)
+        if j < len(points) and later[j][0] < time:
+            time, fixed = later[j]
+        own[z, c] = time
+        room[z, c] = max(0.0, time - fixed - (flow_s[z, c] - latency[c]))
+    return own, room
 
 
 def _network_nodes(call: CallSite) -> np.ndarray | None:

@@ -235,8 +235,10 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
     latency = transport.latency.value if transport.latency is not None else 0.0
     stages = transport.stages.value if transport.stages is not None else None
     floor = transport.floor.value if transport.floor is not None else None
+    rate = transport.message_rate
     return nccl.Network(link, nics, transport.kind, transport.gdr, latency, sockets, stream.value, stream.source,
-                        transport.unpack, stages, floor)
+                        transport.unpack, stages, floor, rate.value if rate is not None else None,
+                        rate.source if rate is not None else "")
 
 
 def group_layout(topology: Topology, view: NcclView, devices) -> tuple[int, int, int]:

@@ -51,6 +51,8 @@ class Network:
     # the least time of a call that crosses this network (transports.call_floor_s: a per-cluster
     # figure, NCCL's tables have none; None: the transport kind's default, transports.CALL_FLOOR)
     floor_s: float | None = None
+    message_rate: float | None = None  # messages/s one NIC processes (None: p2p.DEFAULT_MESSAGE_RATE by link kind)
+    message_rate_source: str = ""
 
 
 @dataclass(frozen=True)
