@@ -38,6 +38,7 @@ import numpy as np
 from synth.calibrate.confidence import band_errors
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
+from synth.calibrate.uncertainty import Uncertainty, numeric_jacobian, uncertainty
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
@@ -134,6 +135,8 @@ class LevelFit:
     groups: tuple[GroupFit, ...]
     notes: tuple[str, ...]
     protocols: tuple[tuple[str, float | None, float | None], ...] = ()  # (protocol, bandwidth, latency); None: kept
+    uncertainty: Uncertainty | None = None  # of the figures (in the fit's units) and of a prediction
+    figures: tuple[tuple[str, str], ...] = ()  # (kind, key) of each fitted figure, in uncertainty's order
 
     @property
     def outliers(self) -> int:
@@ -180,7 +183,8 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     records = tuple(CalibrationRecord(g.collective, fit.level, g.nodes, g.ranks_per_node,
                                       min(e.nbytes for e in g.errors), max(e.nbytes for e in g.errors),
                                       len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1], "nccl",
-                                      band_errors((e.nbytes, e.error) for e in g.errors))
+                                      band_errors((e.nbytes, e.error) for e in g.errors),
+                                      fit.uncertainty.sigma if fit.uncertainty is not None else None)
                     for fit in fits for g in fit.groups)
     files = sorted({_name(m.file) for m in measurements})
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
@@ -313,6 +317,11 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
         x = _solve(setup, x, keep, loss)
         residuals = np.log(_predict(setup, x) / setup.times)
         keep = ~_outliers(residuals)
+    def data_residuals(values: np.ndarray) -> np.ndarray:
+        return np.log(_predict(setup, values)[keep] / setup.times[keep])
+
+    spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x),
+                         np.array([p.prior for p in setup.params]))
     source = _source(setup, keep)
     fitted = _apply(setup, x, source)
     estimates = _evaluate(fitted, list(setup.points))
@@ -351,7 +360,8 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
     stages = values.get(("stages", level))
     overhead = setup.overhead_unit * values[("overhead", level)]
     fit = LevelFit(name, efficiencies, overhead if overhead >= 1e-9 else 0.0, stages, groups,
-                   tuple(dict.fromkeys(notes)), tuple(protocols))
+                   tuple(dict.fromkeys(notes)), tuple(protocols), spread,
+                   tuple((p.kind, str(p.key)) for p in setup.params))
     return fitted, fit
 
 
