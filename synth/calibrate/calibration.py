@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from synth.calibrate.confidence import band_errors
-from synth.calibrate.fit import Point, Solution, fit_points
+from synth.calibrate.fit import Point, Solution, UnfitError, fit_points
 from synth.calibrate.groups import devices, spanned_levels
 from synth.calibrate.measurements import Measurement
 from synth.calibrate.model import CallModel
@@ -93,16 +93,27 @@ def calibrate(measurements: list[Measurement], base: Topology, backend: Backend)
     context = [_with_figures(level) for level in base.levels]
     known = {i for i, level in enumerate(base.levels) if level.bandwidth is not None and level.latency is not None}
     fits: list[Fit] = []
+    notes = []
     for index in reversed(range(len(base.levels))):
-        level_fits = [_fit(base, context, known, index, collective, located[(index, collective)], backend)
-                      for collective in collective_names() if (index, collective) in located]
+        level_fits, failed = [], []
+        for collective in collective_names():
+            if (index, collective) in located:
+                try:
+                    level_fits.append(_fit(base, context, known, index, collective, located[(index, collective)],
+                                           backend))
+                except UnfitError as error:
+                    failed.append(error)
+        if failed and not level_fits:
+            raise failed[0]
+        # a collective the model cannot fit beside others that it can (its times shrink with the
+        # size under the others' figures: a noisy run) is left to the level's figures, saying so
+        notes += [f"{error}; not fitted: the level's figures cost it" for error in failed]
         if not level_fits:
             continue
         main = _level_fit(level_fits)
         fits += [replace(fit, level_figure=fit is main) for fit in level_fits]
         output[index] = context[index] = _calibrated_level(base.levels[index], main, level_fits, backend.name)
         known.add(index)
-    notes = []
     bare = [level.name for level in output if level.bandwidth is None]
     if bare and len(bare) < len(output):
         notes.append(f"level(s) {', '.join(bare)} have no figures in the base or the files: add them before costing")

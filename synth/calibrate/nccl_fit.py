@@ -321,7 +321,7 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
         return np.log(_predict(setup, values)[keep] / setup.times[keep])
 
     spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x),
-                         np.array([p.prior for p in setup.params]))
+                         np.array([p.prior for p in setup.params])) if keep.any() else None
     source = _source(setup, keep)
     fitted = _apply(setup, x, source)
     estimates = _evaluate(fitted, list(setup.points))

@@ -41,10 +41,10 @@ def uncertainty(residuals: np.ndarray, jacobian: np.ndarray, priors: np.ndarray 
     """residuals: log(predicted / measured) of the fitted calls; jacobian: their derivatives
     by the figures (n x k); priors: each figure's prior scale in x units (inf or None: flat)."""
     residuals = np.asarray(residuals, dtype=float)
+    if len(residuals) == 0:
+        raise ValueError("no fitted calls to estimate an uncertainty from")
     jacobian = np.asarray(jacobian, dtype=float).reshape(len(residuals), -1)
     n, k = jacobian.shape
-    if n == 0:
-        raise ValueError("no fitted calls to estimate an uncertainty from")
     prior = np.zeros(k) if priors is None else 1.0 / np.square(np.asarray(priors, dtype=float))
     information = jacobian.T @ jacobian + np.diag(prior)
     inverse = np.linalg.pinv(information)
