@@ -28,7 +28,7 @@ def test_the_probe_measures_each_level_alone_then_every_flat_call():
 def test_four_sizes_by_default_and_nccl_tests_runs_the_same():
     assert len(PROBE_SIZES) == 4
     lines = nccl_tests_lines(load_topology("hgx-h100-ib-4x8"))
-    assert any("--ntasks-per-node 1 ./build/all_reduce_perf -b 8192 -e 268435456 -f 32" in line for line in lines)
+    assert any("--ntasks-per-node 1 ./build/all_reduce_perf -b 8192 -e 2147483648 -f 64" in line for line in lines)
 
 
 def test_the_command_writes_a_script_and_says_how_to_launch_it(run_cli, tmp_path):

@@ -38,7 +38,7 @@ import numpy as np
 from synth.calibrate.confidence import band_errors
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
-from synth.calibrate.uncertainty import Uncertainty, numeric_jacobian, uncertainty
+from synth.calibrate.uncertainty import Uncertainty, numeric_jacobian, size_folds, uncertainty, with_held_out
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
@@ -322,6 +322,8 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
 
     spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x),
                          np.array([p.prior for p in setup.params])) if keep.any() else None
+    if spread is not None:
+        spread = with_held_out(spread, _held_out_residuals(setup, x, keep))
     source = _source(setup, keep)
     fitted = _apply(setup, x, source)
     estimates = _evaluate(fitted, list(setup.points))
@@ -363,6 +365,17 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
                    tuple(dict.fromkeys(notes)), tuple(protocols), spread,
                    tuple((p.kind, str(p.key)) for p in setup.params))
     return fitted, fit
+
+
+def _held_out_residuals(setup: _Setup, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """log(predicted / measured) of every inlier size, from a refit without its share of sizes."""
+    sizes = np.array([p.measurement.bytes for p in setup.points])
+    residuals = []
+    for held in size_folds(sizes[keep]):
+        out = np.isin(sizes, list(held)) & keep
+        refit = _solve(setup, x, keep & ~out, _pseudo_huber)
+        residuals.append(np.log(_predict(setup, refit)[out] / setup.times[out]))
+    return np.concatenate(residuals) if residuals else np.array([])
 
 
 def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]) -> _Setup:

@@ -20,8 +20,10 @@ from synth.errors import UsageError
 from synth.topology import Topology
 
 KiB, MiB = 1 << 10, 1 << 20
-# four sizes, a factor 32 apart: what nccl-tests' -b 8K -e 256M -f 32 runs
-PROBE_SIZES = (8 * KiB, 256 * KiB, 8 * MiB, 256 * MiB)
+# four sizes, a factor 64 apart: what nccl-tests' -b 8K -e 2G -f 64 runs. The largest is where
+# NCCL's busbw levels off across nodes (its pipelines full); 256 MiB, the first choice, was short
+# of it (results/calibration-transfer)
+PROBE_SIZES = (8 * KiB, 512 * KiB, 32 * MiB, 2048 * MiB)
 FLAT_COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Broadcast", "AllToAll")
 NCCL_TESTS = {"AllReduce": "all_reduce_perf", "ReduceScatter": "reduce_scatter_perf", "AllGather": "all_gather_perf",
               "Broadcast": "broadcast_perf", "AllToAll": "alltoall_perf"}

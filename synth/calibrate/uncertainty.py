@@ -13,7 +13,9 @@ and s^2 is the residuals' sum of squares over n - p degrees of freedom, floored 
 nothing about the scatter a repeat would show). A prediction of a call like the fitted ones
 has log-time standard deviation sigma = s * sqrt(1 + p / n): the noise of the call itself
 plus the figures' spread, averaged over the fitted calls (for linear least squares exactly
-the mean prediction variance there). That sigma is written with every `[[calibration]]`
+the mean prediction variance there); and at least the RMS error of refits that each leave a
+share of the sizes out, on the sizes they left out (`with_held_out`): the fit's own estimate
+of how it does on sizes it did not see. That sigma is written with every `[[calibration]]`
 record, and a prediction's interval is predicted x exp(+-Z sigma) (synth/calibrate/confidence.py).
 A new figure a fit declares enters J, the prior and p with no change here.
 """
@@ -35,6 +37,7 @@ class Uncertainty:
     noise: float  # s: the residuals' scale (floored)
     pinned: float  # p: the effective number of figures the data determine
     standard_errors: tuple[float, ...]  # per figure, in the fit's units of x (logs of factors)
+    held_out: float | None = None  # RMS log error on sizes left out of refits (`with_held_out`)
 
 
 def uncertainty(residuals: np.ndarray, jacobian: np.ndarray, priors: np.ndarray | None = None) -> Uncertainty:
@@ -54,6 +57,24 @@ def uncertainty(residuals: np.ndarray, jacobian: np.ndarray, priors: np.ndarray 
     covariance = noise ** 2 * inverse
     errors = tuple(float(math.sqrt(max(v, 0.0))) for v in np.diag(covariance))
     return Uncertainty(noise * math.sqrt(1 + pinned / n), noise, pinned, errors)
+
+
+def size_folds(sizes, folds: int = 4) -> tuple[frozenset, ...]:
+    """The distinct sizes dealt into at most `folds` sets, each spanning the range (every
+    folds-th size), for refits that leave one set out."""
+    distinct = sorted(set(sizes))
+    count = min(folds, len(distinct))
+    return tuple(frozenset(distinct[i::count]) for i in range(count)) if count >= 2 else ()
+
+
+def with_held_out(spread: Uncertainty, residuals) -> Uncertainty:
+    """The spread with a prediction's sigma at least the RMS log error on sizes a refit left out:
+    in-sample residuals of a four-size fit say little of the sizes between and beyond."""
+    values = np.asarray(residuals, dtype=float)
+    if values.size == 0:
+        return spread
+    held = math.sqrt(float(np.mean(values ** 2)))
+    return Uncertainty(max(spread.sigma, held), spread.noise, spread.pinned, spread.standard_errors, held)
 
 
 def interval(predicted_s: float, sigma: float, z: float = Z_90) -> tuple[float, float]:

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl",
                         help="the script's default backend: nccl on GPUs, gloo to try it on CPUs (default nccl)")
     parser.add_argument("--sizes", metavar="B,B,...",
-                        help="sizes to time, e.g. 8KiB,256KiB,8MiB,256MiB (the default; at least two)")
+                        help="sizes to time, e.g. 8KiB,512KiB,32MiB,2GiB (the default; at least two)")
     parser.set_defaults(handler=run_probe)
 
 
@@ -39,7 +39,7 @@ def run_probe(args) -> int:
             try:
                 sizes = tuple(sorted({parse_bytes(part.strip()) for part in args.sizes.split(",") if part.strip()}))
             except (ValueError, UsageError) as error:
-                raise UsageError(f"{args.sizes!r} is not a list of sizes ({error}); write e.g. 8KiB,256KiB,8MiB,256MiB"
+                raise UsageError(f"{args.sizes!r} is not a list of sizes ({error}); write e.g. 8KiB,512KiB,32MiB,2GiB"
                                  ) from None
     script_name = args.out or "probe.py"
     with flagged("--sizes"):
