@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from synth.calibrate.confidence import model_error
-from synth.calibrate.probe import PROBE_SIZES, nccl_tests_lines, probe_calls, probe_script
+from synth.calibrate.probe import PROBE_SIZES, probe_calls
+from synth.commands.probe_script import nccl_tests_lines, probe_script
 from synth.calibrate.uncertainty import NOISE_FLOOR, Z_90, interval, numeric_jacobian, uncertainty
 from synth.topology_file import load_topology
 

@@ -27,7 +27,8 @@ def register(subparsers) -> None:
 
 
 def run_probe(args) -> int:
-    from synth.calibrate.probe import PROBE_SIZES, launch_lines, nccl_tests_lines, probe_script
+    from synth.calibrate.probe import PROBE_SIZES
+    from synth.commands.probe_script import launch_lines, nccl_tests_lines, probe_script
     from synth.topology_file import load_topology
     from synth.units import parse_bytes
 
