@@ -57,6 +57,7 @@ PRIOR_RATE = 10.0
 PRIOR_LATENCY = 2.0
 PRIOR_OVERHEAD = 2.0  # the overhead's prior scale, in units of the level's shortest measured call
 PRIOR_STAGES = 32.0
+MAX_GROUP_FOLDS = 6  # groups left out in turn for the held-out spread (synth/calibrate/uncertainty.py)
 OUTLIER = 0.25  # a size predicted more than 25% off after the robust fit is an outlier
 OUTLIER_SPREAD = 4.0  # ... and more than 4 robust standard deviations of the residuals
 MAX_STAGES = 64.0
@@ -370,9 +371,17 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
 def _held_out_residuals(setup: _Setup, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """log(predicted / measured) of every inlier size, from a refit without its share of sizes."""
     sizes = np.array([p.measurement.bytes for p in setup.points])
+    groups = [(p.devices, p.measurement.collective) for p in setup.points]
+    kinds = list(dict.fromkeys(g for g, k in zip(groups, keep) if k))
+    # sizes left out, and, where several groups were measured (a probe's levels and flat calls),
+    # each group left out in turn: how the figures carry to a configuration they did not see
+    outs = [np.isin(sizes, list(held)) & keep for held in size_folds(sizes[keep])]
+    if len(kinds) > 1:
+        outs += [np.array([g == kind for g in groups]) & keep for kind in kinds[:MAX_GROUP_FOLDS]]
     residuals = []
-    for held in size_folds(sizes[keep]):
-        out = np.isin(sizes, list(held)) & keep
+    for out in outs:
+        if not (keep & ~out).any():
+            continue
         refit = _solve(setup, x, keep & ~out, _pseudo_huber)
         residuals.append(np.log(_predict(setup, refit)[out] / setup.times[out]))
     return np.concatenate(residuals) if residuals else np.array([])

@@ -14,8 +14,10 @@ nothing about the scatter a repeat would show). A prediction of a call like the 
 has log-time standard deviation sigma = s * sqrt(1 + p / n): the noise of the call itself
 plus the figures' spread, averaged over the fitted calls (for linear least squares exactly
 the mean prediction variance there); and at least the RMS error of refits that each leave a
-share of the sizes out, on the sizes they left out (`with_held_out`): the fit's own estimate
-of how it does on sizes it did not see. That sigma is written with every `[[calibration]]`
+share of the sizes out, on the sizes they left out, and, where several groups were measured
+(a probe's levels and flat calls), of refits that leave each group out, on that group
+(`with_held_out`): the fit's own estimate of how it does on sizes and configurations it did
+not see. That sigma is written with every `[[calibration]]`
 record, and a prediction's interval is predicted x exp(+-Z sigma) (synth/calibrate/confidence.py).
 A new figure a fit declares enters J, the prior and p with no change here.
 """
