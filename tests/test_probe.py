@@ -93,3 +93,29 @@ def test_probe_run_calibrate_rank_end_to_end(run_cli, tmp_path):
     low, high = confidence.interval(1e-3, 1 << 20)
     assert low < 1e-3 < high
     assert "90% interval" in confidence.describe(1 << 20)
+
+
+def test_held_out_folds_span_the_sizes_and_only_widen():
+    from synth.calibrate.uncertainty import size_folds, with_held_out
+
+    folds = size_folds([1, 2, 4, 8, 16, 32, 64, 128, 8])
+    assert len(folds) == 4 and set().union(*folds) == {1, 2, 4, 8, 16, 32, 64, 128} and {1, 16} <= folds[0]
+    assert size_folds([8, 8]) == ()
+    narrow = uncertainty(np.zeros(4), np.ones((4, 1)))
+    assert with_held_out(narrow, np.array([0.3, -0.3])).sigma == pytest.approx(0.3)
+    assert with_held_out(narrow, np.array([0.0])).sigma == narrow.sigma
+
+
+def test_an_nccl_fit_writes_its_sigma_and_states_its_spread(run_cli, tmp_path):
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parent.parent / "docs" / "examples" / "all_reduce_perf-h100-ib-2x8.txt"
+    out = tmp_path / "fitted.toml"
+    code, stdout, stderr = run_cli("calibrate", str(log), "--topology", "hgx-h100-ib-4x8", "-o", str(out), "--json")
+    assert code == 0, stderr
+    import json
+
+    spread = json.loads(stdout)["fits"][0]["uncertainty"]
+    assert spread["sigma"] >= NOISE_FLOOR and spread["standard_errors"]
+    record = load_topology(str(out)).calibration[0]
+    assert record.sigma == pytest.approx(spread["sigma"], rel=1e-4)
