@@ -195,6 +195,19 @@ def render(result: dict, command: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
+COLUMNS = ("log", "same_log", "collective", "group", "bytes", "measured_s", "predicted_s", "uncalibrated_s", "low_s",
+           "high_s")
+
+
+def compact(result: dict) -> dict:
+    """The result with each fold's rows as lists under `columns`, times to 5 significant digits."""
+    def cell(value):
+        return float(f"{value:.5g}") if isinstance(value, float) else value
+
+    folds = [{**fold, "rows": [[cell(row[c]) for c in COLUMNS] for row in fold["rows"]]} for fold in result["folds"]]
+    return {**result, "columns": list(COLUMNS), "folds": folds}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.calibration_transfer",
                                      description=__doc__.split("\n\n")[0])
@@ -212,7 +225,8 @@ def main(argv=None) -> int:
     command = " ".join(["python -m benchmarks.calibration_transfer", *(sys.argv[1:] if argv is None else argv)])
     out = study_dir("calibration-transfer", args.output)
     (out / REPORT).write_text(render(result, command, seconds), encoding="utf-8")
-    (out / "calibration-transfer.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / "calibration-transfer.json").write_text(json.dumps(compact(result), separators=(",", ":")) + "\n",
+                                                   encoding="utf-8")
     print(f"wrote {out / REPORT} and {out / 'calibration-transfer.json'}")
     return 0
 

@@ -34,7 +34,7 @@ def test_four_sizes_by_default_and_nccl_tests_runs_the_same():
 
 def test_the_command_writes_a_script_and_says_how_to_launch_it(run_cli, tmp_path):
     out = tmp_path / "probe.py"
-    code, stdout, _ = run_cli("probe", "--topology", "emu-2x2", "--out", str(out))
+    code, stdout, _ = run_cli("probe", "--topology", "emu-2x2", "-o", str(out))
     assert code == 0
     assert "torchrun --nnodes 2 --nproc-per-node 2" in stdout and "srun --nodes 2" in stdout
     assert "synth calibrate probe.csv --topology emu-2x2" in stdout

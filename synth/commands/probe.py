@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from synth.commands.common import flagged
+from synth.commands.common import BACKEND_NAMES, DEFAULT_BACKEND, flagged
 from synth.errors import UsageError
 
 
@@ -18,9 +18,10 @@ def register(subparsers) -> None:
                     "the same calls as nccl-tests command lines.")
     parser.add_argument("--topology", "-t", required=True, metavar="T",
                         help="the cluster (built-in name or TOML file); rank r of the launch is its device r")
-    parser.add_argument("--out", "-o", metavar="probe.py", help="write the script here (default: print it)")
-    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl",
-                        help="the script's default backend: nccl on GPUs, gloo to try it on CPUs (default nccl)")
+    parser.add_argument("--output", "-o", metavar="probe.py", help="write the script here (default: print it)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, default=DEFAULT_BACKEND,
+                        help=f"the script's default backend: nccl on GPUs, gloo to try it on CPUs (default "
+                             f"{DEFAULT_BACKEND})")
     parser.add_argument("--sizes", metavar="B,B,...",
                         help="sizes to time, e.g. 8KiB,512KiB,32MiB,2GiB (the default; at least two)")
     parser.set_defaults(handler=run_probe)
@@ -42,16 +43,16 @@ def run_probe(args) -> int:
             except (ValueError, UsageError) as error:
                 raise UsageError(f"{args.sizes!r} is not a list of sizes ({error}); write e.g. 8KiB,512KiB,32MiB,2GiB"
                                  ) from None
-    script_name = args.out or "probe.py"
+    script_name = args.output or "probe.py"
     with flagged("--sizes"):
         text = probe_script(topology, args.backend, sizes, script_name, "probe.csv")
-    if args.out:
+    if args.output:
         from synth.output_files import write_text
 
-        write_text(args.out, text, f"--out {args.out}")
+        write_text(args.output, text, f"-o {args.output}")
     else:
         sys.stdout.write(text)
-    stream = sys.stdout if args.out else sys.stderr
+    stream = sys.stdout if args.output else sys.stderr
     print(f"launch ({topology.name}, rank r = device r):", file=stream)
     for line in launch_lines(topology, script_name, "probe.csv"):
         print(f"  {line}", file=stream)
