@@ -31,6 +31,7 @@ COMMANDS = {
     "fusion": ("synth.commands.exploration",
                "fuse gradients into buckets and pick each bucket's program; compare with DDP's 25 MiB buckets"),
     "sweep": ("synth.commands.sweep", "best program of every placement x reduction x size, written as CSV and JSON"),
+    "probe": ("synth.commands.probe", "write a short script that measures what calibration needs on a cluster"),
     "calibrate": ("synth.commands.calibration", "fit level latency and bandwidth from nccl-tests or benchmark measurements"),
     "export": ("synth.commands.export",
                "write programs as a torch script, NCCL C file or JSON plan, or a placement as meshes"),

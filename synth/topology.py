@@ -155,6 +155,7 @@ class CalibrationRecord:
     file: str
     backend: str | None = None  # the collective library measured (nccl, gloo), when the file says
     bands: tuple[tuple[str, float, float, int], ...] = ()  # per size band: (band, rms, worst, points)
+    sigma: float | None = None  # standard deviation of log(time) of a prediction from this fit (its interval)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ which (synth/model/nccl/hardware.py).
     worst_error = 0.087
     file = "all_reduce_perf-2nodes.txt"
     backend = "nccl"                   # optional: the library measured (nccl or gloo)
+    sigma = 0.06                       # optional: a prediction's standard deviation of log(time)
 """
 
 from __future__ import annotations
@@ -158,8 +159,8 @@ _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "late
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
               "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
-                     "rms_error", "worst_error", "file", "backend", "bands")
-_OPTIONAL_CALIBRATION_KEYS = ("backend", "bands")
+                     "rms_error", "worst_error", "file", "backend", "bands", "sigma")
+_OPTIONAL_CALIBRATION_KEYS = ("backend", "bands", "sigma")
 _BAND_KEYS = ("band", "rms_error", "worst_error", "points")
 _COLLECTIVE_KEYS = ("bandwidth", "latency")
 _FIGURE_KEYS = ("value", "source")
@@ -575,7 +576,7 @@ def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
                 values[key] = _bands(raw, where, f"{field}.{key}")
             elif key in ("collective", "level", "file"):
                 values[key] = _string(raw, where, f"{field}.{key}", f'{key} = "..."')
-            elif key in ("rms_error", "worst_error"):
+            elif key in ("rms_error", "worst_error", "sigma"):
                 if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
                     raise _field_error(where, f"{field}.{key}", f"{raw!r} is not a non-negative number")
                 values[key] = float(raw)

@@ -15,15 +15,17 @@ transfers sets it). Levels without measurements keep the base figures.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from synth.calibrate.confidence import band_errors
-from synth.calibrate.fit import Point, Solution, fit_points
+from synth.calibrate.fit import Point, Solution, UnfitError, fit_points
 from synth.calibrate.groups import devices, spanned_levels
 from synth.calibrate.measurements import Measurement
 from synth.calibrate.model import CallModel
+from synth.calibrate.uncertainty import Uncertainty, numeric_jacobian, uncertainty
 from synth.errors import UsageError
 from synth.language import collective_names
 from synth.model.algorithms import Backend
@@ -45,6 +47,7 @@ class Fit:
     files: tuple[str, ...]
     groups: tuple[str, ...]  # the measured group shapes, e.g. "2 hosts x 8 ranks"
     level_figure: bool  # these are the level's own bandwidth and latency
+    uncertainty: Uncertainty | None = None  # of log latency, log inverse bandwidth, and of a prediction
 
     def source(self, backend: str) -> str:
         quality = self.solution
@@ -90,16 +93,27 @@ def calibrate(measurements: list[Measurement], base: Topology, backend: Backend)
     context = [_with_figures(level) for level in base.levels]
     known = {i for i, level in enumerate(base.levels) if level.bandwidth is not None and level.latency is not None}
     fits: list[Fit] = []
+    notes = []
     for index in reversed(range(len(base.levels))):
-        level_fits = [_fit(base, context, known, index, collective, located[(index, collective)], backend)
-                      for collective in collective_names() if (index, collective) in located]
+        level_fits, failed = [], []
+        for collective in collective_names():
+            if (index, collective) in located:
+                try:
+                    level_fits.append(_fit(base, context, known, index, collective, located[(index, collective)],
+                                           backend))
+                except UnfitError as error:
+                    failed.append(error)
+        if failed and not level_fits:
+            raise failed[0]
+        # a collective the model cannot fit beside others that it can (its times shrink with the
+        # size under the others' figures: a noisy run) is left to the level's figures, saying so
+        notes += [f"{error}; not fitted: the level's figures cost it" for error in failed]
         if not level_fits:
             continue
         main = _level_fit(level_fits)
         fits += [replace(fit, level_figure=fit is main) for fit in level_fits]
         output[index] = context[index] = _calibrated_level(base.levels[index], main, level_fits, backend.name)
         known.add(index)
-    notes = []
     bare = [level.name for level in output if level.bandwidth is None]
     if bare and len(bare) < len(output):
         notes.append(f"level(s) {', '.join(bare)} have no figures in the base or the files: add them before costing")
@@ -108,12 +122,13 @@ def calibrate(measurements: list[Measurement], base: Topology, backend: Backend)
     description = " ".join(filter(None, [base.description, f"Figures fitted by synth calibrate (backend "
                                                           f"{backend.name}) from {', '.join(files)}."]))
     topology = Topology(name, description, tuple(output))
-    topology = replace(topology, calibration=_records(base, topology, backend, measurements))
+    sigmas = {(fit.level, fit.collective): fit.uncertainty.sigma for fit in fits if fit.uncertainty is not None}
+    topology = replace(topology, calibration=_records(base, topology, backend, measurements, sigmas))
     return Calibration(topology, backend.name, tuple(fits), tuple(notes))
 
 
-def _records(base: Topology, topology: Topology, backend: Backend, measurements: list[Measurement]
-             ) -> tuple[CalibrationRecord, ...]:
+def _records(base: Topology, topology: Topology, backend: Backend, measurements: list[Measurement],
+             sigmas: dict[tuple[str, str], float]) -> tuple[CalibrationRecord, ...]:
     """What the fit was made on, one record per file, collective and group shape, with the
     written figures' error there (as the NCCL fit writes them): `synth rank` and `synth bench`
     read them to say how sure a prediction is and what setup it was calibrated for."""
@@ -131,7 +146,8 @@ def _records(base: Topology, topology: Topology, backend: Backend, measurements:
     records = tuple(CalibrationRecord(collective, level, nodes, per_node, min(b for b, _ in entries),
                                       max(b for b, _ in entries), len(entries),
                                       float(np.sqrt(np.mean([e * e for _, e in entries]))),
-                                      max(abs(e) for _, e in entries), file, backend.name, band_errors(entries))
+                                      max(abs(e) for _, e in entries), file, backend.name, band_errors(entries),
+                                      sigmas.get((level, collective)))
                     for (collective, level, nodes, per_node, file), entries in groups.items())
     new = {(r.file, r.collective, r.nodes, r.ranks_per_node) for r in records}
     kept = tuple(r for r in base.calibration if (r.file, r.collective, r.nodes, r.ranks_per_node) not in new)
@@ -160,7 +176,17 @@ def _fit(base: Topology, context: list[Level], known: set[int], index: int, coll
     sizes = [m.bytes for m, _ in entries]
     return Fit(level.name, collective, solution, len(entries), min(sizes), max(sizes),
                tuple(sorted({m.file for m, _ in entries})),
-               tuple(sorted({m.span.describe() for m, _ in entries})), False)
+               tuple(sorted({m.span.describe() for m, _ in entries})), False, _uncertainty(points, solution))
+
+
+def _uncertainty(points: list[Point], solution) -> Uncertainty:
+    """The fit's spread in (log latency, log inverse bandwidth), flat priors (synth/calibrate/uncertainty.py)."""
+    def residuals(values: np.ndarray) -> np.ndarray:
+        alpha, x = math.exp(values[0]), math.exp(values[1])
+        return np.array([math.log(p.model.time(alpha, x, p.nbytes)[0] / p.time_s) for p in points])
+
+    at = np.log([solution.latency_s, 1 / solution.bandwidth])
+    return uncertainty(residuals(at), numeric_jacobian(residuals, at))
 
 
 def _level_fit(fits: list[Fit]) -> Fit:

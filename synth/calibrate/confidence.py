@@ -5,6 +5,9 @@ Nearness counts, in order: the same collective, then how far apart node counts a
 node are (factors of two, each), then how far the size lies outside the measured sizes
 (factors of 1024). The error reported is the record's relative RMS and worst error after
 the fit: what the model missed where it was measured, a floor for what it misses elsewhere.
+The interval is the record's: predicted x exp(+-1.645 sigma), sigma the fit's prediction
+spread (synth/calibrate/uncertainty.py), or for a record written before fits had one its
+RMS error at the size's band (at least the noise floor).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.calibrate.uncertainty import NOISE_FLOOR, Z_90
 from synth.model.heldout import BANDS, band_of
 from synth.topology import CalibrationRecord, Topology
 
@@ -26,6 +30,27 @@ class Confidence:
     @property
     def calibrated(self) -> bool:
         return self.record is not None
+
+    def sigma(self, nbytes: float | None = None) -> float | None:
+        """The standard deviation of log(time) of a prediction here; None uncalibrated."""
+        if self.record is None:
+            return None
+        if self.record.sigma is not None:
+            return self.record.sigma
+        band = None if nbytes is None else band_of(nbytes)
+        at = next((entry for entry in self.record.bands if entry[0] == band), None)
+        return max(at[1] if at is not None else self.record.rms_error, NOISE_FLOOR)
+
+    def interval(self, predicted_s: float, nbytes: float | None = None) -> tuple[float, float] | None:
+        """The 90% interval (low, high) in seconds around a prediction; None uncalibrated."""
+        sigma = self.sigma(nbytes)
+        if sigma is None:
+            return None
+        return predicted_s * math.exp(-Z_90 * sigma), predicted_s * math.exp(Z_90 * sigma)
+
+    def _interval_text(self, nbytes: float | None) -> str:
+        sigma = self.sigma(nbytes)
+        return f"; 90% interval x{math.exp(-Z_90 * sigma):.2f}-x{math.exp(Z_90 * sigma):.2f} of the prediction"
 
     def describe(self, nbytes: float | None = None) -> str:
         """The record's error at the size band of `nbytes` where it measured that band (the whole
@@ -41,10 +66,10 @@ class Confidence:
         if at is not None:
             _, rms, worst, points = at
             return (f"model error at {band} (this size's band) {rms:.1%} RMS (worst {worst:.1%}, {points} sizes) on the "
-                    f"{where}: {shape}; {r.rms_error:.1%} RMS over all its sizes")
+                    f"{where}: {shape}; {r.rms_error:.1%} RMS over all its sizes{self._interval_text(nbytes)}")
         missing = f" (it measured no size in {band}, this size's band)" if band is not None and r.bands else ""
         return (f"model error {r.rms_error:.1%} RMS (worst {r.worst_error:.1%}) over all its sizes on the {where}"
-                f"{missing}: {shape}")
+                f"{missing}: {shape}{self._interval_text(nbytes)}")
 
 
 def band_errors(errors) -> tuple[tuple[str, float, float, int], ...]:

@@ -26,6 +26,12 @@ from synth.calibrate.model import CallModel
 from synth.errors import UsageError
 from synth.units import format_time
 
+
+
+class UnfitError(UsageError):
+    """The measurements of one collective at one level give no positive bandwidth."""
+
+
 MIN_LATENCY_S = 1e-9  # the format needs a positive time; 1 ns is below anything measurable here
 MAX_ROUNDS = 50
 
@@ -101,7 +107,7 @@ def fit_points(points: list[Point], alpha0: float, x0: float, where: str) -> Sol
                          f"sizes (a sweep, e.g. nccl-tests -b 8 -e 1G -f 2)")
     alpha, x, choices, notes, identified = _solve(points, alpha0, x0, True, where)
     if x is None:
-        raise UsageError(f"{where}: the times do not grow with the size (the fitted bandwidth is not positive); "
+        raise UnfitError(f"{where}: the times do not grow with the size (the fitted bandwidth is not positive); "
                          f"check that the files measure this collective at this level")
     best = (_loss(points, alpha, x), alpha, x, notes, identified)
     seen = {choices}

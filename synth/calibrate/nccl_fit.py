@@ -38,6 +38,7 @@ import numpy as np
 from synth.calibrate.confidence import band_errors
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement
+from synth.calibrate.uncertainty import Uncertainty, numeric_jacobian, size_folds, uncertainty, with_held_out
 from synth.errors import UsageError
 from synth.model import nccl
 from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
@@ -58,6 +59,7 @@ PRIOR_RATE = 10.0
 PRIOR_LATENCY = 2.0
 PRIOR_OVERHEAD = 2.0  # the overhead's prior scale, in units of the level's shortest measured call
 PRIOR_STAGES = 32.0
+MAX_GROUP_FOLDS = 6  # groups left out in turn for the held-out spread (synth/calibrate/uncertainty.py)
 OUTLIER = 0.25  # a size predicted more than 25% off after the robust fit is an outlier
 OUTLIER_SPREAD = 4.0  # ... and more than 4 robust standard deviations of the residuals
 MAX_STAGES = 64.0
@@ -136,6 +138,8 @@ class LevelFit:
     groups: tuple[GroupFit, ...]
     notes: tuple[str, ...]
     protocols: tuple[tuple[str, float | None, float | None], ...] = ()  # (protocol, bandwidth, latency); None: kept
+    uncertainty: Uncertainty | None = None  # of the figures (in the fit's units) and of a prediction
+    figures: tuple[tuple[str, str], ...] = ()  # (kind, key) of each fitted figure, in uncertainty's order
 
     @property
     def outliers(self) -> int:
@@ -182,7 +186,8 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     records = tuple(CalibrationRecord(g.collective, fit.level, g.nodes, g.ranks_per_node,
                                       min(e.nbytes for e in g.errors), max(e.nbytes for e in g.errors),
                                       len(g.errors), g.rms, g.worst, g.file.replace("\\", "/").rsplit("/", 1)[-1], "nccl",
-                                      band_errors((e.nbytes, e.error) for e in g.errors))
+                                      band_errors((e.nbytes, e.error) for e in g.errors),
+                                      fit.uncertainty.sigma if fit.uncertainty is not None else None)
                     for fit in fits for g in fit.groups)
     files = sorted({_name(m.file) for m in measurements})
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
@@ -317,6 +322,13 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
         x = _solve(setup, x, keep, loss)
         residuals = np.log(_predict(setup, x) / setup.times)
         keep = ~_outliers(residuals)
+    def data_residuals(values: np.ndarray) -> np.ndarray:
+        return np.log(_predict(setup, values)[keep] / setup.times[keep])
+
+    spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x),
+                         np.array([p.prior for p in setup.params])) if keep.any() else None
+    if spread is not None:
+        spread = with_held_out(spread, _held_out_residuals(setup, x, keep))
     source = _source(setup, keep)
     fitted = _apply(setup, x, source)
     estimates = _evaluate(fitted, list(setup.points))
@@ -355,8 +367,28 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
     stages = values.get(("stages", level))
     overhead = setup.overhead_unit * values[("overhead", level)]
     fit = LevelFit(name, efficiencies, overhead if overhead >= 1e-9 else 0.0, stages, groups,
-                   tuple(dict.fromkeys(notes)), tuple(protocols))
+                   tuple(dict.fromkeys(notes)), tuple(protocols), spread,
+                   tuple((p.kind, str(p.key)) for p in setup.params))
     return fitted, fit
+
+
+def _held_out_residuals(setup: _Setup, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """log(predicted / measured) of every inlier size, from a refit without its share of sizes."""
+    sizes = np.array([p.measurement.bytes for p in setup.points])
+    groups = [(p.devices, p.measurement.collective) for p in setup.points]
+    kinds = list(dict.fromkeys(g for g, k in zip(groups, keep) if k))
+    # sizes left out, and, where several groups were measured (a probe's levels and flat calls),
+    # each group left out in turn: how the figures carry to a configuration they did not see
+    outs = [np.isin(sizes, list(held)) & keep for held in size_folds(sizes[keep])]
+    if len(kinds) > 1:
+        outs += [np.array([g == kind for g in groups]) & keep for kind in kinds[:MAX_GROUP_FOLDS]]
+    residuals = []
+    for out in outs:
+        if not (keep & ~out).any():
+            continue
+        refit = _solve(setup, x, keep & ~out, _pseudo_huber)
+        residuals.append(np.log(_predict(setup, refit)[out] / setup.times[out]))
+    return np.concatenate(residuals) if residuals else np.array([])
 
 
 def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]) -> _Setup:

@@ -51,6 +51,7 @@ def nccl_fit_json(result: NcclCalibration, formats: dict[str, str], errors, outp
             "stages_per_hop": fit.stages,
             "protocols": {p: {"bandwidth": rate, "latency": latency} for p, rate, latency in fit.protocols},
             "notes": list(fit.notes),
+            "uncertainty": _uncertainty_json(fit),
             "groups": [{
                 "file": group.file, "collective": group.collective, "group": group.group, "nodes": group.nodes,
                 "ranks_per_node": group.ranks_per_node, "relative_rms": group.rms, "worst_error": group.worst,
@@ -64,3 +65,28 @@ def nccl_fit_json(result: NcclCalibration, formats: dict[str, str], errors, outp
         "replay_relative_rms": float((errors ** 2).mean() ** 0.5),
         "replay_max_relative_error": float(abs(errors).max()),
     }
+
+
+def _uncertainty_json(fit) -> dict | None:
+    """The fit's spread: a prediction's sigma of log time, and each figure's standard error (in
+    the fit's units: the log of a factor or efficiency, the overhead's units, stages)."""
+    spread = fit.uncertainty
+    if spread is None:
+        return None
+    return {"sigma": spread.sigma, "noise": spread.noise, "pinned": spread.pinned, "held_out_rms": spread.held_out,
+            "standard_errors": {f"{kind} {key}": error for (kind, key), error in zip(fit.figures,
+                                                                                    spread.standard_errors)}}
+
+
+def uncertainty_line(fit) -> str | None:
+    """One line of the fit's spread for the terminal."""
+    from synth.calibrate.uncertainty import Z_90
+    import math
+
+    spread = fit.uncertainty
+    if spread is None:
+        return None
+    held = f", {spread.held_out:.1%} RMS on the sizes (and groups) refits left out" if spread.held_out is not None else ""
+    return (f"level {fit.level}: a prediction's sigma {spread.sigma:.1%} of log time (90% interval "
+            f"x{math.exp(-Z_90 * spread.sigma):.2f}-x{math.exp(Z_90 * spread.sigma):.2f}): residual scale "
+            f"{spread.noise:.1%}, {spread.pinned:.1f} figures pinned by the data{held}")

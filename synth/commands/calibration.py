@@ -259,6 +259,10 @@ def _json(result: Calibration, formats: dict[str, str], errors, output: str | No
             "latency_s": fit.solution.latency_s, "r_squared": fit.solution.r_squared,
             "relative_rms": fit.solution.relative_rms, "max_relative_error": fit.solution.max_relative_error,
             "algorithms": list(fit.solution.algorithms), "files": list(fit.files), "notes": list(fit.solution.notes),
+            "sigma": fit.uncertainty.sigma if fit.uncertainty is not None else None,
+            "standard_errors": {"log latency": fit.uncertainty.standard_errors[0],
+                                "log inverse bandwidth": fit.uncertainty.standard_errors[1]}
+            if fit.uncertainty is not None else None,
         } for fit in result.fits],
         "replay_relative_rms": float((errors ** 2).mean() ** 0.5),
         "replay_max_relative_error": float(abs(errors).max()),
@@ -277,7 +281,7 @@ def _run_nccl(args, measurements, formats) -> int:
     from synth.calibrate.infer import infer_nccl_base
     from synth.calibrate.all_to_all import calibrate_with_all_to_all as calibrate_nccl  # all-to-alls apart
     from synth.calibrate.all_to_all import replay_with_all_to_all as replay_nccl
-    from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows
+    from synth.calibrate.report import nccl_fit_json, nccl_fit_rows, nccl_size_rows, uncertainty_line
     from synth.commands.terminal import console as text_console
     from synth.topology_file import load_topology, render_topology
 
@@ -326,6 +330,9 @@ def _run_nccl(args, measurements, formats) -> int:
             console.print(sizes)
         for note in fit.notes:
             console.print(f"{'warning' if note.startswith('poor fit') else 'note'}: {_plain(note)}")
+        spread = uncertainty_line(fit)
+        if spread:
+            console.print(f"uncertainty: {spread}")
     if contradiction:
         console.print(f"warning: {_plain(contradiction)}")
     if args.output:

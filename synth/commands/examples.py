@@ -23,6 +23,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "fusion": ("synth fusion --topology dgx-a100-x4 --axes data=8,model=4 --reduce data --placement '[[4,2],[1,4]]' "
                "--tensors 4MiB,16MiB,64MiB,8KiB",),
     "sweep": ("synth sweep --topology gcp-n1-v100-4x8 --axes data=8,model=4 -b 1KiB -e 1GiB -f 4 -o sweep-results",),
+    "probe": ("synth probe --topology hgx-h100-ib-4x8 -o probe.py",),
     "calibrate": ("synth calibrate results/accuracy/microbench-emu-2x4-calibration.csv --topology emu-2x4 --backend gloo "
                   "-o emu-2x4-mine.toml   # from the source tree",),
     "export": ("synth export --topology dgx-a100-x4 --axes data=8,model=4 --reduce data --placement '[[4,2],[1,4]]' "

@@ -66,6 +66,9 @@ def register(subparsers) -> None:
     from synth.commands.emulated_bench import add_emulate_options
 
     add_emulate_options(parser)
+    from synth.commands.bench_loop import add_loop_options
+
+    add_loop_options(parser)
     parser.set_defaults(handler=run_bench)
 
 
@@ -406,6 +409,9 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
         raise UsageError(f"{devices} devices is more than {MAX_LOCAL_PROCESSES} local processes: export the programs "
                          f"with 'synth export --format torch --batch' and launch them with torchrun across nodes")
     sizes = resolve_sizes(args, default=DEFAULT_BENCH_BYTES[args.backend])
+    from synth.commands.bench_loop import check_loop_options, close_loop
+
+    check_loop_options(args, sizes)
     programs = _given_programs(args)
     entries, infos = _bench_entries(args, job, reduce_axes, programs, sizes)
     _require_torch()
@@ -470,6 +476,8 @@ def bench(args, launch, topology=None, notes=(), label="torchrun") -> int:
         print(f"note: {note}")
     _print_nccl_tests(rows)
     print(f"wrote {csv_path}")
+    if args.calibrate is not None and not any(row.check == "FAILED" for row in rows):
+        close_loop(args, job, entries, result.report, infos, rows, csv_path, sizes)
     failed = sorted({row.program for row in rows if row.check == "FAILED"})
     if failed or result.returncode != 0:
         raise NoSolutionError(f"check failed for {', '.join(failed) or 'a program'} (exit code {result.returncode}); "

@@ -1,0 +1,235 @@
+"""Does a four-size probe calibrate a system? Leave one source out on published nccl-tests logs.
+
+Every log in LOG_DIR (default ../shared/nccl-logs) belongs to a source (benchmarks/fidelity.py's
+SOURCES: one thread, one poster's cluster), i.e. one system. Per fold, one log A of a source:
+
+* the probe: the four sizes of A nearest (in log size) to `synth probe`'s sizes
+  (synth/calibrate/probe.py: 8 KiB, 256 KiB, 8 MiB, 256 MiB), every row of those sizes;
+* `synth calibrate`'s NCCL fit (synth/calibrate/nccl_fit.py) on them alone, from A's built-in
+  topology (with A's launch mode and NCCL_* settings), every fitted figure refitted in the fold;
+* prediction of every other size of A and every size of the source's other logs (other node
+  counts, other launch modes: each log's own NCCL settings over the figures fitted on A),
+  each with the 90% interval the calibrated topology states (synth/calibrate/confidence.py).
+
+Scored per band as the issue states the target: |busbw error| within 30% below 1 MiB, 15% at
+1-64 MiB, 10% at 64 MiB and up, and the share of measured times inside their interval (target
+at least 90%). The uncalibrated model (the built-in topology alone) is scored on the same calls.
+
+Not refitted per fold, and so partly fitted on these logs: the model's constants and built-in
+topologies that were chosen while looking at them (the launch floor per GPU, the TCP per-stream
+rate, the A3 High topology); the report says so.
+
+    python -m benchmarks.calibration_transfer [LOG_DIR] [-o results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.fidelity import Log, busbw, error, load_logs, predict
+from benchmarks.record import REPORT, header, study_dir
+from synth.calibrate.confidence import model_error_for_group
+from synth.calibrate.groups import devices as group_devices
+from synth.calibrate.nccl_fit import calibrate_nccl
+from synth.calibrate.probe import PROBE_SIZES
+from synth.errors import UsageError
+from synth.units import format_bytes
+
+MiB = 2 ** 20
+# the issue's target per band: (name, low, high, tolerance on |busbw error|)
+BANDS = (("< 1 MiB", 0, MiB, 0.30), ("1-64 MiB", MiB, 64 * MiB, 0.15), (">= 64 MiB", 64 * MiB, math.inf, 0.10))
+COVERAGE_TARGET = 0.90
+# what the earlier versions measured on the same logs, so the changes stand beside what they did
+HISTORY = (
+    "Earlier runs on the same 1264 predictions: probe sizes 8 KiB-256 MiB (x32) with the in-sample "
+    "sigma alone: 790 (62%) within target, intervals covering 731 (58%); adding the held-out-size sigma "
+    "(refits leaving a quarter of the sizes out): coverage 1009 (80%); probe sizes 8 KiB-2 GiB (x64, "
+    "this run): see above. The probe sizes were changed after the first run showed the 256 MiB "
+    "bandwidth short of NCCL's asymptote across nodes, so they too were chosen on these logs.")
+
+
+def probe_sizes(log: Log) -> tuple[int, ...]:
+    """The log's sizes nearest the probe's, distinct (fewer when the log has fewer sizes)."""
+    sizes = sorted({m.bytes for m in log.measurements})
+    chosen: list[int] = []
+    for target in PROBE_SIZES:
+        free = [s for s in sizes if s not in chosen]
+        if free:
+            chosen.append(min(free, key=lambda s: abs(math.log(s / target))))
+    return tuple(sorted(chosen))
+
+
+def fold(held: Log, logs: list[Log]) -> dict:
+    """Calibrate on the probe sizes of `held`; predict the rest of its source."""
+    probe = probe_sizes(held)
+    fitted_on = [m for m in held.measurements if m.bytes in probe]
+    entry = {"probe_log": held.name, "source": held.source.name, "probe_sizes": list(probe), "rows": []}
+    try:
+        calibrated = calibrate_nccl(fitted_on, held.base).topology
+    except (UsageError, ValueError) as failure:
+        entry["failed"] = " ".join(str(failure).split())[:300]
+        return entry
+    for log in logs:
+        if log.source != held.source:
+            continue
+        topology = replace(calibrated, nccl=log.base.nccl)  # the log's own launch mode and NCCL settings
+        calls = [m for m in log.measurements if not (log is held and m.bytes in probe)]
+        if not calls:
+            continue
+        try:
+            predicted = predict(topology, calls)
+            uncalibrated = predict(log.base, calls)
+        except (UsageError, ValueError) as failure:
+            entry.setdefault("skipped", []).append(f"{log.name}: {' '.join(str(failure).split())[:200]}")
+            continue
+        for m, p, u in zip(calls, predicted, uncalibrated):
+            _, ranks = group_devices(m, topology)
+            low, high = model_error_for_group(topology, ranks, m.collective, m.bytes).interval(p, m.bytes)
+            entry["rows"].append({"log": log.name, "same_log": log is held, "collective": m.collective,
+                                  "group": m.span.describe(), "bytes": m.bytes, "measured_s": m.time_s,
+                                  "measured_busbw": busbw(m, m.time_s), "predicted_s": p, "uncalibrated_s": u,
+                                  "low_s": low, "high_s": high})
+    return entry
+
+
+def study(log_dir: Path) -> dict:
+    logs, unknown = load_logs(log_dir)
+    folds = []
+    for log in logs:
+        if len({m.bytes for m in log.measurements}) < len(PROBE_SIZES) + 1:
+            folds.append({"probe_log": log.name, "source": log.source.name, "rows": [],
+                          "failed": f"{len({m.bytes for m in log.measurements})} size(s): too few for a four-size "
+                                    f"probe and a held-out size"})
+            continue
+        folds.append(fold(log, logs))
+    return {"folds": folds, "unknown": unknown}
+
+
+def score(rows: list[dict], key: str = "predicted_s") -> dict:
+    """Per band: calls, share within the band's tolerance, median |error|, interval coverage."""
+    out = {}
+    for name, low, high, tolerance in BANDS:
+        chosen = [r for r in rows if low <= r["bytes"] < high]
+        errors = [abs(error(r[key], r["measured_s"])) for r in chosen]
+        covered = [r["low_s"] <= r["measured_s"] <= r["high_s"] for r in chosen]
+        out[name] = {"calls": len(chosen), "within": sum(e <= tolerance for e in errors),
+                     "median": statistics.median(errors) if errors else None,
+                     "covered": sum(covered)}
+    every = [r for r in rows]
+    out["all"] = {"calls": len(every), "within": sum(out[b]["within"] for b, *_ in BANDS),
+                  "covered": sum(r["low_s"] <= r["measured_s"] <= r["high_s"] for r in every)}
+    return out
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({part / whole:.0%})" if whole else "-"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def render(result: dict, command: str, seconds: float) -> str:
+    rows = [r for f in result["folds"] for r in f["rows"]]
+    calibrated, uncalibrated = score(rows), score(rows, "uncalibrated_s")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = ["# Calibration transfer: a four-size probe, leave one source out", "", header(command),
+             f"Load: 1-minute load average {load:.1f} at the end; the study took {seconds:.0f} s", "",
+             "Per fold: `synth calibrate`'s NCCL fit on the four sizes of one log nearest `synth probe`'s "
+             f"({', '.join(format_bytes(s) for s in PROBE_SIZES)}), then every other size of that log and every size "
+             "of the other logs of its source (other node counts and launch modes) predicted from it, with the "
+             "calibrated topology's 90% interval. Target (issue 25): within 30% below 1 MiB, 15% at 1-64 MiB, 10% "
+             "from 64 MiB (busbw), and intervals covering the measured time at least 90% of the time.", "",
+             "| band | predictions | within target, calibrated | within target, uncalibrated | median abs error, "
+             "calibrated | median abs error, uncalibrated | interval coverage |", "|---|---|---|---|---|---|---|"]
+    for name, *_ in BANDS:
+        c, u = calibrated[name], uncalibrated[name]
+        lines.append(f"| {name} | {c['calls']} | {_share(c['within'], c['calls'])} | {_share(u['within'], u['calls'])} "
+                     f"| {_pct(c['median'])} | {_pct(u['median'])} | {_share(c['covered'], c['calls'])} |")
+    c, u = calibrated["all"], uncalibrated["all"]
+    lines.append(f"| all | {c['calls']} | {_share(c['within'], c['calls'])} | {_share(u['within'], u['calls'])} | | | "
+                 f"{_share(c['covered'], c['calls'])} |")
+    for label, same in (("the probe's own log, other sizes", True), ("the source's other logs", False)):
+        part = score([r for r in rows if r["same_log"] is same])["all"]
+        base = score([r for r in rows if r["same_log"] is same], "uncalibrated_s")["all"]
+        lines.append(f"| {label} | {part['calls']} | {_share(part['within'], part['calls'])} | "
+                     f"{_share(base['within'], base['calls'])} | | | {_share(part['covered'], part['calls'])} |")
+    met_accuracy = c["calls"] and c["within"] == c["calls"]
+    met_coverage = c["calls"] and c["covered"] >= COVERAGE_TARGET * c["calls"]
+    lines += ["", f"Target met: accuracy {'yes' if met_accuracy else 'no'} (every prediction within its band's "
+                  f"tolerance), interval coverage {'yes' if met_coverage else 'no'} (at least 90%).", "",
+              HISTORY, "", "## Per source", "", "| source | folds | predictions | within target | interval coverage |",
+              "|---|---|---|---|---|"]
+    by_source: dict[str, list[dict]] = {}
+    for f in result["folds"]:
+        by_source.setdefault(f["source"], []).append(f)
+    for source, folds in by_source.items():
+        source_rows = [r for f in folds for r in f["rows"]]
+        s = score(source_rows)["all"]
+        done = sum("failed" not in f for f in folds)
+        lines.append(f"| {source} | {done} of {len(folds)} | {s['calls']} | {_share(s['within'], s['calls'])} | "
+                     f"{_share(s['covered'], s['calls'])} |")
+    lines += ["", "## Per fold", "", "| probe log | probe sizes | predictions | within target | coverage | note |",
+              "|---|---|---|---|---|---|"]
+    for f in result["folds"]:
+        s = score(f["rows"])["all"]
+        note = f.get("failed", "") or "; ".join(f.get("skipped", []))
+        sizes = ", ".join(format_bytes(b) for b in f.get("probe_sizes", []))
+        lines.append(f"| {f['probe_log']} | {sizes} | {s['calls']} | {_share(s['within'], s['calls'])} | "
+                     f"{_share(s['covered'], s['calls'])} | {note.replace('|', '/')} |")
+    lines += ["", "## What is and is not refitted per fold", "",
+              "Refitted in every fold from the four probe sizes alone: every figure `synth calibrate` fits (link "
+              "efficiencies, per-protocol rate and latency factors, the per-call overhead, pipeline stages) and the "
+              "interval's spread. Not refitted, so this figure is partly a fit on these logs: the NCCL model's "
+              "constants and the built-in topologies chosen while reading them (the launch floor per GPU, the TCP "
+              "per-stream rate, the A3 High topology), and which built-in topology each source uses "
+              "(benchmarks/fidelity.py's SOURCES).", ""]
+    return "\n".join(lines)
+
+
+COLUMNS = ("log", "same_log", "collective", "group", "bytes", "measured_s", "predicted_s", "uncalibrated_s", "low_s",
+           "high_s")
+
+
+def compact(result: dict) -> dict:
+    """The result with each fold's rows as lists under `columns`, times to 5 significant digits."""
+    def cell(value):
+        return float(f"{value:.5g}") if isinstance(value, float) else value
+
+    folds = [{**fold, "rows": [[cell(row[c]) for c in COLUMNS] for row in fold["rows"]]} for fold in result["folds"]]
+    return {**result, "columns": list(COLUMNS), "folds": folds}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.calibration_transfer",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
+    parser.add_argument("-o", "--output", default="results",
+                        help="the results directory (default results/); writes its calibration-transfer/ folder")
+    args = parser.parse_args(argv)
+    log_dir = Path(args.logs)
+    if not log_dir.is_dir():
+        print(f"calibration_transfer: {log_dir} is not a folder of nccl-tests logs", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    result = study(log_dir)
+    seconds = time.perf_counter() - start
+    command = " ".join(["python -m benchmarks.calibration_transfer", *(sys.argv[1:] if argv is None else argv)])
+    out = study_dir("calibration-transfer", args.output)
+    (out / REPORT).write_text(render(result, command, seconds), encoding="utf-8")
+    (out / "calibration-transfer.json").write_text(json.dumps(compact(result), separators=(",", ":")) + "\n",
+                                                   encoding="utf-8")
+    print(f"wrote {out / REPORT} and {out / 'calibration-transfer.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
