@@ -46,10 +46,30 @@ class Goal:
     ends_whole: bool  # every member ends holding the whole buffer
     ends_full: bool  # no member ends empty
     start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK or ROOT_ONLY
-    bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/analysis/goal_rank.py)
+    bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/search/rank.py)
+    jax_call: str | None = None  # the jax.lax collective it equals under shard_map (synth/jax.py); None: none
+    torch_call: str = ""  # the torch.distributed call a training step makes for it (its flat call at run time)
+    rooted: bool = False  # one member (the root, member 0) gives or takes the result: broadcast, reduce
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_all_reduce(self) -> bool:
+        """The default goal: what a request without --collective asks, and the one the
+        all-reduce-only studies (held-out errors, the achievable bound) are of."""
+        return self == ALL_REDUCE
+
+    @property
+    def role(self) -> str:
+        """How tables name its flat call: "default all-reduce", "flat ReduceScatter", ..."""
+        return "default all-reduce" if self.is_all_reduce else f"flat {self.collective}"
+
+    def bus_factor(self, n: int) -> float:
+        """nccl-tests' busbw / algbw of its flat call over n members (synth/collectives.py)."""
+        from synth.collectives import collective
+
+        return collective(self.collective).bus_factor(n)
 
     def flat_call(self, outermost: str) -> Program:
         """The goal's one flat call over the whole group (whose outermost level is `outermost`):
@@ -60,12 +80,17 @@ class Goal:
 GOALS: dict[str, Goal] = {
     goal.name: goal
     for goal in (
-        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True, bound_share=1.0),
-        Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True),
-        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True, OWN_BLOCK),
-        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True),
-        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True, ROOT_ONLY),
-        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False),
+        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True, bound_share=1.0,
+             jax_call="psum", torch_call="all_reduce"),
+        Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True,
+             jax_call="psum_scatter", torch_call="reduce_scatter_tensor"),
+        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True, OWN_BLOCK,
+             jax_call="all_gather", torch_call="all_gather_into_tensor"),
+        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True,
+             jax_call="all_to_all", torch_call="all_to_all_single"),
+        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True, ROOT_ONLY,
+             torch_call="broadcast", rooted=True),
+        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False, torch_call="reduce", rooted=True),
     )
 }
 ALL_REDUCE = GOALS["allreduce"]

@@ -219,15 +219,9 @@ def best_expressible(hierarchy, topology, nbytes: int, backend: str = "nccl", ma
 
     goal = _goal(collective)
     context = cost_context(hierarchy, topology, backend)
-    if goal.name == "allreduce":
-        from synth.search.rank import rank_programs
+    from synth.search.rank import Ranker
 
-        rows = rank_programs(context, nbytes, max_len=max_len)
-    else:
-        from synth.analysis.goal_rank import rank_goal
-
-        rows = rank_goal(context, goal, [nbytes], max_len)[0]
-    for row in rows:
+    for row in Ranker(context, max_len, goal=goal).rank([nbytes])[0]:
         if expressible(str(row.program)):
             return str(row.program)
     # the flat call always is expressible

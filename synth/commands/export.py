@@ -19,6 +19,7 @@ from synth.output_files import write_text
 if TYPE_CHECKING:
     from synth.execute import report as benchmod
     from synth.export.plan import PlanEntry
+    from synth.goals import Goal
     from synth.hierarchy import SynthesisHierarchy
     from synth.language import Program
 
@@ -100,26 +101,19 @@ def _given_programs(args) -> list[Program]:
     return programs
 
 
-def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str, goal=None) -> list[Program]:
-    """The simulator's K best programs at each size (their union, best first), for one placement;
-    a goal other than the all-reduce ranked by synth/analysis/goal_rank.py."""
-    from synth.analysis.goal_rank import top_goal
+def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str, goal: Goal) -> list[Program]:
+    """The simulator's K best programs of the goal at each size (their union, best first), for
+    one placement."""
     from synth.search.rank import Ranker
     from synth.model.context import cost_context
     from synth.model.network import check_costable
 
-    goal_name = "allreduce" if goal is None else goal.name
-    check_search([hierarchy], args.max_len, goal=goal_name)
+    check_search([hierarchy], args.max_len, goal=goal)
     check_costable(topology)
-    context = cost_context(hierarchy, topology, backend)
-    if goal_name == "allreduce":
-        ranker = Ranker(context, args.max_len)
-        ranked = [ranker.top(nbytes, args.top)[:args.top] for nbytes in sizes]
-    else:
-        ranked = [rows[:args.top] for rows in top_goal(context, goal, sizes, args.top, args.max_len)]
+    ranker = Ranker(cost_context(hierarchy, topology, backend), args.max_len, goal=goal)
     programs: list[Program] = []
-    for rows in ranked:
-        for row in rows:
+    for nbytes in sizes:
+        for row in ranker.top(nbytes, args.top)[:args.top]:
             if row.program not in programs:
                 programs.append(row.program)
     return programs
@@ -128,9 +122,7 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
 def _note_flat_call(programs: list[Program], hierarchy: SynthesisHierarchy, goal) -> None:
     """Say so when all the ranking wrote is the framework's own flat call (`--top 1`, or a top K
     of one program): the file then runs the one call NCCL (or gloo) would have made anyway."""
-    from synth.analysis.goal_rank import goal_baseline
-
-    flat = goal_baseline(hierarchy, goal)
+    flat = goal.flat_call(hierarchy.level_names[0])
     if programs == [flat]:
         print(f"note: nothing beats the flat call here: the fastest program is {flat}, the one "
               f"{goal.collective} call over the whole group that the framework makes itself", file=sys.stderr)
