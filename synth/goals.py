@@ -28,8 +28,18 @@ from synth.names import echo
 SUMS = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
 
 # What each member holds before the first step (docs/model.md section 7): the whole buffer, its
-# own block only (at its place), or nothing but on the root (member 0).
-WHOLE, OWN_BLOCK, ROOT_ONLY = "whole", "own block", "root only"
+# own block only (at its place), nothing but on the root (member 0), or the whole buffer with
+# block j addressed to member j.
+WHOLE, OWN_BLOCK, ROOT_ONLY, ADDRESSED = "whole", "own block", "root only", "addressed"
+
+# What the program must leave (docs/model.md section 7): the semantics' goal state and the
+# interpreter's expected buffers are built from it.
+SUM_EVERYWHERE = "the sum on every member"
+SUM_BLOCKS = "block r of the sum on member r, at any place"
+SUM_AT_ROOT = "the sum on the root"
+GATHERED = "member r's block at place r on every member"
+TRANSPOSED = "member i's block j on member j, at place i"
+ROOT_EVERYWHERE = "the root's buffer on every member"
 
 
 @dataclass(frozen=True)
@@ -45,11 +55,12 @@ class Goal:
     sums: bool  # every block of the result is a sum over the group
     ends_whole: bool  # every member ends holding the whole buffer
     ends_full: bool  # no member ends empty
-    start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK or ROOT_ONLY
+    start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK, ROOT_ONLY or ADDRESSED
     bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/search/rank.py)
     jax_call: str | None = None  # the jax.lax collective it equals under shard_map (synth/jax.py); None: none
     torch_call: str = ""  # the torch.distributed call a training step makes for it (its flat call at run time)
     rooted: bool = False  # one member (the root, member 0) gives or takes the result: broadcast, reduce
+    end: str = SUM_EVERYWHERE  # what the program must leave: SUM_EVERYWHERE, SUM_BLOCKS, GATHERED, ...
 
     def __str__(self) -> str:
         return self.name
@@ -83,14 +94,15 @@ GOALS: dict[str, Goal] = {
         Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True, bound_share=1.0,
              jax_call="psum", torch_call="all_reduce"),
         Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True,
-             jax_call="psum_scatter", torch_call="reduce_scatter_tensor"),
+             jax_call="psum_scatter", torch_call="reduce_scatter_tensor", end=SUM_BLOCKS),
         Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True, OWN_BLOCK,
-             jax_call="all_gather", torch_call="all_gather_into_tensor"),
-        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True,
-             jax_call="all_to_all", torch_call="all_to_all_single"),
+             jax_call="all_gather", torch_call="all_gather_into_tensor", end=GATHERED),
+        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True, ADDRESSED,
+             jax_call="all_to_all", torch_call="all_to_all_single", end=TRANSPOSED),
         Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True, ROOT_ONLY,
-             torch_call="broadcast", rooted=True),
-        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False, torch_call="reduce", rooted=True),
+             torch_call="broadcast", rooted=True, end=ROOT_EVERYWHERE),
+        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False, torch_call="reduce", rooted=True,
+             end=SUM_AT_ROOT),
     )
 }
 ALL_REDUCE = GOALS["allreduce"]

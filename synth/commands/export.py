@@ -164,7 +164,7 @@ def run_export(args) -> int:
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
     # Every format takes every goal: programs given or ranked by --top; the mesh says where the goal's blocks go.
     goal = resolve_goal(args)
-    if args.format == "mesh" and goal.name != "allreduce" and reduce_axes is None:
+    if args.format == "mesh" and not goal.is_all_reduce and reduce_axes is None:
         raise UsageError(f"--collective {goal.name} with --format mesh says where its blocks go in each reduction "
                          "group: give the axes it runs over with --reduce")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
@@ -185,7 +185,7 @@ def run_export(args) -> int:
     if reduce_axes:
         argv += ["--reduce", ",".join(reduce_axes)]
     argv += ["--placement", placement.to_text(), "--hierarchy", args.hierarchy]
-    if goal.name != "allreduce":
+    if not goal.is_all_reduce:  # the default goal is not spelled
         argv += ["--collective", goal.name]
     if args.top is not None:
         argv += ["--top", str(args.top), "--max-len", str(args.max_len), "--backend", args.backend]
@@ -206,7 +206,7 @@ def run_export(args) -> int:
         if args.format == "mesh":
             if hierarchy is not None:
                 metadata.update(hierarchy_metadata(hierarchy))
-                if goal.name != "allreduce":
+                if not goal.is_all_reduce:
                     metadata["collective"] = mesh.collective_layout(hierarchy, goal)
             files.append(mesh.render(placement, provenance, metadata))
         elif args.format == "json":
@@ -294,7 +294,7 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
     from synth.lowering import lower
 
     goal = resolve_goal(args)
-    role = "default all-reduce" if goal.name == "allreduce" else f"flat {goal.collective}"
+    role = goal.role
     placements = list(iter_placements(args, job))
     entries, infos = [], []
     for placement in placements:
