@@ -19,7 +19,6 @@ import numpy as np
 from synth.goals import Goal, parse_goal
 from synth.language import Program, Step, permute_step
 from synth.lowering import lower_on
-from synth.model.bound import LowerBound
 from synth.model.context import CostContext
 from synth.model.engine import CostEngine, ProgramTable, step_calls
 from synth.model.estimate import resolve_estimate
@@ -35,11 +34,6 @@ PREFETCH_BATCH = 4096  # sizes costed per engine call
 def goal_baseline(hierarchy, goal: Goal) -> Program:
     """The goal's own flat call over the whole reduction group."""
     return goal.flat_call(hierarchy.level_names[0])
-
-
-def goal_bound(context: CostContext, goal: Goal, size: int, estimate=None) -> LowerBound:
-    """The goal's lower bound at one size under the estimate (synth/search/rank.py)."""
-    return Ranker(context, estimate=estimate, goal=goal).lower_bound(size)
 
 
 @lru_cache(maxsize=256)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
+from synth.commands.common import (resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
 from synth.commands.common import add_plot_option
