@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from synth.errors import InvalidProgramError
-from synth.goals import Goal
+from synth.goals import ALL_REDUCE, Goal
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import PERMUTE, Program, Step, permute_step
 from synth.lowering import lower
@@ -210,16 +210,18 @@ class ProgramSets:
         """How many enumerations ran."""
         return len(self._enumerated)
 
-    def get(self, hierarchy: SynthesisHierarchy, max_len: int, walker: StateWalker | None = None) -> ProgramSet:
-        """Every valid program of the walker's goal (the all-reduce without a walker)."""
-        walker = walker or StateWalker(hierarchy)
-        goal = walker.semantics.goal_kind
+    def get(self, hierarchy: SynthesisHierarchy, max_len: int, walker: StateWalker | None = None,
+            goal: Goal = ALL_REDUCE) -> ProgramSet:
+        """Every valid program of the goal (the walker's, when one is given; a walker is made
+        only for a shape not walked yet)."""
+        if walker is not None:
+            goal = walker.semantics.goal_kind
         key = (goal, hierarchy.sizes, max_len)
         if key not in self._shapes:
             quotient = (goal, tuple(min(size, QUOTIENT_CAP) for size in hierarchy.sizes), max_len)
             if quotient not in self._enumerated:
                 self._enumerated[quotient] = _enumerated(hierarchy.level_names, quotient[1], max_len, goal)
-            self._shapes[key] = _walked(walker, self._enumerated[quotient])
+            self._shapes[key] = _walked(walker or StateWalker(hierarchy, goal), self._enumerated[quotient])
         named = (hierarchy.level_names, *key)
         if named not in self._named:
             self._named[named] = ProgramSet(self._shapes[key], hierarchy.level_names)

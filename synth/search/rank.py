@@ -37,6 +37,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -133,16 +134,21 @@ class Ranker:
         self.max_len = max_len
         self.estimate = resolve_estimate(estimate)
         self.engine = engine or engine_for(context)
-        self.walker = StateWalker(context.hierarchy, goal)
         self.sets = sets or ProgramSets()
         self.baseline = goal.flat_call(context.hierarchy.level_names[0])
         self.copy_rate = copy_rate(context)
+
+    @cached_property
+    def walker(self) -> StateWalker:
+        """The goal's state walker on this hierarchy (made when first needed: a sweep over many
+        placements of one shape never needs one past the first)."""
+        return StateWalker(self.hierarchy, self.goal)
 
     # --- program sets -------------------------------------------------------------------------
 
     def every_program(self) -> ProgramSet:
         """Every valid program of the goal up to max_len steps (its flat call among them)."""
-        return self.sets.get(self.hierarchy, self.max_len, self.walker)
+        return self.sets.get(self.hierarchy, self.max_len, self.__dict__.get("walker"), self.goal)
 
     def programs(self, programs: Sequence[Program]) -> ProgramSet:
         """The given programs as a set, the goal's flat call appended when missing."""
