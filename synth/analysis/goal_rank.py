@@ -31,11 +31,6 @@ from synth.semantics import QUOTIENT_CAP, Semantics
 PREFETCH_BATCH = 4096  # sizes costed per engine call
 
 
-def goal_baseline(hierarchy, goal: Goal) -> Program:
-    """The goal's own flat call over the whole reduction group."""
-    return goal.flat_call(hierarchy.level_names[0])
-
-
 @lru_cache(maxsize=256)
 def _canonical_programs(levels: int, capped: tuple[int, ...], goal_name: str, max_len: int) -> tuple[Program, ...]:
     """Every valid program of the goal on a hierarchy of `levels` levels named level0, level1,
@@ -105,9 +100,6 @@ def goal_program_times(context: CostContext, goal, programs, sizes, estimate=Non
     costed as the `Ranker` costs them (what `synth bench` predicts beside its measurements)."""
     ranker = Ranker(context, estimate=estimate, goal=parse_goal(goal))
     return ranker.times(program_set(ranker.walker, list(programs)), [int(size) for size in sizes])
-
-
-GoalChoice = Choice  # the fastest program at one size and the flat call's time (synth/search/best.py)
 
 
 class GoalPrograms:

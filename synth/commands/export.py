@@ -288,7 +288,6 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
     """Each program (given, or the simulator's top K for the placement) on each placement
     where it is valid, and each placement's default all-reduce (for another --collective, the
     goal's own flat call)."""
-    from synth.analysis.goal_rank import goal_baseline
     from synth.execute import report as benchmod
     from synth.export.plan import PlanEntry
     from synth.lowering import lower
@@ -301,7 +300,7 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
         if hierarchy.group_size < 2:
             continue
-        default, valid = goal_baseline(hierarchy, goal), 0
+        default, valid = goal.flat_call(hierarchy.level_names[0]), 0
         candidates = programs or _top_programs(args, hierarchy, job.topology, sizes, args.backend, goal)
         for program in candidates:
             try:

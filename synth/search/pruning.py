@@ -294,13 +294,10 @@ class DeadPrefixOracle:
                 return found
         return facts
 
-    def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
-        """The instruction classes that can begin a completion of `remaining` steps (empty:
-        the prefix is dead). Instructions of other classes need not even be applied."""
-        return self.answer(self.facts(state), remaining)
-
     def answer(self, facts: AbstractState, remaining: int) -> frozenset[int]:
-        """`first_steps` for an abstract state already computed."""
+        """The instruction classes that can begin a completion of `remaining` steps from an
+        abstract state (empty: the prefix is dead). Instructions of other classes need not
+        even be applied."""
         key = (facts, remaining)
         answer = self._answers.get(key)
         if answer is None:

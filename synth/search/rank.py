@@ -55,9 +55,8 @@ __all__ = ["COPY_BYTES_PER_S", "ESTIMATES", "RankedProgram", "Ranker", "copy_rat
 
 # Bytes per second a Permute copies on one device: estimates until a calibration measures them.
 # GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
-# CPU (gloo): one core's memcpy of a large buffer, a few GB/s.
+# CPU (gloo): one core's memcpy of a large buffer (~10 GB/s), halved likewise.
 COPY_BYTES_PER_S = {"nccl": 0.75e12, "gloo": 5e9}
-COPY_SOURCE = "estimate: half the device memory bandwidth (A100 HBM2 1.55 TB/s; one CPU core ~10 GB/s)"
 
 
 def copy_rate(context: CostContext) -> float:
