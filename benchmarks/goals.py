@@ -123,6 +123,14 @@ ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per c
 # same script runs the checkout under test and an earlier one, so it uses only public names
 # both have). The group: dgx-h100-2x8x8's levels with one more level of 4 pods (the rack
 # level's figures) and 16 nodes per rack: 4096 GPUs, all one data-parallel group.
+_GROUP_SCRIPT = """
+base = load_topology("dgx-h100-2x8x8")
+rack, node, gpu = base.levels
+levels = (dataclasses.replace(rack, name="pod", size=4), dataclasses.replace(rack, size=8),
+          dataclasses.replace(node, size=16), gpu)
+topology = dataclasses.replace(base, name="dgx-h100-4x8x16x8", levels=levels)
+hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=4096"))[0], ("data",), "merged")
+"""  # the 4096-member group both scripts build
 _TOP_SCRIPT = """
 import dataclasses, itertools, json, sys, time
 from synth.analysis.goal_rank import copy_rate
@@ -133,13 +141,7 @@ from synth.placement import enumerate_placements, parse_axes
 from synth.search import StateWalker, cheapest_programs
 from synth.topology_file import load_topology
 goal, estimate, k, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-base = load_topology("dgx-h100-2x8x8")
-rack, node, gpu = base.levels
-levels = (dataclasses.replace(rack, name="pod", size=4), dataclasses.replace(rack, size=8),
-          dataclasses.replace(node, size=16), gpu)
-topology = dataclasses.replace(base, name="dgx-h100-4x8x16x8", levels=levels)
-hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=4096"))[0], ("data",), "merged")
-cpu, started = time.process_time(), time.perf_counter()
+""" + _GROUP_SCRIPT + """cpu, started = time.process_time(), time.perf_counter()
 context = cost_context(hierarchy, topology)
 found = list(itertools.islice(cheapest_programs(StateWalker(hierarchy, goal), engine_for(context), ESTIMATES[estimate],
                                                 size, 5, copy_rate(context)), k))
@@ -320,13 +322,7 @@ def counted(coords):
     seen.add(coords.tobytes())
     return canonical(coords)
 engine_module.CostEngine.call, engine_module.canonical_coords = timed_call, counted
-base = load_topology("dgx-h100-2x8x8")
-rack, node, gpu = base.levels
-levels = (dataclasses.replace(rack, name="pod", size=4), dataclasses.replace(rack, size=8),
-          dataclasses.replace(node, size=16), gpu)
-topology = dataclasses.replace(base, name="dgx-h100-4x8x16x8", levels=levels)
-hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=4096"))[0], ("data",), "merged")
-goal, k, size = GOALS[sys.argv[1]], int(sys.argv[2]), int(sys.argv[3])
+""" + _GROUP_SCRIPT + """goal, k, size = GOALS[sys.argv[1]], int(sys.argv[2]), int(sys.argv[3])
 cpu = time.process_time()
 ranker = Ranker(cost_context(hierarchy, topology), 5, goal=goal)
 ranker.walker
