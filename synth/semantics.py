@@ -20,7 +20,7 @@ The same machine runs in two modes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import combinations, permutations
 from itertools import product as cartesian
 from operator import itemgetter
@@ -295,11 +295,25 @@ def _permute(member, places, after_order, field, whole_length):
     if hi - lo == 1:
         place = places[lo]
         return Holding(place, place + 1, ((sets >> (lo * field)) & mask) << (place * field), length, tags, after_order)
+    if lo == 0 and field % 8 == 0 and hi == len(places):  # the fields are whole bytes: move them as bytes
+        width, sources = field // 8, _sources(places)
+        raw = sets.to_bytes(hi * width, "little")
+        new_sets = int.from_bytes(b"".join([raw[old * width:(old + 1) * width] for old in sources]), "little")
+        return Holding(lo, hi, new_sets, length, tuple([tags[old] for old in sources]), after_order)
     new_sets, new_tags = 0, [0] * (hi - lo)
     for place in range(lo, hi):
         new_sets |= ((sets >> (place * field)) & mask) << (places[place] * field)
         new_tags[places[place]] = tags[place]
     return Holding(lo, hi, new_sets, length, tuple(new_tags), after_order)
+
+
+@lru_cache(maxsize=4096)
+def _sources(places: tuple[int, ...]) -> tuple[int, ...]:
+    """New place -> the old place whose chunk lands there (the inverse of `places`)."""
+    sources = [0] * len(places)
+    for old, new in enumerate(places):
+        sources[new] = old
+    return tuple(sources)
 
 
 @dataclass(frozen=True)
