@@ -4,6 +4,7 @@
     python -m benchmarks.goals --calibrate [-o results]
     python -m benchmarks.goals --top [-o results] [--before DIR]
     python -m benchmarks.goals --top-cli [--goal GOAL] [-o results] [--before DIR]
+    python -m benchmarks.goals --top-profile [-o results]
 
 Times the complete, pruned search (every valid program up to length 5) of each goal on
 4096-member groups (a 3-level and a 4-level merged hierarchy) and on the 8-GPU node pairs the
@@ -30,6 +31,13 @@ process. With --before DIR the same command runs with the synth package of DIR a
 must be identical (with --model-changed, it may differ: the model's times changed between the
 two, and the report says so). Writes results/synthesis-goals/top-cli.md and top-cli.json; with --goal GOAL,
 that goal alone, in top-cli-GOAL.md and top-cli-GOAL.json.
+
+--top-profile splits the CPU seconds of that command's work, per goal, in a fresh interpreter:
+the imports, the `Ranker` (its state walker), the best-first search, and the rows (pricing the K
+programs and the flat call); within the search, the seconds spent in the cost engine's
+`CostEngine.call` (a call's site and plans, once per collective and member tuple) and the
+share of its `canonical_coords` calls that repeat a coordinate set already seen under another
+collective. Writes results/synthesis-goals/top-profile.md and top-profile.json.
 """
 
 from __future__ import annotations
@@ -118,6 +126,14 @@ ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per c
 # same script runs the checkout under test and an earlier one, so it uses only public names
 # both have). The group: dgx-h100-2x8x8's levels with one more level of 4 pods (the rack
 # level's figures) and 16 nodes per rack: 4096 GPUs, all one data-parallel group.
+_GROUP_SCRIPT = """
+base = load_topology("dgx-h100-2x8x8")
+rack, node, gpu = base.levels
+levels = (dataclasses.replace(rack, name="pod", size=4), dataclasses.replace(rack, size=8),
+          dataclasses.replace(node, size=16), gpu)
+topology = dataclasses.replace(base, name="dgx-h100-4x8x16x8", levels=levels)
+hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=4096"))[0], ("data",), "merged")
+"""  # the 4096-member group both scripts build
 _TOP_SCRIPT = """
 import dataclasses, itertools, json, sys, time
 from synth.analysis.goal_rank import copy_rate
@@ -128,13 +144,7 @@ from synth.placement import enumerate_placements, parse_axes
 from synth.search import StateWalker, cheapest_programs
 from synth.topology_file import load_topology
 goal, estimate, k, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-base = load_topology("dgx-h100-2x8x8")
-rack, node, gpu = base.levels
-levels = (dataclasses.replace(rack, name="pod", size=4), dataclasses.replace(rack, size=8),
-          dataclasses.replace(node, size=16), gpu)
-topology = dataclasses.replace(base, name="dgx-h100-4x8x16x8", levels=levels)
-hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=4096"))[0], ("data",), "merged")
-cpu, started = time.process_time(), time.perf_counter()
+""" + _GROUP_SCRIPT + """cpu, started = time.process_time(), time.perf_counter()
 context = cost_context(hierarchy, topology)
 found = list(itertools.islice(cheapest_programs(StateWalker(hierarchy, goal), engine_for(context), ESTIMATES[estimate],
                                                 size, 5, copy_rate(context)), k))
@@ -297,6 +307,83 @@ def top_cli(output: str, before: str | None, only: str | None = None, changed: b
     return 0
 
 
+_PROFILE_SCRIPT = """
+import dataclasses, itertools, json, sys, time
+cpu = time.process_time()
+import synth.cli
+from synth.goals import GOALS
+from synth.hierarchy import build_hierarchy
+from synth.model import cost_context
+import synth.model.engine as engine_module
+from synth.placement import enumerate_placements, parse_axes
+from synth.search.rank import Ranker
+from synth.topology_file import load_topology
+imports = time.process_time() - cpu
+spent, seen, asked = [0.0], set(), [0]
+call, canonical = engine_module.CostEngine.call, engine_module.canonical_coords
+def timed_call(self, collective, members):
+    started = time.process_time()
+    try:
+        return call(self, collective, members)
+    finally:
+        spent[0] += time.process_time() - started
+def counted(coords):
+    asked[0] += 1
+    seen.add(coords.tobytes())
+    return canonical(coords)
+engine_module.CostEngine.call, engine_module.canonical_coords = timed_call, counted
+""" + _GROUP_SCRIPT + """goal, k, size = GOALS[sys.argv[1]], int(sys.argv[2]), int(sys.argv[3])
+cpu = time.process_time()
+ranker = Ranker(cost_context(hierarchy, topology), 5, goal=goal)
+ranker.walker
+made = time.process_time() - cpu
+cpu = time.process_time()
+chosen = [program for _, program in itertools.islice(ranker.cheapest(size), k)]
+search, in_calls, calls_asked, distinct = time.process_time() - cpu, spent[0], asked[0], len(seen)
+cpu = time.process_time()
+ranker.rank([size], ranker.programs(chosen))
+rows = time.process_time() - cpu
+print(json.dumps({"imports_s": imports, "ranker_s": made, "search_s": search, "engine_call_s": in_calls,
+                  "canonical_asked": calls_asked, "canonical_distinct": distinct, "rows_s": rows}))
+"""
+
+
+def top_profile(output: str) -> int:
+    """Where the CPU of `synth rank --top K` goes, per goal (see the module docstring)."""
+    import subprocess
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    load_before = os.getloadavg()[0]
+    rows = []
+    for goal in GOALS:
+        done = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT, goal, str(TOP_K), str(TOP_BYTES)],
+                              capture_output=True, text=True, cwd=here, env={**os.environ, "PYTHONPATH": here})
+        if done.returncode != 0:
+            raise SystemExit(f"{goal} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+        rows.append({"goal": goal, **json.loads(done.stdout.splitlines()[-1])})
+        print(goal, rows[-1], flush=True)
+    load_after = os.getloadavg()[0]
+    command = "python -m benchmarks.goals --top-profile"
+    folder = _write_top_json(output, "top-profile.json", command, (load_before, load_after), rows)
+    lines = [f"# Where `synth rank --top {TOP_K}` spends its CPU, per goal, at 4096 members", "", header(command), "",
+             f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work).",
+             "", f"The work of `synth rank --top {TOP_K}` on the group of [top-cli.md](top-cli.md) ({TOP_LEVELS}, "
+             f"{TOP_BYTES >> 20} MiB), in a fresh interpreter per goal, CPU seconds: the imports, the `Ranker` with "
+             "its state walker, the best-first search (of which the cost engine's `CostEngine.call`: a call's site "
+             "and plans, once per collective and member tuple), and pricing the rows. `canonical_coords`: the "
+             "calls' coordinate sets canonicalized, and how many distinct sets they were (the rest repeat a set "
+             "under another collective).", "",
+             "| goal | imports | Ranker | search | of which CostEngine.call | rows | canonical_coords asked / distinct |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['goal']} | {row['imports_s']:.2f} | {row['ranker_s']:.2f} | {row['search_s']:.2f} | "
+                     f"{row['engine_call_s']:.2f} | {row['rows_s']:.2f} | {row['canonical_asked']} / "
+                     f"{row['canonical_distinct']} |")
+    (folder / "top-profile.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {folder / 'top-profile.md'}")
+    return 0
+
+
 def calibrate(output: str) -> int:
     tables = {}
     for goal in GOALS:
@@ -332,6 +419,8 @@ def main(argv=None) -> int:
     parser.add_argument("--top", action="store_true", help=f"time the top-{TOP_K} search of every goal at 4096 members")
     parser.add_argument("--top-cli", action="store_true",
                         help=f"time `synth rank --top {TOP_K}` of every goal at 4096 members, the whole command")
+    parser.add_argument("--top-profile", action="store_true",
+                        help=f"split the CPU of `synth rank --top {TOP_K}` of every goal at 4096 members by phase")
     parser.add_argument("--goal", choices=GOALS, help="with --top-cli: this goal alone (its own files)")
     parser.add_argument("--before", metavar="DIR",
                         help="also run every search with the synth package of DIR (a checkout of an earlier commit)")
@@ -344,6 +433,8 @@ def main(argv=None) -> int:
         return top(args.output, args.before)
     if args.top_cli:
         return top_cli(args.output, args.before, args.goal, args.model_changed)
+    if args.top_profile:
+        return top_profile(args.output)
     load_before = os.getloadavg()[0]
     rows = []
     for label, names, sizes in CASES:

@@ -33,8 +33,21 @@ from synth.names import echo
 SUMS = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
 
 # What each member holds before the first step (docs/model.md section 7): the whole buffer, its
-# own block only (at its place), or nothing but on the root (member 0).
-WHOLE, OWN_BLOCK, ROOT_ONLY = "whole", "own block", "root only"
+# own block only (at its place), nothing but on the root (member 0), or the whole buffer with
+# block j addressed to member j.
+WHOLE, OWN_BLOCK, ROOT_ONLY, ADDRESSED = "whole", "own block", "root only", "addressed"
+
+# What the program must leave (docs/model.md section 7): the semantics' goal state and the
+# interpreter's expected buffers are built from it.
+SUM_EVERYWHERE = "the sum on every member"
+SUM_BLOCKS = "block r of the sum on member r, at any place"
+SUM_AT_ROOT = "the sum on the root"
+GATHERED = "member r's block at place r on every member"
+TRANSPOSED = "member i's block j on member j, at place i"
+ROOT_EVERYWHERE = "the root's buffer on every member"
+# The routed goals' (synth/routed.py): every copy of a token at its destination.
+DELIVERED = "each token once at every member hosting one of its experts"
+COMBINED = "each token's weighted sum of its expert outputs on its owner"
 
 
 @dataclass(frozen=True)
@@ -50,12 +63,33 @@ class Goal:
     sums: bool  # every block of the result is a sum over the group
     ends_whole: bool  # every member ends holding the whole buffer
     ends_full: bool  # no member ends empty
-    start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK or ROOT_ONLY
-    bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/analysis/goal_rank.py)
+    start: str = WHOLE  # what each member holds before the first step: WHOLE, OWN_BLOCK, ROOT_ONLY or ADDRESSED
+    bound_share: float = 0.5  # its lower bound's bytes, as a share of the all-reduce bound's (synth/search/rank.py)
+    jax_call: str | None = None  # the jax.lax collective it equals under shard_map (synth/jax.py); None: none
+    torch_call: str = ""  # the torch.distributed call a training step makes for it (its flat call at run time)
+    rooted: bool = False  # one member (the root, member 0) gives or takes the result: broadcast, reduce
+    end: str = SUM_EVERYWHERE  # what the program must leave: SUM_EVERYWHERE, SUM_BLOCKS, GATHERED, ...
     routed: bool = False  # it moves tokens by a routing (dispatch, combine: synth/routed.py)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_all_reduce(self) -> bool:
+        """The default goal: what a request without --collective asks, and the one the
+        all-reduce-only studies (held-out errors, the achievable bound) are of."""
+        return self == ALL_REDUCE
+
+    @property
+    def role(self) -> str:
+        """How tables name its flat call: "default all-reduce", "flat ReduceScatter", ..."""
+        return "default all-reduce" if self.is_all_reduce else f"flat {self.collective}"
+
+    def bus_factor(self, n: int) -> float:
+        """nccl-tests' busbw / algbw of its flat call over n members (synth/collectives.py)."""
+        from synth.collectives import collective
+
+        return collective(self.collective).bus_factor(n)
 
     def flat_call(self, outermost: str) -> Program:
         """The goal's one flat call over the whole group (whose outermost level is `outermost`):
@@ -66,12 +100,18 @@ class Goal:
 GOALS: dict[str, Goal] = {
     goal.name: goal
     for goal in (
-        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True, bound_share=1.0),
-        Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True),
-        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True, OWN_BLOCK),
-        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True),
-        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True, ROOT_ONLY),
-        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False),
+        Goal("allreduce", "AllReduce", "all-reduce", SUMS, False, True, True, True, bound_share=1.0,
+             jax_call="psum", torch_call="all_reduce"),
+        Goal("reducescatter", "ReduceScatter", "reduce-scatter", SUMS, True, True, False, True,
+             jax_call="psum_scatter", torch_call="reduce_scatter_tensor", end=SUM_BLOCKS),
+        Goal("allgather", "AllGather", "all-gather", ("AllGather", "Broadcast"), True, False, True, True, OWN_BLOCK,
+             jax_call="all_gather", torch_call="all_gather_into_tensor", end=GATHERED),
+        Goal("alltoall", "AllToAll", "all-to-all", ("AllToAll",), True, False, True, True, ADDRESSED,
+             jax_call="all_to_all", torch_call="all_to_all_single", end=TRANSPOSED),
+        Goal("broadcast", "Broadcast", "broadcast", ("Broadcast",), False, False, True, True, ROOT_ONLY,
+             torch_call="broadcast", rooted=True, end=ROOT_EVERYWHERE),
+        Goal("reduce", "Reduce", "reduce", SUMS, False, True, False, False, torch_call="reduce", rooted=True,
+             end=SUM_AT_ROOT),
     )
 }
 # Mixture-of-experts goals: AllToAll steps that carry each token once per destination they
@@ -79,8 +119,9 @@ GOALS: dict[str, Goal] = {
 ROUTED_GOALS: dict[str, Goal] = {
     goal.name: goal
     for goal in (
-        Goal("dispatch", "AllToAll", "dispatch", ("AllToAll",), False, False, False, True, routed=True),
-        Goal("combine", "AllToAll", "combine", ("AllToAll",), False, True, False, True, routed=True),
+        Goal("dispatch", "AllToAll", "dispatch", ("AllToAll",), False, False, False, True, routed=True,
+             end=DELIVERED),
+        Goal("combine", "AllToAll", "combine", ("AllToAll",), False, True, False, True, routed=True, end=COMBINED),
     )
 }
 ALL_REDUCE = GOALS["allreduce"]

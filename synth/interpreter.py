@@ -31,7 +31,8 @@ import numpy as np
 
 from synth.collectives import RECORDS, Collective, Combine, Delivery, collective
 from synth.errors import InvalidProgramError, UsageError
-from synth.goals import ALL_REDUCE, OWN_BLOCK, ROOT_ONLY, Goal, parse_goal
+from synth.goals import (ALL_REDUCE, GATHERED, OWN_BLOCK, ROOT_EVERYWHERE, ROOT_ONLY, SUM_AT_ROOT, SUM_BLOCKS,
+                         SUM_EVERYWHERE, TRANSPOSED, Goal, parse_goal)
 from synth.language import Program, Step
 from synth.semantics import FORMS
 
@@ -151,19 +152,19 @@ class _Goal:
         sums = inputs[members].sum(axis=1)  # (R, N, E)
         expected = np.empty_like(inputs)
         checked = np.ones(devices, dtype=bool)
-        name = goal.name
-        if name in ("allreduce", "reducescatter"):
+        end = goal.end
+        if end in (SUM_EVERYWHERE, SUM_BLOCKS):
             expected[members] = sums[:, None]
-        elif name == "reduce":
+        elif end == SUM_AT_ROOT:
             expected[members] = sums[:, None]
             checked[:] = False
             checked[members[:, 0]] = True
-        elif name == "allgather":  # place p of every member: member p's block p
+        elif end == GATHERED:  # place p of every member: member p's block p
             own = inputs[members, np.arange(n)[None, :]]  # (R, N, E)
             expected[members] = own[:, None]
-        elif name == "alltoall":  # member j, place i: member i's block j
+        elif end == TRANSPOSED:  # member j, place i: member i's block j
             expected[members] = np.swapaxes(inputs[members], 1, 2)
-        elif name == "broadcast":
+        elif end == ROOT_EVERYWHERE:
             expected[members] = inputs[members[:, :1]]
         self.expected, self.checked = expected, checked
 
@@ -174,7 +175,7 @@ class _Goal:
         """None at the goal; else the error naming the first device that differs."""
         n, checked = self.n, self.checked
         order = tuple(machine.order[0])
-        if self.goal.name == "reducescatter":
+        if self.goal.end == SUM_BLOCKS:
             return self._reduce_scatter_failure(machine, order, steps)
         short = np.nonzero(((machine.lo != 0) | (machine.hi != n)) & checked)[0]
         if short.size:

@@ -42,15 +42,14 @@ reduction as one `psum`, which XLA lowers to the backend's own all-reduce.
 from __future__ import annotations
 
 from synth.errors import UsageError
-from synth.goals import parse_goal
+from synth.goals import GOALS, OWN_BLOCK, parse_goal
 from synth.language import Program, parse_program
 
 PRIMITIVES = {"AllReduce": "psum", "ReduceScatter": "psum_scatter", "AllGather": "all_gather",
               "AllToAll": "all_to_all"}
 FORMS = ("InsideGroup", "Parallel")
 # The goal's one JAX collective, which a body of that goal equals (the table above).
-REFERENCES = {"allreduce": "psum", "reducescatter": "psum_scatter", "allgather": "all_gather",
-              "alltoall": "all_to_all"}
+REFERENCES = {name: goal.jax_call for name, goal in GOALS.items() if goal.jax_call}  # psum, psum_scatter, ...
 
 
 def why_not_expressible(program: Program) -> str | None:
@@ -74,7 +73,7 @@ def expressible(program: Program | str) -> bool:
 
 def _goal(collective):
     goal = parse_goal(collective)
-    if goal.name not in REFERENCES:
+    if goal.jax_call is None:
         raise UsageError(f"collective {goal.name} cannot run in shard_map: JAX's collectives have no root (every "
                          "device of the named axes takes part and gets the same result), so a "
                          f"{goal.title} has no JAX counterpart; choose one of {', '.join(REFERENCES)}", inputs=("collective",))
@@ -136,7 +135,7 @@ def program_body(program: Program | str, hierarchy, axis_names: dict | None = No
                 inverse[target] = place
             plan.append(("Permute", tuple(inverse)))
     group_size = hierarchy.group_size
-    whole = goal.name != "allgather"  # an all-gather's input is one block, of any length
+    whole = goal.start != OWN_BLOCK  # an all-gather's input is one block, of any length
 
     def body(x):
         if whole and x.shape[0] % group_size:
@@ -174,22 +173,22 @@ def collective_body(program: Program | str, hierarchy, collective, axis_name, ax
     goal = _goal(collective)
     axes = _axis_tuple(axis_name)
     mine = group_axes(hierarchy, axis_names)
-    call = REFERENCES[goal.name]
+    call = goal.jax_call
     if sorted(axes) != sorted(mine):
         raise UsageError(f"{call} over {axes} is not this hierarchy's group: the program runs over the mesh axes "
                          f"{mine} (the levels {', '.join(hierarchy.level_names)}); give axis_names to map levels to "
                          "mesh axes, or plan the group the call reduces over")
-    if axes != mine and goal.name != "allreduce":
+    if axes != mine and goal.permutes:  # its result is laid out in blocks numbered by the axis order
         raise UsageError(f"{call} over {axes} numbers the blocks in that axis order; the program numbers them "
                          f"{mine} (outermost level first), so block i would land on another device: call it over "
                          f"{mine}, or lay the mesh out so that its outermost axis comes first")
-    if goal.name != "allreduce" and not tiled:
+    if goal.permutes and not tiled:
         raise UsageError(f"{call}(..., tiled=False) adds or removes a dimension of size N; the program runs the "
                          "tiled form: call it with tiled=True and reshape the result yourself")
-    if goal.name == "alltoall" and (split_axis, concat_axis) != (0, 0):
+    if goal.jax_call == "all_to_all" and (split_axis, concat_axis) != (0, 0):
         raise UsageError(f"all_to_all with split_axis={split_axis}, concat_axis={concat_axis}: the program splits "
                          "and joins dimension 0; move the axis to the front (jnp.moveaxis) around the call")
-    if goal.name in ("reducescatter", "allgather") and dimension != 0:
+    if goal.jax_call in ("psum_scatter", "all_gather") and dimension != 0:
         raise UsageError(f"{call} along dimension {dimension}: the program scatters and gathers dimension 0; move "
                          "the axis to the front (jnp.moveaxis) around the call")
     return program_body(program, hierarchy, axis_names, goal)
@@ -202,13 +201,11 @@ def reference_call(hierarchy, collective="allreduce", axis_names: dict | None = 
 
     goal = _goal(collective)
     axes = group_axes(hierarchy, axis_names)
-    if goal.name == "reducescatter":
-        return lambda x: jax.lax.psum_scatter(x, axes, scatter_dimension=0, tiled=True)
-    if goal.name == "allgather":
-        return lambda x: jax.lax.all_gather(x, axes, axis=0, tiled=True)
-    if goal.name == "alltoall":
-        return lambda x: jax.lax.all_to_all(x, axes, 0, 0, tiled=True)
-    return lambda x: jax.lax.psum(x, axes)
+    calls = {"psum": lambda x: jax.lax.psum(x, axes),
+             "psum_scatter": lambda x: jax.lax.psum_scatter(x, axes, scatter_dimension=0, tiled=True),
+             "all_gather": lambda x: jax.lax.all_gather(x, axes, axis=0, tiled=True),
+             "all_to_all": lambda x: jax.lax.all_to_all(x, axes, 0, 0, tiled=True)}  # JAX's calls by name
+    return calls[goal.jax_call]
 
 
 def best_expressible(hierarchy, topology, nbytes: int, backend: str = "nccl", max_len: int = 5,
@@ -219,15 +216,9 @@ def best_expressible(hierarchy, topology, nbytes: int, backend: str = "nccl", ma
 
     goal = _goal(collective)
     context = cost_context(hierarchy, topology, backend)
-    if goal.name == "allreduce":
-        from synth.search.rank import rank_programs
+    from synth.search.rank import Ranker
 
-        rows = rank_programs(context, nbytes, max_len=max_len)
-    else:
-        from synth.analysis.goal_rank import rank_goal
-
-        rows = rank_goal(context, goal, [nbytes], max_len)[0]
-    for row in rows:
+    for row in Ranker(context, max_len, goal=goal).rank([nbytes])[0]:
         if expressible(str(row.program)):
             return str(row.program)
     # the flat call always is expressible

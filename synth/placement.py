@@ -90,19 +90,6 @@ class Placement:
         matches = np.nonzero((self.axis_coordinates == np.asarray(coordinates)).all(axis=1))[0]
         return int(matches[0])
 
-    def rank_of_axis_coordinates(self, coordinates) -> int:
-        """The global rank of the device with these axis coordinates, computed digit by digit
-        (no per-device arrays): axis index -> its digit per level (outermost most
-        significant), level coordinate -> the axes' digits there (first axis most significant)."""
-        digits = [list(np.unravel_index(int(x), row)) for x, row in zip(coordinates, self.matrix)]
-        rank = 0
-        for level, size in enumerate(self.level_sizes):
-            coordinate = 0
-            for a, row in enumerate(self.matrix):
-                coordinate = coordinate * row[level] + int(digits[a][level])
-            rank = rank * size + coordinate
-        return rank
-
     def group_head(self, axis: str, index: int, length: int) -> list[int]:
         """The first `length` ranks of group `index` of `axis_groups(axis)`, without building them all."""
         a = self.axis_index(axis)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.errors import InvalidProgramError, UsageError
-from synth.goals import Goal, parse_goal
+from synth.goals import DELIVERED, Goal, parse_goal
 from synth.language import Program, Step, form_names
 from synth.semantics import FORMS, QUOTIENT_CAP
 
@@ -113,7 +113,7 @@ class RoutedSemantics:
             resolved = after
         if resolved != self.levels:
             missing = self._names(self.levels - resolved)
-            where = "the members hosting their experts" if self.goal.name == "dispatch" else "their owners"
+            where = "the members hosting their experts" if self.goal.end == DELIVERED else "their owners"
             raise InvalidProgramError(
                 f"the program ends before the goal: copies have not yet been moved to {where} across ({missing}); "
                 f"a step over ({missing}) is missing", len(program.steps))
@@ -154,10 +154,10 @@ class RoutedSemantics:
     def describe(self, resolved: frozenset[int]) -> str:
         """What every member holds once the levels `resolved` are resolved (docs/model.md)."""
         if not resolved:
-            return ("every member holds its own tokens" if self.goal.name == "dispatch"
+            return ("every member holds its own tokens" if self.goal.end == DELIVERED
                     else "every member holds, per token, the sum of its weighted outputs of the experts it hosts")
         agree, rest = self._names(resolved), self._names(self.levels - resolved) or "none"
-        if self.goal.name == "dispatch":
+        if self.goal.end == DELIVERED:
             return (f"member m holds one copy of each token whose owner agrees with m on ({rest}) and which has an "
                     f"expert on a member agreeing with m on ({agree})")
         return (f"member m holds, for each token whose owner agrees with m on ({agree}), one partial sum: the weighted "

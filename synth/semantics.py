@@ -20,7 +20,7 @@ The same machine runs in two modes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import combinations, permutations
 from itertools import product as cartesian
 from operator import itemgetter
@@ -28,7 +28,8 @@ from typing import NamedTuple
 
 from synth.collectives import Collective, Combine, Delivery, collectives
 from synth.errors import InvalidProgramError, UsageError
-from synth.goals import ALL_REDUCE, OWN_BLOCK, ROOT_ONLY, Goal, parse_goal
+from synth.goals import (ADDRESSED, ALL_REDUCE, GATHERED, OWN_BLOCK, ROOT_EVERYWHERE, ROOT_ONLY, SUM_AT_ROOT,
+                         SUM_BLOCKS, SUM_EVERYWHERE, TRANSPOSED, Goal, parse_goal)
 from synth.language import PERMUTE, Program, Step, form_names, permute_step
 from synth.names import product
 
@@ -294,11 +295,25 @@ def _permute(member, places, after_order, field, whole_length):
     if hi - lo == 1:
         place = places[lo]
         return Holding(place, place + 1, ((sets >> (lo * field)) & mask) << (place * field), length, tags, after_order)
+    if lo == 0 and field % 8 == 0 and hi == len(places):  # the fields are whole bytes: move them as bytes
+        width, sources = field // 8, _sources(places)
+        raw = sets.to_bytes(hi * width, "little")
+        new_sets = int.from_bytes(b"".join([raw[old * width:(old + 1) * width] for old in sources]), "little")
+        return Holding(lo, hi, new_sets, length, tuple([tags[old] for old in sources]), after_order)
     new_sets, new_tags = 0, [0] * (hi - lo)
     for place in range(lo, hi):
         new_sets |= ((sets >> (place * field)) & mask) << (places[place] * field)
         new_tags[places[place]] = tags[place]
     return Holding(lo, hi, new_sets, length, tuple(new_tags), after_order)
+
+
+@lru_cache(maxsize=4096)
+def _sources(places: tuple[int, ...]) -> tuple[int, ...]:
+    """New place -> the old place whose chunk lands there (the inverse of `places`)."""
+    sources = [0] * len(places)
+    for old, new in enumerate(places):
+        sources[new] = old
+    return tuple(sources)
 
 
 @dataclass(frozen=True)
@@ -374,11 +389,11 @@ class Semantics:
     @cached_property
     def initial(self) -> tuple:
         """Each member's input (docs/model.md section 7, per goal)."""
-        n, real_n, name = self.member_count, self.real_member_count, self.goal_kind.name
+        n, real_n = self.member_count, self.real_member_count
         tags, order = self._layout()
         if self.goal_kind.start == OWN_BLOCK:  # member r's own block, at place r
             return tuple(Holding(r, r + 1, 1 << (r * n + r), 1, (r,), order) for r in range(n))
-        if name == "alltoall":  # member r's buffer, block j bound for member j
+        if self.goal_kind.start == ADDRESSED:  # member r's buffer, block j bound for member j
             return tuple(Holding(0, n, sum(1 << (chunk * n + r) for chunk in range(n)), real_n, tags, order)
                          for r in range(n))
         if self.goal_kind.start == ROOT_ONLY:  # only the root has data
@@ -392,16 +407,17 @@ class Semantics:
     def goal(self) -> tuple | None:
         """The goal state, for goals that have exactly one (all but reduce-scatter, whose
         blocks may end at any place, and reduce, whose non-roots may end in any state)."""
-        n, real_n, name = self.member_count, self.real_member_count, self.goal_kind.name
+        n, real_n = self.member_count, self.real_member_count
         tags, order = self._layout()
         own = sum(1 << (chunk * n + chunk) for chunk in range(n))
-        if name == "allreduce":
+        end = self.goal_kind.end
+        if end == SUM_EVERYWHERE:
             return (Holding(0, n, (1 << (n * n)) - 1, real_n, tags, order),) * n
-        if name == "allgather":
+        if end == GATHERED:
             return (Holding(0, n, own, real_n, tags, order),) * n
-        if name == "alltoall":
+        if end == TRANSPOSED:
             return tuple(Holding(0, n, own, real_n, (r,) * n, order) for r in range(n))
-        if name == "broadcast":
+        if end == ROOT_EVERYWHERE:
             return (Holding(0, n, sum(1 << (chunk * n) for chunk in range(n)), real_n, tags, order),) * n
         return None
 
@@ -411,7 +427,7 @@ class Semantics:
         if goal is not None:
             return state == goal
         n, full = self.member_count, self.full_mask
-        if self.goal_kind.name == "reduce":
+        if self.goal_kind.end == SUM_AT_ROOT:
             root = state[0]
             return root is not None and root[:4] == (0, n, (1 << (n * n)) - 1, self.real_member_count)
         for rank, member in enumerate(state):  # reduce-scatter: block r of the sum on member r
@@ -647,10 +663,10 @@ class Semantics:
 
     def describe_shortfall(self, state: tuple) -> str:
         """Why a final state is not the goal, in the goal's words."""
-        name = self.goal_kind.name
-        if name == "reducescatter":
+        end = self.goal_kind.end
+        if end == SUM_BLOCKS:
             return self._reduce_scatter_shortfall(state)
-        if name in ("allgather", "alltoall"):
+        if end in (GATHERED, TRANSPOSED):
             return self._placement_shortfall(state)
         empty = sum(1 for member in state if member is None)
         partial = sum(1 for member in state if member is not None and member[:2] != (0, self.member_count))
@@ -660,7 +676,7 @@ class Semantics:
             if sets != (wanted >> (chunk * self.member_count)) & self.full_mask
         )
         parts = []
-        if name == "reduce":
+        if end == SUM_AT_ROOT:
             return "member 0 does not hold every block summed over the group"
         if empty:
             parts.append(f"{empty} member(s) hold nothing")

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.search import BestPrograms
-from synth.analysis.goal_rank import goal_bound, top_goal
 from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
 from synth.language import Program
@@ -90,9 +89,8 @@ def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: 
 
     Every placement of `axes` satisfying `constraints`, or the `placements` given. Raises
     ValueError when the reduction groups have one member (the group size does not depend on
-    the placement, so then no placement has anything to reduce). A goal other than the
-    all-reduce (synth/goals.py) is ranked by synth/analysis/goal_rank.py, its baseline the
-    goal's own flat call."""
+    the placement, so then no placement has anything to reduce). Every goal (synth/goals.py)
+    is ranked by the same search, its baseline the goal's own flat call."""
     goal = parse_goal(goal)
     check_costable(topology)
     if placements is None:
@@ -106,14 +104,9 @@ def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: 
             if hierarchy.group_size == 1:
                 raise ValueError(f"reducing over {','.join(reduce_axes)} involves one device per group: nothing to reduce")
             context = cost_context(hierarchy, topology, backend)
-            if goal.name == "allreduce":
-                chooser = BestPrograms(context, max_len, estimate)
-                best, baseline = chooser.best_row(bytes)
-                bound = chooser.ranker.bound_times([bytes])[0]
-            else:
-                (ranked,) = top_goal(context, goal, [bytes], 1, max_len, estimate)  # the fastest and the flat call
-                best, baseline = ranked[0], next(row for row in ranked if row.baseline)
-                bound = goal_bound(context, goal, bytes).time_s
+            chooser = BestPrograms(context, max_len, estimate, goal=goal)
+            best, baseline = chooser.best_row(bytes)
+            bound = chooser.ranker.bound_times([bytes])[0]
             measured.append((placement, hierarchy, best, baseline, bound))
             backend_name = context.backend.name
     except KeyboardInterrupt:  # keep the placements done (the caller says the result is partial)

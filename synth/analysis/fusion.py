@@ -58,11 +58,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from synth.goals import GOALS
 from synth.search import BestPrograms, Choice
 from synth.language import Program
 from synth.model.bound import bound_line
 from synth.model.context import CostContext
-from synth.model.cost import baseline_program
 from synth.model.estimate import Estimate, resolve_estimate
 
 MiB = 2**20
@@ -291,24 +291,21 @@ def bucket_chooser(best: BestPrograms, tensors: tuple[int, ...], exact: bool = F
 
 # The goals whose calls reduce gradients in buckets behind backward: DDP's all-reduce, the
 # sharded optimizer's and FSDP's reduce-scatter, a reduce to one rank.
-GRADIENT_GOALS = ("allreduce", "reducescatter", "reduce")
+GRADIENT_GOALS = tuple(name for name, goal in GOALS.items() if goal.sums)  # allreduce, reducescatter, reduce
 
 
 class FusionGoalError(ValueError):
     """A goal that does not reduce gradients: nothing for the bucketing to fuse."""
 
 
-def goal_chooser(context: CostContext, goal, tensors: tuple[int, ...], max_len: int = 5,
-                 estimate: str | Estimate | None = None) -> Callable[[int], Choice]:
+def goal_chooser(best: BestPrograms, tensors: tuple[int, ...]) -> Callable[[int], Choice]:
     """C(S) for a goal other than all-reduce: the fastest of every valid program of the goal
-    (synth.analysis.goal_rank.GoalPrograms, exact: the goals' programs are few) and the goal's
-    flat call, every bucket size costed in batches up front when there are not too many."""
-    from synth.analysis.goal_rank import GoalPrograms
-
-    programs = GoalPrograms(context, goal, max_len, estimate)
+    (`BestPrograms.every`, exact: the goals' programs are few) and the goal's flat call, every
+    bucket size costed in batches up front when there are not too many."""
+    programs = best.every()
     if len(tensors) <= PREFETCH_TENSORS:
         programs.prefetch(bucket_sizes(tensors))
-    return programs.best
+    return programs
 
 
 def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
@@ -318,11 +315,10 @@ def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
     """The optimal bucketing and programs for these gradients, and DDP's default beside it
     (its buckets running the goal's flat call: the default all-reduce, or one ReduceScatter
     or Reduce call over the group for those goals)."""
-    from synth.analysis.goal_rank import goal_baseline
     from synth.goals import parse_goal
 
     goal = parse_goal(goal)
-    if goal.name not in GRADIENT_GOALS:
+    if not goal.sums:
         raise FusionGoalError(f"fusion buckets gradients behind backward: its goals are {', '.join(GRADIENT_GOALS)}, "
                               f"not {goal.name}")
     tensors = tuple(int(size) for size in tensors)
@@ -334,14 +330,14 @@ def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
         raise ValueError(f"{len(tensors)} tensors: the planner handles at most {MAX_TENSORS}")
     if bucket_cap < 1 or first_bucket_cap < 1:
         raise ValueError("bucket caps must be positive byte counts")
-    if goal.name == "allreduce":
-        chooser = bucket_chooser(BestPrograms(context, max_len, estimate), tensors, exact)
+    best_programs = BestPrograms(context, max_len, estimate, goal=goal)
+    default = goal.flat_call(context.hierarchy.level_names[0])
+    if goal.is_all_reduce:  # too many programs to cost each at every bucket: the grid's candidates
+        chooser = bucket_chooser(best_programs, tensors, exact)
         floor = bound_floor(context, estimate)
-        default = baseline_program(context.hierarchy)
-    else:  # every program of the goal costed exactly; no floor (the bound is the all-reduce's)
-        chooser = goal_chooser(context, goal, tensors, max_len, estimate)
+    else:  # every program of the goal costed exactly; no floor (the DP's floor is the all-reduce's bound)
+        chooser = goal_chooser(best_programs, tensors)
         floor = None
-        default = goal_baseline(context.hierarchy, goal)
     ready = ready_times(tensors, compute_rate)
     seconds = lambda size: chooser(size).time_s  # noqa: E731
     ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, floor), seconds)
@@ -353,4 +349,4 @@ def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
                       buckets_only=schedule(tensors, ready, ranges, fallback),
                       programs_only=schedule(tensors, ready, ddp, best), bucket_cap=bucket_cap,
                       first_bucket_cap=first_bucket_cap,
-                      times="exact" if exact or goal.name != "allreduce" else "candidates")
+                      times="exact" if exact or not goal.is_all_reduce else "candidates")

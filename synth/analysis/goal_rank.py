@@ -1,84 +1,34 @@
-"""Ranking programs of any goal (docs/model.md section 7, "Goals") by predicted time.
+"""Every goal's programs priced per group shape, for the planner; rankings of a goal by name.
 
-The all-reduce has its own fast path (synth/search/rank.py: shared enumerations, the
-best-first top-K search and its completion bound). The other goals are ranked here by the
-same engine and estimates (synth/model/engine.py, estimate.py): every valid program up to the
-length is enumerated for the goal, lowered, and its collective steps costed in one
-`ProgramTable` batch, every reduction group's calls of a step together, sharing links. A
-`Permute` step calls no collective: it is a local copy of what each member holds, charged at
-the backend's copy rate below. The baseline is the goal's own flat call over the whole group
-(`ReduceScatter(InsideGroup(h_1))` and so on: what a framework calls), costed the same way.
-The K best (`top_goal`) come from the best-first search (synth/search/best_first.py), which
-pops every goal's programs in this ranking's order with its times, without listing the rest.
-
-Lower bound. For every goal other than all-reduce, the all-reduce bound's latency plus half
-its bytes term (synth/model/bound.py) bounds the time: a reduce-scatter must send out of each
-of the q parties of a cut (q-1)/q of the buffer (its contributions to every other party's
-blocks exist nowhere else), an all-gather must bring as much into each, an all-to-all sends
-at least as much, a broadcast or a reduce moves the whole buffer across every unit it
-crosses; the all-reduce bound's bytes are 2(q-1)/q of the buffer (or the whole buffer per
-crossing unit, whose half is also at most (q-1)/q of it for q >= 2).
+Rankings of every goal come from one `Ranker(context, goal=...)` (synth/search/rank.py: the
+full ranking, the best-first top K, the goal's lower bound); `rank_goal` and `top_goal` are
+its per-size lists, for callers holding a goal's name. `GoalPrograms` is the planner's price
+list of a goal on a group shape: every valid program up to the length is enumerated once per
+level count and quotient sizes, lowered once per real sizes (memoized across contexts, as the
+planner asks thousands of shapes), and costed in one `ProgramTable` batch through the same
+engine and estimate, each Permute at the copy rate: the same times as the `Ranker`'s
+(tests/test_plan_goal_costs.py).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from synth.search.rank import RankedProgram, _calls_per_device, _communicators
-from synth.collectives import collective
 from synth.goals import Goal, parse_goal
 from synth.language import Program, Step, permute_step
-from synth.lowering import lower, lower_on
-from synth.model.bound import LowerBound, bound_line
+from synth.lowering import lower_on
 from synth.model.context import CostContext
-from synth.model.engine import CostEngine, ProgramTable, engine_for, step_calls
+from synth.model.engine import CostEngine, ProgramTable, step_calls
 from synth.model.estimate import resolve_estimate
 from synth.search import Enumerator, SearchOptions
-from synth.search.best_first import cheapest_programs
-from synth.search.walker import StateWalker
+from synth.search.best import Choice
+from synth.search.programs import program_set
+from synth.search.rank import RankedProgram, Ranker, copy_rate
 from synth.semantics import QUOTIENT_CAP, Semantics
 
-# Bytes per second a Permute copies on one device: estimates until a calibration measures them.
-# GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
-# CPU (gloo): one core's memcpy of a large buffer, a few GB/s.
-COPY_BYTES_PER_S = {"nccl": 0.75e12, "gloo": 5e9}
 PREFETCH_BATCH = 4096  # sizes costed per engine call
-COPY_SOURCE = "estimate: half the device memory bandwidth (A100 HBM2 1.55 TB/s; one CPU core ~10 GB/s)"
-
-
-def goal_baseline(hierarchy, goal: Goal) -> Program:
-    """The goal's own flat call over the whole reduction group."""
-    return goal.flat_call(hierarchy.level_names[0])
-
-
-def goal_bound(context: CostContext, goal: Goal, size: int) -> LowerBound:
-    """The all-reduce bound's latency and the goal's share of its bytes (module docstring)."""
-    line = bound_line(context)
-    transfer = goal.bound_share * size * line.seconds_per_byte
-    cut = line.bottleneck if goal.bound_share == 1 else f"half the all-reduce bound's bytes: {line.bottleneck}"
-    return LowerBound(size, line.latency_s + transfer, transfer, line.latency_s, cut)
-
-
-def copy_rate(context: CostContext) -> float:
-    name = getattr(context.backend, "name", str(context.backend))
-    return COPY_BYTES_PER_S.get("gloo" if "gloo" in name else "nccl")
-
-
-def _lowered(context: CostContext, goal: Goal, programs) -> tuple[ProgramTable, np.ndarray]:
-    """(ProgramTable of the programs' collective steps, bytes each copies locally per byte of
-    buffer in its Permute steps)."""
-    hierarchy = context.hierarchy
-    rows, copied = [], []
-    for program in programs:
-        lowered = lower(program, hierarchy, goal)
-        rows.append([step_calls(step) for step in lowered.steps if step.places is None])
-        copied.append(sum(step.copied for step in lowered.steps if step.places is not None))
-    return ProgramTable.of(rows), np.array(copied, dtype=float)
 
 
 @lru_cache(maxsize=256)
@@ -145,36 +95,11 @@ def _lowered_shape(sizes: tuple[int, ...], goal_name: str, max_len: int):
     return programs, ProgramTable.of(rows), np.array(copied, dtype=float), baseline_index
 
 
-def _costed(context: CostContext, goal: Goal, programs, sizes, estimate, engine=None):
-    """(ProgramTable, times[program, size]) of valid programs of the goal: their collective
-    steps in one batch through the estimate, each Permute at the copy rate."""
-    engine = engine or CostEngine(context)
-    table, copied = _lowered(context, goal, programs)
-    times = estimate.program_times(engine, table, sizes)
-    return table, times + np.outer(copied, np.array(sizes, dtype=float)) / copy_rate(context)
-
-
 def goal_program_times(context: CostContext, goal, programs, sizes, estimate=None) -> np.ndarray:
     """Predicted seconds of the given valid programs of the goal (rows) at each size (columns),
-    costed as rank_goal costs them (what `synth bench` predicts beside its measurements)."""
-    goal = parse_goal(goal)
-    sizes = [int(size) for size in sizes]
-    return _costed(context, goal, list(programs), sizes, resolve_estimate(estimate))[1]
-
-
-@dataclass(frozen=True)
-class GoalChoice:
-    """The fastest program of a goal at one size, and its flat call's time at that size."""
-
-    bytes: int
-    program: Program
-    time_s: float
-    baseline_time_s: float
-
-    @property
-    def synthesized(self) -> bool:
-        """True when a program other than the flat call is strictly the fastest."""
-        return self.time_s < self.baseline_time_s
+    costed as the `Ranker` costs them (what `synth bench` predicts beside its measurements)."""
+    ranker = Ranker(context, estimate=estimate, goal=parse_goal(goal))
+    return ranker.times(program_set(ranker.walker, list(programs)), [int(size) for size in sizes])
 
 
 class GoalPrograms:
@@ -191,7 +116,7 @@ class GoalPrograms:
         hierarchy = context.hierarchy
         self.programs, self.texts, self.baseline_index, self.table, self.copied = _enumerated(
             hierarchy.level_names, hierarchy.sizes, self.goal.name, max_len)
-        self._best: dict[int, GoalChoice] = {}
+        self._best: dict[int, Choice] = {}
 
     @property
     def baseline(self) -> Program:
@@ -203,7 +128,7 @@ class GoalPrograms:
         times = self.estimate.program_times(self.engine, self.table, sizes)
         return times + np.outer(self.copied, np.array(sizes, dtype=float)) / copy_rate(self.context)
 
-    def best(self, size: int) -> GoalChoice:
+    def best(self, size: int) -> Choice:
         """The fastest program at `size` (ties by text, the flat call winning a tie with itself)."""
         size = int(size)
         found = self._best.get(size)
@@ -221,79 +146,20 @@ class GoalPrograms:
             for z, size in enumerate(batch):
                 column = times[:, z]
                 fastest = min(range(len(self.programs)), key=lambda i: (column[i], self.texts[i]))
-                self._best[size] = GoalChoice(size, self.programs[fastest], float(column[fastest]),
+                self._best[size] = Choice(size, self.programs[fastest], float(column[fastest]),
                                               float(column[self.baseline_index]))
 
 
 def rank_goal(context: CostContext, goal, sizes, max_len: int = 5, estimate=None) -> list[list[RankedProgram]]:
     """Every valid program of the goal up to max_len steps, per size, fastest first (ties by
-    text), the baseline always listed."""
-    every = GoalPrograms(context, goal, max_len, estimate)
-    sizes = [int(size) for size in sizes]
-    times = every.times(sizes)
-    return [_rows(context, every.goal, every.programs, every.texts, every.table, times[:, z], every.baseline_index,
-                  size) for z, size in enumerate(sizes)]
+    text), the baseline always listed: `Ranker.rank`."""
+    return Ranker(context, max_len, estimate, goal=parse_goal(goal)).rank(sizes)
 
 
 def top_goal(context: CostContext, goal, sizes, k: int, max_len: int = 5, estimate=None) -> list[list[RankedProgram]]:
     """Per size, the first `k` rows of `rank_goal`, and the baseline's row where it is not among
-    them, without listing every program: the best-first search (synth/search/best_first.py)
-    pops the goal's programs in the full ranking's (time, text) order, each with its time (the
-    full ranking's, to the bit); the flat call (which the search's alphabet may not spell) is
-    priced as `rank_goal` prices it, and the first K of all these are the full ranking's. The
-    rows' call counts come from the steps the search walked."""
+    them, without listing every program: `Ranker.top`."""
     if k < 1:
         raise ValueError("top must be at least 1")
-    goal = parse_goal(goal)
-    estimate = resolve_estimate(estimate)
-    walker = StateWalker(context.hierarchy, goal)
-    engine = engine_for(context)  # the search's engine prices the rows too: its call plans are built once
-    baseline = goal_baseline(context.hierarchy, goal)
-    result = []
-    for size in (int(size) for size in sizes):
-        popped = list(itertools.islice(
-            cheapest_programs(walker, engine, estimate, size, max_len, copy_rate(context)), k))
-        programs, times = [program for _, program in popped], [time for time, _ in popped]
-        rows = [_walked_calls(walker, program) for program in programs]
-        if baseline not in programs:
-            table, baseline_times = _costed(context, goal, [baseline], [size], estimate, engine)
-            programs.append(baseline)
-            times.append(float(baseline_times[0, 0]))
-            rows.append(list(table.program(0)))
-        ranked = _rows(context, goal, programs, [str(program) for program in programs], ProgramTable.of(rows),
-                       np.array(times), programs.index(baseline), size)
-        result.append(ranked[:k] + [row for row in ranked[k:] if row.baseline])
-    return result
-
-
-def _walked_calls(walker, program: Program) -> list:
-    """The collective steps of a program the search popped, as `StepCalls`, walked over the
-    interned states as the search walked it (its Permutes call nothing)."""
-    machine, state, calls = walker.machine, walker.machine.initial, []
-    for step in program.steps:
-        index = walker.index_of(step)
-        if not walker.permutes[index]:
-            calls.append(walker.interned_step(state, index))
-        state = machine.apply(state, index)
-    return calls
-
-
-def _rows(context: CostContext, goal: Goal, programs, texts, table: ProgramTable, times: np.ndarray, base: int,
-          size: int) -> list[RankedProgram]:
-    """Ranking rows of the programs at one size, fastest first (ties by text)."""
-    n = context.hierarchy.group_size
-    communicators = _communicators(table)
-    calls = _calls_per_device(table, n)
-    factor = collective(goal.collective).bus_factor(n)
-    matrix = context.hierarchy.placement.matrix
-    bound = goal_bound(context, goal, size).time_s
-    ranked = []
-    for i in sorted(range(len(programs)), key=lambda i: (times[i], texts[i])):
-        time = float(times[i])
-        algbw = size / time if time > 0 else math.inf
-        ranked.append(RankedProgram(
-            program=programs[i], matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
-            busbw_GBps=algbw * factor / 1e9, speedup=float(times[base]) / time, bound_ratio=time / bound,
-            baseline=i == base, extra_memory_bytes=0, communicators=int(communicators[i]),
-            calls_per_device=int(calls[i]), length=len(programs[i])))
-    return ranked
+    ranker = Ranker(context, max_len, estimate, goal=parse_goal(goal))
+    return [ranker.top(int(size), k) for size in sizes]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from synth.collectives import collective
 from synth.errors import UsageError
-from synth.goals import Goal, parse_goal
+from synth.goals import DELIVERED, Goal, parse_goal
 from synth.language import Program, Step
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
@@ -86,7 +86,7 @@ class RoutedPrograms:
         result = []
         for entry in trace:
             moving = entry.after - entry.before
-            if self.goal.name == "dispatch":
+            if self.goal.end == DELIVERED:
                 traffic = step_traffic(routing, self.sizes, entry.after, moving, False)
             else:
                 traffic = step_traffic(routing, self.sizes, all_levels - entry.before, moving, True)

@@ -21,10 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from synth.search.programs import ProgramSet, ProgramSets
+from synth.search.rank import Ranker
 from synth.hierarchy import build_hierarchy
-from synth.model.bound import bound_line
 from synth.model.context import CostContext, cost_context
-from synth.model.cost import bus_factor
 from synth.model.engine import engine_for
 from synth.model.estimate import Estimate, resolve_estimate
 from synth.placement import Axis, Placement
@@ -115,19 +114,19 @@ def sweep_hierarchy(context: CostContext, sizes: Iterable[int], programs: Progra
     `times_cache` keeps program times by (engine, programs, sizes, estimate): configurations
     whose groups sit on the system alike share an engine and so every time (the README's
     sweep costs 51 such classes for its 133 placement x request pairs)."""
-    estimate = resolve_estimate(estimate)
+    ranker = Ranker(context, estimate=estimate, engine=engine_for(context))
     hierarchy = context.hierarchy
     sizes = [int(size) for size in sizes]
     n = hierarchy.group_size
+    factor = ranker.goal.bus_factor(n)
     matrix, reduce = hierarchy.placement.to_text(), ",".join(hierarchy.reduce_axes)
-    engine = engine_for(context)
-    key = (engine, id(programs.table), tuple(sizes), estimate.name)
+    key = (ranker.engine, id(programs.table), tuple(sizes), ranker.estimate.name)
     times = None if times_cache is None else times_cache.get(key)
     if times is None:
-        times = estimate.program_times(engine, programs.table, sizes)
+        times = ranker.times(programs, sizes)
         if times_cache is not None:
             times_cache[key] = times
-    bounds = estimate.bound_times(bound_line(context), sizes)
+    bounds = ranker.bound_times(sizes)
     lengths = programs.table.lengths
     baseline = programs.baseline
     rows = []
@@ -139,9 +138,9 @@ def sweep_hierarchy(context: CostContext, sizes: Iterable[int], programs: Progra
             topology=context.topology.name, backend=context.backend.name, matrix=matrix, reduce=reduce, group_size=n,
             bytes=size, programs=len(programs), best_program=programs.texts[best], best_length=int(lengths[best]),
             best_time_s=best_time, best_algbw_GBps=size / best_time / 1e9,
-            best_busbw_GBps=size / best_time * bus_factor(n) / 1e9,
+            best_busbw_GBps=size / best_time * factor / 1e9,
             baseline_program=programs.texts[baseline], baseline_time_s=baseline_time,
-            baseline_busbw_GBps=size / baseline_time * bus_factor(n) / 1e9, speedup=baseline_time / best_time,
+            baseline_busbw_GBps=size / baseline_time * factor / 1e9, speedup=baseline_time / best_time,
             lower_bound_s=bound, bound_ratio=best_time / bound, baseline_bound_ratio=baseline_time / bound,
         ))
     return rows

@@ -369,11 +369,6 @@ def resolve_reduce(args, job: Job) -> tuple[str, ...]:
         return parse_reduce(args.reduce, job.axis_names)
 
 
-# The goals a command costs or runs today: ranking, exploring, exporting and benchmarking
-# programs of the other goals needs their costs and runtimes (docs/model.md section 7).
-ALL_REDUCE_ONLY = ("allreduce",)
-
-
 def resolve_goal(args, supported=None, routed: bool = False):
     """The --collective goal (synth/goals.py); a command that cannot yet cost or run a goal
     names the commands that can. `routed`: the command takes dispatch and combine."""

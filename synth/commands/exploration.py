@@ -130,8 +130,8 @@ def _explore_table(result: ExploreResult, axes_text: str, goal=None) -> Table:
 
     from synth.units import format_bandwidth, format_bytes, format_time
 
-    default = "default all-reduce" if goal is None or goal.name == "allreduce" else f"flat {goal.collective}"
-    what = "" if goal is None or goal.name == "allreduce" else f"  {goal.title}"
+    default = "default all-reduce" if goal is None else goal.role
+    what = "" if goal is None or goal.is_all_reduce else f"  {goal.title}"
     title = (f"{result.topology}  {axes_text}  reduce {','.join(result.reduce_axes)}{what}  "
              f"{format_bytes(result.bytes)} per device: {len(result.rows)} placement(s)")
     caption = (f"spread between placements: best programs {result.best_spread:.3g}x, {default} "

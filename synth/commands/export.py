@@ -19,6 +19,7 @@ from synth.output_files import write_text
 if TYPE_CHECKING:
     from synth.execute import report as benchmod
     from synth.export.plan import PlanEntry
+    from synth.goals import Goal
     from synth.hierarchy import SynthesisHierarchy
     from synth.language import Program
 
@@ -103,26 +104,19 @@ def _given_programs(args) -> list[Program]:
     return programs
 
 
-def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str, goal=None) -> list[Program]:
-    """The simulator's K best programs at each size (their union, best first), for one placement;
-    a goal other than the all-reduce ranked by synth/analysis/goal_rank.py."""
-    from synth.analysis.goal_rank import top_goal
+def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend: str, goal: Goal) -> list[Program]:
+    """The simulator's K best programs of the goal at each size (their union, best first), for
+    one placement."""
     from synth.search.rank import Ranker
     from synth.model.context import cost_context
     from synth.model.network import check_costable
 
-    goal_name = "allreduce" if goal is None else goal.name
-    check_search([hierarchy], args.max_len, goal=goal_name)
+    check_search([hierarchy], args.max_len, goal=goal)
     check_costable(topology)
-    context = cost_context(hierarchy, topology, backend)
-    if goal_name == "allreduce":
-        ranker = Ranker(context, args.max_len)
-        ranked = [ranker.top(nbytes, args.top)[:args.top] for nbytes in sizes]
-    else:
-        ranked = [rows[:args.top] for rows in top_goal(context, goal, sizes, args.top, args.max_len)]
+    ranker = Ranker(cost_context(hierarchy, topology, backend), args.max_len, goal=goal)
     programs: list[Program] = []
-    for rows in ranked:
-        for row in rows:
+    for nbytes in sizes:
+        for row in ranker.top(nbytes, args.top)[:args.top]:
             if row.program not in programs:
                 programs.append(row.program)
     return programs
@@ -131,9 +125,7 @@ def _top_programs(args, hierarchy: SynthesisHierarchy, topology, sizes, backend:
 def _note_flat_call(programs: list[Program], hierarchy: SynthesisHierarchy, goal) -> None:
     """Say so when all the ranking wrote is the framework's own flat call (`--top 1`, or a top K
     of one program): the file then runs the one call NCCL (or gloo) would have made anyway."""
-    from synth.analysis.goal_rank import goal_baseline
-
-    flat = goal_baseline(hierarchy, goal)
+    flat = goal.flat_call(hierarchy.level_names[0])
     if programs == [flat]:
         print(f"note: nothing beats the flat call here: the fastest program is {flat}, the one "
               f"{goal.collective} call over the whole group that the framework makes itself", file=sys.stderr)
@@ -175,7 +167,7 @@ def run_export(args) -> int:
     reduce_axes = resolve_reduce(args, job) if args.reduce is not None else None
     # Every format takes every goal: programs given or ranked by --top; the mesh says where the goal's blocks go.
     goal = resolve_goal(args, routed=True)
-    if args.format == "mesh" and goal.name != "allreduce" and reduce_axes is None:
+    if args.format == "mesh" and not goal.is_all_reduce and reduce_axes is None:
         raise UsageError(f"--collective {goal.name} with --format mesh says where its blocks go in each reduction "
                          "group: give the axes it runs over with --reduce")
     hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy) if reduce_axes else None
@@ -198,7 +190,7 @@ def run_export(args) -> int:
     if reduce_axes:
         argv += ["--reduce", ",".join(reduce_axes)]
     argv += ["--placement", placement.to_text(), "--hierarchy", args.hierarchy]
-    if goal.name != "allreduce":
+    if not goal.is_all_reduce:  # the default goal is not spelled
         argv += ["--collective", goal.name]
     if args.top is not None:
         argv += ["--top", str(args.top), "--max-len", str(args.max_len), "--backend", args.backend]
@@ -219,7 +211,7 @@ def run_export(args) -> int:
         if args.format == "mesh":
             if hierarchy is not None:
                 metadata.update(hierarchy_metadata(hierarchy))
-                if goal.name != "allreduce":
+                if not goal.is_all_reduce:
                     metadata["collective"] = mesh.collective_layout(hierarchy, goal)
             files.append(mesh.render(placement, provenance, metadata))
         elif args.format == "json":
@@ -335,20 +327,19 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
     """Each program (given, or the simulator's top K for the placement) on each placement
     where it is valid, and each placement's default all-reduce (for another --collective, the
     goal's own flat call)."""
-    from synth.analysis.goal_rank import goal_baseline
     from synth.execute import report as benchmod
     from synth.export.plan import PlanEntry
     from synth.lowering import lower
 
     goal = resolve_goal(args)
-    role = "default all-reduce" if goal.name == "allreduce" else f"flat {goal.collective}"
+    role = goal.role
     placements = list(iter_placements(args, job))
     entries, infos = [], []
     for placement in placements:
         hierarchy = hierarchy_for(placement, reduce_axes, args.hierarchy)
         if hierarchy.group_size < 2:
             continue
-        default, valid = goal_baseline(hierarchy, goal), 0
+        default, valid = goal.flat_call(hierarchy.level_names[0]), 0
         candidates = programs or _top_programs(args, hierarchy, job.topology, sizes, args.backend, goal)
         for program in candidates:
             try:

@@ -59,7 +59,7 @@ def plot_rank(args, topology_name: str, sections, held, goal) -> None:
         by_hierarchy.setdefault(id(hierarchy), (hierarchy, []))[1].append((size, bounds, rows))
     panels = [_rank_panel(args, hierarchy, ranked, held.get(id(hierarchy), {}))
               for hierarchy, ranked in list(by_hierarchy.values())[:MAX_PANELS]]
-    what = "all-reduce" if goal.name == "allreduce" else goal.collective
+    what = "all-reduce" if goal.is_all_reduce else goal.collective
     title = (f"{topology_name}: {what} over {','.join(sections[0][1].reduce_axes)}, {args.backend} model, "
              f"{args.estimate} estimate")
     note = ""

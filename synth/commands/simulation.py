@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from synth.commands.common import (ALL_REDUCE_ONLY, resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
+from synth.commands.common import (resolve_goal, add_job_options, check_search, add_json_option, add_model_options, add_size_options, add_top_option,
                                    hierarchy_for, iter_placements, parse_size, print_json, resolve_job, resolve_reduce,
                                    resolve_sizes)
 from synth.commands.common import add_plot_option, resolve_routing
@@ -83,7 +83,8 @@ def run_rank(args) -> int:
 
 
 def _rank_one(args, job, goal, sizes, hierarchy, sections: list) -> None:
-    """One placement's sections (appended, so an interruption keeps those done)."""
+    """One placement's sections (appended, so an interruption keeps those done): every program
+    of the goal, or for --top K the K best by the best-first search (and the flat call)."""
     from synth.search.rank import Ranker, pareto_front
     from synth.model.context import cost_context
 
@@ -91,10 +92,7 @@ def _rank_one(args, job, goal, sizes, hierarchy, sections: list) -> None:
     if goal.routed:
         sections += _routed_sections(context, goal, sizes, args)
         return
-    if goal.name != "allreduce":
-        sections += _goal_sections(context, goal, sizes, args)
-        return
-    ranker = Ranker(context, args.max_len, args.estimate)
+    ranker = Ranker(context, args.max_len, args.estimate, goal=goal)
     ranked = ([ranker.top(size, args.top) for size in sizes] if args.top is not None else ranker.rank(sizes))
     for size, rows in zip(sizes, ranked):
         if args.pareto:
@@ -111,7 +109,7 @@ def _print_sections(args, job, sections, reduce_axes, sizes, goal) -> None:
 
     held = {id(hierarchy): {size: held_out_for_group(job.topology, hierarchy.groups[0], size)
                             for size in sizes} for _, hierarchy, _, _ in sections} \
-        if args.backend == "nccl" and goal.name == "allreduce" else {}  # the held-out study is of all-reduces
+        if args.backend == "nccl" and goal.is_all_reduce else {}  # the held-out study is of all-reduces
     if args.json:
         print_json([dict(row.to_json(), lower_bound_s=bounds[0].time_s, **_achievable_json(bounds[1], row),
                          backend=args.backend, estimate=args.estimate,
@@ -161,24 +159,6 @@ def _held_out_json(error, row) -> dict:
     return {"held_out_error": error.median, "within_model_error": within_error(row, error)}
 
 
-def _goal_sections(context, goal, sizes, args) -> list:
-    """Rank programs of a goal other than all-reduce (synth/analysis/goal_rank.py): the whole
-    ranking, or for --top K the K best by the best-first search (and the baseline), the whole
-    ranking's first K. Bounds: the goal's lower bound (no achievable bound: it is the
-    all-reduce's cut)."""
-    from synth.analysis.goal_rank import goal_bound, rank_goal, top_goal
-    from synth.search.rank import pareto_front
-
-    sections = []
-    ranked = (top_goal(context, goal, sizes, args.top, args.max_len, args.estimate) if args.top is not None
-              else rank_goal(context, goal, sizes, args.max_len, args.estimate))
-    for size, rows in zip(sizes, ranked):
-        if args.pareto:
-            rows = pareto_front(rows)
-        sections.append((size, context.hierarchy, (goal_bound(context, goal, size), None), rows))
-    return sections
-
-
 def _routed_sections(context, goal, sizes, args) -> list:
     """Dispatch or combine programs for the --routing, with their routed lower bound
     (synth/analysis/routed_rank.py); sizes are bytes of tokens per member."""
@@ -210,7 +190,7 @@ def _table(topology_name: str, size: int, hierarchy, bounds, rows, args, sure: s
     title = (f"{topology_name}  placement {hierarchy.placement.to_text()}  reduce {','.join(hierarchy.reduce_axes)} "
              f"({levels})  {format_bytes(size)} per device")
     bound, achievable = bounds
-    flat = "default all-reduce" if goal is None or goal.name == "allreduce" else f"one {goal.collective} call"
+    flat = "default all-reduce" if goal is None or goal.is_all_reduce else f"one {goal.collective} call"
     caption = (f"lower bound {format_time(bound.time_s)} ({bound.bottleneck}); "
                + (f"achievable bound {format_time(achievable.time_s)} (each link at the rate NCCL reaches on it); "
                   if achievable is not None else "")

@@ -217,7 +217,7 @@ def run_check(args) -> int:
         semantics = Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
     trace = semantics.run(program)
     levels = ", ".join(f"{level.name}={level.size}" for level in hierarchy.levels)
-    reached = "reach the full sum" if goal.name == "allreduce" else f"complete the {goal.title}"
+    reached = "reach the full sum" if goal.is_all_reduce else f"complete the {goal.title}"
     print(f"valid: {program}")
     print(f"  {len(trace)} step(s) over the {hierarchy.kind} hierarchy ({levels}); "
           f"{len(hierarchy.groups)} reduction group(s) of {hierarchy.group_size} {reached}")

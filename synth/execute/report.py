@@ -19,7 +19,7 @@ from pathlib import Path
 from synth.analysis.goal_rank import goal_program_times
 from synth.collectives import collective
 from synth.export.plan import ITEMSIZE, PlanEntry, buffer_count
-from synth.goals import parse_goal
+from synth.goals import DEFAULT_GOAL, GOALS, parse_goal
 from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import program_cost
@@ -74,7 +74,7 @@ def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
         if key not in engines:
             engines[key] = CostEngine(cost_context(entry.hierarchy, topology, backend))
         engine = engines[key]
-        if entry.goal != "allreduce":  # costed as synth/analysis/goal_rank.py ranks them
+        if entry.goal != DEFAULT_GOAL:  # costed as the Ranker costs them (synth/search/rank.py)
             goal = parse_goal(entry.goal)
             group = entry.hierarchy.group_size
             counts = [buffer_count(size, group) * ITEMSIZE for size in sizes]
@@ -98,9 +98,7 @@ def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
 
 
 # The torch call the runtime times as each goal's baseline (synth/export/torch_runtime.py, flat_call).
-TORCH_CALLS = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter_tensor",
-               "allgather": "all_gather_into_tensor", "alltoall": "all_to_all_single", "broadcast": "broadcast",
-               "reduce": "reduce"}
+TORCH_CALLS = {name: goal.torch_call for name, goal in GOALS.items()}
 
 
 def rows_from_report(report: dict, entries: list[EntryInfo],

@@ -66,6 +66,7 @@ from synth.errors import UsageError
 from synth.export import jsonfmt
 from synth.export.plan import DTYPE, ITEMSIZE, Plan, buffer_count, call_buffers
 from synth.export.provenance import Provenance
+from synth.goals import DEFAULT_GOAL
 
 FORMAT = "synth-plan"
 VERSION = 1
@@ -111,7 +112,7 @@ def plan_document(plan: Plan, provenance: Provenance, metadata: dict, nbytes: in
             steps.append({"index": index, "text": step.text, "collective": step.collective,
                           "communicator": step.communicator, "ranks": ranks})
         entry = {"text": program.text, "label": program.label, "reduction_communicator": program.reduction}
-        if program.goal != "allreduce":
+        if program.goal != DEFAULT_GOAL:  # the file names the goal by name; the default is not spelled
             entry["collective"] = program.goal
             if program.final_places is not None:
                 entry["final_places"] = list(program.final_places)

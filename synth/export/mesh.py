@@ -139,11 +139,9 @@ def _check_order(placement: Placement, order: tuple[str, ...]) -> None:
         raise AssertionError(f"axis order {order} does not number the ranks of {placement.to_text()}")
 
 
-JAX_CALLS = {"reducescatter": "psum_scatter(x, {axes}, scatter_dimension=0, tiled=True)",
-             "allgather": "all_gather(x, {axes}, axis=0, tiled=True)",
-             "alltoall": "all_to_all(x, {axes}, 0, 0, tiled=True)"}
-TORCH_CALLS = {"reducescatter": "reduce_scatter_tensor", "allgather": "all_gather_into_tensor",
-               "alltoall": "all_to_all_single", "broadcast": "broadcast", "reduce": "reduce"}
+JAX_CALLS = {"psum_scatter": "psum_scatter(x, {axes}, scatter_dimension=0, tiled=True)",  # by Goal.jax_call
+             "all_gather": "all_gather(x, {axes}, axis=0, tiled=True)",
+             "all_to_all": "all_to_all(x, {axes}, 0, 0, tiled=True)"}
 
 
 def jax_axis_order(hierarchy) -> tuple[str, ...] | None:
@@ -167,8 +165,8 @@ def collective_layout(hierarchy, goal) -> dict:
     groups = hierarchy.groups
     in_rank_order = all(list(group) == sorted(group) for group in groups)
     axes = list(hierarchy.reduce_axes)
-    layout = {"name": goal.name, "torch_call": TORCH_CALLS[goal.name]}
-    if goal.name in ("broadcast", "reduce"):
+    layout = {"name": goal.name, "torch_call": goal.torch_call}
+    if goal.rooted:
         layout["root"] = "the first rank of each reduction group (member 0, its lowest global rank)"
         layout["jax"] = {"axis_name": None, "statement": (
             f"no JAX counterpart: a {goal.title} has a root, and JAX's collectives have none (every device of the "
@@ -177,7 +175,7 @@ def collective_layout(hierarchy, goal) -> dict:
     layout["blocks"] = ("block r of each reduction group is its member r: reduction_groups lists each group's ranks "
                         "in that order (global rank order)")
     layout["torch"] = {"in_rank_order": in_rank_order, "statement": (
-        f"{TORCH_CALLS[goal.name]} over the group of the mesh dimension(s) {', '.join(axes)} lays the blocks out so: "
+        f"{goal.torch_call} over the group of the mesh dimension(s) {', '.join(axes)} lays the blocks out so: "
         "torch numbers a group's ranks by global rank" if in_rank_order else
         "the members are not in global rank order, which torch's groups use: torch would number the blocks otherwise")}
     order = jax_axis_order(hierarchy)
@@ -187,7 +185,7 @@ def collective_layout(hierarchy, goal) -> dict:
             "around another one): a JAX call over them would lay blocks out otherwise; use a mesh whose axes are the "
             "reduced axes split per level (synth.jax.group_axes)")}
     else:
-        call = JAX_CALLS[goal.name].format(axes=tuple(order))
+        call = JAX_CALLS[goal.jax_call].format(axes=tuple(order))
         layout["jax"] = {"axis_name": list(order), "statement": f"{call} lays the blocks out in member order"}
     return layout
 

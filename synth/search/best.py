@@ -26,6 +26,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from synth.goals import ALL_REDUCE, Goal
+from synth.search.programs import ProgramSet
 from synth.search.rank import RankedProgram, Ranker
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
@@ -39,23 +41,29 @@ BATCH = 4096  # sizes costed per engine call when candidates are asked for many 
 
 @dataclass(frozen=True)
 class Choice:
-    """The fastest program at one size and the default all-reduce's time at that size."""
+    """The fastest program of a goal at one size and its flat call's time at that size."""
 
     bytes: int
     program: Program
     time_s: float
     baseline_time_s: float
 
+    @property
+    def synthesized(self) -> bool:
+        """True when a program other than the flat call is strictly the fastest."""
+        return self.time_s < self.baseline_time_s
+
 
 class BestPrograms:
     """The fastest program at any size on one context, with memoized answers."""
 
-    def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None):
+    def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None, *,
+                 goal: Goal = ALL_REDUCE):
         if context.group_size == 1:
             raise ValueError("a reduction group of one member has no program to choose")
         self.context = context
         self.max_len = max_len
-        self.ranker = Ranker(context, max_len, estimate)
+        self.ranker = Ranker(context, max_len, estimate, goal=goal)
         self._ranked: dict[tuple[int, int], tuple[RankedProgram, ...]] = {}
 
     @property
@@ -70,7 +78,7 @@ class BestPrograms:
         return self._ranked[key]
 
     def best_row(self, size: int) -> tuple[RankedProgram, RankedProgram]:
-        """(fastest program, default all-reduce) as ranking rows, with bandwidths and bound ratio."""
+        """(fastest program, the goal's flat call) as ranking rows, with bandwidths and bound ratio."""
         rows = self.ranked(size)
         return rows[0], next(row for row in rows if row.baseline)
 
@@ -81,6 +89,11 @@ class BestPrograms:
     def candidates(self, sizes, factor: int = GRID_FACTOR, top: int = GRID_TOP) -> CandidateTimes:
         """Candidate programs from the top `top` at each power of `factor` spanning `sizes`."""
         return CandidateTimes(self, grid_sizes(min(sizes), max(sizes), factor), top)
+
+    def every(self) -> CandidateTimes:
+        """Every valid program as a candidate: exact at every size (for a goal whose programs
+        are few enough to cost them all, as the reduce-scatter's and the reduce's are)."""
+        return CandidateTimes(self, (), programs=self.ranker.every_program())
 
 
 def grid_sizes(low: int, high: int, factor: int = GRID_FACTOR) -> tuple[int, ...]:
@@ -100,15 +113,17 @@ class CandidateTimes:
     """Fastest-of-candidates at any size: the candidates found once on a grid, every asked
     size costed exactly (see the module docstring for what this guarantees)."""
 
-    def __init__(self, best: BestPrograms, grid: tuple[int, ...], top: int = GRID_TOP):
+    def __init__(self, best: BestPrograms, grid: tuple[int, ...], top: int = GRID_TOP,
+                 programs: ProgramSet | None = None):
         self.best_programs = best
         self.grid = grid
-        found: dict[str, Program] = {}
-        for size in grid:
-            for row in best.ranked(size, top):
-                found.setdefault(str(row.program), row.program)
-        ranker = best.ranker
-        self.set = ranker.programs([found[text] for text in sorted(found)])
+        if programs is None:
+            found: dict[str, Program] = {}
+            for size in grid:
+                for row in best.ranked(size, top):
+                    found.setdefault(str(row.program), row.program)
+            programs = best.ranker.programs([found[text] for text in sorted(found)])
+        self.set = programs
         self.programs: tuple[Program, ...] = self.set.programs
         self._memo: dict[int, Choice] = {}
 

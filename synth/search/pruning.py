@@ -50,7 +50,7 @@ from operator import itemgetter, or_
 from typing import NamedTuple
 
 from synth.collectives import Combine, Delivery
-from synth.goals import ALL_REDUCE, Goal
+from synth.goals import ALL_REDUCE, SUM_BLOCKS, Goal
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def abstract(state: tuple, member_count: int, goal: Goal = ALL_REDUCE) -> Abstra
         need = -1 if by_partition < 0 else max(need, by_partition)
     split = split_min = 0
     misplaced = False
-    if goal.name == "reducescatter":
+    if goal.end == SUM_BLOCKS:
         halvings = [(member[1] - member[0] - 1).bit_length() for member in set(state) if member is not None]
         split, split_min = max(halvings, default=0), min(halvings, default=0)
         misplaced = any(member is None or rank not in member[4] for rank, member in enumerate(state))
@@ -199,7 +199,7 @@ class DeadPrefixOracle:
         # What the goal's final state asks: every chunk summed over all N members (else held
         # by someone: contributor sets never need to grow), no partial member, no empty one.
         target = member_count if goal.sums else 1
-        self.single = goal.name == "reducescatter"
+        self.single = goal.end == SUM_BLOCKS
         self.ends = (goal.ends_whole, goal.ends_full, self.single)
         found = [instruction_class(instruction, use_quotient_sizes) for _, instruction in alphabet]
         self.classes = tuple(sorted(set(found)))
@@ -294,13 +294,10 @@ class DeadPrefixOracle:
                 return found
         return facts
 
-    def first_steps(self, state: tuple[int, ...], remaining: int) -> frozenset[int]:
-        """The instruction classes that can begin a completion of `remaining` steps (empty:
-        the prefix is dead). Instructions of other classes need not even be applied."""
-        return self.answer(self.facts(state), remaining)
-
     def answer(self, facts: AbstractState, remaining: int) -> frozenset[int]:
-        """`first_steps` for an abstract state already computed."""
+        """The instruction classes that can begin a completion of `remaining` steps from an
+        abstract state (empty: the prefix is dead). Instructions of other classes need not
+        even be applied."""
         key = (facts, remaining)
         answer = self._answers.get(key)
         if answer is None:

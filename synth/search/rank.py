@@ -1,9 +1,20 @@
-"""Programs ranked by predicted time, the K best by a best-first search, and a Pareto filter.
+"""Programs of one goal ranked by predicted time, the K best by a best-first search, and a Pareto filter.
 
-Order: by predicted time, ties by canonical program text, so every run on every machine (and
-every rank of a job) picks the same program. The default all-reduce (the one program of
-length 1) is always listed and marked, whatever its place. Times come from one estimate
-(synth/model/estimate.py, lockstep or pipelined) through the costing engine.
+One `Ranker(context, goal=...)` ranks every goal (synth/goals.py): the all-reduce, the
+reduce-scatter, the all-gather, ... Order: by predicted time, ties by canonical program text,
+so every run on every machine (and every rank of a job) picks the same program. The goal's
+flat call (for the all-reduce, the default all-reduce) is always listed and marked, whatever
+its place. Times come from one estimate (synth/model/estimate.py, lockstep or pipelined)
+through the costing engine; a `Permute` step calls no collective: it is a local copy of
+what each member holds, charged at the backend's copy rate (`COPY_BYTES_PER_S`).
+
+Lower bound: the all-reduce bound (synth/model/bound.py) under the estimate, its bytes term
+scaled by the goal's `bound_share`. For every goal other than all-reduce half of it bounds the
+time: a reduce-scatter must send out of each of the q parties of a cut (q-1)/q of the buffer
+(its contributions to every other party's blocks exist nowhere else), an all-gather must
+bring as much into each, an all-to-all sends at least as much, a broadcast or a reduce moves
+the whole buffer across every unit it crosses; the all-reduce bound's bytes are 2(q-1)/q of
+the buffer (or the whole buffer per crossing unit, whose half is also at most (q-1)/q of it).
 
 `top=K` does not list every program: the best-first search of synth/search/best_first.py
 pops complete programs in exactly the order of the full ranking, (time, text) included, and
@@ -26,20 +37,32 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from synth.search.programs import ProgramSet, ProgramSets, program_set
+from synth.goals import ALL_REDUCE, Goal
 from synth.language import Program
-from synth.model.bound import LowerBound, achievable_line, bound_line
+from synth.model.bound import BoundLine, LowerBound, achievable_line, bound_line
 from synth.model.context import CostContext
-from synth.model.cost import baseline_program, bus_factor
 from synth.model.engine import CostEngine, ProgramTable, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
 from synth.search.best_first import cheapest_programs
+from synth.search.programs import ProgramSet, ProgramSets, program_set
 from synth.search.walker import StateWalker
 
-__all__ = ["ESTIMATES", "RankedProgram", "Ranker", "pareto_front", "rank_programs"]
+__all__ = ["COPY_BYTES_PER_S", "ESTIMATES", "RankedProgram", "Ranker", "copy_rate", "pareto_front", "rank_programs"]
+
+# Bytes per second a Permute copies on one device: estimates until a calibration measures them.
+# GPU (nccl): half of an A100's 1.55 TB/s HBM2 (a copy reads and writes every byte).
+# CPU (gloo): one core's memcpy of a large buffer (~10 GB/s), halved likewise.
+COPY_BYTES_PER_S = {"nccl": 0.75e12, "gloo": 5e9}
+
+
+def copy_rate(context: CostContext) -> float:
+    """Bytes per second a Permute copies on one device of the context's backend."""
+    name = getattr(context.backend, "name", str(context.backend))
+    return COPY_BYTES_PER_S.get("gloo" if "gloo" in name else "nccl")
 
 
 @dataclass(frozen=True)
@@ -97,50 +120,74 @@ def _calls_per_device(table: ProgramTable, group_size: int) -> np.ndarray:
 
 
 class Ranker:
-    """Ranks the programs of one context under one estimate; keeps the engine, the state
-    walker and the enumerated programs, so many sizes (and the search) reuse them."""
+    """Ranks the programs of one goal on one context under one estimate; keeps the engine, the
+    state walker and the enumerated programs, so many sizes (and the search) reuse them."""
 
     def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None,
-                 sets: ProgramSets | None = None, engine: CostEngine | None = None):
+                 sets: ProgramSets | None = None, engine: CostEngine | None = None, *, goal: Goal = ALL_REDUCE):
+        if not isinstance(goal, Goal):
+            raise TypeError(f"goal must be a synth.goals.Goal (parse names with synth.goals.parse_goal), not {goal!r}")
         self.context = context
         self.hierarchy = context.hierarchy
+        self.goal = goal
         self.max_len = max_len
         self.estimate = resolve_estimate(estimate)
         self.engine = engine or engine_for(context)
-        self.walker = StateWalker(context.hierarchy)
         self.sets = sets or ProgramSets()
-        self.baseline = baseline_program(context.hierarchy)
+        self.baseline = goal.flat_call(context.hierarchy.level_names[0])
+        self.copy_rate = copy_rate(context)
+
+    @cached_property
+    def walker(self) -> StateWalker:
+        """The goal's state walker on this hierarchy (made when first needed: a sweep over many
+        placements of one shape never needs one past the first)."""
+        return StateWalker(self.hierarchy, self.goal)
 
     # --- program sets -------------------------------------------------------------------------
 
     def every_program(self) -> ProgramSet:
-        """Every valid program up to max_len steps (the default all-reduce among them)."""
-        return self.sets.get(self.hierarchy, self.max_len, self.walker)
+        """Every valid program of the goal up to max_len steps (its flat call among them)."""
+        return self.sets.get(self.hierarchy, self.max_len, self.__dict__.get("walker"), self.goal)
 
     def programs(self, programs: Sequence[Program]) -> ProgramSet:
-        """The given programs as a set, the default all-reduce appended when missing."""
+        """The given programs as a set, the goal's flat call appended when missing."""
         programs = list(programs)
-        if not any(len(program) == 1 for program in programs):
-            programs.append(self.baseline)
-        return program_set(self.walker, programs)
+        given = program_set(self.walker, programs, self.baseline)
+        if given.baseline is not None:
+            return given
+        return program_set(self.walker, programs + [self.baseline], self.baseline)
 
     def times(self, programs: ProgramSet, sizes) -> np.ndarray:
-        """[program, size] predicted seconds."""
-        return self.estimate.program_times(self.engine, programs.table, sizes)
+        """[program, size] predicted seconds: the estimate's time of the collective steps, plus
+        the Permutes' copies at the copy rate."""
+        times = self.estimate.program_times(self.engine, programs.table, sizes)
+        if programs.copied is None:
+            return times
+        return times + np.outer(programs.copied, np.array(sizes, dtype=float)) / self.copy_rate
+
+    def _line(self) -> BoundLine:
+        """The goal's bound line: the all-reduce's, its bytes term scaled by the goal's share."""
+        line = bound_line(self.context)
+        if self.goal.bound_share == 1:
+            return line
+        return BoundLine(line.latency_s, self.goal.bound_share * line.seconds_per_byte,
+                         f"half the all-reduce bound's bytes: {line.bottleneck}")
 
     def bound_times(self, sizes) -> np.ndarray:
-        """The lower bound under this estimate, per size."""
-        return self.estimate.bound_times(bound_line(self.context), sizes)
+        """The goal's lower bound under this estimate, per size."""
+        return self.estimate.bound_times(self._line(), sizes)
 
     def lower_bound(self, size: int) -> LowerBound:
         """The lower bound at one size, its time under this estimate (what `bound_ratio` divides by)."""
-        line = bound_line(self.context)
+        line = self._line()
         return LowerBound(size, float(self.bound_times([size])[0]), size * line.seconds_per_byte, line.latency_s,
                           line.bottleneck)
 
-    def achievable_bound(self, size: int) -> LowerBound:
+    def achievable_bound(self, size: int) -> LowerBound | None:
         """The achievable bound at one size (each link at the rate NCCL reaches on it), under
-        this estimate."""
+        this estimate; None for a goal whose bound is not the all-reduce's cut."""
+        if self.goal.bound_share != 1:
+            return None
         line = achievable_line(self.context)
         return LowerBound(size, float(self.estimate.bound_times(line, [size])[0]), size * line.seconds_per_byte,
                           line.latency_s, line.bottleneck)
@@ -165,19 +212,19 @@ class Ranker:
                 _communicators(programs.table), _calls_per_device(programs.table, self.context.group_size))
         communicators, calls = objectives
         extra = self._extra_memory(programs.table, size)
-        n = self.context.group_size
+        factor = self.goal.bus_factor(self.context.group_size)
         matrix = self.hierarchy.placement.matrix
-        lengths = programs.table.lengths
         order = chosen[np.lexsort((programs.text_rank[chosen], times[chosen]))]
         rows = []
         for i in order.tolist():
             time = float(times[i])
-            algbw = size / time
+            algbw = size / time if time > 0 else math.inf
+            program = programs.program(i)
             rows.append(RankedProgram(
-                program=programs.program(i), matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
-                busbw_GBps=algbw * bus_factor(n) / 1e9, speedup=baseline_time / time, bound_ratio=time / bound,
+                program=program, matrix=matrix, bytes=size, time_s=time, algbw_GBps=algbw / 1e9,
+                busbw_GBps=algbw * factor / 1e9, speedup=baseline_time / time, bound_ratio=time / bound,
                 baseline=i == baseline, extra_memory_bytes=math.ceil(float(extra[i])),
-                communicators=int(communicators[i]), calls_per_device=int(calls[i]), length=int(lengths[i])))
+                communicators=int(communicators[i]), calls_per_device=int(calls[i]), length=len(program)))
         return rows
 
     def _extra_memory(self, table: ProgramTable, size: int) -> np.ndarray:
@@ -190,28 +237,29 @@ class Ranker:
     # --- the search -----------------------------------------------------------------------------------
 
     def cheapest(self, size: int) -> Iterator[tuple[float, Program]]:
-        """Every valid program up to max_len steps, cheapest first (ties by text), lazily: the
-        best-first search of synth/search/best_first.py."""
-        return cheapest_programs(self.walker, self.engine, self.estimate, size, self.max_len)
+        """Every valid program of the goal up to max_len steps, cheapest first (ties by text),
+        lazily: the best-first search of synth/search/best_first.py."""
+        return cheapest_programs(self.walker, self.engine, self.estimate, size, self.max_len, self.copy_rate)
 
     def top(self, size: int, k: int) -> list[RankedProgram]:
-        """The K fastest programs at `size` (the default all-reduce added when not among them),
-        without listing every program."""
+        """The K fastest programs at `size` (the flat call added when not among them), without
+        listing every program: the full ranking's first K."""
         if k < 1:
             raise ValueError("top must be at least 1")
         chosen = list(itertools.islice((program for _, program in self.cheapest(size)), k))
-        return self.rank([size], self.programs(chosen))[0]
+        rows = self.rank([size], self.programs(chosen))[0]
+        return rows[:k] + [row for row in rows[k:] if row.baseline]
 
     def best(self, size: int) -> tuple[RankedProgram, RankedProgram]:
-        """(the fastest program, the default all-reduce) at `size`, as ranking rows."""
+        """(the fastest program, the flat call) at `size`, as ranking rows."""
         rows = self.top(size, 1)
         return rows[0], next(row for row in rows if row.baseline)
 
 
 def rank_programs(context: CostContext, bytes_per_device: int, max_len: int = 5, top: int | None = None,
                   estimate: str | Estimate | None = None, programs: Sequence[Program] | None = None,
-                  ranker: Ranker | None = None) -> list[RankedProgram]:
-    """Programs ordered by predicted time (ties by text), the baseline always included.
+                  ranker: Ranker | None = None, goal: Goal = ALL_REDUCE) -> list[RankedProgram]:
+    """Programs of the goal ordered by predicted time (ties by text), the baseline always included.
 
     Every valid program up to `max_len` steps; or the ones given in `programs`; or, with
     `top=K`, the K best found by the search, plus the baseline if it is not among them. A
@@ -221,7 +269,7 @@ def rank_programs(context: CostContext, bytes_per_device: int, max_len: int = 5,
         return []
     if top is not None and top < 1:
         raise ValueError("top must be at least 1")
-    ranker = ranker or Ranker(context, max_len, estimate)
+    ranker = ranker or Ranker(context, max_len, estimate, goal=goal)
     if top is not None:
         return ranker.top(bytes_per_device, top)
     chosen = ranker.programs(programs) if programs is not None else None

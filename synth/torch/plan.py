@@ -184,8 +184,7 @@ def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, m
                  max_bytes: int = DEFAULT_MAX_BYTES, estimate: str | None = None,
                  collective: str = "allreduce") -> ReductionPlan:
     """At every size the program of `collective` the simulator ranks first on `topology` for
-    `backend` (the all-reduce by its best-first search, the other goals by
-    synth.analysis.goal_rank): the
+    `backend` (the best-first search of synth.search.rank.Ranker, every goal alike): the
     ranking (synth.search.best) is asked at powers of two from `min_bytes` to `max_bytes`
     and bisected where its answer changes; below `min_bytes` the first program runs, above
     `max_bytes` the last. `estimate` is the model's (synth.model.estimate: "pipelined", the
@@ -203,16 +202,11 @@ def best_by_size(hierarchy, topology, backend: str = "nccl", max_len: int = 5, m
     estimate = resolve_estimate(estimate).name
     goal = parse_goal(collective)
     context = cost_context(hierarchy, topology, backend)
-    if goal.name == "allreduce":
-        best = BestPrograms(context, max_len, estimate)
+    best = BestPrograms(context, max_len, estimate, goal=goal)
 
-        def choose(size: int) -> str:
-            return str(best.best(size).program)
-    else:
-        from synth.analysis.goal_rank import rank_goal
+    def choose(size: int) -> str:
+        return str(best.best(size).program)
 
-        def choose(size: int) -> str:
-            return str(rank_goal(context, goal, [size], max_len, estimate)[0][0].program)
     changes = size_thresholds(choose, min_bytes, max_bytes)
     texts = list(dict.fromkeys(text for _, text in changes))
     ranges = tuple(SizeRange(0 if i == 0 else size, texts.index(text)) for i, (size, text) in enumerate(changes))
