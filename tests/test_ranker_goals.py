@@ -92,7 +92,8 @@ def test_every_goals_rows_are_as_before_bit_for_bit():
     """Times, bandwidths, speedups and objectives as each goal printed them before the goals
     shared one Ranker. Changed on purpose (not compared): a goal's lower bound under the
     pipelined estimate (it follows the estimate now) and its rows' extra memory (its calls'
-    scratch buffers, as the all-reduce's rows always had)."""
+    scratch buffers, as the all-reduce's rows always had). Re-recorded on purpose: the all-to-all's
+    rows, when it came to be priced as NCCL schedules point-to-point (synth/model/nccl/p2p.py)."""
     golden = json.loads(GOLDEN.read_text())
     system = golden["system"]
     topology = load_topology(system["topology"])
