@@ -380,7 +380,8 @@ def best_launchable(result):
             return prediction
     if result.request.placement_filter is not None:
         return None
-    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1))
+    # the first search's priced collectives reused: the same topology, so the same figures, not priced twice
+    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1), costs=result.costs)
     return again.ranked[0] if again.ranked else None
 
 

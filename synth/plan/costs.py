@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.search import BestPrograms, CandidateTimes
+from synth.search.best import grid_sizes
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.goal_rank import GoalPrograms, program_count
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
@@ -320,11 +321,13 @@ class CommunicationCosts:
                 return self._programs[call.program], call.time_s
             floor = None
         else:
-            grid_key = (self.factors(placement, axes), min(tensors), sum(tensors))
+            # keyed by the grid the sizes span, not the sizes: every schedule whose buckets fall on
+            # the same grid shares its candidates and their costed sizes (MoE stages differ in
+            # their tensors' sizes by expert-parallel degree, rarely in their grid)
+            grid_key = (self.factors(placement, axes), grid_sizes(min(tensors), sum(tensors)))
             chooser = self._candidates.get(grid_key)
             if chooser is None:
-                chooser = best.candidates((min(tensors), sum(tensors)))
-                self._candidates[grid_key] = chooser
+                chooser = self._candidates[grid_key] = CandidateTimes(best, grid_key[1])
 
             def cost(size):
                 choice = chooser(size)

@@ -346,10 +346,11 @@ def estimate(request: PlanRequest) -> SearchSize:
     too_many = []
     refused_settings: Counter = Counter()
     runnable = 0
-    data_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # (choice, its data-parallel groups' span)
+    data_spans: set[tuple[Degrees, tuple[int, ...], str]] = set()  # (choice, its data-parallel (or expert
+    # data-parallel) groups' span, which)
     lower_bound: set[tuple[int, ...]] = set()  # shapes the lower-bound pass costs (not the data-parallel ones)
     goals: set[tuple[str, tuple[int, ...]]] = set()  # (collective, shape) priced by goal programs
-    sharded_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # data_spans' pairs with a sharded optimizer
+    sharded_spans: set[tuple[Degrees, tuple[int, ...], str]] = set()  # data_spans' pairs with a sharded optimizer
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
         settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None,
@@ -370,6 +371,10 @@ def estimate(request: PlanRequest) -> SearchSize:
         rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
         sharded = any(setting.sharded_optimizer and setting.zero < 3 for setting in settings)
         data_rows = [index for index, axis in enumerate(axes) if axis.name in choice.data_axes()]
+        # a MoE choice reduces its routed experts' gradients in a schedule of their own, over the
+        # expert data-parallel groups (step.py): one more schedule per (choice, span)
+        expert_rows = ([index for index, axis in enumerate(axes) if axis.name in choice.expert_data_axes()]
+                       if request.model.is_moe and choice.expert_data_axes() else None)
         for matrix in matching_matrices(topology, axes, constraints):
             for index, name in rows:
                 (transfers if name == "pp" else collectives).add(matrix[index])
@@ -377,25 +382,28 @@ def estimate(request: PlanRequest) -> SearchSize:
                     lower_bound.add(matrix[index])
             goals |= goal_calls(choice, settings, request.model, axes, matrix)
             if choice.dp > 1:
-                pair = (choice, tuple(math.prod(matrix[index][level] for index in data_rows)
-                                      for level in range(len(topology.sizes))))
-                data_spans.add(pair)
-                if sharded:
-                    sharded_spans.add(pair)
-    shapes = collectives | transfers | lower_bound | {span for _, span in data_spans}
+                for rows_of, role in ((data_rows, "data"), (expert_rows, "expert")):
+                    if rows_of is None:
+                        continue
+                    pair = (choice, tuple(math.prod(matrix[index][level] for index in rows_of)
+                                          for level in range(len(topology.sizes))), role)
+                    data_spans.add(pair)
+                    if sharded:
+                        sharded_spans.add(pair)
+    shapes = collectives | transfers | lower_bound | {span for _, span, _ in data_spans}
     equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in shapes}
     devices = sum(equivalent[shape] for shape in collectives | transfers)
     pairs = sum(math.prod(shape) ** 2 for shape in collectives)
     searched_devices = sum(equivalent[shape] for shape in lower_bound)
     schedules = len(data_spans)
-    spans = {span for _, span in data_spans}
+    spans = {span for _, span, _ in data_spans}
     schedule_devices = sum(math.prod(span) * equivalent[span] for span in spans)
     seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
                + len(lower_bound) * SECONDS_PER_SHAPE + searched_devices * SECONDS_PER_SHAPE_DEVICE
                + schedules * SECONDS_PER_SCHEDULE + schedule_devices * SECONDS_PER_SCHEDULE_DEVICE)
     goal_programs = sum(goal_program_rows(collective, shape, request.max_len) for collective, shape in goals)
     schedule_programs = sum(goal_program_rows("ReduceScatter", span, request.max_len) * equivalent[span]
-                            for _, span in sharded_spans)
+                            for _, span, _ in sharded_spans)
     seconds += (len(goals) * SECONDS_PER_GOAL_SHAPE + goal_programs * SECONDS_PER_GOAL_PROGRAM
                 + schedule_programs * SECONDS_PER_GOAL_SCHEDULE_PROGRAM)
     memory = (BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
