@@ -65,12 +65,18 @@ from functools import cached_property
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
-from synth.plan import attention as attention_forms, formulas, moe, offload
+from synth.plan import formulas, moe, offload
 from synth.plan.contention import Background, extra_seconds, moved_bytes
 from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.devices import device_keys, device_named
-from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_times, rates_for
+from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, rates_for
+from synth.plan.terms.compute import layer_compute
+from synth.plan.terms.context import context_parallel
+from synth.plan.terms.expert import expert_parallel
+from synth.plan.terms.pipeline import pipeline_bubble, pipeline_transfer
+from synth.plan.terms.tensor import (PIPELINE_SMS, PIPELINE_SPLITS, RING_EXCHANGE_SMS, _overlapped,  # noqa: F401
+                                     tensor_parallel, tp_overlap_exposed)
 from synth.plan.model import Transformer
 from synth.topology import Device
 
@@ -352,102 +358,35 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
     stages = formulas.stage_layers(model.layers, pp)
     act_bytes = model.bytes_per_value
-    full, selective = settings.recompute == "full", settings.recompute == "selective"
+    full = settings.recompute == "full"
     routes: list[Route] = []
 
-    # --- compute per layer and for the output layer, per micro-batch ------------------------------
-    if compute.kernels is not None:
-        kernels = compute.kernels
-        if settings.sharded_optimizer and settings.zero > 1 and kernels.grad_accumulation == "fused":
-            # Megatron-FSDP runs without gradient-accumulation fusion (launch.py): a separate add per weight
-            kernels = dataclasses.replace(kernels, grad_accumulation="hook")
-        times = layer_times(model, kernels, settings.micro_batch, tp, cp, settings.sequence_parallel, degrees.ep)
-        forward1, backward1, scores1 = times.forward, times.backward, times.attention_forward
-        head_forward, head_backward = head_times(model, kernels, settings.micro_batch, tp, cp)
-    else:
-        layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
-        traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
-        bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
-        forward1 = layer_flops / tp / compute.rate + traffic.total / bandwidth
-        backward1 = 2 * forward1
-        scores1 = score_flops / tp / compute.rate + traffic.scores / bandwidth
-        head_flops_s = formulas.head_forward_flops(model, tokens) / tp / compute.rate
-        head_bytes = formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp)
-        head_forward = head_flops_s + head_bytes[0] / bandwidth
-        head_backward = 2 * head_flops_s + head_bytes[1] / bandwidth
-    recompute1 = forward1 if full else (scores1 if selective else 0.0)
-    compute1 = forward1 + backward1 + recompute1
-    if compute.kernels is not None and compute.kernels.host_s > 0:
-        # Kernels are issued asynchronously: a layer takes at least the host's time to issue them.
-        compute1 = max(compute1, compute.kernels.host_s)
-    compute_head = head_forward + head_backward
+    # --- compute per layer and for the output layer, per micro-batch (terms/compute.py) ----------
+    layer = layer_compute(model, compute, settings, tp, cp, degrees.ep)
+    forward1, backward1, scores1 = layer.forward, layer.backward, layer.scores
+    head_backward = layer.head_backward
+    recompute1, compute1, compute_head = layer.recompute, layer.layer, layer.head
 
-    # --- tensor parallelism -----------------------------------------------------------------------
-    tp1 = tp_backward1 = tp_head = 0.0
+    # --- tensor parallelism (terms/tensor.py) ----------------------------------------------------
     activation = tokens * model.hidden * act_bytes
-    calls1 = 0
-    if tp > 1:
-        calls1 = 4 + (2 if full else 0)
-        if settings.sequence_parallel:
-            scatter = costs.reduce_scatter(placement, ("tp",), activation)
-            gather = costs.all_gather(placement, ("tp",), activation)
-            per_call = scatter.time_s + gather.time_s
-            program, levels = f"{scatter.program}; {gather.program}", scatter.levels
-        else:
-            reduce = costs.all_reduce(placement, ("tp",), activation)
-            per_call, program, levels = reduce.time_s, reduce.program, reduce.levels
-        tp1, tp_head = calls1 * per_call, per_call  # + the output layer's all-reduce
-        tp_backward1 = (2 + (2 if full else 0)) * per_call
-        if settings.tp_overlap:
-            forward_s, backward_s = tp_overlap_exposed(model, compute, settings.micro_batch * model.seq_len // cp, tp,
-                                                       gather.time_s, scatter.time_s)
-            tp_backward1 = backward_s
-            tp1 = forward_s * (2 if full else 1) + backward_s
+    tensor = tensor_parallel(model, compute, costs, placement, settings, tp, cp, activation)
+    tp1, tp_backward1, tp_head, calls1 = tensor.layer, tensor.backward, tensor.head, tensor.calls
 
-    # --- context parallelism ----------------------------------------------------------------------
-    cp1 = cp_backward1 = 0.0
-    if cp > 1:
-        kv = tokens * cp * attention_forms.kv_values_per_token(model) * act_bytes // tp  # gathered keys and values
-        gather = costs.all_gather(placement, ("cp",), kv)
-        scatter = costs.reduce_scatter(placement, ("cp",), kv)
-        exchange = gather.time_s * (2 if full else 1) + scatter.time_s
-        attention = scores1 * (3 + (1 if full or selective else 0))
-        cp1 = max(0.0, exchange - attention)
-        cp_backward1 = cp1 * scatter.time_s / exchange if exchange > 0 else 0.0
+    # --- context parallelism (terms/context.py) --------------------------------------------------
+    context = context_parallel(model, costs, placement, settings, tp, cp, tokens, scores1)
+    cp1, cp_backward1 = context.layer, context.backward
 
-    # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (synth/plan/moe.py) --
-    ep1 = ep_backward1 = 0.0
-    if degrees.ep > 1:
-        local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
-        dispatched = moe.dispatch_bytes(model, local)
-        exchange_ep = costs.all_to_all(placement, ("ep",), dispatched)
-        calls_ep = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
-        ep1 = calls_ep * exchange_ep.time_s
-        ep_backward1 = 2 * exchange_ep.time_s  # dispatch and combine of the backward
-    if model.is_moe and tp > 1 and settings.sequence_parallel:
-        # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
-        # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
-        # size the tensor-parallel term already counts; the difference is charged here.
-        routed = moe.dispatch_bytes(model, tokens)
-        pair = lambda size: (costs.reduce_scatter(placement, ("tp",), size).time_s  # noqa: E731
-                             + costs.all_gather(placement, ("tp",), size).time_s)
-        ep1 += (2 + (1 if full else 0)) * max(0.0, pair(routed) - pair(activation))
+    # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (terms/expert.py) ---
+    expert = expert_parallel(model, costs, placement, settings, tp, degrees.ep, tokens, activation)
+    ep1, ep_backward1 = expert.layer, expert.backward
     ranges = moe.stage_ranges(model, stages)
     moe_first = moe.moe_layers_in(model, *ranges[0])
     moe_last = moe.moe_layers_in(model, *ranges[-1])
     moe_middle = max((moe.moe_layers_in(model, *r) for r in ranges[1:-1]), default=0)
 
-    # --- pipeline point to point ------------------------------------------------------------------
-    p2p_mb = 0.0
-    if pp > 1:
-        shard = tp if tp > 1 else 1  # scatter/gather optimization, or sequence parallelism's own shards
-        sent = activation // shard
-        seconds, link = costs.point_to_point(placement, "pp", sent)
-        gather_s = 0.0
-        if tp > 1 and not settings.sequence_parallel:
-            gather_s = costs.all_gather(placement, ("tp",), activation).time_s
-        per_transfer = seconds + gather_s
-        p2p_mb = 2 * v * per_transfer
+    # --- pipeline point to point (terms/pipeline.py) ---------------------------------------------
+    transfer = pipeline_transfer(costs, placement, settings, tp, pp, activation)
+    p2p_mb, per_transfer, sent = transfer.blocking, transfer.seconds, transfer.sent
 
     # --- ZeRO-3 / FSDP: each layer's weights all-gathered before its forward and its backward (and
     # its recomputation), its gradients reduce-scattered after its backward, every micro-batch ----
@@ -575,14 +514,16 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     shared_mb = (layers * shared1 + moe_layers * shared_moe1
                  + (p2p_shared(layers, moe_layers, stage_work(layers, with_head, moe_layers)) if pp > 1 else 0.0))
     if tp > 1:
-        routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
+        routes.append(Route("tensor", tensor.program, tensor.levels, tensor.per_call, m * (layers * calls1 + with_head),
+                            activation))
     if cp > 1:
-        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+        routes.append(Route("context", context.program, context.levels, context.exchange, m * layers, context.kv_bytes))
     if degrees.ep > 1 and moe_layers:
-        routes.append(Route("expert", exchange_ep.program, exchange_ep.levels, exchange_ep.time_s,
-                            m * moe_layers * calls_ep, dispatched))
+        routes.append(Route("expert", expert.program, expert.levels, expert.call_s, m * moe_layers * expert.calls,
+                            expert.bytes))
     if pp > 1:
-        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
+        routes.append(Route("pipeline", f"send/recv to the next stage ({transfer.link})", "", per_transfer, 2 * v * m,
+                            sent))
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
@@ -718,89 +659,6 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                     per_layer * (stages.last - settings.offload_layers) + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
-
-
-def pipeline_bubble(stage_seconds, microbatches: int, virtual: int = 1, chain_transfer_s: float = 0.0,
-                    forward_share: float = 1 / 3) -> float:
-    """Seconds a 1F1B or interleaved pipeline step takes beyond `m x` its slowest stage's time per
-    micro-batch, given every stage's time per micro-batch (forward and backward), first to last,
-    and the forward's share of it.
-
-    1F1B (Narayanan et al. 2021, section 2.2; Megatron's forward_backward_pipelining_without_
-    interleaving: stage i runs p-i-1 warm-up forwards, then one forward and one backward
-    alternately, then the rest of its backwards). Through each stage k runs a chain: the first
-    micro-batch's forward reaches it after the forwards of the stages before it, it runs its m
-    micro-batches, the last backward then passes the stages before it; and its first backward
-    waits for the first micro-batch to pass the stages after it and come back, less the p-k-1
-    warm-up forwards it runs meanwhile:
-
-        m t_k + sum_{i<k} t_i + max(0, sum_{i>k} t_i - (p-k-1) f_k)
-
-    The step is the longest chain; the bubble is that less m max(t). Even stages give (p-1) t;
-    stages whose last one also runs the output layer give (p-1) times the OTHER stages' time,
-    not (p-1) times the slowest. With v interleaved chunks each pass is through chunks of 1/v of a
-    stage's work: the bubble / v (Narayanan et al.'s (p-1)/v t with even stages).
-
-    `chain_transfer_s`: with the transfers overlapped with compute (interleaved schedule's
-    overlap_p2p_comm) the steady state hides them, but the warm-up's first micro-batch crosses
-    all p v chunks one after another (p v - 1 transfers: the first device idles p transfers at
-    each of the v - 1 returns from the last device) and the cool-down's last backward crosses
-    them again: 2 (p v - 1) transfers on the critical path. Without the overlap each stage's
-    time already holds its blocking transfers (pass 0)."""
-    times = list(stage_seconds)
-    pp = len(times)
-    if pp <= 1:
-        return 0.0
-    slowest = max(times)
-    longest = max(microbatches * t + sum(times[:k])
-                  + max(0.0, sum(times[k + 1:]) - (pp - k - 1) * forward_share * t)
-                  for k, t in enumerate(times))
-    return (longest - microbatches * slowest) / virtual + 2 * (pp * virtual - 1) * chain_transfer_s
-
-
-# Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub):
-# all-gathers by "ring_exchange" on 1 SM in tp steps, reduce-scatters by "pipeline" on 16 SMs in 4 splits.
-RING_EXCHANGE_SMS, PIPELINE_SMS, PIPELINE_SPLITS = 1, 16, 4
-
-
-def _overlapped(comm: float, gemm: float, sms: int, total_sms: int, tail: float) -> float:
-    """Exposed seconds of one collective run inside one GEMM: the GEMM loses `sms` of its SMs while
-    they overlap (the contention), the collective shows where it outlasts the slowed GEMM, and
-    `tail` of it (the last split of a pipelined reduce-scatter) runs after the GEMM."""
-    slowdown = total_sms / (total_sms - sms)
-    hidden = comm * (1 - tail)
-    inside = hidden - gemm if hidden >= gemm * slowdown else hidden * (1 - 1 / slowdown)
-    return comm * tail + inside
-
-
-def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: int, gather_s: float,
-                       scatter_s: float) -> tuple[float, float]:
-    """(forward, backward) exposed seconds per layer of the sequence-parallel all-gathers and
-    reduce-scatters overlapped with their GEMMs (Megatron's --tp-comm-overlap): forward, the
-    gathers inside the QKV and FC1 GEMMs and the scatters inside the projection and FC2 GEMMs;
-    backward, the gathers inside the projection's and FC2's input-gradient GEMMs and the
-    scatters inside QKV's and FC1's weight-gradient GEMMs (TE's "bulk" overlap, no tail)."""
-    gemms = attention_forms.layer_gemms(model, tokens, tp)
-    if compute.kernels is not None:
-        sms = int(compute.kernels.device.sms.value)
-        seconds = lambda g: compute.kernels.gemm_seconds(g, model.bytes_per_value)  # noqa: E731
-        # the weight-gradient GEMM as it runs: with gradient-accumulation fusion its epilogue reads
-        # and writes the fp32 main gradient (kernels.py), a longer window for the scatter it hides
-        wgrad_seconds = lambda g: compute.kernels.gemm_seconds(  # noqa: E731
-            g, model.bytes_per_value, compute.kernels.wgrad_output_bytes(model.bytes_per_value))
-    else:
-        sms = 132  # no device description: an H100's SM count for the contention share
-        seconds = wgrad_seconds = lambda g: g.flops / compute.rate  # noqa: E731
-    qkv, proj, fc1, fc2 = gemms[0], gemms[-3], gemms[-2], gemms[-1]  # MLA: its first down projection as QKV
-    forward = (_overlapped(gather_s, seconds(qkv), RING_EXCHANGE_SMS, sms, 0.0)
-               + _overlapped(scatter_s, seconds(proj), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS)
-               + _overlapped(gather_s, seconds(fc1), RING_EXCHANGE_SMS, sms, 0.0)
-               + _overlapped(scatter_s, seconds(fc2), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS))
-    backward = (_overlapped(gather_s, seconds(proj.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
-                + _overlapped(gather_s, seconds(fc2.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
-                + _overlapped(scatter_s, wgrad_seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
-                + _overlapped(scatter_s, wgrad_seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
-    return forward, backward
 
 
 def hsdp_placement(placement: Placement) -> Placement:
