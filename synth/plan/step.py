@@ -71,6 +71,7 @@ from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.devices import device_keys, device_named
 from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, rates_for
+from synth.plan.terms import Term
 from synth.plan.terms.compute import layer_compute
 from synth.plan.terms.context import context_parallel
 from synth.plan.terms.expert import expert_parallel
@@ -223,6 +224,33 @@ class Breakdown:
         return (self.compute + self.tensor_parallel + self.context_parallel + self.pipeline_p2p
                 + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer
                 + self.expert_parallel + self.contention + self.offload)
+
+    def terms(self) -> tuple[Term, ...]:
+        """The step's addends in the order `total` sums them, each with what it counts (its module)."""
+        return (Term("compute", self.compute, "kernels of the slowest stage's layers (and output layer), "
+                     "every micro-batch (terms/compute.py)"),
+                Term("tensor_parallel", self.tensor_parallel, "exposed tensor-parallel collectives (terms/tensor.py)"),
+                Term("context_parallel", self.context_parallel, "key/value exchange beyond the attention it hides "
+                     "behind (terms/context.py)"),
+                Term("pipeline_p2p", self.pipeline_p2p, "exposed sends and receives between stages "
+                     "(terms/pipeline.py)"),
+                Term("pipeline_bubble", self.pipeline_bubble, "warm-up and cool-down of the pipeline schedule "
+                     "(terms/pipeline.py)"),
+                Term("data_parallel", self.data_parallel, "exposed gradient reduction, weight gathers and ZeRO-3 "
+                     "gathers and scatters"),
+                Term("embedding_sync", self.embedding_sync, "tied embedding's gradient between first and last stage"),
+                Term("optimizer", self.optimizer, "the optimizer reading and writing its states"),
+                Term("expert_parallel", self.expert_parallel, "MoE dispatch and combine all-to-alls "
+                     "(terms/expert.py)"),
+                Term("contention", self.contention, "critical-path collectives slowed by overlapped ones on the "
+                     "same links (contention.py)"),
+                Term("offload", self.offload, "activation copies to host not hidden behind compute (offload.py)"))
+
+    def explain(self) -> str:
+        """One line per nonzero term: its seconds, its share of the step and what it counts."""
+        total = self.total
+        return "\n".join(f"{term.name:>17} {term.seconds * 1e3:10.3f} ms {term.seconds / total:6.1%}  {term.what}"
+                         for term in self.terms() if term.seconds) if total > 0 else ""
 
     def to_json(self) -> dict:
         return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
