@@ -103,3 +103,29 @@ def test_predict_is_the_sum_of_its_terms_and_explains_each(mixture, settings):
     text = prediction.breakdown.explain()
     assert "expert_parallel" in text and "all-to-all" in text and len(text.splitlines()) == sum(
         1 for term in terms if term.seconds)
+
+
+def test_sharded_layers_only_with_zero3_and_expose_what_compute_cannot_hide(mixture):
+    from synth.plan.terms.sharded import sharded_layers
+
+    model, compute, costs, degrees, placement = mixture
+    layer = layer_compute(model, compute, Settings(1), 2, 1, 8)
+    off = sharded_layers(model, costs, degrees, placement, Settings(1, sharded_optimizer=True), 8, layer, 0.0, 0.0, 0.0)
+    assert not off.zero3 and off.layer == off.moe_layer == 0 and off.routes == ()
+    zero3 = Settings(1, sharded_optimizer=True, zero=3)
+    on = sharded_layers(model, costs, degrees, placement, zero3, 8, layer, 0.0, 0.0, 0.0)
+    assert on.zero3 and on.shard == degrees.dp and on.layer >= 0 and {r.name for r in on.routes} == {"data", "expert-data"}
+    blocking = sharded_layers(model, costs, degrees, placement, dataclasses.replace(zero3, overlap_gradients=False), 8,
+                              layer, 0.0, 0.0, 0.0)
+    # without the prefetch every gather and scatter is exposed: at least the route's gather and scatter
+    assert blocking.layer >= blocking.routes[0].time_s > 0 and blocking.layer >= on.layer
+
+
+def test_offload_costs_nothing_without_offloaded_layers(dense):
+    from synth.plan.terms.offload import offload_seconds
+
+    model, compute, *_ = dense
+    assert offload_seconds(model, compute, Settings(1), 4, 2, 1.0, 2.0) == 0
+    hidden = offload_seconds(model, compute, Settings(1, offload_layers=3), 4, 2, 10.0, 20.0)
+    shown = offload_seconds(model, compute, Settings(1, offload_layers=3), 4, 2, 0.0, 0.0)
+    assert hidden == 0 < shown

@@ -71,11 +71,13 @@ from synth.plan.costs import CommunicationCosts, fuse_tensors
 from synth.plan.degrees import Degrees
 from synth.devices import device_keys, device_named
 from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, rates_for
-from synth.plan.terms import Term
+from synth.plan.terms import Route, Term
 from synth.plan.terms.compute import layer_compute
 from synth.plan.terms.context import context_parallel
 from synth.plan.terms.expert import expert_parallel
+from synth.plan.terms.offload import offload_seconds
 from synth.plan.terms.pipeline import pipeline_bubble, pipeline_transfer
+from synth.plan.terms.sharded import hsdp_placement, sharded_layers  # noqa: F401  (hsdp_placement: launch.py's)
 from synth.plan.terms.tensor import (PIPELINE_SMS, PIPELINE_SPLITS, RING_EXCHANGE_SMS, _overlapped,  # noqa: F401
                                      tensor_parallel, tp_overlap_exposed)
 from synth.plan.model import Transformer
@@ -289,20 +291,6 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class Route:
-    """One kind of communication of the step: what runs, on which levels, through which link."""
-
-    name: str  # "tensor", "data", "data-shard", "data-replica" (HSDP), "pipeline", "context", "embedding",
-    # "expert", "expert-data"
-    program: str
-    levels: str
-    time_s: float  # per call
-    calls: float  # per step
-    bytes: int  # per call, per device
-    axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism)
-
-
-@dataclass(frozen=True)
 class Prediction:
     degrees: Degrees
     placement: Placement
@@ -416,77 +404,14 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     transfer = pipeline_transfer(costs, placement, settings, tp, pp, activation)
     p2p_mb, per_transfer, sent = transfer.blocking, transfer.seconds, transfer.sent
 
-    # --- ZeRO-3 / FSDP: each layer's weights all-gathered before its forward and its backward (and
-    # its recomputation), its gradients reduce-scattered after its backward, every micro-batch ----
-    zero3 = settings.sharded_optimizer and settings.zero == 3 and dp > 1
-    fsdp1 = 0.0
-    sharding, shard, replicas = placement, dp, 1  # the shard groups' placement ("dp": the shard axis)
-    if zero3 and settings.hsdp:
-        sharding = hsdp_placement(placement)
-        shard = sharding.axis_sizes[sharding.axis_index("dp")]
-        replicas = dp // shard
-    fsdp_moe1 = 0.0  # what a MoE layer's gathers and scatters expose beyond a dense layer's
-    shared1 = shared_moe1 = 0.0  # critical-path collectives slowed by those gathers and scatters, per layer
-    if zero3 and shard > 1:
-        shard_axes = ("dp",) if settings.hsdp else degrees.data_axes()
+    # --- ZeRO-3 / FSDP: per layer, exposed gathers and scatters (terms/sharded.py) -----------------
+    sharded = sharded_layers(model, costs, degrees, placement, settings, m, layer, tp1, cp1, ep1)
+    zero3, sharding, shard, replicas = sharded.zero3, sharded.sharding, sharded.shard, sharded.replicas
+    fsdp1, fsdp_moe1, shared1, shared_moe1 = sharded.layer, sharded.moe_layer, sharded.shared, sharded.moe_shared
+    routes.extend(sharded.routes)
 
-        def exposed_fsdp(gather_s: float, scatter_s: float) -> float:
-            gathers_forward = gather_s * (2 if full else 1)
-            if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
-                return (max(0.0, gathers_forward - forward1 * (2 if full else 1))
-                        + max(0.0, gather_s + scatter_s - backward1))
-            return gathers_forward + gather_s + scatter_s
-
-        layer_params = formulas.layer_shape(model).per_device(tp)
-        gather_w = costs.all_gather(sharding, shard_axes, int(layer_params * act_bytes))
-        scatter_g = costs.reduce_scatter(sharding, shard_axes, int(layer_params * model.grad_bytes_per_value))
-        fsdp1 = exposed_fsdp(gather_w.time_s, scatter_g.time_s)
-        routes.append(Route("data-shard" if settings.hsdp else "data", f"{gather_w.program}; {scatter_g.program}",
-                            gather_w.levels,
-                            gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes),
-                            shard_axes if shard_axes != ("dp",) else ()))
-        moe_layers_all = moe.moe_layer_count(model)
-        if moe_layers_all:
-            # A MoE layer (Megatron-FSDP): its dense part (attention, shared experts, router) sharded
-            # over the whole data-parallel group, its E/ep routed experts over the expert
-            # data-parallel group only (dp / ep replicas; none to gather when ep = dp); the two
-            # gathers and the two scatters run one after the other on the same stream.
-            dense_part, experts = moe.moe_layer_parameters_per_device(model, layer_params, tp, degrees.ep)
-            gather_d = costs.all_gather(sharding, shard_axes, int(dense_part * act_bytes))
-            scatter_d = costs.reduce_scatter(sharding, shard_axes, int(dense_part * model.grad_bytes_per_value))
-            gather_s, scatter_s = gather_d.time_s, scatter_d.time_s
-            if degrees.expert_dp > 1:
-                expert_axes = degrees.expert_data_axes()
-                gather_e = costs.all_gather(placement, expert_axes, int(experts * act_bytes))
-                scatter_e = costs.reduce_scatter(placement, expert_axes, int(experts * model.grad_bytes_per_value))
-                gather_s, scatter_s = gather_s + gather_e.time_s, scatter_s + scatter_e.time_s
-                routes.append(Route("expert-data", f"{gather_e.program}; {scatter_e.program}", gather_e.levels,
-                                    gather_e.time_s + scatter_e.time_s, m * moe_layers_all, int(experts * act_bytes),
-                                    expert_axes))
-            fsdp_moe1 = exposed_fsdp(gather_s, scatter_s) - fsdp1
-        # The gathers and scatters run behind the layer's compute, sharing links with its
-        # critical-path collectives (contention.py), every layer of every micro-batch.
-        members = sharding.axis_sizes[sharding.axis_index("dp")] if settings.hsdp else dp
-        layer_background = Background(shard_axes, moved_bytes(layer_params * (act_bytes * (2 if full else 1) + act_bytes
-                                                                              + model.grad_bytes_per_value), members),
-                                      gather_w.time_s * (3 if full else 2) + scatter_g.time_s,
-                                      min(1.0, (gather_w.time_s * (3 if full else 2) + scatter_g.time_s)
-                                          / max(compute1, 1e-12)))
-        if settings.overlap_gradients:
-            shared1 = extra_seconds(costs, sharding, {("tp",): tp1, ("cp",): cp1}, layer_background)
-        if settings.overlap_gradients and degrees.ep > 1:
-            shared_moe1 = extra_seconds(costs, placement, {("ep",): ep1}, layer_background)
-
-    # --- activation offload (pp = 1 only): copies to host and back not hidden behind compute -------
-    offload_mb = 0.0
-    if settings.offload_layers:
-        if compute.host_bandwidth is None:
-            raise UsageError("activation offload needs the device's host link (PCIe) bandwidth: a built-in device "
-                             f"({', '.join(device_keys())}); leave offload out")
-        offloaded_bytes = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp,
-                                                          settings.sequence_parallel, settings.recompute)
-        offload_mb = settings.offload_layers * offload.exposed_seconds(offloaded_bytes, compute.host_bandwidth,
-                                                                       forward1, backward1)
+    # --- activation offload (pp = 1 only): copies to host not hidden behind compute (terms/offload.py)
+    offload_mb = offload_seconds(model, compute, settings, tp, cp, forward1, backward1)
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
@@ -687,17 +612,3 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                     per_layer * (stages.last - settings.offload_layers) + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
-
-
-def hsdp_placement(placement: Placement) -> Placement:
-    """The placement with the data-parallel axis split in two: `dp` keeps its part in the
-    innermost level (the shard groups of HSDP, inside a node) and `dp_replica` its parts in the
-    outer levels (the replica groups). The groups are the same ranks; only their roles split."""
-    index = placement.axis_index("dp")
-    row = placement.matrix[index]
-    inner = (1,) * (len(row) - 1) + (row[-1],)
-    outer = tuple(row[:-1]) + (1,)
-    names = placement.axis_names[:index] + ("dp_replica", "dp") + placement.axis_names[index + 1:]
-    sizes = placement.axis_sizes[:index] + (placement.axis_sizes[index] // row[-1], row[-1]) + placement.axis_sizes[index + 1:]
-    matrix = placement.matrix[:index] + (outer, inner) + placement.matrix[index + 1:]
-    return Placement(placement.level_names, placement.level_sizes, names, sizes, matrix)
