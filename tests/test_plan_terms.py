@@ -129,3 +129,26 @@ def test_offload_costs_nothing_without_offloaded_layers(dense):
     hidden = offload_seconds(model, compute, Settings(1, offload_layers=3), 4, 2, 10.0, 20.0)
     shown = offload_seconds(model, compute, Settings(1, offload_layers=3), 4, 2, 0.0, 0.0)
     assert hidden == 0 < shown
+
+
+def test_data_parallel_term_is_nothing_for_the_bound_and_counts_the_experts_own_reduction(mixture):
+    from synth.plan import formulas, moe
+    from synth.plan.terms.data import data_parallel_terms
+    from synth.plan.terms.sharded import sharded_layers
+
+    model, compute, costs, degrees, placement = mixture
+    settings = Settings(1)
+    layer = layer_compute(model, compute, settings, 2, 1, 8)
+    stages = formulas.stage_layers(model.layers, degrees.pp)
+    first_range = moe.stage_ranges(model, stages)[0]
+    params = formulas.stage_parameters(model, 2, 2, stages, 8)
+    experts = moe.expert_parameters_per_device(model, 2, 8, *first_range)
+    sharded = sharded_layers(model, costs, degrees, placement, settings, 8, layer, 0.0, 0.0, 0.0)
+
+    def term(data_parallel):
+        return data_parallel_terms(model, costs, degrees, placement, settings, stages.first, first_range, params,
+                                   experts, layer, 0.0, 0.0, {}, {}, sharded, data_parallel)
+    assert term(False).exposed == term(False).overlapped == 0 and term(False).routes == ()
+    full = term(True)
+    assert {route.name for route in full.routes} == {"data", "expert-data"}
+    assert full.exposed >= 0 and full.overlapped >= 0

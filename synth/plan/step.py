@@ -58,7 +58,6 @@ first and the last stage's devices both fit.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -66,13 +65,14 @@ from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
 from synth.plan import formulas, moe, offload
-from synth.plan.contention import Background, extra_seconds, moved_bytes
-from synth.plan.costs import CommunicationCosts, fuse_tensors
+from synth.plan.contention import Background, extra_seconds
+from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import Degrees
 from synth.devices import device_keys, device_named
 from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, rates_for
 from synth.plan.terms import Route, Term
 from synth.plan.terms.compute import layer_compute
+from synth.plan.terms.data import data_parallel_terms
 from synth.plan.terms.context import context_parallel
 from synth.plan.terms.expert import expert_parallel
 from synth.plan.terms.offload import offload_seconds
@@ -487,81 +487,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     # expert data-parallel group (dp / ep replicas), the rest to the whole data-parallel group.
     experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[0])
     experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
-    data_axes, expert_axes = degrees.data_axes(), degrees.expert_data_axes()
-    dp_exposed = dp_overlapped = 0.0
-    contention_s = 0.0  # critical-path collectives slowed by the gradient reduction and the weight gather
-    data_members = math.prod(costs.factors(placement, data_axes)) if dp > 1 else 1
-
     def window(forward: bool) -> dict[tuple[str, ...], float]:
         """The first stage's critical-path collectives of one micro-batch's backward (or forward)."""
         tp_s = first * (tp_backward1 if not forward else tp1 - tp_backward1) if tp > 1 else 0.0
         cp_s = first * (cp_backward1 if not forward else cp1 - cp_backward1)
         return {("tp",): tp_s, ("cp",): cp_s, ("ep",): moe_first * ep_backward1}
 
-    def weights_gather_exposed(seconds: float) -> float:
-        if settings.overlap_param_gather:
-            # Megatron gathers bucket by bucket, each behind the previous bucket's forward: the first
-            # layer's share is exposed, and whatever the first micro-batch's forward cannot hide.
-            first_forward = first * forward1
-            return seconds / (first + 1) + max(0.0, seconds * first / (first + 1) - first_forward)
-        return seconds
-
-    if dp > 1 and data_parallel and not zero3:
-        stage_layer_params = (formulas.layer_shape(model).per_device(tp) * first
-                              + moe.stage_parameter_delta(model, tp, degrees.ep, *ranges[0]))
-        layer_grad = int((stage_layer_params - experts_first) / first * grad_bytes)
-        embedding_grad = int(max(params.first - stage_layer_params, 1) * grad_bytes)
-        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
-        # the first stage's last backward (with the output layer too when it is also the last stage)
-        backward_s = first * (backward1 + recompute1 + tp_backward1) + (head_backward if pp == 1 else 0.0)
-        backward_s = backward_s if settings.overlap_gradients else 0.0
-        gradients = costs.gradient_schedule(placement, data_axes, tensors, backward_s, settings.sharded_optimizer)
-        dp_exposed = gradients.exposed_s
-        dp_overlapped = gradients.busy_s - dp_exposed
-        routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets, data_axes))
-        if backward_s > 0:  # the reduction behind the last backward shares links with its collectives
-            contention_s += extra_seconds(costs, placement, window(False), Background(
-                data_axes, moved_bytes(sum(tensors), data_members, not settings.sharded_optimizer), gradients.busy_s,
-                min(1.0, gradients.busy_s / backward_s)))
-        if experts_first and expert_axes:
-            # The experts' gradients on the same stream after the dense ones (both exposures counted).
-            expert_grad = int(experts_first / first * grad_bytes)
-            expert_tensors = fuse_tensors(tuple([expert_grad] * first))
-            experts = costs.gradient_schedule(placement, expert_axes, expert_tensors, backward_s,
-                                              settings.sharded_optimizer)
-            dp_exposed += experts.exposed_s
-            dp_overlapped += experts.busy_s - experts.exposed_s
-            routes.append(Route("expert-data", experts.program, experts.levels, experts.busy_s / experts.buckets,
-                                experts.buckets, sum(expert_tensors) // experts.buckets, expert_axes))
-        if settings.sharded_optimizer:
-            weights = int((params.first - experts_first) * model.bytes_per_value)
-            gather = costs.all_gather(placement, data_axes, weights)
-            dp_exposed += weights_gather_exposed(gather.time_s)
-            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, data_axes))
-            if settings.overlap_param_gather:  # behind the first forward, sharing links with its collectives
-                contention_s += extra_seconds(costs, placement, window(True), Background(
-                    data_axes, moved_bytes(weights, data_members), gather.time_s,
-                    min(1.0, gather.time_s / max(first * forward1, 1e-12))))
-            if experts_first and expert_axes:
-                weights = int(experts_first * model.bytes_per_value)
-                gather = costs.all_gather(placement, expert_axes, weights)
-                dp_exposed += weights_gather_exposed(gather.time_s)
-                routes.append(Route("expert-data", gather.program, gather.levels, gather.time_s, 1, weights,
-                                    expert_axes))
-
-    if zero3 and replicas > 1 and data_parallel:
-        # HSDP: each shard's gradients all-reduced across the replicas, in buckets behind the last
-        # micro-batch's backward (the shards are 1/shard of the first stage's gradients).
-        layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes / shard)
-        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes / shard)
-        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
-        backward_s = first * (backward1 + recompute1 + tp_backward1) if settings.overlap_gradients else 0.0
-        gradients = costs.gradient_schedule(sharding, ("dp_replica",), tensors, backward_s, False)
-        dp_exposed = gradients.exposed_s
-        dp_overlapped = gradients.busy_s - dp_exposed
-        routes.append(Route("data-replica", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets))
+    data = data_parallel_terms(model, costs, degrees, placement, settings, stages.first, ranges[0], params,
+                               experts_first, layer, head_backward if pp == 1 else 0.0, tp_backward1,
+                               window(True), window(False), sharded, data_parallel)
+    dp_exposed, dp_overlapped, contention_s = data.exposed, data.overlapped, data.contention
+    routes.extend(data.routes)
 
     # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
     embedding_s = 0.0
