@@ -460,6 +460,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     result = PlanResult(request, size, [], [], costs=costs)
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
+    pending: list = []  # (bound's key, degrees, placement, settings) of candidates with data parallelism
     done = 0
     try:
         for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
@@ -490,19 +491,32 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                         if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
                             result.smallest_dropped = prediction
                         continue
-                    if degrees.dp > 1:
-                        if _cannot_rank(prediction, kept, fitting, request.top):
-                            result.bounded += 1
-                            continue
-                        prediction = predict(request.model, request.compute, costs, degrees, placement, setting)
+                    if degrees.dp > 1:  # its full prediction waits for the second pass, by its bound
+                        pending.append((_key(prediction), degrees, placement, setting))
+                        continue
                     _keep(result, kept, fitting, prediction, request.top)
                 done += 1
                 if progress is not None:
                     progress(done, size.placements)
     except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
-        if not kept:
+        if not kept and not pending:
             raise
         result.interrupted_after = done
+    # Second pass: the full predictions (their gradient schedules are most of a search's work) in
+    # the order of their bounds, so the fastest are kept first and the bound stops the most.
+    # Which candidates are kept does not depend on the order (_keep, _cannot_rank).
+    pending.sort(key=lambda entry: entry[0])
+    try:
+        for key, degrees, placement, setting in pending:
+            if _cannot_rank(key, kept, fitting, request.top):
+                result.bounded += 1
+                continue
+            _keep(result, kept, fitting, predict(request.model, request.compute, costs, degrees, placement, setting),
+                  request.top)
+    except KeyboardInterrupt:
+        if not kept:
+            raise
+        result.interrupted_after = done if result.interrupted_after is None else result.interrupted_after
     result.ranked = [prediction for _, prediction in sorted(kept, key=lambda entry: entry[0])[:request.top]]
     result.pareto = _pareto(fitting)
     result.elapsed_s = time.perf_counter() - started
@@ -521,18 +535,19 @@ def _keep(result: PlanResult, kept: list, fitting: list, prediction: Prediction,
         fitting.append(prediction)
 
 
-def _cannot_rank(bound: Prediction, kept: list, fitting: list, top: int) -> bool:
-    """Whether a candidate whose step is at least `bound.step_s` (its memory known exactly) can
-    neither enter the top nor the Pareto set: both are already held by faster candidates."""
+def _cannot_rank(key: tuple, kept: list, fitting: list, top: int) -> bool:
+    """Whether a candidate whose lower bound has this `_key` (its step at least the bound's, its
+    memory known exactly) can neither enter the top nor the Pareto set: both are already held by
+    faster candidates."""
     if len(kept) < top:
         return False
     kept.sort(key=lambda entry: entry[0])
     del kept[top:]
-    key = _key(bound)  # the full prediction's key is >= this one: its step can only grow
+    # the full prediction's key is >= this one: its step can only grow
     if not kept[-1][0] < key:
         return False
-    return any(other.step_s <= bound.step_s and other.memory.peak <= bound.memory.peak and _key(other) < key
-               for other in fitting)
+    step_s, peak = key[0], key[1]
+    return any(other.step_s <= step_s and other.memory.peak <= peak and _key(other) < key for other in fitting)
 
 
 def _dominates(a: Prediction, b: Prediction) -> bool:
