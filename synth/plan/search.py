@@ -3,7 +3,9 @@
 For each `Degrees` the model and the limits allow (degrees.py), every placement of its axes
 on the system (synth.placement.listed_placements, with the user's Inside/Factor
 constraints), and every runnable setting (micro-batch size, interleaving, sequence
-parallelism, recomputation, sharded optimizer), the step is predicted (step.py). Candidates
+parallelism, recomputation, sharded optimizer), the step is predicted (step.py): first without
+its data-parallel terms (a lower bound), then, in the order of those bounds, in full where the
+bound does not already lose to the top and the Pareto set. Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
