@@ -2,6 +2,7 @@
 
     python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--pinned COMMIT | --before DIR]
     python -m benchmarks.plan_speed --units [-o results]
+    python -m benchmarks.plan_speed --moe [-o results]
 
 For each size, the whole user command (start-up, imports, search, JSON output)
 
@@ -47,6 +48,10 @@ DEFAULT_NODES = (8, 64, 512, 2048, 16384)  # 8 GPUs per Selene node: 64 to 131,0
 EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "node=512"),
          ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
          ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
+# Mixture-of-experts plans (issue 24's case, Mixtral at 131,072 GPUs, DeepSeek-V3): `--moe` runs these
+# alone and writes moe.md and moe.json beside the dense report
+MOE = (("mixtral-8x7b", "dgx-h100-2x8x8", "rack=256"), ("mixtral-8x7b", "selene", "node=16384"),
+       ("deepseek-v3", "selene", "node=256"))
 TIMEOUT_S = 600
 # The earlier commit every run times beside this checkout (benchmarks/pinned.py): the code before
 # the planning-at-scale round, the baseline of the README's scale figures.
@@ -106,7 +111,8 @@ def measure(topology: str, resize: str, source: Path, model: str = MODEL) -> dic
 
 
 def _degrees(degrees: dict) -> str:
-    return ",".join(f"{role}={degrees[role]}" for role in ("dp", "tp", "pp", "cp"))
+    return ",".join(f"{role}={degrees[role]}" for role in ("dp", "tp", "pp", "cp", "ep")
+                    if role != "ep" or degrees.get(role, 1) > 1)
 
 
 def series(nodes: tuple[int, ...], source: Path) -> list[dict]:
@@ -173,8 +179,9 @@ def summary(document: dict) -> list[str]:
     return [text]
 
 
-def render(document: dict) -> str:
-    lines = ["# Planning at scale: time and memory of `synth plan` from 64 to 131,072 GPUs", "",
+def render(document: dict, title: str = "Planning at scale: time and memory of `synth plan` from 64 to 131,072 GPUs"
+           ) -> str:
+    lines = [f"# {title}", "",
              header(document["command"]), "",
              f"Each row is the user's whole command in a fresh process (start-up, imports, search, JSON output) on "
              f"this 2-core machine, shared with other work while it ran (the load average before each run is in "
@@ -291,7 +298,21 @@ def main(argv=None) -> int:
     parser.add_argument("--before", metavar="DIR", help="instead of --pinned: a checkout of the code before the change")
     parser.add_argument("--before-label", default="the code before this change", help="what --before is")
     parser.add_argument("--units", action="store_true", help="time the search's units of work instead")
+    parser.add_argument("--moe", action="store_true", help="the mixture-of-experts plans alone (moe.md, moe.json)")
     args = parser.parse_args(argv)
+    if args.moe:
+        here = Path(__file__).resolve().parent.parent
+        rows = []
+        for model, topology, resize in MOE:
+            rows.append(measure(topology, resize, here, model))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+        document = {"command": "python -m benchmarks.plan_speed --moe", "rows": rows}
+        folder = study_dir(STUDY, args.output)
+        (folder / "moe.json").write_text(json.dumps(document, indent=1) + "\n")
+        (folder / "moe.md").write_text(render(document, "Planning mixture-of-experts models: time and memory of "
+                                                        "`synth plan`"))
+        print(f"wrote {folder / 'moe.md'}", file=sys.stderr)
+        return 0
     if args.units:
         nodes = tuple(int(part) for part in args.nodes.split(","))
         rows = [measure_units("selene", f"node={count}") for count in nodes]

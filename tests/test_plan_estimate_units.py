@@ -53,3 +53,20 @@ def test_the_seconds_are_the_units_times_their_counts(request_and_size):
     assert units["gradient_schedules"] == pytest.approx(size.schedules * search.SECONDS_PER_SCHEDULE
                                                         + size.schedule_devices * search.SECONDS_PER_SCHEDULE_DEVICE)
     assert sum(units.values()) == pytest.approx(size.estimated_s)
+
+
+def test_a_moe_plan_counts_the_experts_gradient_schedules_too():
+    """A MoE choice reduces its routed experts' gradients over the expert data-parallel groups in
+    a schedule of its own (step.py): one pair per (choice, expert span), beside the dense one."""
+    topology = load_topology("dgx-a100-x4")
+    model = PRESETS["mixtral-8x7b"]
+    request = PlanRequest(model, topology, compute_of(topology.device, model.precision))
+    dense, experts = set(), set()
+    for choice in enumerate_degrees(topology.device_count, model, request.limits):
+        if not request.space.settings(model, choice, True) or choice.dp == 1:
+            continue
+        for placement in enumerate_placements(topology, choice.axes()):
+            dense.add((choice, span(placement, choice.data_axes())))
+            if choice.expert_data_axes():
+                experts.add((choice, span(placement, choice.expert_data_axes())))
+    assert experts and estimate(request).schedules == len(dense) + len(experts)

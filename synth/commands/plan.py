@@ -380,7 +380,8 @@ def best_launchable(result):
             return prediction
     if result.request.placement_filter is not None:
         return None
-    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1))
+    # the first search's priced collectives reused: the same topology, so the same figures, not priced twice
+    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1), costs=result.costs)
     return again.ranked[0] if again.ranked else None
 
 
@@ -505,7 +506,7 @@ def synthesized_collectives(prediction, costs) -> list[dict]:
         axes = route.axes or ROUTE_AXES.get(route.name)
         if not axes or not route.levels or (route.name == "data-shard" and prediction.settings.hsdp):
             continue  # HSDP's shard groups are on another placement (not looked up)
-        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes):
+        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes, route.time_s):
             rows.append({"route": route.name, "collective": call.collective, "program": call.program,
                          "levels": call.levels, "time_s": call.time_s, "flat_time_s": call.default_time_s,
                          "gain": call.gain})

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.search import BestPrograms, CandidateTimes
+from synth.search.best import grid_sizes
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.goal_rank import GoalPrograms, program_count
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
@@ -115,7 +116,8 @@ class CommunicationCosts:
         self._single: dict[tuple, Communication] = {}
         self._p2p: dict[tuple, tuple[float, float, str]] = {}
         self._schedules: dict[tuple, GradientSchedule] = {}
-        self._gradients: dict[tuple, GradientSchedule] = {}  # by (factors, program, bytes per bucket)
+        # by (factors, program, bytes per bucket), then by seconds per bucket (as the step's route states them)
+        self._gradients: dict[tuple, dict[float, GradientSchedule]] = {}
         self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
@@ -205,14 +207,16 @@ class CommunicationCosts:
         `all_to_all_single` with equal splits) over the axes' groups, all groups at once."""
         return self._goal_call("AllToAll", placement, axes, size)
 
-    def synthesized(self, placement: Placement, axes: tuple[str, ...], program: str, size: int
-                    ) -> list[Communication]:
+    def synthesized(self, placement: Placement, axes: tuple[str, ...], program: str, size: int,
+                    time_s: float | None = None) -> list[Communication]:
         """The collectives priced for `size` bytes over the axes' groups whose program is part of
         `program` (a step route's text) and beats the goal's flat call: what the plan names as
         synthesized. Gradient buckets (`size` = bytes per bucket) come as one entry whose times
-        are the buckets' sums."""
+        are the buckets' sums: the schedule whose seconds per bucket are `time_s` (the route's own;
+        candidates alike in program and bucket size may differ in their buckets), else the last."""
         factors = self.factors(placement, axes)
-        gradients = self._gradients.get((factors, program, size))
+        schedules = self._gradients.get((factors, program, size), {})
+        gradients = schedules.get(time_s) or next(reversed(schedules.values()), None)
         if gradients is not None:  # the route is the gradient buckets
             found = [Communication(gradients.program, gradients.busy_s, gradients.default_busy_s,
                                    gradients.levels, gradients.collective)]
@@ -320,11 +324,13 @@ class CommunicationCosts:
                 return self._programs[call.program], call.time_s
             floor = None
         else:
-            grid_key = (self.factors(placement, axes), min(tensors), sum(tensors))
+            # keyed by the grid the sizes span, not the sizes: every schedule whose buckets fall on
+            # the same grid shares its candidates and their costed sizes (MoE stages differ in
+            # their tensors' sizes by expert-parallel degree, rarely in their grid)
+            grid_key = (self.factors(placement, axes), grid_sizes(min(tensors), sum(tensors)))
             chooser = self._candidates.get(grid_key)
             if chooser is None:
-                chooser = best.candidates((min(tensors), sum(tensors)))
-                self._candidates[grid_key] = chooser
+                chooser = self._candidates[grid_key] = CandidateTimes(best, grid_key[1])
 
             def cost(size):
                 choice = chooser(size)
@@ -350,7 +356,8 @@ class CommunicationCosts:
         if sharded:
             self._goal_of[found.program] = "reducescatter"
         per_bucket = sum(tensors) // found.buckets  # as the step's route states it
-        self._gradients[(self.factors(placement, axes), found.program, per_bucket)] = found
+        self._gradients.setdefault((self.factors(placement, axes), found.program, per_bucket), {})[
+            found.busy_s / found.buckets] = found
         return found
 
 

@@ -3,7 +3,9 @@
 For each `Degrees` the model and the limits allow (degrees.py), every placement of its axes
 on the system (synth.placement.listed_placements, with the user's Inside/Factor
 constraints), and every runnable setting (micro-batch size, interleaving, sequence
-parallelism, recomputation, sharded optimizer), the step is predicted (step.py). Candidates
+parallelism, recomputation, sharded optimizer), the step is predicted (step.py): first without
+its data-parallel terms (a lower bound), then, in the order of those bounds, in full where the
+bound does not already lose to the top and the Pareto set. Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
@@ -346,10 +348,11 @@ def estimate(request: PlanRequest) -> SearchSize:
     too_many = []
     refused_settings: Counter = Counter()
     runnable = 0
-    data_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # (choice, its data-parallel groups' span)
+    data_spans: set[tuple[Degrees, tuple[int, ...], str]] = set()  # (choice, its data-parallel (or expert
+    # data-parallel) groups' span, which)
     lower_bound: set[tuple[int, ...]] = set()  # shapes the lower-bound pass costs (not the data-parallel ones)
     goals: set[tuple[str, tuple[int, ...]]] = set()  # (collective, shape) priced by goal programs
-    sharded_spans: set[tuple[Degrees, tuple[int, ...]]] = set()  # data_spans' pairs with a sharded optimizer
+    sharded_spans: set[tuple[Degrees, tuple[int, ...], str]] = set()  # data_spans' pairs with a sharded optimizer
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
         settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None,
@@ -370,6 +373,10 @@ def estimate(request: PlanRequest) -> SearchSize:
         rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
         sharded = any(setting.sharded_optimizer and setting.zero < 3 for setting in settings)
         data_rows = [index for index, axis in enumerate(axes) if axis.name in choice.data_axes()]
+        # a MoE choice reduces its routed experts' gradients in a schedule of their own, over the
+        # expert data-parallel groups (step.py): one more schedule per (choice, span)
+        expert_rows = ([index for index, axis in enumerate(axes) if axis.name in choice.expert_data_axes()]
+                       if request.model.is_moe and choice.expert_data_axes() else None)
         for matrix in matching_matrices(topology, axes, constraints):
             for index, name in rows:
                 (transfers if name == "pp" else collectives).add(matrix[index])
@@ -377,25 +384,28 @@ def estimate(request: PlanRequest) -> SearchSize:
                     lower_bound.add(matrix[index])
             goals |= goal_calls(choice, settings, request.model, axes, matrix)
             if choice.dp > 1:
-                pair = (choice, tuple(math.prod(matrix[index][level] for index in data_rows)
-                                      for level in range(len(topology.sizes))))
-                data_spans.add(pair)
-                if sharded:
-                    sharded_spans.add(pair)
-    shapes = collectives | transfers | lower_bound | {span for _, span in data_spans}
+                for rows_of, role in ((data_rows, "data"), (expert_rows, "expert")):
+                    if rows_of is None:
+                        continue
+                    pair = (choice, tuple(math.prod(matrix[index][level] for index in rows_of)
+                                          for level in range(len(topology.sizes))), role)
+                    data_spans.add(pair)
+                    if sharded:
+                        sharded_spans.add(pair)
+    shapes = collectives | transfers | lower_bound | {span for _, span, _ in data_spans}
     equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in shapes}
     devices = sum(equivalent[shape] for shape in collectives | transfers)
     pairs = sum(math.prod(shape) ** 2 for shape in collectives)
     searched_devices = sum(equivalent[shape] for shape in lower_bound)
     schedules = len(data_spans)
-    spans = {span for _, span in data_spans}
+    spans = {span for _, span, _ in data_spans}
     schedule_devices = sum(math.prod(span) * equivalent[span] for span in spans)
     seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
                + len(lower_bound) * SECONDS_PER_SHAPE + searched_devices * SECONDS_PER_SHAPE_DEVICE
                + schedules * SECONDS_PER_SCHEDULE + schedule_devices * SECONDS_PER_SCHEDULE_DEVICE)
     goal_programs = sum(goal_program_rows(collective, shape, request.max_len) for collective, shape in goals)
     schedule_programs = sum(goal_program_rows("ReduceScatter", span, request.max_len) * equivalent[span]
-                            for _, span in sharded_spans)
+                            for _, span, _ in sharded_spans)
     seconds += (len(goals) * SECONDS_PER_GOAL_SHAPE + goal_programs * SECONDS_PER_GOAL_PROGRAM
                 + schedule_programs * SECONDS_PER_GOAL_SCHEDULE_PROGRAM)
     memory = (BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
@@ -452,6 +462,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     result = PlanResult(request, size, [], [], costs=costs)
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
+    pending: list = []  # (bound's key, degrees, placement, settings) of candidates with data parallelism
     done = 0
     try:
         for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
@@ -482,19 +493,32 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                         if result.smallest_dropped is None or prediction.memory.peak < result.smallest_dropped.memory.peak:
                             result.smallest_dropped = prediction
                         continue
-                    if degrees.dp > 1:
-                        if _cannot_rank(prediction, kept, fitting, request.top):
-                            result.bounded += 1
-                            continue
-                        prediction = predict(request.model, request.compute, costs, degrees, placement, setting)
+                    if degrees.dp > 1:  # its full prediction waits for the second pass, by its bound
+                        pending.append((_key(prediction), degrees, placement, setting))
+                        continue
                     _keep(result, kept, fitting, prediction, request.top)
                 done += 1
                 if progress is not None:
                     progress(done, size.placements)
     except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
-        if not kept:
+        if not kept and not pending:
             raise
         result.interrupted_after = done
+    # Second pass: the full predictions (their gradient schedules are most of a search's work) in
+    # the order of their bounds, so the fastest are kept first and the bound stops the most.
+    # Which candidates are kept does not depend on the order (_keep, _cannot_rank).
+    pending.sort(key=lambda entry: entry[0])
+    try:
+        for key, degrees, placement, setting in pending:
+            if _cannot_rank(key, kept, fitting, request.top):
+                result.bounded += 1
+                continue
+            _keep(result, kept, fitting, predict(request.model, request.compute, costs, degrees, placement, setting),
+                  request.top)
+    except KeyboardInterrupt:
+        if not kept:
+            raise
+        result.interrupted_after = done if result.interrupted_after is None else result.interrupted_after
     result.ranked = [prediction for _, prediction in sorted(kept, key=lambda entry: entry[0])[:request.top]]
     result.pareto = _pareto(fitting)
     result.elapsed_s = time.perf_counter() - started
@@ -513,18 +537,19 @@ def _keep(result: PlanResult, kept: list, fitting: list, prediction: Prediction,
         fitting.append(prediction)
 
 
-def _cannot_rank(bound: Prediction, kept: list, fitting: list, top: int) -> bool:
-    """Whether a candidate whose step is at least `bound.step_s` (its memory known exactly) can
-    neither enter the top nor the Pareto set: both are already held by faster candidates."""
+def _cannot_rank(key: tuple, kept: list, fitting: list, top: int) -> bool:
+    """Whether a candidate whose lower bound has this `_key` (its step at least the bound's, its
+    memory known exactly) can neither enter the top nor the Pareto set: both are already held by
+    faster candidates."""
     if len(kept) < top:
         return False
     kept.sort(key=lambda entry: entry[0])
     del kept[top:]
-    key = _key(bound)  # the full prediction's key is >= this one: its step can only grow
+    # the full prediction's key is >= this one: its step can only grow
     if not kept[-1][0] < key:
         return False
-    return any(other.step_s <= bound.step_s and other.memory.peak <= bound.memory.peak and _key(other) < key
-               for other in fitting)
+    step_s, peak = key[0], key[1]
+    return any(other.step_s <= step_s and other.memory.peak <= peak and _key(other) < key for other in fitting)
 
 
 def _dominates(a: Prediction, b: Prediction) -> bool:

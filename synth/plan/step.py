@@ -58,19 +58,28 @@ first and the last stage's devices both fit.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
-from synth.plan import attention as attention_forms, formulas, moe, offload
-from synth.plan.contention import Background, extra_seconds, moved_bytes
-from synth.plan.costs import CommunicationCosts, fuse_tensors
+from synth.plan import formulas, moe, offload
+from synth.plan.contention import Background, extra_seconds
+from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import Degrees
 from synth.devices import device_keys, device_named
-from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, head_times, layer_times, rates_for
+from synth.plan.kernels import HOST_LAYER_S, SUSTAINED, KernelRates, rates_for
+from synth.plan.terms import Route, Term
+from synth.plan.terms.compute import layer_compute
+from synth.plan.terms.data import data_parallel_terms
+from synth.plan.terms.context import context_parallel
+from synth.plan.terms.expert import expert_parallel
+from synth.plan.terms.offload import offload_seconds
+from synth.plan.terms.pipeline import pipeline_bubble, pipeline_transfer
+from synth.plan.terms.sharded import hsdp_placement, sharded_layers  # noqa: F401  (hsdp_placement: launch.py's)
+from synth.plan.terms.tensor import (PIPELINE_SMS, PIPELINE_SPLITS, RING_EXCHANGE_SMS, _overlapped,  # noqa: F401
+                                     tensor_parallel, tp_overlap_exposed)
 from synth.plan.model import Transformer
 from synth.topology import Device
 
@@ -218,6 +227,33 @@ class Breakdown:
                 + self.pipeline_bubble + self.data_parallel + self.embedding_sync + self.optimizer
                 + self.expert_parallel + self.contention + self.offload)
 
+    def terms(self) -> tuple[Term, ...]:
+        """The step's addends in the order `total` sums them, each with what it counts (its module)."""
+        return (Term("compute", self.compute, "kernels of the slowest stage's layers (and output layer), "
+                     "every micro-batch (terms/compute.py)"),
+                Term("tensor_parallel", self.tensor_parallel, "exposed tensor-parallel collectives (terms/tensor.py)"),
+                Term("context_parallel", self.context_parallel, "key/value exchange beyond the attention it hides "
+                     "behind (terms/context.py)"),
+                Term("pipeline_p2p", self.pipeline_p2p, "exposed sends and receives between stages "
+                     "(terms/pipeline.py)"),
+                Term("pipeline_bubble", self.pipeline_bubble, "warm-up and cool-down of the pipeline schedule "
+                     "(terms/pipeline.py)"),
+                Term("data_parallel", self.data_parallel, "exposed gradient reduction, weight gathers and ZeRO-3 "
+                     "gathers and scatters"),
+                Term("embedding_sync", self.embedding_sync, "tied embedding's gradient between first and last stage"),
+                Term("optimizer", self.optimizer, "the optimizer reading and writing its states"),
+                Term("expert_parallel", self.expert_parallel, "MoE dispatch and combine all-to-alls "
+                     "(terms/expert.py)"),
+                Term("contention", self.contention, "critical-path collectives slowed by overlapped ones on the "
+                     "same links (contention.py)"),
+                Term("offload", self.offload, "activation copies to host not hidden behind compute (offload.py)"))
+
+    def explain(self) -> str:
+        """One line per nonzero term: its seconds, its share of the step and what it counts."""
+        total = self.total
+        return "\n".join(f"{term.name:>17} {term.seconds * 1e3:10.3f} ms {term.seconds / total:6.1%}  {term.what}"
+                         for term in self.terms() if term.seconds) if total > 0 else ""
+
     def to_json(self) -> dict:
         return {"compute_s": self.compute, "tensor_parallel_s": self.tensor_parallel,
                 "context_parallel_s": self.context_parallel, "pipeline_p2p_s": self.pipeline_p2p,
@@ -252,20 +288,6 @@ class Memory:
         return {"peak_bytes": self.peak, "first_stage_bytes": self.first, "last_stage_bytes": self.last,
                 "states_first_bytes": self.states_first, "activations_first_bytes": self.activations_first,
                 "states_last_bytes": self.states_last, "activations_last_bytes": self.activations_last}
-
-
-@dataclass(frozen=True)
-class Route:
-    """One kind of communication of the step: what runs, on which levels, through which link."""
-
-    name: str  # "tensor", "data", "data-shard", "data-replica" (HSDP), "pipeline", "context", "embedding",
-    # "expert", "expert-data"
-    program: str
-    levels: str
-    time_s: float  # per call
-    calls: float  # per step
-    bytes: int  # per call, per device
-    axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism)
 
 
 @dataclass(frozen=True)
@@ -352,174 +374,44 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
     stages = formulas.stage_layers(model.layers, pp)
     act_bytes = model.bytes_per_value
-    full, selective = settings.recompute == "full", settings.recompute == "selective"
+    full = settings.recompute == "full"
     routes: list[Route] = []
 
-    # --- compute per layer and for the output layer, per micro-batch ------------------------------
-    if compute.kernels is not None:
-        kernels = compute.kernels
-        if settings.sharded_optimizer and settings.zero > 1 and kernels.grad_accumulation == "fused":
-            # Megatron-FSDP runs without gradient-accumulation fusion (launch.py): a separate add per weight
-            kernels = dataclasses.replace(kernels, grad_accumulation="hook")
-        times = layer_times(model, kernels, settings.micro_batch, tp, cp, settings.sequence_parallel, degrees.ep)
-        forward1, backward1, scores1 = times.forward, times.backward, times.attention_forward
-        head_forward, head_backward = head_times(model, kernels, settings.micro_batch, tp, cp)
-    else:
-        layer_flops, score_flops = formulas.layer_forward_flops(model, tokens, model.seq_len)
-        traffic = formulas.layer_traffic_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel)
-        bandwidth = compute.memory_bandwidth or float("inf")  # no figure: memory-bound operations not costed
-        forward1 = layer_flops / tp / compute.rate + traffic.total / bandwidth
-        backward1 = 2 * forward1
-        scores1 = score_flops / tp / compute.rate + traffic.scores / bandwidth
-        head_flops_s = formulas.head_forward_flops(model, tokens) / tp / compute.rate
-        head_bytes = formulas.head_traffic_bytes(model, settings.micro_batch, tp, cp)
-        head_forward = head_flops_s + head_bytes[0] / bandwidth
-        head_backward = 2 * head_flops_s + head_bytes[1] / bandwidth
-    recompute1 = forward1 if full else (scores1 if selective else 0.0)
-    compute1 = forward1 + backward1 + recompute1
-    if compute.kernels is not None and compute.kernels.host_s > 0:
-        # Kernels are issued asynchronously: a layer takes at least the host's time to issue them.
-        compute1 = max(compute1, compute.kernels.host_s)
-    compute_head = head_forward + head_backward
+    # --- compute per layer and for the output layer, per micro-batch (terms/compute.py) ----------
+    layer = layer_compute(model, compute, settings, tp, cp, degrees.ep)
+    forward1, backward1, scores1 = layer.forward, layer.backward, layer.scores
+    head_backward = layer.head_backward
+    recompute1, compute1, compute_head = layer.recompute, layer.layer, layer.head
 
-    # --- tensor parallelism -----------------------------------------------------------------------
-    tp1 = tp_backward1 = tp_head = 0.0
+    # --- tensor parallelism (terms/tensor.py) ----------------------------------------------------
     activation = tokens * model.hidden * act_bytes
-    calls1 = 0
-    if tp > 1:
-        calls1 = 4 + (2 if full else 0)
-        if settings.sequence_parallel:
-            scatter = costs.reduce_scatter(placement, ("tp",), activation)
-            gather = costs.all_gather(placement, ("tp",), activation)
-            per_call = scatter.time_s + gather.time_s
-            program, levels = f"{scatter.program}; {gather.program}", scatter.levels
-        else:
-            reduce = costs.all_reduce(placement, ("tp",), activation)
-            per_call, program, levels = reduce.time_s, reduce.program, reduce.levels
-        tp1, tp_head = calls1 * per_call, per_call  # + the output layer's all-reduce
-        tp_backward1 = (2 + (2 if full else 0)) * per_call
-        if settings.tp_overlap:
-            forward_s, backward_s = tp_overlap_exposed(model, compute, settings.micro_batch * model.seq_len // cp, tp,
-                                                       gather.time_s, scatter.time_s)
-            tp_backward1 = backward_s
-            tp1 = forward_s * (2 if full else 1) + backward_s
+    tensor = tensor_parallel(model, compute, costs, placement, settings, tp, cp, activation)
+    tp1, tp_backward1, tp_head, calls1 = tensor.layer, tensor.backward, tensor.head, tensor.calls
 
-    # --- context parallelism ----------------------------------------------------------------------
-    cp1 = cp_backward1 = 0.0
-    if cp > 1:
-        kv = tokens * cp * attention_forms.kv_values_per_token(model) * act_bytes // tp  # gathered keys and values
-        gather = costs.all_gather(placement, ("cp",), kv)
-        scatter = costs.reduce_scatter(placement, ("cp",), kv)
-        exchange = gather.time_s * (2 if full else 1) + scatter.time_s
-        attention = scores1 * (3 + (1 if full or selective else 0))
-        cp1 = max(0.0, exchange - attention)
-        cp_backward1 = cp1 * scatter.time_s / exchange if exchange > 0 else 0.0
+    # --- context parallelism (terms/context.py) --------------------------------------------------
+    context = context_parallel(model, costs, placement, settings, tp, cp, tokens, scores1)
+    cp1, cp_backward1 = context.layer, context.backward
 
-    # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (synth/plan/moe.py) --
-    ep1 = ep_backward1 = 0.0
-    if degrees.ep > 1:
-        local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
-        dispatched = moe.dispatch_bytes(model, local)
-        exchange_ep = costs.all_to_all(placement, ("ep",), dispatched)
-        calls_ep = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
-        ep1 = calls_ep * exchange_ep.time_s
-        ep_backward1 = 2 * exchange_ep.time_s  # dispatch and combine of the backward
-    if model.is_moe and tp > 1 and settings.sequence_parallel:
-        # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
-        # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
-        # size the tensor-parallel term already counts; the difference is charged here.
-        routed = moe.dispatch_bytes(model, tokens)
-        pair = lambda size: (costs.reduce_scatter(placement, ("tp",), size).time_s  # noqa: E731
-                             + costs.all_gather(placement, ("tp",), size).time_s)
-        ep1 += (2 + (1 if full else 0)) * max(0.0, pair(routed) - pair(activation))
+    # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (terms/expert.py) ---
+    expert = expert_parallel(model, costs, placement, settings, tp, degrees.ep, tokens, activation)
+    ep1, ep_backward1 = expert.layer, expert.backward
     ranges = moe.stage_ranges(model, stages)
     moe_first = moe.moe_layers_in(model, *ranges[0])
     moe_last = moe.moe_layers_in(model, *ranges[-1])
     moe_middle = max((moe.moe_layers_in(model, *r) for r in ranges[1:-1]), default=0)
 
-    # --- pipeline point to point ------------------------------------------------------------------
-    p2p_mb = 0.0
-    if pp > 1:
-        shard = tp if tp > 1 else 1  # scatter/gather optimization, or sequence parallelism's own shards
-        sent = activation // shard
-        seconds, link = costs.point_to_point(placement, "pp", sent)
-        gather_s = 0.0
-        if tp > 1 and not settings.sequence_parallel:
-            gather_s = costs.all_gather(placement, ("tp",), activation).time_s
-        per_transfer = seconds + gather_s
-        p2p_mb = 2 * v * per_transfer
+    # --- pipeline point to point (terms/pipeline.py) ---------------------------------------------
+    transfer = pipeline_transfer(costs, placement, settings, tp, pp, activation)
+    p2p_mb, per_transfer, sent = transfer.blocking, transfer.seconds, transfer.sent
 
-    # --- ZeRO-3 / FSDP: each layer's weights all-gathered before its forward and its backward (and
-    # its recomputation), its gradients reduce-scattered after its backward, every micro-batch ----
-    zero3 = settings.sharded_optimizer and settings.zero == 3 and dp > 1
-    fsdp1 = 0.0
-    sharding, shard, replicas = placement, dp, 1  # the shard groups' placement ("dp": the shard axis)
-    if zero3 and settings.hsdp:
-        sharding = hsdp_placement(placement)
-        shard = sharding.axis_sizes[sharding.axis_index("dp")]
-        replicas = dp // shard
-    fsdp_moe1 = 0.0  # what a MoE layer's gathers and scatters expose beyond a dense layer's
-    shared1 = shared_moe1 = 0.0  # critical-path collectives slowed by those gathers and scatters, per layer
-    if zero3 and shard > 1:
-        shard_axes = ("dp",) if settings.hsdp else degrees.data_axes()
+    # --- ZeRO-3 / FSDP: per layer, exposed gathers and scatters (terms/sharded.py) -----------------
+    sharded = sharded_layers(model, costs, degrees, placement, settings, m, layer, tp1, cp1, ep1)
+    zero3, sharding, shard, replicas = sharded.zero3, sharded.sharding, sharded.shard, sharded.replicas
+    fsdp1, fsdp_moe1, shared1, shared_moe1 = sharded.layer, sharded.moe_layer, sharded.shared, sharded.moe_shared
+    routes.extend(sharded.routes)
 
-        def exposed_fsdp(gather_s: float, scatter_s: float) -> float:
-            gathers_forward = gather_s * (2 if full else 1)
-            if settings.overlap_gradients:  # prefetched behind the previous layer's compute (FSDP's prefetch)
-                return (max(0.0, gathers_forward - forward1 * (2 if full else 1))
-                        + max(0.0, gather_s + scatter_s - backward1))
-            return gathers_forward + gather_s + scatter_s
-
-        layer_params = formulas.layer_shape(model).per_device(tp)
-        gather_w = costs.all_gather(sharding, shard_axes, int(layer_params * act_bytes))
-        scatter_g = costs.reduce_scatter(sharding, shard_axes, int(layer_params * model.grad_bytes_per_value))
-        fsdp1 = exposed_fsdp(gather_w.time_s, scatter_g.time_s)
-        routes.append(Route("data-shard" if settings.hsdp else "data", f"{gather_w.program}; {scatter_g.program}",
-                            gather_w.levels,
-                            gather_w.time_s + scatter_g.time_s, m * model.layers, int(layer_params * act_bytes),
-                            shard_axes if shard_axes != ("dp",) else ()))
-        moe_layers_all = moe.moe_layer_count(model)
-        if moe_layers_all:
-            # A MoE layer (Megatron-FSDP): its dense part (attention, shared experts, router) sharded
-            # over the whole data-parallel group, its E/ep routed experts over the expert
-            # data-parallel group only (dp / ep replicas; none to gather when ep = dp); the two
-            # gathers and the two scatters run one after the other on the same stream.
-            dense_part, experts = moe.moe_layer_parameters_per_device(model, layer_params, tp, degrees.ep)
-            gather_d = costs.all_gather(sharding, shard_axes, int(dense_part * act_bytes))
-            scatter_d = costs.reduce_scatter(sharding, shard_axes, int(dense_part * model.grad_bytes_per_value))
-            gather_s, scatter_s = gather_d.time_s, scatter_d.time_s
-            if degrees.expert_dp > 1:
-                expert_axes = degrees.expert_data_axes()
-                gather_e = costs.all_gather(placement, expert_axes, int(experts * act_bytes))
-                scatter_e = costs.reduce_scatter(placement, expert_axes, int(experts * model.grad_bytes_per_value))
-                gather_s, scatter_s = gather_s + gather_e.time_s, scatter_s + scatter_e.time_s
-                routes.append(Route("expert-data", f"{gather_e.program}; {scatter_e.program}", gather_e.levels,
-                                    gather_e.time_s + scatter_e.time_s, m * moe_layers_all, int(experts * act_bytes),
-                                    expert_axes))
-            fsdp_moe1 = exposed_fsdp(gather_s, scatter_s) - fsdp1
-        # The gathers and scatters run behind the layer's compute, sharing links with its
-        # critical-path collectives (contention.py), every layer of every micro-batch.
-        members = sharding.axis_sizes[sharding.axis_index("dp")] if settings.hsdp else dp
-        layer_background = Background(shard_axes, moved_bytes(layer_params * (act_bytes * (2 if full else 1) + act_bytes
-                                                                              + model.grad_bytes_per_value), members),
-                                      gather_w.time_s * (3 if full else 2) + scatter_g.time_s,
-                                      min(1.0, (gather_w.time_s * (3 if full else 2) + scatter_g.time_s)
-                                          / max(compute1, 1e-12)))
-        if settings.overlap_gradients:
-            shared1 = extra_seconds(costs, sharding, {("tp",): tp1, ("cp",): cp1}, layer_background)
-        if settings.overlap_gradients and degrees.ep > 1:
-            shared_moe1 = extra_seconds(costs, placement, {("ep",): ep1}, layer_background)
-
-    # --- activation offload (pp = 1 only): copies to host and back not hidden behind compute -------
-    offload_mb = 0.0
-    if settings.offload_layers:
-        if compute.host_bandwidth is None:
-            raise UsageError("activation offload needs the device's host link (PCIe) bandwidth: a built-in device "
-                             f"({', '.join(device_keys())}); leave offload out")
-        offloaded_bytes = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp,
-                                                          settings.sequence_parallel, settings.recompute)
-        offload_mb = settings.offload_layers * offload.exposed_seconds(offloaded_bytes, compute.host_bandwidth,
-                                                                       forward1, backward1)
+    # --- activation offload (pp = 1 only): copies to host not hidden behind compute (terms/offload.py)
+    offload_mb = offload_seconds(model, compute, settings, tp, cp, forward1, backward1)
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
@@ -575,14 +467,16 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     shared_mb = (layers * shared1 + moe_layers * shared_moe1
                  + (p2p_shared(layers, moe_layers, stage_work(layers, with_head, moe_layers)) if pp > 1 else 0.0))
     if tp > 1:
-        routes.append(Route("tensor", program, levels, per_call, m * (layers * calls1 + with_head), activation))
+        routes.append(Route("tensor", tensor.program, tensor.levels, tensor.per_call, m * (layers * calls1 + with_head),
+                            activation))
     if cp > 1:
-        routes.append(Route("context", f"{gather.program}; {scatter.program}", gather.levels, exchange, m * layers, kv))
+        routes.append(Route("context", context.program, context.levels, context.exchange, m * layers, context.kv_bytes))
     if degrees.ep > 1 and moe_layers:
-        routes.append(Route("expert", exchange_ep.program, exchange_ep.levels, exchange_ep.time_s,
-                            m * moe_layers * calls_ep, dispatched))
+        routes.append(Route("expert", expert.program, expert.levels, expert.call_s, m * moe_layers * expert.calls,
+                            expert.bytes))
     if pp > 1:
-        routes.append(Route("pipeline", f"send/recv to the next stage ({link})", "", per_transfer, 2 * v * m, sent))
+        routes.append(Route("pipeline", f"send/recv to the next stage ({transfer.link})", "", per_transfer, 2 * v * m,
+                            sent))
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
@@ -593,81 +487,17 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     # expert data-parallel group (dp / ep replicas), the rest to the whole data-parallel group.
     experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[0])
     experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
-    data_axes, expert_axes = degrees.data_axes(), degrees.expert_data_axes()
-    dp_exposed = dp_overlapped = 0.0
-    contention_s = 0.0  # critical-path collectives slowed by the gradient reduction and the weight gather
-    data_members = math.prod(costs.factors(placement, data_axes)) if dp > 1 else 1
-
     def window(forward: bool) -> dict[tuple[str, ...], float]:
         """The first stage's critical-path collectives of one micro-batch's backward (or forward)."""
         tp_s = first * (tp_backward1 if not forward else tp1 - tp_backward1) if tp > 1 else 0.0
         cp_s = first * (cp_backward1 if not forward else cp1 - cp_backward1)
         return {("tp",): tp_s, ("cp",): cp_s, ("ep",): moe_first * ep_backward1}
 
-    def weights_gather_exposed(seconds: float) -> float:
-        if settings.overlap_param_gather:
-            # Megatron gathers bucket by bucket, each behind the previous bucket's forward: the first
-            # layer's share is exposed, and whatever the first micro-batch's forward cannot hide.
-            first_forward = first * forward1
-            return seconds / (first + 1) + max(0.0, seconds * first / (first + 1) - first_forward)
-        return seconds
-
-    if dp > 1 and data_parallel and not zero3:
-        stage_layer_params = (formulas.layer_shape(model).per_device(tp) * first
-                              + moe.stage_parameter_delta(model, tp, degrees.ep, *ranges[0]))
-        layer_grad = int((stage_layer_params - experts_first) / first * grad_bytes)
-        embedding_grad = int(max(params.first - stage_layer_params, 1) * grad_bytes)
-        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
-        # the first stage's last backward (with the output layer too when it is also the last stage)
-        backward_s = first * (backward1 + recompute1 + tp_backward1) + (head_backward if pp == 1 else 0.0)
-        backward_s = backward_s if settings.overlap_gradients else 0.0
-        gradients = costs.gradient_schedule(placement, data_axes, tensors, backward_s, settings.sharded_optimizer)
-        dp_exposed = gradients.exposed_s
-        dp_overlapped = gradients.busy_s - dp_exposed
-        routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets, data_axes))
-        if backward_s > 0:  # the reduction behind the last backward shares links with its collectives
-            contention_s += extra_seconds(costs, placement, window(False), Background(
-                data_axes, moved_bytes(sum(tensors), data_members, not settings.sharded_optimizer), gradients.busy_s,
-                min(1.0, gradients.busy_s / backward_s)))
-        if experts_first and expert_axes:
-            # The experts' gradients on the same stream after the dense ones (both exposures counted).
-            expert_grad = int(experts_first / first * grad_bytes)
-            expert_tensors = fuse_tensors(tuple([expert_grad] * first))
-            experts = costs.gradient_schedule(placement, expert_axes, expert_tensors, backward_s,
-                                              settings.sharded_optimizer)
-            dp_exposed += experts.exposed_s
-            dp_overlapped += experts.busy_s - experts.exposed_s
-            routes.append(Route("expert-data", experts.program, experts.levels, experts.busy_s / experts.buckets,
-                                experts.buckets, sum(expert_tensors) // experts.buckets, expert_axes))
-        if settings.sharded_optimizer:
-            weights = int((params.first - experts_first) * model.bytes_per_value)
-            gather = costs.all_gather(placement, data_axes, weights)
-            dp_exposed += weights_gather_exposed(gather.time_s)
-            routes.append(Route("data", gather.program, gather.levels, gather.time_s, 1, weights, data_axes))
-            if settings.overlap_param_gather:  # behind the first forward, sharing links with its collectives
-                contention_s += extra_seconds(costs, placement, window(True), Background(
-                    data_axes, moved_bytes(weights, data_members), gather.time_s,
-                    min(1.0, gather.time_s / max(first * forward1, 1e-12))))
-            if experts_first and expert_axes:
-                weights = int(experts_first * model.bytes_per_value)
-                gather = costs.all_gather(placement, expert_axes, weights)
-                dp_exposed += weights_gather_exposed(gather.time_s)
-                routes.append(Route("expert-data", gather.program, gather.levels, gather.time_s, 1, weights,
-                                    expert_axes))
-
-    if zero3 and replicas > 1 and data_parallel:
-        # HSDP: each shard's gradients all-reduced across the replicas, in buckets behind the last
-        # micro-batch's backward (the shards are 1/shard of the first stage's gradients).
-        layer_grad = int(formulas.layer_shape(model).per_device(tp) * grad_bytes / shard)
-        embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes / shard)
-        tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
-        backward_s = first * (backward1 + recompute1 + tp_backward1) if settings.overlap_gradients else 0.0
-        gradients = costs.gradient_schedule(sharding, ("dp_replica",), tensors, backward_s, False)
-        dp_exposed = gradients.exposed_s
-        dp_overlapped = gradients.busy_s - dp_exposed
-        routes.append(Route("data-replica", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets))
+    data = data_parallel_terms(model, costs, degrees, placement, settings, stages.first, ranges[0], params,
+                               experts_first, layer, head_backward if pp == 1 else 0.0, tp_backward1,
+                               window(True), window(False), sharded, data_parallel)
+    dp_exposed, dp_overlapped, contention_s = data.exposed, data.overlapped, data.contention
+    routes.extend(data.routes)
 
     # --- the tied embedding's gradient between the first and the last stage (Megatron) ------------
     embedding_s = 0.0
@@ -718,100 +548,3 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                     per_layer * (stages.last - settings.offload_layers) + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
-
-
-def pipeline_bubble(stage_seconds, microbatches: int, virtual: int = 1, chain_transfer_s: float = 0.0,
-                    forward_share: float = 1 / 3) -> float:
-    """Seconds a 1F1B or interleaved pipeline step takes beyond `m x` its slowest stage's time per
-    micro-batch, given every stage's time per micro-batch (forward and backward), first to last,
-    and the forward's share of it.
-
-    1F1B (Narayanan et al. 2021, section 2.2; Megatron's forward_backward_pipelining_without_
-    interleaving: stage i runs p-i-1 warm-up forwards, then one forward and one backward
-    alternately, then the rest of its backwards). Through each stage k runs a chain: the first
-    micro-batch's forward reaches it after the forwards of the stages before it, it runs its m
-    micro-batches, the last backward then passes the stages before it; and its first backward
-    waits for the first micro-batch to pass the stages after it and come back, less the p-k-1
-    warm-up forwards it runs meanwhile:
-
-        m t_k + sum_{i<k} t_i + max(0, sum_{i>k} t_i - (p-k-1) f_k)
-
-    The step is the longest chain; the bubble is that less m max(t). Even stages give (p-1) t;
-    stages whose last one also runs the output layer give (p-1) times the OTHER stages' time,
-    not (p-1) times the slowest. With v interleaved chunks each pass is through chunks of 1/v of a
-    stage's work: the bubble / v (Narayanan et al.'s (p-1)/v t with even stages).
-
-    `chain_transfer_s`: with the transfers overlapped with compute (interleaved schedule's
-    overlap_p2p_comm) the steady state hides them, but the warm-up's first micro-batch crosses
-    all p v chunks one after another (p v - 1 transfers: the first device idles p transfers at
-    each of the v - 1 returns from the last device) and the cool-down's last backward crosses
-    them again: 2 (p v - 1) transfers on the critical path. Without the overlap each stage's
-    time already holds its blocking transfers (pass 0)."""
-    times = list(stage_seconds)
-    pp = len(times)
-    if pp <= 1:
-        return 0.0
-    slowest = max(times)
-    longest = max(microbatches * t + sum(times[:k])
-                  + max(0.0, sum(times[k + 1:]) - (pp - k - 1) * forward_share * t)
-                  for k, t in enumerate(times))
-    return (longest - microbatches * slowest) / virtual + 2 * (pp * virtual - 1) * chain_transfer_s
-
-
-# Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py, initialize_ub):
-# all-gathers by "ring_exchange" on 1 SM in tp steps, reduce-scatters by "pipeline" on 16 SMs in 4 splits.
-RING_EXCHANGE_SMS, PIPELINE_SMS, PIPELINE_SPLITS = 1, 16, 4
-
-
-def _overlapped(comm: float, gemm: float, sms: int, total_sms: int, tail: float) -> float:
-    """Exposed seconds of one collective run inside one GEMM: the GEMM loses `sms` of its SMs while
-    they overlap (the contention), the collective shows where it outlasts the slowed GEMM, and
-    `tail` of it (the last split of a pipelined reduce-scatter) runs after the GEMM."""
-    slowdown = total_sms / (total_sms - sms)
-    hidden = comm * (1 - tail)
-    inside = hidden - gemm if hidden >= gemm * slowdown else hidden * (1 - 1 / slowdown)
-    return comm * tail + inside
-
-
-def tp_overlap_exposed(model: Transformer, compute: Compute, tokens: int, tp: int, gather_s: float,
-                       scatter_s: float) -> tuple[float, float]:
-    """(forward, backward) exposed seconds per layer of the sequence-parallel all-gathers and
-    reduce-scatters overlapped with their GEMMs (Megatron's --tp-comm-overlap): forward, the
-    gathers inside the QKV and FC1 GEMMs and the scatters inside the projection and FC2 GEMMs;
-    backward, the gathers inside the projection's and FC2's input-gradient GEMMs and the
-    scatters inside QKV's and FC1's weight-gradient GEMMs (TE's "bulk" overlap, no tail)."""
-    gemms = attention_forms.layer_gemms(model, tokens, tp)
-    if compute.kernels is not None:
-        sms = int(compute.kernels.device.sms.value)
-        seconds = lambda g: compute.kernels.gemm_seconds(g, model.bytes_per_value)  # noqa: E731
-        # the weight-gradient GEMM as it runs: with gradient-accumulation fusion its epilogue reads
-        # and writes the fp32 main gradient (kernels.py), a longer window for the scatter it hides
-        wgrad_seconds = lambda g: compute.kernels.gemm_seconds(  # noqa: E731
-            g, model.bytes_per_value, compute.kernels.wgrad_output_bytes(model.bytes_per_value))
-    else:
-        sms = 132  # no device description: an H100's SM count for the contention share
-        seconds = wgrad_seconds = lambda g: g.flops / compute.rate  # noqa: E731
-    qkv, proj, fc1, fc2 = gemms[0], gemms[-3], gemms[-2], gemms[-1]  # MLA: its first down projection as QKV
-    forward = (_overlapped(gather_s, seconds(qkv), RING_EXCHANGE_SMS, sms, 0.0)
-               + _overlapped(scatter_s, seconds(proj), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS)
-               + _overlapped(gather_s, seconds(fc1), RING_EXCHANGE_SMS, sms, 0.0)
-               + _overlapped(scatter_s, seconds(fc2), PIPELINE_SMS, sms, 1 / PIPELINE_SPLITS))
-    backward = (_overlapped(gather_s, seconds(proj.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
-                + _overlapped(gather_s, seconds(fc2.backward()[0]), RING_EXCHANGE_SMS, sms, 0.0)
-                + _overlapped(scatter_s, wgrad_seconds(qkv.backward()[1]), PIPELINE_SMS, sms, 0.0)
-                + _overlapped(scatter_s, wgrad_seconds(fc1.backward()[1]), PIPELINE_SMS, sms, 0.0))
-    return forward, backward
-
-
-def hsdp_placement(placement: Placement) -> Placement:
-    """The placement with the data-parallel axis split in two: `dp` keeps its part in the
-    innermost level (the shard groups of HSDP, inside a node) and `dp_replica` its parts in the
-    outer levels (the replica groups). The groups are the same ranks; only their roles split."""
-    index = placement.axis_index("dp")
-    row = placement.matrix[index]
-    inner = (1,) * (len(row) - 1) + (row[-1],)
-    outer = tuple(row[:-1]) + (1,)
-    names = placement.axis_names[:index] + ("dp_replica", "dp") + placement.axis_names[index + 1:]
-    sizes = placement.axis_sizes[:index] + (placement.axis_sizes[index] // row[-1], row[-1]) + placement.axis_sizes[index + 1:]
-    matrix = placement.matrix[:index] + (outer, inner) + placement.matrix[index + 1:]
-    return Placement(placement.level_names, placement.level_sizes, names, sizes, matrix)
