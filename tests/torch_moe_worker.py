@@ -8,7 +8,9 @@ synth.torch.moe against a reference layer built from all_to_all_single as Megatr
 dispatcher does (permute by expert, exchange the counts, all_to_all_single, local experts,
 reverse), written here independently with torch.distributed.nn's differentiable
 all_to_all_single. Outputs and the gradients of the tokens, the router weights and the experts'
-parameters are compared (float64). Then bad input, each on one rank, must raise on every rank.
+parameters are compared (float64); so are dispatchers built from the JSON plans `synth export
+--collective dispatch|combine` wrote (--plans). Then bad input, each on one rank, must raise on
+every rank.
 
 Rank 0 writes a JSON report to --json-out.
 """
@@ -33,6 +35,7 @@ from synth.errors import UsageError  # noqa: E402
 from synth.torch.errors import RankDisagreementError, RoutingError  # noqa: E402
 from synth.torch.moe import TokenDispatcher  # noqa: E402
 from synth.torch.moe_layout import ExpertLayout  # noqa: E402
+from synth.torch.moe_plan import load_dispatch_plan  # noqa: E402
 
 EXPERTS, HIDDEN, WORLD = 16, 6, 8
 TOKENS = (5, 0, 7, 3, 11, 1, 6, 9)  # per rank: uneven, rank 1 sends nothing
@@ -109,6 +112,41 @@ def crossings(rank, indices, per_node) -> tuple[int, int]:
     return pairs, distinct
 
 
+def compare(rank: int, dispatcher, top_k: int, salt: int, per_node: int) -> dict:
+    """The dispatcher against the reference layer on one routing: the largest differences."""
+
+    def ours(tokens, indices, weights, experts):
+        routed = dispatcher.dispatch(tokens, indices, weights)
+        outputs = run_experts(experts, routed.expert_input, routed.tokens_per_expert)
+        return dispatcher.combine(outputs, routed), routed
+
+    def theirs(tokens, indices, weights, experts):
+        return reference(tokens, indices, weights, experts), None
+
+    out, dx, dw, dp, routed = forward_backward(rank, top_k, salt, ours)
+    ref, rdx, rdw, rdp, _ = forward_backward(rank, top_k, salt, theirs)
+    _, indices, _ = routing(rank, top_k, salt)
+    pairs, distinct = crossings(rank, indices, per_node)
+    difference = lambda a, b: float((a - b).abs().max()) if a.numel() else 0.0  # noqa: E731
+    return {"out": difference(out, ref), "tokens": difference(dx, rdx), "weights": difference(dw, rdw),
+            "experts": max(difference(a, b) for a, b in zip(dp, rdp)),
+            "expert_grad_norm": float(sum(g.abs().sum() for g in dp)),
+            "received": sum(routed.tokens_per_expert), "across": routed.rows_across_nodes,
+            "pairs_across": pairs, "distinct_across": distinct}
+
+
+def check_plans(rank: int, paths: list[str]) -> list[dict]:
+    """Each exported plan's program run by the dispatcher it builds, against the reference."""
+    rows = []
+    for path in paths:
+        plan = load_dispatch_plan(path)
+        per_node = len(plan.layout.nodes[0])
+        row = compare(rank, TokenDispatcher.from_plan(plan), plan.top_k, 3, per_node)
+        rows.append({"collective": plan.collective, "program": plan.program, "form": plan.form,
+                     "nodes": [list(node) for node in plan.layout.nodes], **row})
+    return rows
+
+
 def check_equal(rank: int) -> list[dict]:
     rows = []
     for per_node in (4, 2):
@@ -116,29 +154,12 @@ def check_equal(rank: int) -> list[dict]:
         for form in ("flat", "hierarchical"):
             for top_k in (1, 2, 4):
                 dispatcher = TokenDispatcher(layout, top_k, form)
-
-                def ours(tokens, indices, weights, experts):
-                    routed = dispatcher.dispatch(tokens, indices, weights)
-                    outputs = run_experts(experts, routed.expert_input, routed.tokens_per_expert)
-                    return dispatcher.combine(outputs, routed), routed
-
-                def theirs(tokens, indices, weights, experts):
-                    return reference(tokens, indices, weights, experts), None
-
-                out, dx, dw, dp, routed = forward_backward(rank, top_k, per_node, ours)
-                ref, rdx, rdw, rdp, _ = forward_backward(rank, top_k, per_node, theirs)
+                row = compare(rank, dispatcher, top_k, per_node, per_node)
                 _, indices, _ = routing(rank, top_k, per_node)
-                pairs, distinct = crossings(rank, indices, per_node)
-                difference = lambda a, b: float((a - b).abs().max()) if a.numel() else 0.0  # noqa: E731
                 rows.append({
-                    "layout": f"{WORLD // per_node}x{per_node}", "form": form, "top_k": top_k,
-                    "out": difference(out, ref), "tokens": difference(dx, rdx), "weights": difference(dw, rdw),
-                    "experts": max(difference(a, b) for a, b in zip(dp, rdp)),
-                    "expert_grad_norm": float(sum(g.abs().sum() for g in dp)),
-                    "received": sum(routed.tokens_per_expert), "across": routed.rows_across_nodes,
-                    "pairs_across": pairs, "distinct_across": distinct,
-                    "several_on_one_node": int(any(len(set((row // (EXPERTS // WORLD) // per_node).tolist())) < top_k
-                                                   for row in indices)),
+                    "layout": f"{WORLD // per_node}x{per_node}", "form": form, "top_k": top_k, **row,
+                    "several_on_one_node": int(any(len(set((token // (EXPERTS // WORLD) // per_node).tolist())) < top_k
+                                                   for token in indices)),
                 })
     return rows
 
@@ -231,12 +252,13 @@ def check_subgroups(rank: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json-out")
+    parser.add_argument("--plans", nargs="*", default=[])
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed.nn's all_to_all_single
-    report = {"equal": check_equal(rank), "errors": check_errors(rank), "subgroups": check_subgroups(rank)}
+    report = {"equal": check_equal(rank), "plans": check_plans(rank, args.plans), "errors": check_errors(rank), "subgroups": check_subgroups(rank)}
     reports = [None] * dist.get_world_size()
     dist.all_gather_object(reports, report)
     if rank == 0 and args.json_out:

@@ -10,15 +10,17 @@ Plans of the other collectives (`plan_reduction(..., collective="reducescatter")
 HierarchicalReduceScatter, HierarchicalAllGather (FSDP2's custom comms) and
 HierarchicalAllToAll (MoE), in place of torch's own calls (synth.torch.collectives). An MoE
 layer's dispatch and combine with uneven splits, flat or in two stages over the nodes, run in
-TokenDispatcher over an ExpertLayout (synth.torch.moe).
+TokenDispatcher over an ExpertLayout (synth.torch.moe), built by hand or from the JSON plan of
+`synth export --collective dispatch|combine` (`TokenDispatcher.from_plan(load_dispatch_plan(path))`).
 
 The plans (synth.torch.plan) need no torch; the reducer and hooks need torch, an optional
 extra of synth (`pip install 'hierarchical-collectives-synth[run]'`), loaded on first use.
 """
 
-from synth.torch.errors import (HandSetHookError, MissingReductionError, RankDisagreementError, ReducerSetupError,
-                                RoutingError)
+from synth.torch.errors import (HandSetHookError, MissingReductionError, NoRuntimeFormError, RankDisagreementError,
+                                ReducerSetupError, RoutingError)
 from synth.torch.moe_layout import ExpertLayout
+from synth.torch.moe_plan import DispatchPlan, load_dispatch_plan, read_dispatch_plan
 from synth.errors import PlanFileError
 from synth.torch.plan import (ReductionPlan, SizeRange, best_by_size, load_plan, plan_programs, plan_reduction,
                               size_thresholds)
@@ -27,7 +29,8 @@ _TORCH_NAMES = {"HierarchicalReducer": "synth.torch.reducer", "mesh_matches": "s
                 "HierarchicalReduceScatter": "synth.torch.collectives", "HierarchicalAllGather": "synth.torch.collectives",
                 "HierarchicalAllToAll": "synth.torch.collectives", "TokenDispatcher": "synth.torch.moe"}
 
-__all__ = ["ExpertLayout", "HandSetHookError", "MissingReductionError", "RoutingError", "PlanFileError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
+__all__ = ["DispatchPlan", "ExpertLayout", "HandSetHookError", "MissingReductionError", "NoRuntimeFormError",
+           "load_dispatch_plan", "read_dispatch_plan", "RoutingError", "PlanFileError", "RankDisagreementError", "ReducerSetupError", "ReductionPlan", "SizeRange",
            "best_by_size", "load_plan", "plan_programs", "plan_reduction", "size_thresholds", *_TORCH_NAMES]
 
 

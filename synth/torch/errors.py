@@ -31,6 +31,11 @@ class RoutingError(UsageError):
     widths. Raised on every rank of the expert-parallel group at once, naming the rank at fault."""
 
 
+class NoRuntimeFormError(UsageError):
+    """A dispatch or combine plan whose program the token dispatcher has no form for (it runs
+    the flat all-to-all and the two-stage one): the message names the program."""
+
+
 class MissingReductionError(SynthError, RuntimeError):
     """A backward ended without the reductions the attached model needed."""
 

@@ -155,6 +155,13 @@ class TokenDispatcher:
         self.node_of_expert = node_of_member[self.member_of_expert]
         self.other_node = node_of_member != node_of_member[self.ep_rank]  # per EP rank: on another node
 
+    @classmethod
+    def from_plan(cls, plan, device=None) -> TokenDispatcher:
+        """From a dispatch or combine plan (synth.torch.moe_plan.DispatchPlan, as
+        load_dispatch_plan reads `synth export --collective dispatch|combine --format json`):
+        its groups as the layout, its program's form, its routing's top-k."""
+        return cls(plan.layout, plan.top_k, plan.form, device)
+
     # --- dispatch -------------------------------------------------------------------------------
 
     def dispatch(self, tokens: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> Routed:
