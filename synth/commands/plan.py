@@ -56,6 +56,10 @@ def register(subparsers) -> None:
     parser.add_argument("--offload", choices=("on", "off", "both"), default="both",
                         help="activation offload of all layers but one to host memory (pp 1, no recomputation; "
                              "default both: chosen where it pays)")
+    parser.add_argument("--ep-overlap", choices=("on", "off", "both"), default="both",
+                        help="MoE: dispatch and combine behind another micro-batch's compute (Megatron's "
+                             "--overlap-moe-expert-parallel-comm; needs ep > 1, no full recomputation, interleaving "
+                             "with pp > 1; default both: chosen where it pays)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
     parser.add_argument("--no-tp-overlap", action="store_true",
@@ -287,7 +291,7 @@ def build_request(args):
                         zero_stages=_zero_stages(args.zero_stage), hsdp=_switch(args.hsdp),
                         tp_overlap=not args.no_tp_overlap,
                         overlap_param_gather=not args.no_param_overlap,
-                        activation_offload=_switch(args.offload))
+                        activation_offload=_switch(args.offload), ep_overlap=_switch(args.ep_overlap))
     budget = positive_seconds(args.budget, "--budget") if args.budget is not None else DEFAULT_BUDGET_S
     memory = None if args.search_memory is None else search_memory_bytes(args.search_memory)
     from synth.plan.launch import megatron_launchable
