@@ -105,21 +105,13 @@ def test_megatron_core_accepts_the_flag_set(system):
     args = parser.parse_args(megatron_arguments(model, candidate, system[0]))
     assert args.overlap_moe_expert_parallel_comm  # the flag's dest is the config field's name
     virtual = args.num_layers // (args.pipeline_model_parallel_size * args.num_layers_per_virtual_pipeline_stage)
+    from tests.test_moe_dispatcher_launch import moe_transformer_config
+
+    built = moe_transformer_config(config, args, virtual_pipeline_model_parallel_size=virtual,
+                                   overlap_moe_expert_parallel_comm=args.overlap_moe_expert_parallel_comm)
+    assert built.overlap_moe_expert_parallel_comm
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        built = config.TransformerConfig(
-            num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
-            ffn_hidden_size=args.ffn_hidden_size, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-            bf16=args.bf16, add_bias_linear=not args.disable_bias_linear, gated_linear_unit=args.swiglu,
-            tensor_model_parallel_size=args.tensor_model_parallel_size,
-            pipeline_model_parallel_size=args.pipeline_model_parallel_size,
-            virtual_pipeline_model_parallel_size=virtual,
-            num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
-            moe_ffn_hidden_size=args.moe_ffn_hidden_size, expert_model_parallel_size=args.expert_model_parallel_size,
-            expert_tensor_parallel_size=args.expert_tensor_parallel_size,
-            moe_token_dispatcher_type=args.moe_token_dispatcher_type,
-            overlap_moe_expert_parallel_comm=args.overlap_moe_expert_parallel_comm)
-        assert built.overlap_moe_expert_parallel_comm
         with pytest.raises(AssertionError, match="full recomputation"):  # what ep_overlap_problem refuses
             config.TransformerConfig(
                 num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
