@@ -46,6 +46,24 @@ def _config_field(name: str):
     return config, typing.get_args(typing.get_type_hints(config.TransformerConfig)[name])
 
 
+def moe_transformer_config(config, args, **extra):
+    """megatron-core's TransformerConfig built from parsed Megatron-LM MoE flags (its checks run)."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return config.TransformerConfig(
+            num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
+            ffn_hidden_size=args.ffn_hidden_size, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+            bf16=args.bf16, add_bias_linear=not args.disable_bias_linear, gated_linear_unit=args.swiglu,
+            tensor_model_parallel_size=args.tensor_model_parallel_size,
+            pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+            num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
+            moe_ffn_hidden_size=args.moe_ffn_hidden_size, expert_model_parallel_size=args.expert_model_parallel_size,
+            expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+            moe_token_dispatcher_type=args.moe_token_dispatcher_type, **extra)
+
+
 @pytest.mark.parametrize("name, degrees, system, capacity, expected", CASES)
 def test_the_dispatcher_follows_where_the_expert_groups_run(name, degrees, system, capacity, expected):
     topology = load_topology(system)
@@ -74,8 +92,6 @@ def test_without_a_topology_levels_above_the_innermost_are_a_network():
 def test_the_dispatcher_flags_pass_megatron_cores_config(name, degrees, system, capacity, expected):
     """Parsed with the choices megatron-core's TransformerConfig declares and built into it,
     with the parallel degrees and capacity the plan priced."""
-    import torch
-
     from tests.test_plan_moe import _moe_parser
 
     config, types = _config_field("moe_token_dispatcher_type")
@@ -87,21 +103,9 @@ def test_the_dispatcher_flags_pass_megatron_cores_config(name, degrees, system, 
             action.choices = types
     model, candidate = _candidate(name, degrees, load_topology(system), capacity)
     args = parser.parse_args(megatron_arguments(model, candidate, load_topology(system)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        built = config.TransformerConfig(
-            num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
-            ffn_hidden_size=args.ffn_hidden_size, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-            bf16=args.bf16, add_bias_linear=not args.disable_bias_linear, gated_linear_unit=args.swiglu,
-            tensor_model_parallel_size=args.tensor_model_parallel_size,
-            pipeline_model_parallel_size=args.pipeline_model_parallel_size,
-            num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
-            moe_ffn_hidden_size=args.moe_ffn_hidden_size, expert_model_parallel_size=args.expert_model_parallel_size,
-            expert_tensor_parallel_size=args.expert_tensor_parallel_size,
-            moe_token_dispatcher_type=args.moe_token_dispatcher_type,
-            moe_flex_dispatcher_backend=args.moe_flex_dispatcher_backend,
-            moe_expert_capacity_factor=args.moe_expert_capacity_factor,
-            moe_pad_expert_input_to_capacity=args.moe_pad_expert_input_to_capacity)
+    built = moe_transformer_config(config, args, moe_flex_dispatcher_backend=args.moe_flex_dispatcher_backend,
+                                   moe_expert_capacity_factor=args.moe_expert_capacity_factor,
+                                   moe_pad_expert_input_to_capacity=args.moe_pad_expert_input_to_capacity)
     assert built.moe_token_dispatcher_type == expected[0]
     if expected[0] == "flex":
         assert built.moe_flex_dispatcher_backend == expected[1]

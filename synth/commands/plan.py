@@ -56,6 +56,10 @@ def register(subparsers) -> None:
     parser.add_argument("--offload", choices=("on", "off", "both"), default="both",
                         help="activation offload of all layers but one to host memory (pp 1, no recomputation; "
                              "default both: chosen where it pays)")
+    parser.add_argument("--ep-overlap", choices=("on", "off", "both"), default="both",
+                        help="MoE: dispatch and combine behind another micro-batch's compute (Megatron's "
+                             "--overlap-moe-expert-parallel-comm; needs ep > 1, no full recomputation, interleaving "
+                             "with pp > 1; default both: chosen where it pays)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="reduce gradients after backward instead of in buckets behind it")
     parser.add_argument("--no-tp-overlap", action="store_true",
@@ -287,7 +291,7 @@ def build_request(args):
                         zero_stages=_zero_stages(args.zero_stage), hsdp=_switch(args.hsdp),
                         tp_overlap=not args.no_tp_overlap,
                         overlap_param_gather=not args.no_param_overlap,
-                        activation_offload=_switch(args.offload))
+                        activation_offload=_switch(args.offload), ep_overlap=_switch(args.ep_overlap))
     budget = positive_seconds(args.budget, "--budget") if args.budget is not None else DEFAULT_BUDGET_S
     memory = None if args.search_memory is None else search_memory_bytes(args.search_memory)
     from synth.plan.launch import megatron_launchable
@@ -571,6 +575,9 @@ def _print_tables(result, launchable=None) -> None:
                       prediction.degrees.text, prediction.placement.to_text(), prediction.settings.text, split,
                       programs_text(prediction, result.costs))
     console.print(table)
+    sure = interval_text(request.topology, result.ranked[0])
+    if sure:
+        console.print(sure, highlight=False, soft_wrap=True)
     console.print(synthesized_text(result.ranked[0], result.costs), highlight=False, soft_wrap=True)
     from synth.plan.domains import domain_note
 
@@ -641,11 +648,37 @@ def _dispatcher_line(model, prediction, topology) -> str:
     return f"\n  MoE dispatcher: {dispatcher.statement}" if dispatcher is not None else ""
 
 
+def interval_text(topology, prediction) -> str | None:
+    """The winner's step with a 90% interval of its communication terms where the topology is
+    calibrated with fitted spreads (synth/calibrate/plan_interval.py), else None."""
+    from synth.calibrate.plan_interval import communication_interval
+    from synth.units import format_time
+
+    sure = communication_interval(topology, prediction)
+    if sure is None:
+        return None
+    rest = prediction.step_s - sure.seconds
+    return (f"How sure: the winner's step {format_time(prediction.step_s)}, of which communication "
+            f"{format_time(sure.seconds)}, 90% interval {format_time(sure.low)}-{format_time(sure.high)} "
+            f"(step {format_time(rest + sure.low)}-{format_time(rest + sure.high)}; compute not calibrated) from "
+            f"the calibration records nearest each collective, sigma up to {max((s for _, s in sure.sigmas), default=0.0):.3f}")
+
+
+def _interval_json(topology, prediction) -> dict:
+    from synth.calibrate.plan_interval import communication_interval
+
+    sure = communication_interval(topology, prediction)
+    if sure is None:
+        return {}
+    return {"communication_interval_s": {"seconds": sure.seconds, "low": sure.low, "high": sure.high,
+                                         "coverage": 0.9, "sigmas": dict(sure.sigmas)}}
+
+
 def prediction_json(prediction, request, costs=None) -> dict:
     from synth.plan.launch import megatron_environment, megatron_order
 
     order = megatron_order(prediction.placement)
-    return {
+    return {**_interval_json(request.topology, prediction),
         "step_s": prediction.step_s, "tokens_per_s": prediction.tokens_per_s(request.model),
         "mfu": prediction.mfu(request.compute.peak_flops), "flops_per_device": prediction.flops_per_device(),
         "degrees": prediction.degrees.to_json(), "placement": prediction.placement.to_text(),

@@ -236,6 +236,8 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
         args.append("--overlap-param-gather")
     if settings.tp_overlap:
         args.append("--tp-comm-overlap")
+    if settings.ep_overlap:  # megatron-core's overlap_moe_expert_parallel_comm (step.ep_overlap_problem)
+        args.append("--overlap-moe-expert-parallel-comm")
     if settings.offload_layers:  # megatron-core's layer-level CPU offloading (synth/plan/offload.py)
         args += ["--cpu-offloading", "--cpu-offloading-num-layers", str(settings.offload_layers)]
     if settings.virtual > 1 and not settings.overlap_p2p:  # Megatron overlaps by default when interleaved

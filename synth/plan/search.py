@@ -135,6 +135,9 @@ class SearchSpace:
     # figure: it never saves time, so it ranks first only where its copies hide entirely (then
     # the smaller memory breaks the tie) and otherwise enters the Pareto set or fits what did not
     activation_offload: tuple[bool, ...] = (False, True)
+    # MoE with expert parallelism: dispatch and combine behind the other micro-batch's compute
+    # (--overlap-moe-expert-parallel-comm); never slower, one more micro-batch in flight
+    ep_overlap: tuple[bool, ...] = (False, True)
 
     def settings(self, model: Transformer, degrees: Degrees, host_link: bool = True,
                  refused: Counter | None = None) -> list[Settings]:
@@ -153,16 +156,17 @@ class SearchSpace:
                             for stage in (self.zero_stages if sharded else (1,)):
                                 for hsdp in (self.hsdp if stage == 3 else (False,)):
                                     for off in (self.activation_offload if host_link else (False,)):
-                                        settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
-                                                            self.tp_overlap and sp,
-                                                            self.overlap_param_gather and sharded and stage < 3, stage,
-                                                            hsdp, self.overlap_p2p and v > 1,
-                                                            model.layers - 1 if off else 0)
-                                        problem = settings_problem(model, degrees, settings)
-                                        if problem is None:
-                                            result.append(settings)
-                                        elif refused is not None:
-                                            refused[problem] += 1
+                                        for eo in (self.ep_overlap if degrees.ep > 1 else (False,)):
+                                            settings = Settings(b, v, sp, rc, sharded, self.overlap_gradients,
+                                                                self.tp_overlap and sp,
+                                                                self.overlap_param_gather and sharded and stage < 3,
+                                                                stage, hsdp, self.overlap_p2p and v > 1,
+                                                                model.layers - 1 if off else 0, eo)
+                                            problem = settings_problem(model, degrees, settings)
+                                            if problem is None:
+                                                result.append(settings)
+                                            elif refused is not None:
+                                                refused[problem] += 1
         return result
 
 

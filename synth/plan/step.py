@@ -74,7 +74,7 @@ from synth.plan.terms import Route, Term
 from synth.plan.terms.compute import layer_compute
 from synth.plan.terms.data import data_parallel_terms
 from synth.plan.terms.context import context_parallel
-from synth.plan.terms.expert import expert_parallel
+from synth.plan.terms.expert import ep_overlap_steady, expert_parallel
 from synth.plan.terms.offload import offload_seconds
 from synth.plan.terms.pipeline import pipeline_bubble, pipeline_transfer
 from synth.plan.terms.sharded import hsdp_placement, sharded_layers  # noqa: F401  (hsdp_placement: launch.py's)
@@ -100,6 +100,9 @@ class Settings:
     hsdp: bool = False  # with ZeRO-3: shard inside the innermost level (a node), replicate across it (HSDP)
     overlap_p2p: bool = False  # interleaved schedule: sends and receives behind the next chunk's compute
     offload_layers: int = 0  # layers whose activations are copied to host memory (megatron-core cpu_offloading)
+    # MoE: dispatch and combine behind the other micro-batch's compute (Megatron's combined 1F1B
+    # schedule, --overlap-moe-expert-parallel-comm; terms/expert.py prices it)
+    ep_overlap: bool = False
 
     @cached_property
     def text(self) -> str:  # kept: a ranking key, asked thousands of times
@@ -122,6 +125,8 @@ class Settings:
             parts.append("p2p-overlap")
         if self.offload_layers:
             parts.append(f"offload={self.offload_layers}")
+        if self.ep_overlap:
+            parts.append("ep-overlap")
         return " ".join(parts)
 
     def to_json(self) -> dict:
@@ -130,7 +135,8 @@ class Settings:
                 "sharded_optimizer": self.sharded_optimizer, "overlap_gradients": self.overlap_gradients,
                 "tp_overlap": self.tp_overlap, "overlap_param_gather": self.overlap_param_gather,
                 "zero_stage": self.zero if self.sharded_optimizer else 0, "hsdp": self.hsdp,
-                "overlap_p2p": self.overlap_p2p, "activation_offload_layers": self.offload_layers}
+                "overlap_p2p": self.overlap_p2p, "activation_offload_layers": self.offload_layers,
+                "ep_overlap": self.ep_overlap}
 
 
 @dataclass(frozen=True)
@@ -352,10 +358,31 @@ def settings_problem(model: Transformer, degrees: Degrees, settings: Settings) -
     problem = offload.offload_problem(model.layers, settings.offload_layers, degrees.pp, settings.recompute)
     if problem is not None:
         return problem
+    problem = ep_overlap_problem(model, degrees, settings)
+    if problem is not None:
+        return problem
     if model.is_moe and settings.hsdp:
         # megatron-core 0.16.1's Megatron-FSDP builds no expert data-parallel group under HSDP
         # (mcore_fsdp_adapter.py) and refuses expert parameters without one.
         return "HSDP with experts (Megatron-FSDP has no expert group under HSDP): use ZeRO-3 without HSDP"
+    return None
+
+
+def ep_overlap_problem(model: Transformer, degrees: Degrees, settings: Settings) -> str | None:
+    """megatron-core's TransformerConfig checks for overlap_moe_expert_parallel_comm (0.16:
+    transformer_config.py): expert parallelism, no full recomputation, bf16 or fp16, and the
+    interleaved schedule when there is a pipeline; the shared-expert overlap it also refuses
+    is never exported with it (launch.py)."""
+    if not settings.ep_overlap:
+        return None
+    if degrees.ep == 1:
+        return "expert-parallel overlap without expert parallelism"
+    if settings.recompute == "full":
+        return "expert-parallel overlap with full recomputation"
+    if model.precision not in ("bf16", "fp16"):
+        return "expert-parallel overlap outside bf16 or fp16"
+    if degrees.pp > 1 and settings.virtual == 1:
+        return "expert-parallel overlap with a pipeline needs the interleaved schedule"
     return None
 
 
@@ -393,7 +420,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     cp1, cp_backward1 = context.layer, context.backward
 
     # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (terms/expert.py) ---
-    expert = expert_parallel(model, costs, placement, settings, tp, degrees.ep, tokens, activation)
+    expert = expert_parallel(model, costs, placement, settings, tp, degrees.ep, tokens, activation,
+                             forward1, backward1, ep_overlap_steady(m, pp, v))
     ep1, ep_backward1 = expert.layer, expert.backward
     ranges = moe.stage_ranges(model, stages)
     moe_first = moe.moe_layers_in(model, *ranges[0])
@@ -539,12 +567,16 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                                                 settings.recompute)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
     first_layers = formulas.in_flight_layers(model, pp, v, m, stages.first)
+    last_layers = stages.last
+    if settings.ep_overlap and m > 1:  # the combined 1F1B schedule runs one more forward before its steady state
+        first_layers += stages.first / v
+        last_layers += stages.last / v
     # Routed experts shard their gradients and optimizer states over the expert data-parallel replicas only.
     per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer,
                                                     settings.zero if settings.sharded_optimizer else 0)
     memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter) + gathered,
                     per_layer * (first_layers - settings.offload_layers) + extra.first,
                     params.last * per_parameter + experts_last * (per_expert - per_parameter) + gathered,
-                    per_layer * (stages.last - settings.offload_layers) + extra.last)
+                    per_layer * (last_layers - settings.offload_layers) + extra.last)
     return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
                       formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))

@@ -1,7 +1,16 @@
 """The expert-parallel term (MoE models, synth/plan/moe.py): the token dispatch and combine
 all-to-alls over the `ep` groups, 4 per MoE layer (6 with full recomputation), each of
 `tokens x h x k x c` values per device, on the critical path; with tensor parallelism the
-routed tokens' all-gather and reduce-scatter over `tp` beyond the dense FFN's."""
+routed tokens' all-gather and reduce-scatter over `tp` beyond the dense FFN's.
+
+With `ep_overlap` (Megatron's --overlap-moe-expert-parallel-comm) the schedule pairs each
+steady-state forward with the backward of another micro-batch and runs one's all-to-alls
+while the other computes (megatron-core pipeline_parallel/combined_1f1b.py: "overlap EP A2A
+communications with independent computations of different micro-batches in 1f1b phase").
+Assumed here: a layer's two forward all-to-alls hide behind that layer's backward compute of
+the other micro-batch, its two backward ones behind the forward compute, each showing only
+beyond it; the warm-up forwards and cool-down backwards have no partner and stay exposed
+(`ep_overlap_steady`). So the overlap is never slower than without it."""
 
 from __future__ import annotations
 
@@ -23,10 +32,23 @@ class ExpertParallel:
     levels: str = ""
 
 
+def ep_overlap_steady(microbatches: int, pp: int, virtual: int) -> float:
+    """The share of a device's micro-batch chunks that run in the combined 1F1B steady state:
+    without a pipeline all but the first forward and the last backward; with one, the first
+    stage's warm-up of megatron-core's interleaved schedule ((p - 1) 2 + (v - 1) p chunks, and
+    the one more that the overlap schedules: schedules.py get_pp_rank_microbatches) is unpaired."""
+    chunks = microbatches * virtual
+    warm = 1 if pp == 1 else (pp - 1) * 2 + (virtual - 1) * pp + 1
+    return max(0, chunks - warm) / chunks if chunks else 0.0
+
+
 def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens: int,
-                    activation: int) -> ExpertParallel:
+                    activation: int, forward_s: float = 0.0, backward_s: float = 0.0,
+                    steady: float = 0.0) -> ExpertParallel:
     """One MoE layer's exposed expert traffic, `tokens` per device per micro-batch, `activation`
-    the dense layer's tensor-parallel call size (`settings`: step.Settings)."""
+    the dense layer's tensor-parallel call size (`settings`: step.Settings); `forward_s` and
+    `backward_s` the layer's compute and `steady` the paired share (`ep_overlap_steady`), used
+    with `settings.ep_overlap` only."""
     full = settings.recompute == "full"
     layer = backward = call_s = 0.0
     calls, dispatched, program, levels = 0, 0, "", ""
@@ -38,6 +60,12 @@ def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens:
         call_s, program, levels = exchange.time_s, exchange.program, exchange.levels
         layer = calls * call_s
         backward = 2 * call_s  # dispatch and combine of the backward
+        if settings.ep_overlap:
+            forward_a2a = layer - backward
+            hidden_forward = forward_a2a - max(0.0, forward_a2a - backward_s)
+            hidden_backward = backward - max(0.0, backward - forward_s)
+            layer -= steady * (hidden_forward + hidden_backward)
+            backward -= steady * hidden_backward
     if model.is_moe and tp > 1 and settings.sequence_parallel:
         # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
         # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
