@@ -508,10 +508,12 @@ class CostEngine:
         chain = np.maximum(chain_latency + chain_transfer + residual, alone)
         return StepFigures(sizes, time, chain, regime, residual, alone)
 
-    def link_rows(self) -> np.ndarray:
-        """[regime, link] link-seconds per byte of S (for the pipelined estimate); stacked per call,
-        not kept: a kept copy doubled the regimes' memory (32 MB of a 2793-configuration sweep)."""
-        return np.stack([r.link_s for r in self.regimes]) if self.regimes else np.zeros((0, 0))
+    def link_rows(self, regimes: np.ndarray | None = None) -> np.ndarray:
+        """[regime, link] link-seconds per byte of S (for the pipelined estimate), of every regime
+        or of the given ones in that order; stacked per call, not kept: a kept copy doubled
+        the regimes' memory (32 MB of a 2793-configuration sweep)."""
+        chosen = self.regimes if regimes is None else [self.regimes[i] for i in np.asarray(regimes).tolist()]
+        return np.stack([r.link_s for r in chosen]) if chosen else np.zeros((0, 0))
 
     def call_bytes(self, step: StepCalls, size: int) -> float:
         return step.largest * size / self.group_size
