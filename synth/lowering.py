@@ -13,6 +13,7 @@ global rank of a member in reduction group g.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from synth.collectives import collective
@@ -89,7 +90,14 @@ def lower(program: Program, hierarchy: SynthesisHierarchy, goal: Goal | str = AL
 
 def lower_on(program: Program, level_names: tuple[str, ...], sizes: tuple[int, ...],
              goal: Goal | str = ALL_REDUCE) -> LoweredProgram:
-    goal = parse_goal(goal)
+    """The program checked and lowered on a hierarchy of these level names and sizes; kept per
+    (program, hierarchy, goal), as a ranking lowers its rows more than once (at 4096 members a
+    lowering costs tens of milliseconds)."""
+    return _lowered(program, tuple(level_names), tuple(int(size) for size in sizes), parse_goal(goal))
+
+
+@lru_cache(maxsize=256)
+def _lowered(program: Program, level_names: tuple[str, ...], sizes: tuple[int, ...], goal: Goal) -> LoweredProgram:
     Semantics(level_names, sizes, quotient=True, goal=goal).run(program)
     n = 1
     for size in sizes:

@@ -63,7 +63,7 @@ def test_the_program_count_is_the_lists_the_search_prices(planned):
     assert size.goal_programs == sum(goal_program_rows(c, shape, request.max_len) for c, shape in _counted(request))
     assert result.costs._goals, "the plan priced no goal programs: pick one that does"
     for (collective, shape), programs in result.costs._goals.items():
-        assert len(programs.programs) == goal_program_rows(collective, shape, request.max_len)
+        assert len(programs.every().programs) == goal_program_rows(collective, shape, request.max_len)
 
 
 def test_the_goal_unit_adds_to_the_estimate(planned):

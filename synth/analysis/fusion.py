@@ -38,7 +38,7 @@ synth/model/bound.py already ends after the best found are not costed at all.
 
 Other goals that reduce gradients (`GRADIENT_GOALS`: the sharded optimizer's and FSDP's
 reduce-scatter, a reduce) are planned alike, C(S) being the fastest of every valid program
-of the goal (synth.analysis.goal_rank.GoalPrograms, exact) and the baseline's buckets running
+of the goal (synth.search.best.BestPrograms.every, exact) and the baseline's buckets running
 the goal's flat call; a goal that moves no gradients (all-gather, all-to-all, broadcast) is
 refused (FusionGoalError).
 

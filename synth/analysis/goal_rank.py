@@ -2,8 +2,9 @@
 
 Rankings of every goal come from one `Ranker(context, goal=...)` (synth/search/rank.py: the
 full ranking, the best-first top K, the goal's lower bound); `rank_goal` and `top_goal` are
-its per-size lists, for callers holding a goal's name. `GoalPrograms` is the planner's price
-list of a goal on a group shape: every valid program up to the length is enumerated once per
+its per-size lists, for callers holding a goal's name. `GoalPrograms` is the exhaustive price
+list of a goal on a group shape (the benchmarks' and tests' oracle; the planner asks the
+ranker, synth.search.best.BestPrograms, and counts its search by `program_count`): every valid program up to the length is enumerated once per
 level count and quotient sizes, lowered once per real sizes (memoized across contexts, as the
 planner asks thousands of shapes), and costed in one `ProgramTable` batch through the same
 engine and estimate, each Permute at the copy rate: the same times as the `Ranker`'s
@@ -104,8 +105,8 @@ def goal_program_times(context: CostContext, goal, programs, sizes, estimate=Non
 
 class GoalPrograms:
     """Every valid program of one goal on one context, enumerated and lowered once, costed at
-    any size (memoized): what `rank_goal` ranks and what the planner prices a reduce-scatter,
-    all-gather or all-to-all by (synth/plan/costs.py), so the two agree by construction."""
+    any size (memoized): every program `rank_goal` ranks, costed through the same engine and
+    estimate, so the two agree by construction."""
 
     def __init__(self, context: CostContext, goal, max_len: int = 5, estimate=None, engine: CostEngine | None = None):
         self.context = context

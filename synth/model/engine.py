@@ -226,6 +226,11 @@ class CostEngine:
         self._site_ids: dict[CallSite, int] = {}
         self._site_costs: dict[int, _SiteCosts] = {}
         self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
+        self._shapes: dict[tuple[int, ...], int] = {}  # members -> number of their canonical coordinates
+        self._shape_ids: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
+        self._shape_by_id: list[tuple[tuple[int, ...], ...]] = []
+        self._sites_of: dict[tuple[str, tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]] = {}
 
     # --- one call ------------------------------------------------------------------------------
 
@@ -234,16 +239,39 @@ class CostEngine:
         found = self._calls.get(key)
         if found is not None:
             return found
-        coords = self.network.coords[self.devices[0, list(members)]]
-        site = CallSite(collective, canonical_coords(coords), self.context.levels_of(collective),
-                        self.context.topology.nccl)
-        site_id = self._site_ids.setdefault(site, len(self._site_ids))
+        shape_id = self._shapes.get(members)
+        if shape_id is None:  # every collective on these members sits alike: one relabelling
+            shape = canonical_coords(self.network.coords[self.devices[0, list(members)]])
+            shape_id = self._shape_ids.get(shape)
+            if shape_id is None:
+                shape_id = self._shape_ids[shape] = len(self._shape_by_id)
+                self._shape_by_id.append(shape)
+            self._shapes[members] = shape_id
+        found_site = self._site_of_shape.get((collective, shape_id))
+        if found_site is None:  # hashing a site (every member's coordinates) is slow: once per shape
+            shape = self._shape_by_id[shape_id]
+            site = CallSite(collective, shape, self.context.levels_of(collective), self.context.topology.nccl)
+            found_site = self._site_of_shape[collective, shape_id] = (
+                site, self._site_ids.setdefault(site, len(self._site_ids)))
+        site, site_id = found_site
         member_ranks = np.array(members, dtype=np.int64)
         shared = self._site_costs.get(site_id)
         if shared is None:
             shared = self._site_costs[site_id] = self._site_figures(collective, site, member_ranks)
         found = _Call(site, site_id, shared, member_ranks)
         self._calls[key] = found
+        return found
+
+    def sites(self, collective: str, calls: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+        """One call's members per distinct site among `calls`, in order of first appearance
+        (asked once per step by every size's search bound, so kept)."""
+        key = (collective, calls)
+        found = self._sites_of.get(key)
+        if found is None:
+            by_site: dict[int, tuple[int, ...]] = {}
+            for members in calls:
+                by_site.setdefault(self.call(collective, members).site_id, members)
+            found = self._sites_of[key] = tuple(by_site.values())
         return found
 
     def _site_figures(self, collective: str, site: CallSite, members: np.ndarray) -> _SiteCosts:
@@ -480,10 +508,12 @@ class CostEngine:
         chain = np.maximum(chain_latency + chain_transfer + residual, alone)
         return StepFigures(sizes, time, chain, regime, residual, alone)
 
-    def link_rows(self) -> np.ndarray:
-        """[regime, link] link-seconds per byte of S (for the pipelined estimate); stacked per call,
-        not kept: a kept copy doubled the regimes' memory (32 MB of a 2793-configuration sweep)."""
-        return np.stack([r.link_s for r in self.regimes]) if self.regimes else np.zeros((0, 0))
+    def link_rows(self, regimes: np.ndarray | None = None) -> np.ndarray:
+        """[regime, link] link-seconds per byte of S (for the pipelined estimate), of every regime
+        or of the given ones in that order; stacked per call, not kept: a kept copy doubled
+        the regimes' memory (32 MB of a 2793-configuration sweep)."""
+        chosen = self.regimes if regimes is None else [self.regimes[i] for i in np.asarray(regimes).tolist()]
+        return np.stack([r.link_s for r in chosen]) if chosen else np.zeros((0, 0))
 
     def call_bytes(self, step: StepCalls, size: int) -> float:
         return step.largest * size / self.group_size

@@ -151,10 +151,13 @@ class Pipelined:
         figures = engine.figures(table.steps, sizes)
         chain = _summed(table.rows, _padded(figures.chain_s))
         links = np.zeros_like(chain)
-        rows = engine.link_rows()
+        # only the regimes these steps use: stacking every regime the engine holds cost a
+        # long-lived engine (the planner's) more than the sums themselves
+        used, position = np.unique(figures.regime, return_inverse=True)
+        rows = engine.link_rows(used)
         # Sizes at which every step runs the same candidates share one link sum per program.
         groups: dict[bytes, list[int]] = {}
-        regimes = np.ascontiguousarray(figures.regime.T)
+        regimes = np.ascontiguousarray(position.reshape(figures.regime.shape).T)
         for z in range(len(sizes)):
             groups.setdefault(regimes[z].tobytes(), []).append(z)
         for at in groups.values():

@@ -7,8 +7,8 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
 * `reduce_scatter` / `all_gather` / `all_to_all`: what sequence and context parallelism, the
   sharded optimizer, ZeRO-3/FSDP and the mixture-of-experts token dispatch and combine run:
   the fastest valid program of that goal over the groups' synthesis hierarchy
-  (synth.analysis.goal_rank.GoalPrograms: every program up to `max_len` steps, local Permutes
-  at the copy rate), beside the goal's flat call (one backend call over the group, what a
+  (synth.search.best.BestPrograms with the goal: the ranker's best-first search over every
+  program up to `max_len` steps, local Permutes at the copy rate), beside the goal's flat call (one backend call over the group, what a
   framework runs), all through the same estimate as the all-reduce programs
   (synth/model/estimate.py). `Communication.synthesized` says which won, and by how much;
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
@@ -38,7 +38,7 @@ import numpy as np
 from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
 from synth.analysis.explore import hierarchy_text
-from synth.analysis.goal_rank import GoalPrograms, program_count
+from synth.analysis.goal_rank import program_count
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
 from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
@@ -110,7 +110,8 @@ class CommunicationCosts:
         self.max_len = max_len
         self._contexts: dict[tuple, object] = {}
         self._best: dict[tuple, BestPrograms] = {}
-        self._goals: dict[tuple, GoalPrograms] = {}
+        self._goals: dict[tuple, BestPrograms] = {}
+        self._every: dict[tuple, CandidateTimes] = {}
         self._candidates: dict[tuple, CandidateTimes] = {}
         self._all_reduce: dict[tuple, Communication] = {}
         self._single: dict[tuple, Communication] = {}
@@ -160,12 +161,21 @@ class CommunicationCosts:
             best = self._best[key] = BestPrograms(self._context(key), self.max_len)
         return best
 
-    def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> GoalPrograms:
-        """Every valid program of the goal over the axes' groups (one enumeration per group shape)."""
+    def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
+        """The ranker of the goal over the axes' groups (one per group shape)."""
         key = (collective, self.factors(placement, axes))
         found = self._goals.get(key)
         if found is None:
-            found = self._goals[key] = GoalPrograms(self._context(key[1]), parse_goal(collective), self.max_len)
+            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=parse_goal(collective))
+        return found
+
+    def every_goal_program(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> CandidateTimes:
+        """Every valid program of the goal over the axes' groups, costed at any size in batches
+        (what a bucket schedule asks at every sum of consecutive tensors)."""
+        key = (collective, self.factors(placement, axes))
+        found = self._every.get(key)
+        if found is None:
+            found = self._every[key] = self.goal_programs(collective, placement, axes).every()
         return found
 
     def all_reduce(self, placement: Placement, axes: tuple[str, ...], size: int) -> Communication:
@@ -187,9 +197,9 @@ class CommunicationCosts:
             programs = self.goal_programs(collective, placement, axes)
             choice = programs.best(size)
             text = self._text(choice.program)
-            self._goal_of[text] = programs.goal.name
+            self._goal_of[text] = GOAL_OF[collective]
             found = Communication(text, choice.time_s, choice.baseline_time_s,
-                                  hierarchy_text(programs.context.hierarchy), collective)
+                                  hierarchy_text(programs.hierarchy), collective)
             self._single[key] = found
         return found
 
@@ -317,11 +327,12 @@ class CommunicationCosts:
         if sharded:
             # every bucket the DP may form is a sum of consecutive tensors: cost them in one batch
             sums = {sum(tensors[i:j + 1]) for i in range(len(tensors)) for j in range(i, len(tensors))}
-            self.goal_programs("ReduceScatter", placement, axes).prefetch(sums)
+            every = self.every_goal_program("ReduceScatter", placement, axes)
+            every.prefetch(sums)
 
             def cost(size):
-                call = self.reduce_scatter(placement, axes, size)
-                return self._programs[call.program], call.time_s
+                choice = every(size)
+                return choice.program, choice.time_s
             floor = None
         else:
             # keyed by the grid the sizes span, not the sizes: every schedule whose buckets fall on
@@ -346,8 +357,7 @@ class CommunicationCosts:
         planned = schedule(tensors, ready, ranges, cost)
         largest = max(planned.buckets, key=lambda bucket: bucket.bytes)
         if sharded:
-            flat = self.goal_programs("ReduceScatter", placement, axes)
-            default_busy = sum(flat.best(bucket.bytes).baseline_time_s for bucket in planned.buckets)
+            default_busy = sum(every(bucket.bytes).baseline_time_s for bucket in planned.buckets)
         else:
             default_busy = sum(chooser(bucket.bytes).baseline_time_s for bucket in planned.buckets)
         found = GradientSchedule(planned.finish_s, max(0.0, planned.exposed_s), planned.busy_s, len(planned.buckets),

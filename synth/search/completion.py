@@ -338,10 +338,7 @@ class CompletionBound:
             collective, calls = self._calls[index]
             sites = self._sites.get(index)
             if sites is None:
-                by_site: dict[int, tuple[int, ...]] = {}
-                for members in calls:
-                    by_site.setdefault(self._engine.call(collective, members).site_id, members)
-                sites = self._sites[index] = tuple(by_site.values())
+                sites = self._sites[index] = self._engine.sites(collective, tuple(calls))
             found = self._step_costs[key] = self._engine.least_step_s(collective, sites,
                                                                        min(chunks, self._full) * self.size)
         return found

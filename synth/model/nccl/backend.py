@@ -260,13 +260,17 @@ class NcclMeasured:
         hardware = shape.hardware
         node = _network_nodes(call)
         result = []
+        built: dict[tuple, tuple[Phase, ...]] = {}  # protocols of one algorithm move the same flows
         for algorithm, protocol in found.pairs:
-            plan = _builder(call.collective, algorithm, protocol)(call.layout)
+            builder = _builder(call.collective, algorithm, protocol)
             intra = hardware.intra.efficiency
             if algorithm in ("nvls", "nvls_tree"):
                 intra *= tables.NVLS_EFFICIENCY.get(hardware.generation, 1.0)
             net = hardware.network.link.efficiency if hardware.network is not None else 1.0
-            phases = tuple(_at_link_efficiency(phase, node, net, intra) for phase in plan.phases)
+            phases = built.get((builder, intra, net))
+            if phases is None:
+                phases = built[builder, intra, net] = tuple(
+                    _at_link_efficiency(phase, node, net, intra) for phase in builder(call.layout).phases)
             # a symmetric kernel's rate is NCCL's fitted one (symmetric.py): no protocol share
             payload = 1.0 if algorithm == "symmetric" else PAYLOAD[protocol] * hardware.protocol(protocol).bandwidth
             result.append(Plan(f"{algorithm}/{protocol}", phases, 0.0, payload))
