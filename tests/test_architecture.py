@@ -222,3 +222,13 @@ def test_only_the_command_layer_names_flags():
                       for flag in pattern.findall(node.value) if flag in flags]
     assert sorted(set(named)) == []
 
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists the packages a wheel carries by name: a subpackage left out installs
+    a synth that fails on import (synth.plan.terms once did, found only by a fresh install)."""
+    import tomllib
+
+    declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    packages = {".".join(path.parent.relative_to(ROOT).parts) for path in PACKAGE.rglob("__init__.py")}
+    assert sorted(packages - declared) == []
