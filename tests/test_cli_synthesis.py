@@ -147,7 +147,8 @@ def test_ctrl_c_stops_a_long_search_without_a_traceback():
                                 "--reduce", "a0", "--max-len", "6"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even in a background run
-    first = process.stdout.readline()  # the search has started (a loaded machine takes seconds to import)
+    first = process.stdout.readline()
+    process.stdout.readline()  # the listing has begun (a loaded machine takes seconds to get there)
     time.sleep(1)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)

@@ -99,10 +99,14 @@ def adversarial(sizes, count=2):
 def concrete_ok(program, names, sizes, goal="dispatch") -> bool:
     """The rules of synth/routed.py read off the executor under the adversarial routing:
     no step after the goal, every step carries copies across each of its levels, the goal at
-    the end."""
+    the end; and, as a rule of the language the executor cannot see, no `Master` step that
+    idles members (one with a level of more than one unit below it: a flat step after it
+    still delivers every copy)."""
     from synth.semantics import FORMS
 
     run, reached = (run_dispatch, dispatch_reached) if goal == "dispatch" else (run_combine, combine_reached)
+    if any(step.form == "Master" and np.prod(sizes[names.index(step.level) + 1:]) > 1 for step in program.steps):
+        return False  # the language's rule, not the executor's: a form that idles members (docs/model.md)
     tokens = make_tokens(np.random.default_rng(0), adversarial(sizes), 1)
     positions = [np.unravel_index(m, sizes) for m in range(int(np.prod(sizes)))]
     for length in range(len(program.steps)):
