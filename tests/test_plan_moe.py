@@ -258,7 +258,8 @@ def _moe_parser():
 
     parser = _megatron_parser()
     for flag in ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
-                 "--expert-model-parallel-size", "--expert-tensor-parallel-size"):
+                 "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--moe-router-num-groups",
+                 "--moe-router-group-topk"):
         parser.add_argument(flag, type=int)
     parser.add_argument("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"), default="allgather")
     parser.add_argument("--moe-expert-capacity-factor", type=float)

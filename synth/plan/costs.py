@@ -123,6 +123,9 @@ class CommunicationCosts:
         self._floors: dict[tuple, object] = {}
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
         self._goal_of: dict[str, str] = {}  # the goal of every non-all-reduce program handed out
+        self._routed: dict[tuple, Communication] = {}  # two-stage dispatch/combine, by (goal, factors, routing, host)
+        self._routed_programs: dict[tuple, object] = {}  # RoutedPrograms by (goal, factors, routing per token)
+        self._routed_texts: set[str] = set()  # dispatch/combine programs handed out (explained by their goal)
 
     @property
     def userbuffers_level(self) -> int:
@@ -233,6 +236,8 @@ class CommunicationCosts:
         else:
             found = [self._all_reduce.get((factors, size))]
             found += [self._single.get((collective, factors, size)) for collective in GOAL_OF]
+            found += [call for (_, shape, routing, _), call in self._routed.items()  # a two-stage dispatch/combine
+                      if shape == factors and routing.buffer_bytes * routing.topk == size]
         return [c for c in found if c is not None and c.synthesized and c.program in program]
 
     def _text(self, program: Program) -> str:
@@ -252,6 +257,8 @@ class CommunicationCosts:
         hierarchy = context.hierarchy
         engine = CostEngine(context)  # the context's own devices, so links are named as they are
         text = program if isinstance(program, str) else str(program)
+        if text in self._routed_texts:
+            return ""  # a dispatch or combine: its steps move a routing's copies, not a collective's blocks
         if text not in self._programs:
             # a route of two collectives ("<reduce-scatter program>; <all-gather program>"): its first
             known = [seen for seen in self._programs if text.startswith(seen + "; ")]
@@ -266,6 +273,45 @@ class CommunicationCosts:
             return ""
         costs = step_costs(engine, [step_calls(step) for step in lowered], size, [step.step for step in lowered])
         return max(costs, key=lambda c: c.time_s).bottleneck
+
+    # --- routed: MoE dispatch and combine in two stages ---------------------------------------------
+
+    def two_stage(self, goal: str, placement: Placement, axes: tuple[str, ...], routing, host: int) -> Communication:
+        """The fastest `dispatch` or `combine` program (synth/analysis/routed_rank.py, the
+        programs `synth rank --collective dispatch|combine` ranks) of the two-stage form DeepEP
+        and HybridEP run, for `routing` (synth/routing.py: its tokens per member, top-k,
+        experts, node limit) over the axes' groups: dispatch crosses the system levels
+        0..`host` first, each step over those levels only, then resolves the levels inside a
+        host in one step; combine the reverse. The flat all-to-all of the same routing is its
+        `default_time_s`. A pure function of the groups' factors, the routing and `host`,
+        memoized on them."""
+        factors = self.factors(placement, axes)
+        key = (goal, factors, routing, host)
+        found = self._routed.get(key)
+        if found is None:
+            found = self._routed[key] = self._two_stage(goal, factors, routing, host)
+        return found
+
+    def _two_stage(self, goal: str, factors: tuple[int, ...], routing, host: int) -> Communication:
+        from synth.analysis.routed_rank import RoutedPrograms
+
+        context = self._context(factors)
+        key = (goal, factors, routing.with_tokens(1))
+        programs = self._routed_programs.get(key)
+        if programs is None:
+            programs = self._routed_programs[key] = RoutedPrograms(context, goal, routing, self.max_len)
+        names = context.hierarchy.level_names
+        outer_names = {level.name for level in self.topology.levels[:host + 1]}
+        outer = frozenset(i for i, name in enumerate(names) if name in outer_names)
+        forms = [program for program in programs.programs if _two_stage_form(programs, program, outer)]
+        flat = programs.baseline
+        times = {program: programs.time(program, routing) for program in forms or [flat]}
+        best = min(times, key=lambda program: (times[program], str(program)))
+        text = self._text(best)
+        self._goal_of[text] = goal
+        self._routed_texts.add(text)
+        flat_time = times[flat] if flat in times else programs.time(flat, routing)
+        return Communication(text, times[best], flat_time, hierarchy_text(context.hierarchy), goal)
 
     # --- point to point --------------------------------------------------------------------------
 
@@ -378,3 +424,16 @@ def fuse_tensors(tensors: tuple[int, ...], limit: int = MAX_BUCKET_TENSORS) -> t
         return tuple(tensors)
     per = math.ceil(len(tensors) / limit)
     return tuple(sum(tensors[i:i + per]) for i in range(0, len(tensors), per))
+
+
+def _two_stage_form(programs, program: Program, outer: frozenset[int]) -> bool:
+    """Whether a routed program is the two-stage form (`CommunicationCosts.two_stage`): every
+    step moves along outer levels only or inner levels only, all outer steps first for
+    dispatch (last for combine), the inner levels in one step."""
+    moves = [entry.after - entry.before for entry in programs.semantics.run(program)]
+    if programs.goal.name == "combine":
+        moves = moves[::-1]
+    kinds = ["outer" if move <= outer else "inner" if not move & outer else "mixed" for move in moves]
+    if "mixed" in kinds or not outer or kinds.count("inner") > 1:
+        return False
+    return kinds == sorted(kinds, key=lambda kind: kind == "inner")

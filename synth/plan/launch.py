@@ -38,6 +38,7 @@ from synth.export.mesh import device_mesh_array, jax_permutation, megatron_order
 from synth.names import product
 from synth.placement import Placement
 from synth.plan.degrees import Degrees
+from synth.plan.dispatcher import NO_EQUIVALENT, MoeDispatcher, megatron_dispatcher  # noqa: F401 (the launch's names)
 from synth.plan.formulas import stage_layers
 from synth.plan.model import Transformer
 from synth.plan.step import Prediction
@@ -84,8 +85,8 @@ def megatron_moe_arguments(model: Transformer, dispatcher: MoeDispatcher | None 
     """The MoE layers on Megatron-LM's command line (megatron/training/arguments.py, _add_moe_args;
     megatron-core's TransformerConfig fields num_moe_experts, moe_router_topk, ...): the experts,
     their routing and sizes, which layers (`--moe-layer-freq` as Megatron's pattern expression,
-    e.g. `([0]*1+[1]*27)`), the capacity (padded, as priced) and the all-to-all dispatcher the
-    plan priced. Nothing for a dense model."""
+    e.g. `([0]*1+[1]*27)`), the group-limited routing, the capacity (padded, as priced) and the
+    all-to-all dispatcher the plan priced (synth/plan/dispatcher.py). Nothing for a dense model."""
     if not model.is_moe:
         return []
     from synth.plan import moe
@@ -95,6 +96,9 @@ def megatron_moe_arguments(model: Transformer, dispatcher: MoeDispatcher | None 
             *(dispatcher.arguments if dispatcher is not None else ("--moe-token-dispatcher-type", "alltoall"))]
     if model.shared_ffn:
         args += ["--moe-shared-expert-intermediate-size", str(model.shared_ffn)]
+    if model.router_groups:  # group-limited routing, as the expert term prices it (synth/plan/moe.py node_limit)
+        args += ["--moe-router-num-groups", str(model.router_groups),
+                 "--moe-router-group-topk", str(model.router_group_topk)]
     pattern = [1 if moe.is_moe_layer(model, index) else 0 for index in range(model.layers)]
     if 0 in pattern:
         args += ["--moe-layer-freq", moe_layer_pattern(pattern)]
@@ -112,64 +116,6 @@ def moe_layer_pattern(pattern: list[int]) -> str:
         else:
             runs.append([value, 1])
     return "(" + "+".join(f"[{value}]*{count}" for value, count in runs) + ")"
-
-
-@dataclass(frozen=True)
-class MoeDispatcher:
-    """The token dispatcher Megatron-LM runs for the plan's expert-parallel groups."""
-
-    arguments: tuple[str, ...]  # --moe-token-dispatcher-type alltoall|flex [--moe-flex-dispatcher-backend ...]
-    form: str  # the synth.torch.moe form it runs: "flat" or "hierarchical"
-    statement: str
-
-
-NO_EQUIVALENT = ("a synthesized dispatch or combine program other than the flat all-to-all and the two-stage form "
-                 "(across nodes once per destination node, then inside it) has no equivalent among Megatron's "
-                 "dispatchers; synth.torch.moe runs both forms in torch")
-
-
-def megatron_dispatcher(model: Transformer, placement: Placement, topology=None) -> MoeDispatcher | None:
-    """Megatron-LM's dispatcher for the expert-parallel groups of `placement` (megatron-core's
-    TransformerConfig: moe_token_dispatcher_type, moe_flex_dispatcher_backend): `alltoall` (one
-    NCCL all-to-all, the flat form) while the groups stay inside one host; across hosts the
-    `flex` dispatcher, whose backends send a token once per destination node and forward it
-    over NVLink (the two-stage form): HybridEP on a system with a multi-host NVLink domain
-    (megatron-core: "only hybridep supports the MNNVL case"; NVIDIA's first choice on GB200
-    NVL72), DeepEP over a network. DeepEP takes no padded capacity (megatron-core refuses
-    `--moe-pad-expert-input-to-capacity` with it), so a plan priced with a capacity factor
-    keeps `alltoall` there. Without `topology` every level above the innermost is taken for a
-    network between hosts. None for a dense model."""
-    if not model.is_moe:
-        return None
-    alltoall = ("--moe-token-dispatcher-type", "alltoall")
-    if "ep" not in placement.axis_names or placement.axis_sizes[placement.axis_index("ep")] < 2:
-        return MoeDispatcher(alltoall, "flat", "no expert parallelism: alltoall (the experts are local)")
-    from synth.plan.equivalent import span
-
-    factors = span(placement, ("ep",))
-    domain = None
-    if topology is not None:
-        from synth.model.nccl.hardware import nccl_view
-
-        view = nccl_view(topology)
-        domain = view.domain_level
-        host = domain if domain is not None else view.node_level
-    else:
-        host = len(factors) - 2
-    if host is None or host < 0 or all(factor == 1 for factor in factors[:host + 1]):
-        return MoeDispatcher(alltoall, "flat", "the expert-parallel groups stay inside one host: alltoall (one NCCL "
-                             f"all-to-all over NVLink, the flat form); {NO_EQUIVALENT}")
-    if domain is not None:
-        return MoeDispatcher(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"),
-                             "hierarchical", "the expert-parallel groups span hosts of a multi-host NVLink domain: "
-                             f"flex with HybridEP (the two-stage form); {NO_EQUIVALENT}")
-    if model.capacity_factor:
-        return MoeDispatcher(alltoall, "flat", "the expert-parallel groups span nodes, where DeepEP's two-stage "
-                             "dispatch would fit, but the plan pads to a capacity, which megatron-core refuses with "
-                             f"DeepEP: alltoall (the flat form); {NO_EQUIVALENT}")
-    return MoeDispatcher(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"),
-                         "hierarchical", "the expert-parallel groups span nodes: flex with DeepEP (across nodes to the "
-                         f"same-index GPU once per node, then NVLink: the two-stage form); {NO_EQUIVALENT}")
 
 
 def megatron_environment(prediction: Prediction) -> dict[str, str]:

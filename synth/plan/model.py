@@ -82,6 +82,8 @@ class Transformer:
     moe_every: int = 1  # every k-th layer is MoE (Megatron's --moe-layer-freq k)
     first_dense: int = 0  # the first k layers keep the dense FFN (DeepSeek's first_k_dense_replace)
     expert_imbalance: float = 1.0  # dropless: the busiest expert's tokens over the even share (1: balanced)
+    router_groups: int = 0  # group-limited routing: the experts in this many equal groups (0: none; synth/plan/moe.py)
+    router_group_topk: int = 0  # ... of which a token's experts come from at most this many
     head_size: int = 0  # per-head size when not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads
     q_lora_rank: int = 0  # multi-head latent attention (synth/plan/attention.py): the query's latent (0: none)
     kv_lora_rank: int = 0  # the keys' and values' shared latent (> 0: multi-head latent attention)
@@ -192,7 +194,8 @@ _DEEPSEEK_V3 = ("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv:2412.19
                 "H800 with 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data parallelism, no tensor "
                 "parallelism) and the released configuration (config.json of deepseek-ai/DeepSeek-V3: intermediate_size "
                 "18432, moe_intermediate_size 2048, n_shared_experts 1, first_k_dense_replace 3, vocab_size 129280, "
-                "untied). Approximated: the multi-token-prediction module (14B) is left out, as the 671B does")
+                "untied; n_group 8, topk_group 4: each token's experts on at most 4 of 8 groups, section 2.1.2's 'at "
+                "most M = 4 nodes'). Approximated: the multi-token-prediction module (14B) is left out, as the 671B does")
 _QWEN3 = ("Qwen Team 2025, 'Qwen3 Technical Report' (arXiv:2505.09388), Table 2 (235B-A22B: 94 layers, 64 query / 4 "
           "key-value heads, 128 experts, 8 per token, no shared experts; 30B-A3B: 48 layers, 32 / 4 heads, 128 experts, "
           "8 per token) and the released configurations (config.json of Qwen/Qwen3-235B-A22B: hidden 4096, head_dim 128, "
@@ -280,7 +283,8 @@ PRESETS: dict[str, Transformer] = {model.name: model for model in (
     _moe("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936, 60, 4, _QWEN_MOE, expert_ffn=1408, shared_ffn=5632),
     replace(_moe("deepseek-v3", 61, 7168, 128, 0, 18432, 129280, 256, 8, _DEEPSEEK_V3, expert_ffn=2048,
                  shared_ffn=2048, first_dense=3, batch=15360),
-            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+            router_groups=8, router_group_topk=4),
     replace(_moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 128, 8, _QWEN3, expert_ffn=1536), head_size=128),
     replace(_moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 128, 8, _QWEN3, expert_ffn=768), head_size=128),
     replace(_moe("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 128, 4, _GPT_OSS), head_size=64),
@@ -353,6 +357,11 @@ KEYS: dict[str, tuple[str, str]] = {
                         "as if balanced (`c = 1`)", "ratio"),
     "expert_imbalance": ("dropless routing: the busiest expert's tokens over its even share `u`, which the step waits "
                          "for (1: balanced, an assumption; capacity_factor caps it instead)", "ratio"),
+    "router_groups": ("group-limited routing (DeepSeek's `n_group`, Megatron's `moe_router_num_groups`): the "
+                      "experts in this many equal groups, a token's from at most `router_group_topk` of them; 0: none",
+                      "groups"),
+    "router_group_topk": ("group-limited routing: the groups a token's experts come from at most (DeepSeek's "
+                          "`topk_group`, Megatron's `moe_router_group_topk`)", "groups"),
     "moe_every": ("every k-th layer is MoE, the others dense (Megatron's `moe_layer_freq` k); 1: every layer", "layers"),
     "first_dense": ("the first k layers keep the dense FFN of size `ffn` (DeepSeek's `first_k_dense_replace`)",
                     "layers"),

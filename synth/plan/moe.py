@@ -47,7 +47,7 @@ DISPATCHES_PER_LAYER = 4  # dispatch and combine, in forward and in backward
 def check_moe(model) -> None:
     """The MoE keys' rules, each broken one named with its fix (called by Transformer)."""
     name = model.name
-    for key in ("experts", "top_k", "expert_ffn", "shared_ffn", "first_dense"):
+    for key in ("experts", "top_k", "expert_ffn", "shared_ffn", "first_dense", "router_groups", "router_group_topk"):
         value = getattr(model, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise UsageError(f"model {name!r}: {key} = {value!r} is not a non-negative integer")
@@ -63,7 +63,8 @@ def check_moe(model) -> None:
         raise UsageError(f"model {name!r}: expert_imbalance = {imbalance} with capacity_factor = {factor}: the capacity "
                          f"caps every expert's tokens; give one of them")
     if model.experts == 0:
-        moe_keys = ("top_k", "expert_ffn", "shared_ffn", "capacity_factor", "first_dense")
+        moe_keys = ("top_k", "expert_ffn", "shared_ffn", "capacity_factor", "first_dense", "router_groups",
+                    "router_group_topk")
         stated = [key for key in moe_keys if getattr(model, key)] + (["moe_every"] if model.moe_every != 1 else [])
         stated += ["expert_imbalance"] if imbalance != 1 else []
         if stated:
@@ -81,9 +82,47 @@ def check_moe(model) -> None:
         raise InputRangeError(f"model {name!r}: capacity_factor = {factor:g} is more than experts / top_k = "
                               f"{model.experts / model.top_k:g} (one expert then takes every token); "
                               f"give 1 to {model.experts / model.top_k:g}, or 0 (dropless)")
+    check_router_groups(model)
     if model.first_dense >= model.layers:
         raise UsageError(f"model {name!r}: first_dense = {model.first_dense} leaves none of its {model.layers} layers "
                          f"MoE; give fewer than {model.layers}")
+
+
+def check_router_groups(model) -> None:
+    """Group-limited routing's rules (megatron-core's group_limited_topk: equal groups, the
+    token's k experts found inside the groups it keeps)."""
+    name, groups, keep = model.name, model.router_groups, model.router_group_topk
+    if not groups and not keep:
+        return
+    if not groups or not keep:
+        raise UsageError(f"model {name!r}: router_groups = {groups} with router_group_topk = {keep}: give both "
+                         f"(group-limited routing) or neither")
+    if model.experts % groups:
+        raise UsageError(f"model {name!r}: router_groups = {groups} does not divide experts = {model.experts}; give "
+                         f"a divisor of {model.experts}")
+    if keep > groups:
+        raise UsageError(f"model {name!r}: router_group_topk = {keep} is more than router_groups = {groups}; give "
+                         f"1 to {groups}")
+    if keep * (model.experts // groups) < model.top_k:
+        raise UsageError(f"model {name!r}: router_group_topk = {keep} groups of {model.experts // groups} experts "
+                         f"hold fewer than top_k = {model.top_k}; raise router_group_topk")
+
+
+def node_limit(model, nodes: int) -> int | None:
+    """The most of `nodes` equal nodes (consecutive experts each) a token's experts can sit on
+    under the model's group-limited routing, None when unlimited: `router_group_topk` groups
+    when groups do not straddle nodes, each group's nodes times that when a group spans
+    several; None where the groups cut nodes unevenly (not modelled: unlimited)."""
+    groups, keep = model.router_groups, model.router_group_topk
+    if not groups or nodes < 2:
+        return None
+    if groups % nodes == 0:
+        limit = keep
+    elif nodes % groups == 0:
+        limit = keep * (nodes // groups)
+    else:
+        return None
+    return limit if limit < nodes else None
 
 
 def expert_problem(model, degrees) -> str | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.plan import moe
+from synth.plan.dispatcher import HIERARCHICAL, choose_dispatcher, system_hosts
+from synth.routing import Routing
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class ExpertParallel:
     bytes: int = 0  # per all-to-all per device
     program: str = ""
     levels: str = ""
+    form: str = ""  # the dispatcher's form priced (synth/plan/dispatcher.py): "flat" or "hierarchical"
 
 
 def ep_overlap_steady(microbatches: int, pp: int, virtual: int) -> float:
@@ -51,13 +54,24 @@ def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens:
     with `settings.ep_overlap` only."""
     full = settings.recompute == "full"
     layer = backward = call_s = 0.0
-    calls, dispatched, program, levels = 0, 0, "", ""
+    calls, dispatched, program, levels, form = 0, 0, "", "", ""
     if ep > 1:
         local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
         dispatched = moe.dispatch_bytes(model, local)
-        exchange = costs.all_to_all(placement, ("ep",), dispatched)
+        factors = costs.factors(placement, ("ep",))
+        dispatcher = choose_dispatcher(model, factors, system_hosts(costs.topology))  # what the launch names
         calls = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
-        call_s, program, levels = exchange.time_s, exchange.program, exchange.levels
+        form = dispatcher.form
+        if form == HIERARCHICAL:
+            routing = expert_routing(model, local, factors)
+            dispatch = costs.two_stage("dispatch", placement, ("ep",), routing, dispatcher.host)
+            combine = costs.two_stage("combine", placement, ("ep",), routing, dispatcher.host)
+            call_s = (dispatch.time_s + combine.time_s) / 2  # as many dispatches as combines
+            program, levels = f"{dispatch.program}; then {combine.program}", dispatch.levels
+            dispatched = routing.buffer_bytes * routing.topk
+        else:
+            exchange = costs.all_to_all(placement, ("ep",), dispatched)
+            call_s, program, levels = exchange.time_s, exchange.program, exchange.levels
         layer = calls * call_s
         backward = 2 * call_s  # dispatch and combine of the backward
         if settings.ep_overlap:
@@ -74,4 +88,19 @@ def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens:
         pair = lambda size: (costs.reduce_scatter(placement, ("tp",), size).time_s  # noqa: E731
                              + costs.all_gather(placement, ("tp",), size).time_s)
         layer += (2 + (1 if full else 0)) * max(0.0, pair(routed) - pair(activation))
-    return ExpertParallel(layer, backward, call_s, calls, dispatched, program, levels)
+    return ExpertParallel(layer, backward, call_s, calls, dispatched, program, levels, form)
+
+
+def expert_routing(model, tokens: int, factors: tuple[int, ...]) -> Routing:
+    """The routing one MoE layer's dispatch moves over expert-parallel groups spanning
+    `factors`: `tokens` per member (times the routed work's factor over balanced,
+    `moe.capacity`, as the flat all-to-all's bytes are), the model's top-k and experts, its
+    group-limited routing as a node limit over the groups' nodes (`moe.node_limit`), its
+    activations' width and bytes."""
+    spans = [factor for factor in factors if factor > 1]
+    members = 1
+    for factor in spans:
+        members *= factor
+    nodes = members // spans[-1] if spans else 1
+    return Routing(max(1, round(tokens * moe.capacity(model))), model.top_k, model.experts, model.hidden,
+                   model.bytes_per_value, moe.node_limit(model, nodes))
