@@ -87,12 +87,22 @@ def _inner_level(sizes) -> int:
 
 
 @lru_cache(maxsize=64)
+def _experts(routing: Routing, nodes: int) -> tuple[np.ndarray, dict]:
+    """SAMPLES tokens' experts [token, k] over `nodes` nodes, and the generator's state after
+    them (the draw does not depend on the members: kept once for every group shape)."""
+    rng = np.random.default_rng(SEED)
+    experts = routing.sample(rng, SAMPLES, nodes)
+    return experts, rng.bit_generator.state
+
+
+@lru_cache(maxsize=64)
 def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(host digits [token, k, level], owner digits [token, 1, level]) of SAMPLES tokens."""
-    rng = np.random.default_rng(SEED)
     members = _product(sizes, range(len(sizes)))
     nodes = members // sizes[_inner_level(sizes)]
-    experts = routing.sample(rng, SAMPLES, nodes)  # [token, k]
+    experts, state = _experts(routing, nodes)  # [token, k]
+    rng = np.random.default_rng(SEED)
+    rng.bit_generator.state = state
     owners = rng.integers(members, size=SAMPLES)
     hosts = experts // routing.experts_per_member(members)
     return (np.stack(np.unravel_index(hosts, sizes), axis=-1),

@@ -32,7 +32,7 @@ FLAT, HIERARCHICAL = "flat", "hierarchical"
 ALLTOALL = ("--moe-token-dispatcher-type", "alltoall")
 PRICED_FLAT = "priced so: the flat all-to-all of the tokens' copies"
 PRICED_TWO_STAGE = ("priced so: the fastest two-stage dispatch and combine programs of the model's routing "
-                    "(synth rank --collective dispatch|combine)")
+                    "(the dispatch and combine goals)")
 NO_EQUIVALENT = ("a synthesized dispatch or combine program other than the flat all-to-all and the two-stage form "
                  "(across nodes once per destination node, then inside it) has no equivalent among Megatron's "
                  "dispatchers; synth.torch.moe runs both forms in torch")

@@ -1,7 +1,18 @@
 """The expert-parallel term (MoE models, synth/plan/moe.py): the token dispatch and combine
-all-to-alls over the `ep` groups, 4 per MoE layer (6 with full recomputation), each of
-`tokens x h x k x c` values per device, on the critical path; with tensor parallelism the
-routed tokens' all-gather and reduce-scatter over `tp` beyond the dense FFN's.
+over the `ep` groups, 4 per MoE layer (6 with full recomputation: 2 dispatches and 2 combines,
+3 of each), on the critical path; with tensor parallelism the routed tokens' all-gather and
+reduce-scatter over `tp` beyond the dense FFN's.
+
+Each is priced as the dispatcher the launch names runs it (synth/plan/dispatcher.py, the one
+decision both read): Megatron's `alltoall` as the fastest all-to-all program of `tokens x h x
+k x c` values per device (the flat call among them: one copy per token and expert); the `flex`
+dispatcher (DeepEP, HybridEP: expert groups across hosts, top-k > 1) as the fastest two-stage
+dispatch and combine programs of the model's routing (CommunicationCosts.two_stage: once per
+destination host across them, then inside the host, the copies counted from the routing's
+fan-out with the model's group-limited routing as a node limit, synth/model/fanout.py), each
+step priced by the one cost engine as NCCL's grouped send/recv. Stage one's levels run as
+consecutive steps where the groups span more than one level above the host (DeepEP sends over
+all of them at once): an upper estimate there.
 
 With `ep_overlap` (Megatron's --overlap-moe-expert-parallel-comm) the schedule pairs each
 steady-state forward with the backward of another micro-batch and runs one's all-to-alls
