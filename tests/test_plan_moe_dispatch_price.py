@@ -140,3 +140,19 @@ def test_group_limited_routing_as_a_node_limit():
             replace(model, **changes)
     with pytest.raises(UsageError, match="without experts"):
         replace(PRESETS["llama3-8b"], router_groups=8, router_group_topk=4)
+
+
+def test_the_plan_json_names_the_dispatcher_each_candidate_was_priced_with(capsys):
+    from synth.cli import main
+
+    assert main(["plan", "-t", "dgx-h100-2x8x8", "-m", "qwen3-30b-a3b", "--tp", "1", "--pp", "2", "--ep", "16",
+                 "--top", "3", "--json"]) == 0
+    import json
+
+    ranked = json.loads(capsys.readouterr().out)["ranked"]
+    for candidate in ranked:
+        dispatcher = candidate["moe_dispatcher"]
+        expert = [route for route in candidate["communication"] if route["name"] == "expert"]
+        assert expert and ("; then " in expert[0]["program"]) == (dispatcher["form"] == HIERARCHICAL)
+        assert "priced so" in dispatcher["statement"]
+    assert any(c["moe_dispatcher"]["arguments"][-1] == "deepep" for c in ranked)

@@ -694,7 +694,19 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "synthesized": synthesized_collectives(prediction, costs),
         "megatron_order": order.order, "megatron_launchable": order.order is not None,
         "megatron_environment": megatron_environment(prediction),
+        **_dispatcher_json(request, prediction),
     }
+
+
+def _dispatcher_json(request, prediction) -> dict:
+    """For a MoE model: the dispatcher the launch names, whose form the expert term priced."""
+    from synth.plan.launch import megatron_dispatcher
+
+    dispatcher = megatron_dispatcher(request.model, prediction.placement, request.topology)
+    if dispatcher is None:
+        return {}
+    return {"moe_dispatcher": {"arguments": list(dispatcher.arguments), "form": dispatcher.form,
+                               "statement": dispatcher.statement}}
 
 
 def registration_text(request) -> str | None:
