@@ -34,7 +34,12 @@ Shared experts and the router are dense weights (whole on every expert-parallel 
 All-to-all (Megatron's `alltoall` token dispatcher): each MoE layer dispatches every token's
 hidden vector to its `k` experts and combines the results back, forward and backward, 4
 all-to-alls per MoE layer per micro-batch, each of `tokens x h x k x c` values per device spread
-over the expert-parallel group (synth/plan/costs.py prices them).
+over the expert-parallel group; across hosts with top-k > 1 Megatron's `flex` dispatcher (DeepEP,
+HybridEP) sends a token once per destination host instead (synth/plan/dispatcher.py decides,
+synth/plan/terms/expert.py prices either form).
+
+Group-limited routing (`router_groups`, `router_group_topk`: DeepSeek-V3 keeps 4 of 8 groups of
+experts per token) bounds the nodes a token's copies reach (`node_limit`).
 """
 
 from __future__ import annotations
