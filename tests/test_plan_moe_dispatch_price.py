@@ -156,3 +156,28 @@ def test_the_plan_json_names_the_dispatcher_each_candidate_was_priced_with(capsy
         assert expert and ("; then " in expert[0]["program"]) == (dispatcher["form"] == HIERARCHICAL)
         assert "priced so" in dispatcher["statement"]
     assert any(c["moe_dispatcher"]["arguments"][-1] == "deepep" for c in ranked)
+
+
+def test_group_limited_routing_on_the_launch_line_passes_megatron_cores_config():
+    """DeepSeek-V3's line carries its group-limited routing, which megatron-core's
+    TransformerConfig takes with the DeepEP dispatcher the same line names."""
+    from tests.test_moe_dispatcher_launch import _config_field, moe_transformer_config
+    from tests.test_plan_moe import _moe_parser
+
+    config, types = _config_field("moe_token_dispatcher_type")
+    _, backends = _config_field("moe_flex_dispatcher_backend")
+    parser = _moe_parser()
+    parser.add_argument("--moe-flex-dispatcher-backend", choices=backends, default="deepep")
+    for action in parser._actions:
+        if action.dest == "moe_token_dispatcher_type":
+            action.choices = types
+    model, degrees = PRESETS["deepseek-v3"], Degrees(128, 1, 1, 1, 64)
+    topology = _costs("dgx-h100-2x8x8").topology
+    candidate = _Candidate(degrees, published_placement(degrees, topology))
+    args, rest = parser.parse_known_args(megatron_arguments(model, candidate, topology))
+    assert "--multi-latent-attention" in rest and not [flag for flag in rest if flag.startswith("--moe")]
+    built = moe_transformer_config(config, args, moe_flex_dispatcher_backend=args.moe_flex_dispatcher_backend,
+                                   moe_router_num_groups=args.moe_router_num_groups,
+                                   moe_router_group_topk=args.moe_router_group_topk)
+    assert (built.moe_router_num_groups, built.moe_router_group_topk) == (8, 4)
+    assert built.moe_token_dispatcher_type == "flex" and built.moe_flex_dispatcher_backend == "deepep"
