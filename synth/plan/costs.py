@@ -299,7 +299,9 @@ class CommunicationCosts:
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
         if programs is None:
-            programs = self._routed_programs[key] = RoutedPrograms(context, goal, routing, self.max_len)
+            engines = [found.engine for (_, shape, _), found in self._routed_programs.items() if shape == factors]
+            programs = self._routed_programs[key] = RoutedPrograms(context, goal, routing, self.max_len,
+                                                                   engines[0] if engines else None)
         names = context.hierarchy.level_names
         outer_names = {level.name for level in self.topology.levels[:host + 1]}
         outer = frozenset(i for i, name in enumerate(names) if name in outer_names)
