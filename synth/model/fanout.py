@@ -105,8 +105,8 @@ def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.nda
     rng.bit_generator.state = state
     owners = rng.integers(members, size=SAMPLES)
     hosts = experts // routing.experts_per_member(members)
-    return (np.stack(np.unravel_index(hosts, sizes), axis=-1),
-            np.stack(np.unravel_index(owners, sizes), axis=-1)[:, None, :])
+    return (np.stack(np.unravel_index(hosts, sizes), axis=-1).astype(np.int32),
+            np.stack(np.unravel_index(owners, sizes), axis=-1).astype(np.int32)[:, None, :])
 
 
 def _sampled(routing, sizes, classes, moving, toward_owner, group) -> StepTraffic:
