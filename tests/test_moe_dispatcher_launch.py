@@ -88,10 +88,8 @@ def test_without_a_topology_levels_above_the_innermost_are_a_network():
     assert megatron_dispatcher(PRESETS["llama3-8b"], candidate.placement) is None
 
 
-@pytest.mark.parametrize("name, degrees, system, capacity, expected", CASES)
-def test_the_dispatcher_flags_pass_megatron_cores_config(name, degrees, system, capacity, expected):
-    """Parsed with the choices megatron-core's TransformerConfig declares and built into it,
-    with the parallel degrees and capacity the plan priced."""
+def dispatcher_parser():
+    """megatron-core's config module and a Megatron-LM MoE flag parser with its dispatcher choices."""
     from tests.test_plan_moe import _moe_parser
 
     config, types = _config_field("moe_token_dispatcher_type")
@@ -101,6 +99,14 @@ def test_the_dispatcher_flags_pass_megatron_cores_config(name, degrees, system, 
     for action in parser._actions:
         if action.dest == "moe_token_dispatcher_type":
             action.choices = types
+    return config, parser
+
+
+@pytest.mark.parametrize("name, degrees, system, capacity, expected", CASES)
+def test_the_dispatcher_flags_pass_megatron_cores_config(name, degrees, system, capacity, expected):
+    """Parsed with the choices megatron-core's TransformerConfig declares and built into it,
+    with the parallel degrees and capacity the plan priced."""
+    config, parser = dispatcher_parser()
     model, candidate = _candidate(name, degrees, load_topology(system), capacity)
     args = parser.parse_args(megatron_arguments(model, candidate, load_topology(system)))
     built = moe_transformer_config(config, args, moe_flex_dispatcher_backend=args.moe_flex_dispatcher_backend,

@@ -161,16 +161,9 @@ def test_the_plan_json_names_the_dispatcher_each_candidate_was_priced_with(capsy
 def test_group_limited_routing_on_the_launch_line_passes_megatron_cores_config():
     """DeepSeek-V3's line carries its group-limited routing, which megatron-core's
     TransformerConfig takes with the DeepEP dispatcher the same line names."""
-    from tests.test_moe_dispatcher_launch import _config_field, moe_transformer_config
-    from tests.test_plan_moe import _moe_parser
+    from tests.test_moe_dispatcher_launch import dispatcher_parser, moe_transformer_config
 
-    config, types = _config_field("moe_token_dispatcher_type")
-    _, backends = _config_field("moe_flex_dispatcher_backend")
-    parser = _moe_parser()
-    parser.add_argument("--moe-flex-dispatcher-backend", choices=backends, default="deepep")
-    for action in parser._actions:
-        if action.dest == "moe_token_dispatcher_type":
-            action.choices = types
+    config, parser = dispatcher_parser()
     model, degrees = PRESETS["deepseek-v3"], Degrees(128, 1, 1, 1, 64)
     topology = _costs("dgx-h100-2x8x8").topology
     candidate = _Candidate(degrees, published_placement(degrees, topology))
