@@ -131,3 +131,18 @@ def test_the_transfer_study_chooses_a_sources_scale_and_term_on_the_other_source
     # A judged at scale 2 (its own rows 50% off) with B's term at scale 2 (B's rows exact there): not covered
     assert choices["A"]["structure_sigma"][">= 64 MiB | same log"] == 0.0
     assert not any(r["low_s"] <= r["measured_s"] <= r["high_s"] for r in folds[0]["rows"])
+
+
+def test_a_calibrated_prediction_carries_the_structure_term(monkeypatch):
+    """confidence.py: sigma = sqrt(the fit's own^2 + the table's term at the size's band), the
+    measured configuration's term where the record is exact, the other configurations' elsewhere."""
+    from synth.calibrate import transfer_error
+    from synth.calibrate.confidence import Confidence
+    from synth.topology import CalibrationRecord
+
+    monkeypatch.setattr(transfer_error, "STRUCTURE_SIGMA", {">= 64 MiB": (0.03, 0.2)})
+    record = CalibrationRecord("AllReduce", "node", 2, 8, 8, 1 << 31, 4, 0.02, 0.03, "probe.txt", "nccl", (), 0.04)
+    assert Confidence(record, True).fit_sigma(1 << 30) == 0.04
+    assert Confidence(record, True).sigma(1 << 30) == pytest.approx(0.05)
+    assert Confidence(record, False).sigma(1 << 30) == pytest.approx(math.hypot(0.04, 0.2))
+    assert Confidence(record, False).sigma(1 << 10) == pytest.approx(0.04)  # a band the study has no term for

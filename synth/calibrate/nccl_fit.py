@@ -86,8 +86,8 @@ class Priors:
     floor: float  # the per-cluster floors: launch per GPU, a plugin's per-call floor (same units)
     stages: float  # store-and-forward stages per network hop
     # None: a figure's cost grows linearly with its distance over the scale (a sweep's priors);
-    # a weight: it grows as weight^2 log(1 + (distance / scale)^2), a heavy-tailed prior: a figure
-    # stays within about its scale unless the sizes ask for much more (a probe's priors)
+    # a weight: a rate's (RATE_KINDS) grows as weight^2 log(1 + (distance / scale)^2), a
+    # heavy-tailed prior: a rate stays within about its scale unless the sizes ask for much more
     weight: float | None = None
 
     def scaled(self, factor: float) -> "Priors":
@@ -102,12 +102,14 @@ class Priors:
 SWEEP_PRIORS = Priors(rate=10.0, latency=2.0, overhead=1.0, floor=1.0, stages=32.0)
 # A probe of a few sizes (synth probe: four) has one size per regime, so a figure fitted there
 # carries that size's miss, whatever caused it (a mechanism the model lacks at this node count),
-# to every other size and node count. Its priors are heavy-tailed: a figure moves little for a
-# miss within its scale (what the model's structure misses on other systems: about 15% on a
-# rate) and freely for a larger one (a link at half its documented rate). Chosen with the shared
-# nccl-tests logs in view, and so a fit: results/calibration-transfer picks their scale per fold
-# on the other sources alone, and reports what it picked.
-PROBE_PRIORS = Priors(rate=0.15, latency=0.3, overhead=0.5, floor=1.0, stages=4.0, weight=0.1)
+# to every other size and node count. Its latency figures (latency factors, the overhead, the
+# floors, stages) move only where several sizes ask (linear priors, narrower than a sweep's);
+# its rates have heavy-tailed priors: a rate moves little for a miss within its scale (what the
+# model's structure misses on other systems) and freely for a larger one (a link at half its
+# documented rate). Chosen with the shared nccl-tests logs in view, and so a fit:
+# results/calibration-transfer picks their scale per fold on the other sources alone.
+PROBE_PRIORS = Priors(rate=0.15, latency=1.0, overhead=0.5, floor=1.0, stages=4.0, weight=0.1)
+RATE_KINDS = ("efficiency", "bandwidth")  # the figures a probe's heavy-tailed prior applies to
 PROBE_MAX_SIZES = 8  # a level's fit on at most this many distinct sizes takes PROBE_PRIORS
 
 
@@ -370,7 +372,8 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
         return np.log(_predict(setup, values)[keep] / setup.times[keep])
 
     # a heavy-tailed prior is weight x distance / scale near its centre: a Gaussian of scale / weight
-    widths = np.array([p.prior for p in setup.params]) / (setup.prior_weight or 1.0)
+    widths = np.array([p.prior / (setup.prior_weight if setup.prior_weight and p.kind in RATE_KINDS else 1.0)
+                       for p in setup.params])
     spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x), widths) if keep.any() else None
     if spread is not None:
         spread = with_held_out(spread, _held_out_residuals(setup, x, keep))
@@ -556,15 +559,17 @@ def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray, loss=_pseudo_huber) 
     priors = np.array([p.prior for p in setup.params])
     lower = np.array([p.lower for p in setup.params])
     upper = np.array([p.upper for p in setup.params])
+    rates = np.array([p.kind in RATE_KINDS for p in setup.params], dtype=bool)
 
     def residuals(x):
         r = np.log(_predict(setup, x)[keep] / setup.times[keep])
         # the priors cost like the data's outliers (linearly), so a figure moves only when
         # enough sizes ask for it: about 1 / scale sizes off the same way (a narrower scale
         # asks more of them)
-        if setup.prior_weight is not None:
-            return np.concatenate([loss(r, ROBUST_SCALE), setup.prior_weight * _cauchy((x - starts) / priors, 1.0)])
-        return np.concatenate([loss(r, ROBUST_SCALE), _pseudo_huber((x - starts) / priors, ROBUST_SCALE)])
+        prior = _pseudo_huber((x - starts) / priors, ROBUST_SCALE)
+        if setup.prior_weight is not None:  # heavy-tailed on the rates
+            prior = np.where(rates, setup.prior_weight * _cauchy((x - starts) / priors, 1.0), prior)
+        return np.concatenate([loss(r, ROBUST_SCALE), prior])
 
     # start inside the bounds: the solver scales its steps by the distance to a bound, and a
     # figure started on one (no overhead, efficiency 1) would never leave it; and from a second
