@@ -34,7 +34,9 @@ def calibrated(tmp_path):
     return write
 
 
-def test_the_plan_states_the_interval_of_its_communication(calibrated, capsys):
+def test_the_plan_states_the_interval_of_its_communication(calibrated, capsys, monkeypatch):
+    # the records' own sigmas alone (no structure term, synth/calibrate/transfer_error.py), to see which is taken
+    monkeypatch.setattr("synth.calibrate.transfer_error.STRUCTURE_SIGMA", {})
     path = calibrated({("AllToAll", 1, 8): 0.10, ("ReduceScatter", 2, 8): 0.05, ("AllGather", 2, 1): 0.20})
     assert main(["plan", "-t", path, *PLAN, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["ranked"][0]

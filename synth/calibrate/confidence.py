@@ -5,9 +5,10 @@ Nearness counts, in order: the same collective, then how far apart node counts a
 node are (factors of two, each), then how far the size lies outside the measured sizes
 (factors of 1024). The error reported is the record's relative RMS and worst error after
 the fit: what the model missed where it was measured, a floor for what it misses elsewhere.
-The interval is the record's: predicted x exp(+-1.645 sigma), sigma the fit's prediction
-spread (synth/calibrate/uncertainty.py), or for a record written before fits had one its
-RMS error at the size's band (at least the noise floor).
+The interval is predicted x exp(+-1.645 sigma), sigma the fit's prediction spread
+(synth/calibrate/uncertainty.py; for a record written before fits had one its RMS error at the
+size's band, at least the noise floor) combined with the model's structure error at the size's
+band on the measured configuration or another (synth/calibrate/transfer_error.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.calibrate.transfer_error import combined, structure_term
 from synth.calibrate.uncertainty import NOISE_FLOOR, Z_90
 from synth.model.heldout import BANDS, band_of
 from synth.topology import CalibrationRecord, Topology
@@ -31,8 +33,8 @@ class Confidence:
     def calibrated(self) -> bool:
         return self.record is not None
 
-    def sigma(self, nbytes: float | None = None) -> float | None:
-        """The standard deviation of log(time) of a prediction here; None uncalibrated."""
+    def fit_sigma(self, nbytes: float | None = None) -> float | None:
+        """The fit's own standard deviation of log(time) here (its record's); None uncalibrated."""
         if self.record is None:
             return None
         if self.record.sigma is not None:
@@ -40,6 +42,15 @@ class Confidence:
         band = None if nbytes is None else band_of(nbytes)
         at = next((entry for entry in self.record.bands if entry[0] == band), None)
         return max(at[1] if at is not None else self.record.rms_error, NOISE_FLOOR)
+
+    def sigma(self, nbytes: float | None = None) -> float | None:
+        """The standard deviation of log(time) of a prediction here: the fit's own and the model's
+        structure error at this size band, on the measured configuration or another
+        (synth/calibrate/transfer_error.py); None uncalibrated."""
+        own = self.fit_sigma(nbytes)
+        if own is None or nbytes is None:
+            return own
+        return combined(own, structure_term(band_of(nbytes), self.exact))
 
     def interval(self, predicted_s: float, nbytes: float | None = None) -> tuple[float, float] | None:
         """The 90% interval (low, high) in seconds around a prediction; None uncalibrated."""

@@ -21,8 +21,9 @@ each figure is fitted on the sizes where it acts:
 All figures are fitted at once by robust least squares (scipy.optimize.least_squares) on the
 log of predicted over measured time: a pseudo-Huber loss (quadratic within `ROBUST_SCALE`,
 linear beyond), so a few wild sizes (a noisy run, a launcher stall) do not drag the fit, and a
-weak prior pulls every figure towards its base value (NCCL's own: factor 1, no overhead), so a
-figure the data cannot determine (a protocol picked at one size only) stays NCCL's. Sizes still
+prior pulls every figure towards its base value (NCCL's own: factor 1, no overhead; the
+topology's efficiency), so a figure the data cannot determine (a protocol picked at one size
+only, a link's rate where a four-size probe cannot tell it from a protocol's) stays near it. Sizes still
 off by more than `OUTLIER` after the fit are flagged as outliers, left out of a refit, and
 reported (`SizeError.outlier`). Levels are fitted innermost first, so a group across nodes is
 costed with the node's fitted figures, as the model will cost it.
@@ -50,15 +51,14 @@ from synth.units import format_bytes
 
 PROTOCOLS = nccl.PROTOCOLS
 ROBUST_SCALE = 0.05  # residuals (log predicted / measured) beyond 5% count linearly, not squared
-# The priors only settle what the data leave open (an overhead against the latency factors, a
-# protocol picked at one size). Rates (efficiencies, protocol rate factors) are what varies from
-# system to system: a factor of 2 costs what one size 8% off costs. NCCL's latency table is per
-# hop and held on the logs with two node counts (issue 309: 2 and 4 nodes within 3% from 8 B to
-# 1 KiB), so a latency factor or an overhead moves only when several sizes ask for it.
-PRIOR_RATE = 10.0
-PRIOR_LATENCY = 2.0
-PRIOR_OVERHEAD = 2.0  # the overhead's prior scale, in units of the level's shortest measured call
-PRIOR_STAGES = 32.0
+# The priors: each figure is pulled towards its base value (NCCL's own: factor 1, no overhead, the
+# topology's documented efficiency) at a cost linear in its distance over a scale in the fit's
+# units (logs of factors; the overhead and the per-cluster floors in units of PRIOR_OVERHEAD x the
+# level's shortest measured call; stages as is), like a data outlier's. A four-size probe cannot
+# tell a slow link from a slow protocol or an overhead from a latency factor, and a figure fitted
+# on one node count is applied to others: a figure moves only where about 1 / scale of the sizes
+# that see it ask the same way, so what the probe does not pin stays at the documented value.
+PRIOR_OVERHEAD = 2.0  # the overhead's unit, in the level's shortest measured call
 MAX_GROUP_FOLDS = 6  # groups left out in turn for the held-out spread (synth/calibrate/uncertainty.py)
 OUTLIER = 0.25  # a size predicted more than 25% off after the robust fit is an outlier
 OUTLIER_SPREAD = 4.0  # ... and more than 4 robust standard deviations of the residuals
@@ -73,6 +73,49 @@ BOUND_SHARE = 0.2  # a size informs a rate when its transfer is at least this sh
 POOR_RMS = 0.05  # a fit with a larger relative RMS error (inliers), or
 POOR_WORST = 0.15  # a larger worst inlier error, or
 POOR_OUTLIERS = 0.25  # more than this share of outliers, is flagged as poor
+
+
+@dataclass(frozen=True)
+class Priors:
+    """The scale of each figure's prior, in the fit's units (see PRIOR_OVERHEAD): a figure moves
+    from its base value only where about 1 / scale of the sizes that see it ask the same way."""
+
+    rate: float  # link efficiencies and protocol rate factors (log)
+    latency: float  # protocol latency factors over NCCL's table (log)
+    overhead: float  # the per-call overhead (units of PRIOR_OVERHEAD)
+    floor: float  # the per-cluster floors: launch per GPU, a plugin's per-call floor (same units)
+    stages: float  # store-and-forward stages per network hop
+    # None: a figure's cost grows linearly with its distance over the scale (a sweep's priors);
+    # a weight: a rate's (RATE_KINDS) grows as weight^2 log(1 + (distance / scale)^2), a
+    # heavy-tailed prior: a rate stays within about its scale unless the sizes ask for much more
+    weight: float | None = None
+
+    def scaled(self, factor: float) -> "Priors":
+        """Every scale times `factor` (larger: the data move the figures more freely)."""
+        if not factor > 0:
+            raise ValueError(f"a prior scale factor must be positive, not {factor}")
+        return Priors(self.rate * factor, self.latency * factor, self.overhead * factor, self.floor * factor,
+                      self.stages * factor, self.weight)
+
+
+# A sweep (nccl-tests -f 2: every figure has sizes of its own) moves a figure where a few sizes ask.
+SWEEP_PRIORS = Priors(rate=10.0, latency=2.0, overhead=1.0, floor=1.0, stages=32.0)
+# A probe of a few sizes (synth probe: four) has one size per regime, so a figure fitted there
+# carries that size's miss, whatever caused it (a mechanism the model lacks at this node count),
+# to every other size and node count. Its latency figures (latency factors, the overhead, the
+# floors, stages) move only where several sizes ask (linear priors, narrower than a sweep's);
+# its rates have heavy-tailed priors: a rate moves little for a miss within its scale (what the
+# model's structure misses on other systems) and freely for a larger one (a link at half its
+# documented rate). Chosen with the shared nccl-tests logs in view, and so a fit:
+# results/calibration-transfer picks their scale per fold on the other sources alone.
+PROBE_PRIORS = Priors(rate=0.15, latency=1.0, overhead=0.5, floor=1.0, stages=4.0, weight=0.1)
+RATE_KINDS = ("efficiency", "bandwidth")  # the figures a probe's heavy-tailed prior applies to
+PROBE_MAX_SIZES = 8  # a level's fit on at most this many distinct sizes takes PROBE_PRIORS
+
+
+def priors_for(sizes: int) -> Priors:
+    """The priors of a level's fit on `sizes` distinct sizes."""
+    return PROBE_PRIORS if sizes <= PROBE_MAX_SIZES else SWEEP_PRIORS
 
 
 @dataclass(frozen=True)
@@ -160,9 +203,10 @@ class _Point:
     devices: tuple[int, ...]
 
 
-def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions: tuple[str, ...] = ()
-                   ) -> NcclCalibration:
-    """Fit the NCCL figures of `base` to the measurements (see the module docstring)."""
+def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions: tuple[str, ...] = (),
+                   priors: Priors | None = None) -> NcclCalibration:
+    """Fit the NCCL figures of `base` to the measurements (see the module docstring), each
+    pulled towards its base value with `priors`' scales (None: `priors_for` each level's sizes)."""
     if not measurements:
         raise UsageError("no measurements to calibrate from")
     # fitted as the run was launched (nccl-tests -g N: one thread drives N GPUs, a host floor per
@@ -180,7 +224,7 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     topology = base
     fits, fitted_levels = [], set()
     for level in sorted(by_level, reverse=True):  # innermost first
-        topology, fit = _fit_level(topology, level, by_level[level], frozenset(fitted_levels))
+        topology, fit = _fit_level(topology, level, by_level[level], frozenset(fitted_levels), priors)
         fitted_levels |= {topology.level_index(name) for name, _ in fit.efficiencies}
         fits.append(fit)
     records = tuple(CalibrationRecord(g.collective, fit.level, g.nodes, g.ranks_per_node,
@@ -306,13 +350,15 @@ class _Setup:
     times: np.ndarray  # measured seconds of every point
     params: tuple[_Param, ...]
     overhead_unit: float  # seconds per unit of the overhead's x: PRIOR_OVERHEAD x the shortest measured call
+    prior_weight: float | None = None  # Priors.weight: None linear, else heavy-tailed
 
 
-def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]
-               ) -> tuple[Topology, LevelFit]:
+def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int],
+               priors: Priors | None = None) -> tuple[Topology, LevelFit]:
     level = max(level, 0)
     name = topology.levels[level].name
-    setup = _setup(topology, level, points, frozen)
+    setup = _setup(topology, level, points, frozen,
+                   priors or priors_for(len({p.measurement.bytes for p in points})))
     notes: list[str] = []
     keep = np.ones(len(points), dtype=bool)
     x = np.array([p.start for p in setup.params])
@@ -325,8 +371,10 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
     def data_residuals(values: np.ndarray) -> np.ndarray:
         return np.log(_predict(setup, values)[keep] / setup.times[keep])
 
-    spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x),
-                         np.array([p.prior for p in setup.params])) if keep.any() else None
+    # a heavy-tailed prior is weight x distance / scale near its centre: a Gaussian of scale / weight
+    widths = np.array([p.prior / (setup.prior_weight if setup.prior_weight and p.kind in RATE_KINDS else 1.0)
+                       for p in setup.params])
+    spread = uncertainty(data_residuals(x), numeric_jacobian(data_residuals, x), widths) if keep.any() else None
     if spread is not None:
         spread = with_held_out(spread, _held_out_residuals(setup, x, keep))
     source = _source(setup, keep)
@@ -391,7 +439,8 @@ def _held_out_residuals(setup: _Setup, x: np.ndarray, keep: np.ndarray) -> np.nd
     return np.concatenate(residuals) if residuals else np.array([])
 
 
-def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int]) -> _Setup:
+def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozenset[int],
+           priors: Priors = SWEEP_PRIORS) -> _Setup:
     """Which figures this level's points determine, from the model's estimates on the base: NCCL's
     choice at every size (fixed), what binds each transfer, whether a pipeline fills."""
     keys: dict[tuple, int] = {}
@@ -411,7 +460,7 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
                       for b in [_binding_level(topology, view, e)] if b is not None and b not in frozen})
     for b in binding:
         params.append(_Param("efficiency", b, math.log(_efficiency_of(topology, view, b)), math.log(0.02), 0.0,
-                             PRIOR_RATE))
+                             priors.rate))
     counts = {p: [e for e in estimates if e.choice.protocol == p] for p in PROTOCOLS}
     base_factors = dict(target.protocols)
     for protocol in PROTOCOLS:
@@ -426,42 +475,44 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
         # measured per-channel ceilings binds a Simple transfer.
         if (len(chosen) >= 2 if protocol != "Simple" else any(e.bottleneck == "protocol" for e in bound)):
             start = math.log(factors.bandwidth.value) if factors.bandwidth else 0.0
-            params.append(_Param("bandwidth", protocol, start, math.log(MIN_RATE), math.log(MAX_RATE), PRIOR_RATE))
+            params.append(_Param("bandwidth", protocol, start, math.log(MIN_RATE), math.log(MAX_RATE), priors.rate))
         start = math.log(factors.latency.value) if factors.latency else 0.0
         params.append(_Param("latency", protocol, start, -math.log(MAX_LATENCY), math.log(MAX_LATENCY),
-                             PRIOR_LATENCY))
+                             priors.latency))
     overhead = target.overhead.value if target.overhead is not None else 0.0
     unit = PRIOR_OVERHEAD * float(times.min())
-    params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, 1.0))
-    params += _floor_params(topology, level, unique, view, unit)
+    params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, priors.overhead))
+    params += _floor_params(topology, level, unique, view, unit, priors.floor)
     if _fills(topology, level, unique, view):
         # without a figure NVLS trees fill with NET_HOP_STAGES per hop and classic trees not at
         # all (nccl.pipeline_stages): start from what the chosen algorithms do
         nvls_tree = any(e.choice.algorithm == "nvls_tree" for e in estimates)
         stages = target.transport.stages.value if target.transport.stages is not None else \
             (nccl.NET_HOP_STAGES if nvls_tree else 0.0)
-        params.append(_Param("stages", level, stages, 0.0, MAX_STAGES, PRIOR_STAGES))
+        params.append(_Param("stages", level, stages, 0.0, MAX_STAGES, priors.stages))
     hardware = view.hardware
     calls = tuple((e.call, e.choice, nccl.tuning(hardware, e.call)) for e in estimates)
-    return _Setup(topology, level, tuple(points), tuple(unique), calls, np.array(index), times, tuple(params), unit)
+    return _Setup(topology, level, tuple(points), tuple(unique), calls, np.array(index), times, tuple(params), unit,
+                  priors.weight)
 
 
 # --- per-cluster floors: what a cluster's calls cannot go under, fitted like the overhead ---------
 
 
-def _floor_params(topology: Topology, level: int, points: list[_Point], view: NcclView, unit: float) -> list[_Param]:
+def _floor_params(topology: Topology, level: int, points: list[_Point], view: NcclView, unit: float,
+                  prior: float = SWEEP_PRIORS.floor) -> list[_Param]:
     """The per-cluster floors these points determine, in units of the overhead's x: the host's
     launch time per GPU (launch.py) on a run driving several GPUs from one thread, and a net
     plugin's per-call floor (transports.call_floor_s) on calls crossing the plugin's level."""
     params = []
     system = topology.nccl
     if system is not None and system.gpus_per_thread > 1 and not system.cuda_graphs:
-        params.append(_Param("launch", "system", launch_s_per_gpu(view.hardware) / unit, 0.0, 1e5, 1.0))
+        params.append(_Param("launch", "system", launch_s_per_gpu(view.hardware) / unit, 0.0, 1e5, prior))
     transport = topology.levels[level].transport
     if (transport is not None and transport.kind == "plugin" and view.node_level == level
             and any(group_layout(topology, view, p.devices)[0] > 1 for p in points)):
         floor = transport.floor.value if transport.floor is not None else CALL_FLOOR[transport.kind][0]
-        params.append(_Param("floor", level, floor / unit, 0.0, 1e5, 1.0))
+        params.append(_Param("floor", level, floor / unit, 0.0, 1e5, prior))
     return params
 
 
@@ -508,12 +559,17 @@ def _solve(setup: _Setup, x0: np.ndarray, keep: np.ndarray, loss=_pseudo_huber) 
     priors = np.array([p.prior for p in setup.params])
     lower = np.array([p.lower for p in setup.params])
     upper = np.array([p.upper for p in setup.params])
+    rates = np.array([p.kind in RATE_KINDS for p in setup.params], dtype=bool)
 
     def residuals(x):
         r = np.log(_predict(setup, x)[keep] / setup.times[keep])
         # the priors cost like the data's outliers (linearly), so a figure moves only when
-        # several sizes ask for it
-        return np.concatenate([loss(r, ROBUST_SCALE), _pseudo_huber((x - starts) / priors, ROBUST_SCALE)])
+        # enough sizes ask for it: about 1 / scale sizes off the same way (a narrower scale
+        # asks more of them)
+        prior = _pseudo_huber((x - starts) / priors, ROBUST_SCALE)
+        if setup.prior_weight is not None:  # heavy-tailed on the rates
+            prior = np.where(rates, setup.prior_weight * _cauchy((x - starts) / priors, 1.0), prior)
+        return np.concatenate([loss(r, ROBUST_SCALE), prior])
 
     # start inside the bounds: the solver scales its steps by the distance to a bound, and a
     # figure started on one (no overhead, efficiency 1) would never leave it; and from a second
