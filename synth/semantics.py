@@ -304,10 +304,10 @@ def _permute(member, places, after_order, field, whole_length):
         place = places[lo]
         return Holding(place, place + 1, ((sets >> (lo * field)) & mask) << (place * field), length, tags, after_order)
     if lo == 0 and field % 8 == 0 and hi == len(places):  # the fields are whole bytes: move them as bytes
-        width, sources = field // 8, _sources(places)
-        raw = sets.to_bytes(hi * width, "little")
-        new_sets = int.from_bytes(b"".join([raw[old * width:(old + 1) * width] for old in sources]), "little")
-        return Holding(lo, hi, new_sets, length, tuple([tags[old] for old in sources]), after_order)
+        width = field // 8
+        take_bytes, take_tags = _movers(places, width)
+        new_sets = int.from_bytes(bytes(take_bytes(sets.to_bytes(hi * width, "little"))), "little")
+        return Holding(lo, hi, new_sets, length, take_tags(tags), after_order)
     new_sets, new_tags = 0, [0] * (hi - lo)
     for place in range(lo, hi):
         new_sets |= ((sets >> (place * field)) & mask) << (places[place] * field)
@@ -322,6 +322,17 @@ def _sources(places: tuple[int, ...]) -> tuple[int, ...]:
     for old, new in enumerate(places):
         sources[new] = old
     return tuple(sources)
+
+
+@lru_cache(maxsize=4096)
+def _movers(places: tuple[int, ...], width: int) -> tuple[itemgetter, itemgetter]:
+    """For a whole buffer of at least two places reordered by `places` (old place -> new
+    place), fields `width` bytes each: getters that pick, in new order, the bytes of the
+    packed contributor sets and the tags (a Permute is taken once per new member a search
+    meets: all-to-all searches take tens of thousands)."""
+    sources = _sources(places)
+    return (itemgetter(*[old * width + byte for old in sources for byte in range(width)]),
+            itemgetter(*sources))
 
 
 @dataclass(frozen=True)
