@@ -77,14 +77,23 @@ def _parser() -> lark.Lark:
     return lark.Lark(grammar_text(), parser="lalr", lexer="contextual", propagate_positions=True)
 
 
+@lru_cache(maxsize=1)
+def _grammar() -> lark.Lark:
+    """The grammar's rules and terminals without a parser (building the LALR tables costs
+    more than reading the alphabet, which every search needs and `rank` never parses)."""
+    import lark
+
+    return lark.Lark(grammar_text(), parser=None, lexer="basic")
+
+
 def _terminals_of(rule_name: str) -> tuple[str, ...]:
     """The terminal names a grammar rule offers, in grammar order."""
-    return tuple(symbol.name for rule in _parser().rules if rule.origin.name == rule_name for symbol in rule.expansion)
+    return tuple(symbol.name for rule in _grammar().rules if rule.origin.name == rule_name for symbol in rule.expansion)
 
 
 def _alternatives(rule_name: str) -> tuple[str, ...]:
     """The literal names a grammar rule offers, in grammar order."""
-    terminals = {terminal.name: terminal for terminal in _parser().terminals}
+    terminals = {terminal.name: terminal for terminal in _grammar().terminals}
     names = []
     for name in _terminals_of(rule_name):
         pattern = terminals[name].pattern
