@@ -27,7 +27,8 @@ under 2 s CPU per goal. Writes results/synthesis-goals/top-search.md and top-sea
 --top-cli times the command itself, `synth rank --top 5 --collective GOAL --json` on that group
 (its topology written to a temporary TOML file), in a fresh process per goal: interpreter
 start, imports, the search, the pricing of the rows and the printing, CPU of the child
-process. With --before DIR the same command runs with the synth package of DIR and its JSON
+process, with the modules' bytecode compiled by an untimed run first; also dispatch and
+combine with a uniform routing and a node-limited one (ROUTED_CASES). With --before DIR the same command runs with the synth package of DIR and its JSON
 must be identical (with --model-changed, it may differ: the model's times changed between the
 two, and the report says so). Writes results/synthesis-goals/top-cli.md and top-cli.json; with --goal GOAL,
 that goal alone, in top-cli-GOAL.md and top-cli-GOAL.json.
@@ -122,6 +123,11 @@ ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per c
                    "per pair; what is left is mostly the search itself "
                    "(its states' permutations) and the interpreter's imports, which every goal shares.")
 
+ROUTED_NOTE = ("A node-limited routing's traffic is estimated from 2^14 tokens drawn as the router draws them "
+               "(synth/routing.py): a Gumbel key per token and expert, 2^14 x 8,192 = 134 M draws at 8,192 experts, "
+               "which is most of that command's time; each token's top k is found by a partition, a block of tokens "
+               "at a time (64 MB of keys, not a GiB), with the same experts as sorting every row.")
+
 # One top-K search in a fresh interpreter; prints its CPU seconds and the times it found (the
 # same script runs the checkout under test and an earlier one, so it uses only public names
 # both have). The group: dgx-h100-2x8x8's levels with one more level of 4 pods (the rack
@@ -189,6 +195,8 @@ def _timing_lines(rows: list[dict], before: bool, keys: tuple[str, ...]) -> list
                                                            for r in slow) or "none") + "."]
     if any(row["goal"] == "alltoall" for row in slow):
         lines += ["", ALL_TO_ALL_NOTE]
+    if any("node-limit" in row["goal"] for row in slow):
+        lines += ["", ROUTED_NOTE]
     return lines
 
 
@@ -245,14 +253,25 @@ def compiled_env(source: str, cache: str) -> dict:
     return {**environment, "PYTHONPATH": str(source), "PYTHONPYCACHEPREFIX": cache}
 
 
-def time_cli(source: str, topology: str, goal: str, cache: str) -> dict:
-    """`synth rank --top K --collective GOAL --json` with the synth package of `source`, in a
-    fresh process with its bytecode in `cache`: (CPU seconds of the child, wall seconds, its JSON)."""
+# The mixture-of-experts goals on the same group (`--routing`; 4,096 experts at least: they
+# spread evenly over the members): uniform routing is priced exactly, a node limit from 2^14
+# tokens drawn as the router draws them (synth/model/fanout.py).
+ROUTED_CASES = (("dispatch", "tokens=4096,topk=8,experts=4096,hidden=7168"),
+                ("combine", "tokens=4096,topk=8,experts=4096,hidden=7168"),
+                ("dispatch", "tokens=4096,topk=8,experts=8192,node-limit=4,hidden=7168"),
+                ("combine", "tokens=4096,topk=8,experts=8192,node-limit=4,hidden=7168"))
+
+
+def time_cli(source: str, topology: str, goal: str, cache: str, routing: str | None = None) -> dict:
+    """`synth rank --top K --collective GOAL --json` (with `--routing` for a routed goal, whose
+    size is the routing's) with the synth package of `source`, in a fresh process with its
+    bytecode in `cache`: (CPU seconds of the child, wall seconds, its JSON)."""
     import resource
     import subprocess
 
     command = [sys.executable, "-m", "synth", "rank", "--topology", topology, "--axes", "data=4096", "--reduce", "data",
-               "--collective", goal, "--bytes", str(TOP_BYTES), "--top", str(TOP_K), "--json"]
+               "--collective", goal, "--top", str(TOP_K), "--json"]
+    command += ["--routing", routing] if routing else ["--bytes", str(TOP_BYTES)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=compiled_env(source, cache), cwd=source)
@@ -278,17 +297,19 @@ def top_cli(output: str, before: str | None, only: str | None = None, changed: b
         caches = {source: os.path.join(scratch, f"bytecode-{i}") for i, source in enumerate((here, before)) if source}
         for source, cache in caches.items():  # untimed: compiles every module the command imports
             time_cli(source, topology, "broadcast", cache)
-        for goal in (only,) if only else GOALS:
-            row = {"goal": goal, **time_cli(here, topology, goal, caches[here])}
+        cases = [(goal, None) for goal in ((only,) if only else GOALS)] + ([] if only else list(ROUTED_CASES))
+        for goal, routing in cases:
+            row = {"goal": goal if routing is None else f"{goal} --routing {routing}",
+                   **time_cli(here, topology, goal, caches[here], routing)}
             if before:
-                row["before"] = time_cli(before, topology, goal, caches[before])
+                row["before"] = time_cli(before, topology, goal, caches[before], routing)
                 if row["before"]["rows"] != row["rows"] and not changed:
                     raise SystemExit(f"{goal}: the printed rows differ before and now")
                 row["before"]["same_rows"] = row["before"]["rows"] == row["rows"]
                 del row["before"]["rows"]
             row["programs"] = [r["program"] for r in row.pop("rows")]
             rows.append(row)
-            print(f"{goal:14s} {row['cpu_s']:6.2f} s CPU" + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before
+            print(f"{row['goal']:14s} {row['cpu_s']:6.2f} s CPU" + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before
                                                               else ""), flush=True)
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals --top-cli" + (f" --goal {only}" if only else "") + (
@@ -302,7 +323,8 @@ def top_cli(output: str, before: str | None, only: str | None = None, changed: b
              f"--bytes {TOP_BYTES >> 20}MiB --top {TOP_K} --json`, in a fresh process per goal (interpreter start, "
              f"imports, the search, pricing the rows, printing), T {TOP_LEVELS} with dgx-h100-2x8x8's figures, "
              f"its modules' bytecode compiled by one untimed run first (as an installed package's are). "
-             f"Pipelined estimate (the default). Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
+             f"Pipelined estimate (the default); the routed goals (dispatch, combine) take the routing's tokens as "
+             f"their size and add up their steps (lockstep). Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
     if before:
         differ = [row["goal"] for row in rows if not row["before"]["same_rows"]]
         same = [row["goal"] for row in rows if row["goal"] not in differ]
