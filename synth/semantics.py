@@ -315,6 +315,9 @@ def _permute(member, places, after_order, field, whole_length):
     return Holding(lo, hi, new_sets, length, tuple(new_tags), after_order)
 
 
+_new = tuple.__new__  # a Holding without NamedTuple's Python-level __new__
+
+
 @lru_cache(maxsize=4096)
 def _sources(places: tuple[int, ...]) -> tuple[int, ...]:
     """New place -> the old place whose chunk lands there (the inverse of `places`)."""
@@ -567,11 +570,29 @@ class Semantics:
 
     def permute_member(self, member, order: tuple[int, ...]):
         """One member after a Permute into `order`; StepFailure when it holds neither a whole
-        buffer nor one block."""
+        buffer nor one block. A whole buffer of byte-wide fields (what all-to-all searches
+        permute by the tens of thousands) takes `_permute`'s byte path through getters kept
+        per pair of layouts."""
         if member is None:
             return None
+        n = self.member_count
+        if member[0] == 0 and member[1] == n > 1 and member[3] == self.real_member_count and n % 8 == 0:
+            key = (member[5], order)
+            found = self._whole_movers.get(key)
+            if found is None:
+                places = self.places(member[5], order)
+                found = self._whole_movers[key] = _movers(places, n // 8) if len(places) == n else ()
+            if found:
+                take_bytes, take_tags = found
+                raw = member[2].to_bytes(n * n // 8, "little")
+                return _new(Holding, (0, n, int.from_bytes(bytes(take_bytes(raw)), "little"), member[3],
+                                      take_tags(member[4]), order))
         places = self.places(member[5], order)
-        return _permute(member, places, order, self.member_count, self.real_member_count)
+        return _permute(member, places, order, n, self.real_member_count)
+
+    @cached_property
+    def _whole_movers(self) -> dict:
+        return {}
 
     def apply(self, state: tuple, instruction: Instruction) -> tuple:
         """The state after one instruction; StepFailure when a precondition fails."""

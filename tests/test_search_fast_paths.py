@@ -98,3 +98,21 @@ def test_network_nodes_equal_a_row_wise_unique():
         coords = np.array(site.coords, dtype=np.int64).reshape(len(site.coords), -1)
         expected = np.unique(coords[:, :view.node_level + 1], axis=0, return_inverse=True)[1].reshape(-1)
         assert np.array_equal(_network_nodes(site), expected)
+
+
+def test_permute_member_of_a_whole_buffer_equals_the_reordering():
+    """Semantics.permute_member's path for whole buffers of byte-wide fields (16 members of
+    the quotient: 2-byte fields) gives what `_permute` gives."""
+    from synth.semantics import Semantics
+
+    semantics = Semantics(("a", "b", "c", "d"), (2, 2, 2, 2), quotient=True, goal=GOALS["alltoall"])
+    n = semantics.member_count
+    assert n % 8 == 0
+    rng = random.Random(7)
+    levels = tuple(range(4))
+    for _ in range(50):
+        before, after = tuple(rng.sample(levels, 4)), tuple(rng.sample(levels, 4))
+        member = Holding(0, n, rng.getrandbits(n * n), semantics.real_member_count,
+                         tuple(rng.randrange(n) for _ in range(n)), before)
+        expected = _permute(member, semantics.places(before, after), after, n, semantics.real_member_count)
+        assert semantics.permute_member(member, after) == expected
