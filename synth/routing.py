@@ -118,9 +118,10 @@ class Routing:
 
         if self.experts % nodes:
             raise RoutingError(f"routing experts={self.experts} do not spread evenly over {nodes} nodes")
-        if self.node_limit is not None and self.node_limit < nodes and self.node_limit * (self.experts // nodes) < self.topk:
-            raise RoutingError(f"routing node-limit={self.node_limit} leaves {self.node_limit * (self.experts // nodes)} "
-                               f"experts for topk={self.topk}: raise the node limit")
+        reachable = self.node_limit * (self.experts // nodes) if self.node_limit is not None else self.experts
+        if self.node_limit is not None and self.node_limit < nodes and reachable < self.topk:
+            raise RoutingError(f"routing node-limit={self.node_limit} leaves {reachable} experts for topk={self.topk}: "
+                               f"raise the node limit")
         with np.errstate(divide="ignore"):
             weights = np.log(self.probabilities())[None, :]
         block = max(1, (1 << 23) // self.experts)

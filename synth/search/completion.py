@@ -384,7 +384,8 @@ class CompletionBound:
             if (empty and not kind.idle) or lo * k > full:
                 return None
             widest = min(full, hi * k)
-            return lo * k, new(Abstract, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty)), finishing
+            after = new(Abstract, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty))
+            return lo * k, after, finishing
         if combine is Combine.EXCHANGE:  # every member keeps its range's length; blocks move
             if empty and not kind.idle:
                 return None
