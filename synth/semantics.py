@@ -55,27 +55,43 @@ def _form_groups(form: str, sizes: tuple[int, ...], level: int) -> tuple[tuple[t
     return _FORM_RULES[form](sizes, level)
 
 
-def _grouped(sizes, level, key, include) -> tuple[tuple[int, ...], ...]:
-    groups: dict[tuple, list[int]] = {}
-    for rank, position in enumerate(_positions(sizes)):
-        if include(position):
-            groups.setdefault(key(position), []).append(rank)
-    return tuple(tuple(members) for members in groups.values() if len(members) > 1)
+def _grouped(sizes, key_levels: tuple[int, ...], idle_unless_zero: tuple[int, ...] = ()) -> tuple[tuple[int, ...], ...]:
+    """Members (ranks in mixed radix over `sizes`) that agree on the levels `key_levels`, each
+    group in rank order, groups in order of their first member, groups of one left out;
+    members not at position 0 on every level of `idle_unless_zero` take no part. One sort
+    over all members (a loop over 4,096 members per form cost every search ~60 ms)."""
+    import numpy as np
+
+    count = product(sizes)
+    positions = np.stack(np.unravel_index(np.arange(count), sizes), axis=1) if count else np.zeros((0, len(sizes)))
+    ranks = np.arange(count)
+    if idle_unless_zero:
+        ranks = ranks[~positions[:, list(idle_unless_zero)].any(axis=1)]
+    if key_levels:
+        keys = np.ravel_multi_index(tuple(positions[ranks][:, list(key_levels)].T),
+                                    tuple(sizes[level] for level in key_levels))
+    else:
+        keys = np.zeros(len(ranks), dtype=np.int64)
+    order = np.argsort(keys, kind="stable")  # a group's members stay in rank order
+    members = ranks[order].tolist()
+    bounds = [0, *(np.flatnonzero(np.diff(keys[order])) + 1).tolist(), len(members)]
+    groups = [tuple(members[start:stop]) for start, stop in zip(bounds, bounds[1:]) if stop - start > 1]
+    return tuple(sorted(groups))  # disjoint groups: by their first members
 
 
 def inside_group(sizes, level):
     """Members agreeing on every level outer than `level`."""
-    return _grouped(sizes, level, lambda p: p[:level], lambda p: True), tuple(range(level, len(sizes)))
+    return _grouped(sizes, tuple(range(level))), tuple(range(level, len(sizes)))
 
 
 def parallel(sizes, level):
     """Members agreeing on every level but `level`."""
-    return _grouped(sizes, level, lambda p: p[:level] + p[level + 1:], lambda p: True), (level,)
+    return _grouped(sizes, tuple(l for l in range(len(sizes)) if l != level)), (level,)
 
 
 def master(sizes, level):
     """Among members at position 0 on every inner level, those agreeing on the outer levels."""
-    return _grouped(sizes, level, lambda p: p[:level], lambda p: not any(p[level + 1:])), (level,)
+    return _grouped(sizes, tuple(range(level)), tuple(range(level + 1, len(sizes)))), (level,)
 
 
 _FORM_RULES = {"InsideGroup": inside_group, "Parallel": parallel, "Master": master}

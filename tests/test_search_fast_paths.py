@@ -116,3 +116,25 @@ def test_permute_member_of_a_whole_buffer_equals_the_reordering():
                          tuple(rng.randrange(n) for _ in range(n)), before)
         expected = _permute(member, semantics.places(before, after), after, n, semantics.real_member_count)
         assert semantics.permute_member(member, after) == expected
+
+
+def _grouped_by_loop(sizes, key, include):
+    """The forms' groups as first written: a loop over every member's position."""
+    from itertools import product as cartesian
+
+    groups: dict[tuple, list[int]] = {}
+    for rank, position in enumerate(cartesian(*(range(size) for size in sizes))):
+        if include(position):
+            groups.setdefault(key(position), []).append(rank)
+    return tuple(tuple(members) for members in groups.values() if len(members) > 1)
+
+
+@pytest.mark.parametrize("sizes", [(1,), (2,), (3, 1, 2), (4, 8, 16, 8), (2, 2, 2), (5, 1, 3, 1), (1, 1), (2, 3, 4)])
+def test_form_groups_equal_the_loop_over_positions(sizes):
+    from synth.semantics import inside_group, master, parallel
+
+    for level in range(len(sizes)):
+        assert inside_group(sizes, level)[0] == _grouped_by_loop(sizes, lambda p: p[:level], lambda p: True)
+        assert parallel(sizes, level)[0] == _grouped_by_loop(sizes, lambda p: p[:level] + p[level + 1:],
+                                                             lambda p: True)
+        assert master(sizes, level)[0] == _grouped_by_loop(sizes, lambda p: p[:level], lambda p: not any(p[level + 1:]))
