@@ -27,7 +27,8 @@ under 2 s CPU per goal. Writes results/synthesis-goals/top-search.md and top-sea
 --top-cli times the command itself, `synth rank --top 5 --collective GOAL --json` on that group
 (its topology written to a temporary TOML file), in a fresh process per goal: interpreter
 start, imports, the search, the pricing of the rows and the printing, CPU of the child
-process. With --before DIR the same command runs with the synth package of DIR and its JSON
+process, with the modules' bytecode compiled by an untimed run first; also dispatch and
+combine with a uniform routing and a node-limited one (ROUTED_CASES). With --before DIR the same command runs with the synth package of DIR and its JSON
 must be identical (with --model-changed, it may differ: the model's times changed between the
 two, and the report says so). Writes results/synthesis-goals/top-cli.md and top-cli.json; with --goal GOAL,
 that goal alone, in top-cli-GOAL.md and top-cli-GOAL.json.
@@ -122,6 +123,11 @@ ALL_TO_ALL_NOTE = ("The all-to-all's 4096 x 4095 pairwise flows are priced per c
                    "per pair; what is left is mostly the search itself "
                    "(its states' permutations) and the interpreter's imports, which every goal shares.")
 
+ROUTED_NOTE = ("A node-limited routing's traffic is estimated from 2^14 tokens drawn as the router draws them "
+               "(synth/routing.py): a Gumbel key per token and expert, 2^14 x 8,192 = 134 M draws at 8,192 experts, "
+               "which is most of that command's time; each token's top k is found by a partition, a block of tokens "
+               "at a time (64 MB of keys, not a GiB), with the same experts as sorting every row.")
+
 # One top-K search in a fresh interpreter; prints its CPU seconds and the times it found (the
 # same script runs the checkout under test and an earlier one, so it uses only public names
 # both have). The group: dgx-h100-2x8x8's levels with one more level of 4 pods (the rack
@@ -189,6 +195,8 @@ def _timing_lines(rows: list[dict], before: bool, keys: tuple[str, ...]) -> list
                                                            for r in slow) or "none") + "."]
     if any(row["goal"] == "alltoall" for row in slow):
         lines += ["", ALL_TO_ALL_NOTE]
+    if any("node-limit" in row["goal"] for row in slow):
+        lines += ["", ROUTED_NOTE]
     return lines
 
 
@@ -237,18 +245,36 @@ open(sys.argv[1], "w").write(render_topology(dataclasses.replace(base, name="dgx
 """
 
 
-def time_cli(source: str, topology: str, goal: str) -> dict:
-    """`synth rank --top K --collective GOAL --json` with the synth package of `source`, in a
-    fresh process: (CPU seconds of the child, wall seconds, its JSON)."""
+def compiled_env(source: str, cache: str) -> dict:
+    """The environment a timed child runs in: the synth package of `source` first on the path,
+    bytecode written to and read from `cache` (as an installed package has its modules
+    compiled; a caller's PYTHONDONTWRITEBYTECODE would have every run compile them again)."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    return {**environment, "PYTHONPATH": str(source), "PYTHONPYCACHEPREFIX": cache}
+
+
+# The mixture-of-experts goals on the same group (`--routing`; 4,096 experts at least: they
+# spread evenly over the members): uniform routing is priced exactly, a node limit from 2^14
+# tokens drawn as the router draws them (synth/model/fanout.py).
+ROUTED_CASES = (("dispatch", "tokens=4096,topk=8,experts=4096,hidden=7168"),
+                ("combine", "tokens=4096,topk=8,experts=4096,hidden=7168"),
+                ("dispatch", "tokens=4096,topk=8,experts=8192,node-limit=4,hidden=7168"),
+                ("combine", "tokens=4096,topk=8,experts=8192,node-limit=4,hidden=7168"))
+
+
+def time_cli(source: str, topology: str, goal: str, cache: str, routing: str | None = None) -> dict:
+    """`synth rank --top K --collective GOAL --json` (with `--routing` for a routed goal, whose
+    size is the routing's) with the synth package of `source`, in a fresh process with its
+    bytecode in `cache`: (CPU seconds of the child, wall seconds, its JSON)."""
     import resource
     import subprocess
 
     command = [sys.executable, "-m", "synth", "rank", "--topology", topology, "--axes", "data=4096", "--reduce", "data",
-               "--collective", goal, "--bytes", str(TOP_BYTES), "--top", str(TOP_K), "--json"]
+               "--collective", goal, "--top", str(TOP_K), "--json"]
+    command += ["--routing", routing] if routing else ["--bytes", str(TOP_BYTES)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(source)},
-                          cwd=source)
+    done = subprocess.run(command, capture_output=True, text=True, env=compiled_env(source, cache), cwd=source)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -268,17 +294,22 @@ def top_cli(output: str, before: str | None, only: str | None = None, changed: b
         topology = os.path.join(scratch, "dgx-h100-4x8x16x8.toml")
         subprocess.run([sys.executable, "-c", _TOPOLOGY_SCRIPT, topology], check=True, cwd=here,
                        env={**os.environ, "PYTHONPATH": here})
-        for goal in (only,) if only else GOALS:
-            row = {"goal": goal, **time_cli(here, topology, goal)}
+        caches = {source: os.path.join(scratch, f"bytecode-{i}") for i, source in enumerate((here, before)) if source}
+        for source, cache in caches.items():  # untimed: compiles every module the command imports
+            time_cli(source, topology, "broadcast", cache)
+        cases = [(goal, None) for goal in ((only,) if only else GOALS)] + ([] if only else list(ROUTED_CASES))
+        for goal, routing in cases:
+            row = {"goal": goal if routing is None else f"{goal} --routing {routing}",
+                   **time_cli(here, topology, goal, caches[here], routing)}
             if before:
-                row["before"] = time_cli(before, topology, goal)
+                row["before"] = time_cli(before, topology, goal, caches[before], routing)
                 if row["before"]["rows"] != row["rows"] and not changed:
                     raise SystemExit(f"{goal}: the printed rows differ before and now")
                 row["before"]["same_rows"] = row["before"]["rows"] == row["rows"]
                 del row["before"]["rows"]
             row["programs"] = [r["program"] for r in row.pop("rows")]
             rows.append(row)
-            print(f"{goal:14s} {row['cpu_s']:6.2f} s CPU" + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before
+            print(f"{row['goal']:14s} {row['cpu_s']:6.2f} s CPU" + (f"  before {row['before']['cpu_s']:6.2f} s CPU" if before
                                                               else ""), flush=True)
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals --top-cli" + (f" --goal {only}" if only else "") + (
@@ -290,8 +321,10 @@ def top_cli(output: str, before: str | None, only: str | None = None, changed: b
              f"CPU time is the steadier figure, and contention inflates it too).", "",
              f"The whole command, `synth rank --topology T --axes data=4096 --reduce data --collective GOAL "
              f"--bytes {TOP_BYTES >> 20}MiB --top {TOP_K} --json`, in a fresh process per goal (interpreter start, "
-             f"imports, the search, pricing the rows, printing), T {TOP_LEVELS} with dgx-h100-2x8x8's figures. "
-             f"Pipelined estimate (the default). Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
+             f"imports, the search, pricing the rows, printing), T {TOP_LEVELS} with dgx-h100-2x8x8's figures, "
+             f"its modules' bytecode compiled by one untimed run first (as an installed package's are). "
+             f"Pipelined estimate (the default); the routed goals (dispatch, combine) take the routing's tokens as "
+             f"their size and add up their steps (lockstep). Target: under {TOP_TARGET_S:g} s CPU per goal.", ""]
     if before:
         differ = [row["goal"] for row in rows if not row["before"]["same_rows"]]
         same = [row["goal"] for row in rows if row["goal"] not in differ]
@@ -355,20 +388,28 @@ def top_profile(output: str) -> int:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     load_before = os.getloadavg()[0]
     rows = []
+    import tempfile
+
+    scratch = tempfile.TemporaryDirectory()
+    environment = compiled_env(here, scratch.name)
+    subprocess.run([sys.executable, "-c", "import synth.cli, synth.search.rank, synth.model.nccl.backend"], check=True,
+                   cwd=here, env=environment)  # untimed: compiles the modules
     for goal in GOALS:
         done = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT, goal, str(TOP_K), str(TOP_BYTES)],
-                              capture_output=True, text=True, cwd=here, env={**os.environ, "PYTHONPATH": here})
+                              capture_output=True, text=True, cwd=here, env=environment)
         if done.returncode != 0:
             raise SystemExit(f"{goal} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
         rows.append({"goal": goal, **json.loads(done.stdout.splitlines()[-1])})
         print(goal, rows[-1], flush=True)
+    scratch.cleanup()
     load_after = os.getloadavg()[0]
     command = "python -m benchmarks.goals --top-profile"
     folder = _write_top_json(output, "top-profile.json", command, (load_before, load_after), rows)
     lines = [f"# Where `synth rank --top {TOP_K}` spends its CPU, per goal, at 4096 members", "", header(command), "",
              f"Load average (1 min): {load_before:.2f} before, {load_after:.2f} after (2 cores shared with other work).",
              "", f"The work of `synth rank --top {TOP_K}` on the group of [top-cli.md](top-cli.md) ({TOP_LEVELS}, "
-             f"{TOP_BYTES >> 20} MiB), in a fresh interpreter per goal, CPU seconds: the imports, the `Ranker` with "
+             f"{TOP_BYTES >> 20} MiB), in a fresh interpreter per goal (modules' bytecode compiled first), CPU "
+             "seconds: the imports, the `Ranker` with "
              "its state walker, the best-first search (of which the cost engine's `CostEngine.call`: a call's site "
              "and plans, once per collective and member tuple), and pricing the rows. `canonical_coords`: the "
              "calls' coordinate sets canonicalized, and how many distinct sets they were (the rest repeat a set "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,19 +79,27 @@ def _parser() -> lark.Lark:
 
 
 def _terminals_of(rule_name: str) -> tuple[str, ...]:
-    """The terminal names a grammar rule offers, in grammar order."""
+    """The terminal names a grammar rule offers, in grammar order (for syntax errors' hints)."""
     return tuple(symbol.name for rule in _parser().rules if rule.origin.name == rule_name for symbol in rule.expansion)
 
 
+@lru_cache(maxsize=8)
 def _alternatives(rule_name: str) -> tuple[str, ...]:
-    """The literal names a grammar rule offers, in grammar order."""
-    terminals = {terminal.name: terminal for terminal in _parser().terminals}
+    """The literal names a grammar rule offers, in grammar order, read from the grammar text:
+    the rule is one line of terminals (`collective: ALL_REDUCE | ...`), each terminal one
+    string literal (`ALL_REDUCE: "AllReduce"`). Not through Lark: loading a grammar builds
+    Lark's own parser of grammars, which cost every search more than its alphabet
+    (tests/test_language.py checks this reading against Lark's)."""
+    text = grammar_text()
+    rule = re.search(rf"^{re.escape(rule_name)}\s*:(.*)$", text, re.MULTILINE)
+    if rule is None:
+        raise RuntimeError(f"grammar has no rule {rule_name}")
     names = []
-    for name in _terminals_of(rule_name):
-        pattern = terminals[name].pattern
-        if pattern.type != "str":
-            raise RuntimeError(f"grammar rule {rule_name} must list string literals, found {pattern}")
-        names.append(pattern.value)
+    for terminal in (part.strip() for part in rule.group(1).split("|")):
+        literal = re.search(rf"^{re.escape(terminal)}\s*:\s*\"([^\"]*)\"\s*$", text, re.MULTILINE)
+        if literal is None:
+            raise RuntimeError(f"grammar rule {rule_name} must list terminals of one string literal, found {terminal}")
+        names.append(literal.group(1))
     return tuple(names)
 
 

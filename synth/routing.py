@@ -112,28 +112,51 @@ class Routing:
     def sample(self, rng, count: int, nodes: int):
         """`count` tokens' experts, [token, k] sorted, drawn with the numpy Generator `rng` as
         the module docstring says; the experts sit in `nodes` equal nodes (consecutive
-        experts), for the node limit."""
+        experts), for the node limit. Drawn a block of tokens at a time (the same stream of
+        numbers as one draw: a [token, expert] array of 2^14 tokens by 8,192 experts is a GiB)."""
         import numpy as np
 
         if self.experts % nodes:
             raise RoutingError(f"routing experts={self.experts} do not spread evenly over {nodes} nodes")
+        reachable = self.node_limit * (self.experts // nodes) if self.node_limit is not None else self.experts
+        if self.node_limit is not None and self.node_limit < nodes and reachable < self.topk:
+            raise RoutingError(f"routing node-limit={self.node_limit} leaves {reachable} experts for topk={self.topk}: "
+                               f"raise the node limit")
         with np.errstate(divide="ignore"):
-            keys = np.log(self.probabilities())[None, :] + rng.gumbel(size=(count, self.experts))
+            weights = np.log(self.probabilities())[None, :]
+        block = max(1, (1 << 23) // self.experts)
+        return np.concatenate([self._sample_block(weights + rng.gumbel(size=(min(block, count - start), self.experts)),
+                                                  nodes)
+                               for start in range(0, count, block)] or [np.zeros((0, self.topk), dtype=np.int64)])
+
+    def _sample_block(self, keys, nodes: int):
+        """The sorted top-k experts of each row of Gumbel keys, within its best nodes under a node limit."""
+        import numpy as np
+
+        count = len(keys)
         if self.node_limit is not None and self.node_limit < nodes:
             per_node = self.experts // nodes
             score = keys.reshape(count, nodes, per_node).max(axis=2)
-            kept = np.argsort(-score, axis=1, kind="stable")[:, :self.node_limit]
             allowed = np.zeros((count, nodes), dtype=bool)
-            np.put_along_axis(allowed, kept, True, axis=1)
+            np.put_along_axis(allowed, largest(score, self.node_limit), True, axis=1)
             keys = np.where(np.repeat(allowed, per_node, axis=1), keys, -np.inf)
-            if self.node_limit * per_node < self.topk:
-                raise RoutingError(f"routing node-limit={self.node_limit} leaves {self.node_limit * per_node} experts "
-                                   f"for topk={self.topk}: raise the node limit")
-        if self.topk < self.experts:  # the k largest keys (a partition: their order is not needed)
-            chosen = np.argpartition(-keys, self.topk - 1, axis=1)[:, :self.topk]
-        else:
-            chosen = np.broadcast_to(np.arange(self.experts), keys.shape)
-        return np.sort(chosen, axis=1)
+        return np.sort(largest(keys, self.topk), axis=1)
+
+
+def largest(values, k: int):
+    """[row, k] the columns of each row's k largest values, ties to the smaller column: the
+    first k of a stable argsort of -values (as a set), found by a partition, not a sort of
+    the whole row; rows with a tie at the k-th value are sorted whole."""
+    import numpy as np
+
+    if k >= values.shape[1]:
+        return np.argsort(-values, axis=1, kind="stable")[:, :k]
+    found = np.argpartition(-values, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(values, found, axis=1).min(axis=1)
+    tied = np.flatnonzero((values >= kth[:, None]).sum(axis=1) > k)
+    if len(tied):
+        found[tied] = np.argsort(-values[tied], axis=1, kind="stable")[:, :k]
+    return found
 
 
 FIELDS = {"tokens": "tokens", "topk": "topk", "experts": "experts", "hidden": "hidden", "bytes": "element_bytes",

@@ -166,3 +166,21 @@ def test_permute_steps_parse_and_print_canonically():
     assert str(program) == "Permute(gpu,node); AllToAll(Parallel(node))"
     assert program.steps[0].is_permute and program.steps[0].order == ("gpu", "node")
     assert parse_program(str(program)) == program
+
+
+def test_the_alphabet_read_from_the_grammar_text_is_larks():
+    """collective_names and form_names read the grammar's two rules as text; Lark's own
+    reading of the grammar lists the same literals in the same order."""
+    import lark
+
+    from synth.language import collective_names, form_names, grammar_text
+
+    grammar = lark.Lark(grammar_text(), parser=None, lexer="basic")
+    terminals = {terminal.name: terminal.pattern for terminal in grammar.terminals}
+
+    def alternatives(rule_name):
+        return tuple(terminals[symbol.name].value for rule in grammar.rules if rule.origin.name == rule_name
+                     for symbol in rule.expansion)
+
+    assert collective_names() == alternatives("collective")
+    assert form_names() == alternatives("form")

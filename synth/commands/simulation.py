@@ -105,11 +105,12 @@ def _print_sections(args, job, sections, reduce_axes, sizes, goal) -> None:
         raise NoSolutionError(f"reducing over {','.join(reduce_axes)} involves one device per group on every "
                               f"placement: there is nothing to rank")
     sections.sort(key=lambda section: section[0])  # per size, placements in their listed order
-    from synth.model.heldout import held_out_for_group  # the model's error on runs it was not built on (issue 16)
+    held = {}
+    if args.backend == "nccl" and goal.is_all_reduce:  # the held-out study is of all-reduces
+        from synth.model.heldout import held_out_for_group  # the model's error on runs it was not built on (issue 16)
 
-    held = {id(hierarchy): {size: held_out_for_group(job.topology, hierarchy.groups[0], size)
-                            for size in sizes} for _, hierarchy, _, _ in sections} \
-        if args.backend == "nccl" and goal.is_all_reduce else {}  # the held-out study is of all-reduces
+        held = {id(hierarchy): {size: held_out_for_group(job.topology, hierarchy.groups[0], size)
+                                for size in sizes} for _, hierarchy, _, _ in sections}
     if args.json:
         print_json([dict(row.to_json(), lower_bound_s=bounds[0].time_s, **_achievable_json(bounds[1], row),
                          backend=args.backend, estimate=args.estimate,

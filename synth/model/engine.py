@@ -143,6 +143,7 @@ class _Call:
     site_id: int  # the engine's number for the site (hashing a site is slow)
     shared: _SiteCosts
     members: np.ndarray  # the call's member ranks
+    site_members: tuple[int, ...]  # the same, as the tuple the call was asked with
 
     @property
     def plans(self) -> tuple[Plan, ...]:
@@ -258,7 +259,7 @@ class CostEngine:
         shared = self._site_costs.get(site_id)
         if shared is None:
             shared = self._site_costs[site_id] = self._site_figures(collective, site, member_ranks)
-        found = _Call(site, site_id, shared, member_ranks)
+        found = _Call(site, site_id, shared, member_ranks, members)
         self._calls[key] = found
         return found
 
@@ -342,7 +343,8 @@ class CostEngine:
         found = self._regime_ids.get(key)
         if found is not None:
             return found
-        calls = [self.call(step.collective, members) for members in step.calls]
+        known = self._step_calls.get(step)
+        calls = known[0] if known is not None else [self.call(step.collective, members) for members in step.calls]
         plans = [call.plans[c] for call, c in zip(calls, choices)]
         phase_latencies = [call.shared.latencies[c] for call, c in zip(calls, choices)]
         largest = step.largest
@@ -402,7 +404,7 @@ class CostEngine:
             return None
         if len({(local.flows.k, local.flows.node) for local in found}) != 1:
             return None
-        members = np.concatenate([np.stack([call.members for call in calls[start:stop]]) for start, stop in runs])
+        members = np.concatenate([_members(calls, start, stop) for start, stop in runs])
         inter, intra = [], []
         for local, (start, stop) in zip(found, runs):
             across, within = local.weights()
@@ -425,7 +427,7 @@ class CostEngine:
         within a call, group by group: (src, dst, bytes per byte of B_max) on every group's
         devices, then the same on group 0's alone. One gather for the whole run."""
         src_local, dst_local, weight = _flow_arrays(_local_flows(plans[start])[phase])
-        members = np.stack([call.members for call in calls[start:stop]])  # [call, member]
+        members = _members(calls, start, stop)  # [call, member]
         scale = np.array(weights[start:stop])[:, None]
         devices = self.devices
         src = devices[:, members[:, src_local]]  # [group, call, flow]
@@ -520,6 +522,12 @@ class CostEngine:
 
     def link_name(self, link: int) -> str:
         return self.network.link_name(link)
+
+
+def _members(calls, start: int, stop: int) -> np.ndarray:
+    """[call, member] ranks of calls[start:stop] (one site: one member count), from their
+    member tuples in one conversion (stacking thousands of small arrays was slower)."""
+    return np.array([call.site_members for call in calls[start:stop]], dtype=np.int64).reshape(stop - start, -1)
 
 
 def _runs(calls, choices) -> list[tuple[int, int]]:

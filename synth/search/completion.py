@@ -97,6 +97,7 @@ from synth.search.pruning import block_pieces, fewest_partition, instruction_cla
 from synth.semantics import InternedMachine, Semantics
 
 INFINITY = math.inf
+new = tuple.__new__  # an Abstract without NamedTuple's Python-level __new__: the bound makes tens of thousands
 
 
 
@@ -295,6 +296,7 @@ class CompletionBound:
         self._goal = semantics.goal_kind.name
         if self._goal not in FINISHING:
             raise UnknownStepKindError(f"the completion bound has no finishing rule for the goal {self._goal}")
+        self._finishing = FINISHING[self._goal]
         self._permutes: set[int] = set()
         for index, (step, instruction) in enumerate(semantics.alphabet):
             if instruction.is_permute:
@@ -360,7 +362,7 @@ class CompletionBound:
         full = self._full
         k = kind.k
         combine = kind.combine
-        finishing = FINISHING[self._goal](kind, a, full)
+        finishing = self._finishing(kind, a, full)
         if combine is None:  # a Permute: ranges keep their lengths, nothing is summed
             return 0, a, finishing
         if combine is Combine.SUM:
@@ -370,25 +372,26 @@ class CompletionBound:
             left = left if left > 0 else 0
             delivery = kind.delivery
             if delivery is Delivery.EVERY:
-                return lo, Abstract(lo, short, hi, left, empty), finishing
+                return lo, new(Abstract, (lo, short, hi, left, empty)), finishing
             if delivery is Delivery.BLOCKS:
                 if kind.idle:
-                    return lo, Abstract(max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty), finishing
-                return lo, Abstract(max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty), finishing
+                    return lo, new(Abstract, (max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty)), finishing
+                return lo, new(Abstract, (max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty)), finishing
             if delivery is Delivery.ROOT:
-                return lo, Abstract(lo, hi, hi, left, True), finishing
+                return lo, new(Abstract, (lo, hi, hi, left, True)), finishing
             raise UnknownStepKindError(f"no rule for a sum with {delivery.value} delivery")
         if combine is Combine.JOIN:
             if (empty and not kind.idle) or lo * k > full:
                 return None
             widest = min(full, hi * k)
-            return lo * k, Abstract(lo if kind.idle else lo * k, min(full, short * k), widest, need, empty), finishing
+            after = new(Abstract, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty))
+            return lo * k, after, finishing
         if combine is Combine.EXCHANGE:  # every member keeps its range's length; blocks move
             if empty and not kind.idle:
                 return None
             return lo, a, finishing
         if combine is Combine.ROOT and kind.delivery is Delivery.EVERY:
-            return lo, Abstract(lo, hi, hi, need, False), finishing
+            return lo, new(Abstract, (lo, hi, hi, need, False)), finishing
         raise UnknownStepKindError(f"no rule for a step of {combine.value} combine, {kind.delivery.value} delivery")
 
     def _moved(self, a: Abstract, kind_id: int):
@@ -398,8 +401,18 @@ class CompletionBound:
         if move is None:
             return None
         span, after, finishing = move
-        cost = self._kind_cost(kind_id, span)
-        finish = INFINITY if finishing is None else max(cost, self._kind_cost(kind_id, finishing))
+        costs = self._kind_costs
+        cost = costs.get((kind_id, span))
+        if cost is None:
+            cost = self._kind_cost(kind_id, span)
+        if finishing is None:
+            finish = INFINITY
+        else:
+            finish = costs.get((kind_id, finishing))
+            if finish is None:
+                finish = self._kind_cost(kind_id, finishing)
+            if cost > finish:
+                finish = cost
         return cost, finish, None if after == a else after
 
     def bound(self, a: Abstract, left: int) -> float:

@@ -111,8 +111,8 @@ def _calls_per_device(table: ProgramTable, group_size: int) -> np.ndarray:
     """[program] the most calls any member makes (Master steps leave some members idle)."""
     made = np.zeros((len(table.steps) + 1, group_size), dtype=np.int64)
     for d, step in enumerate(table.steps):
-        for members in step.calls:
-            made[d, list(members)] += 1
+        made[d] = np.bincount(np.fromiter(itertools.chain.from_iterable(step.calls), dtype=np.int64),
+                              minlength=group_size)
     total = np.zeros((len(table), group_size), dtype=np.int64)
     for position in range(table.rows.shape[1]):
         total += made[table.rows[:, position]]

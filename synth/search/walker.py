@@ -12,6 +12,7 @@ completions through the same walker, so both see the same transitions and calls.
 from __future__ import annotations
 
 from functools import cached_property
+from operator import itemgetter
 
 from synth.goals import ALL_REDUCE, Goal
 from synth.hierarchy import SynthesisHierarchy
@@ -40,6 +41,7 @@ class StateWalker:
                        for i, (_, instruction) in enumerate(self.alphabet)}
         self._transitions: dict[tuple[tuple, int], tuple | None] = {}
         self._steps: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
+        self._interned: dict[tuple[int, tuple[int, ...]], StepCalls] = {}
         self._enumerators: dict[int, Enumerator] = {}
 
     def enumerator(self, max_len: int) -> Enumerator:
@@ -67,12 +69,7 @@ class StateWalker:
 
     def step(self, state: tuple, index: int) -> StepCalls:
         """Alphabet entry `index` taken from `state`, as the cost model sees it."""
-        chunks = self.semantics.call_spans(state, self.alphabet[index][0])
-        key = (index, chunks)
-        found = self._steps.get(key)
-        if found is None:
-            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], chunks)
-        return found
+        return self.step_of(index, self.semantics.call_spans(state, self.alphabet[index][0]))
 
     def walk(self, program: Program) -> tuple[StepCalls, ...]:
         """The steps of a valid program; ValueError when it is not valid on this hierarchy."""
@@ -83,7 +80,7 @@ class StateWalker:
             state = self.advance(state, index)
             if state is None:
                 raise ValueError(f"{program} is not a valid program on this hierarchy")
-        if state != self.goal:
+        if not self.semantics.is_goal(state):  # reduce-scatter and reduce have many goal states
             raise ValueError(f"{program} does not reach the goal on this hierarchy")
         return tuple(result)
 
@@ -114,6 +111,18 @@ class StateWalker:
         return tuple(result)
 
     @cached_property
+    def _distinct_roots(self) -> tuple[tuple[tuple[int, ...], itemgetter | None], ...]:
+        """Per alphabet entry: the distinct state members standing for its calls' roots, and
+        a getter from their spans to every call's span in call order (a step of thousands of
+        calls has a few distinct roots in the quotient)."""
+        result = []
+        for roots, _ in self._call_roots:
+            distinct = tuple(dict.fromkeys(roots))
+            position = {root: i for i, root in enumerate(distinct)}
+            result.append((distinct, itemgetter(*[position[root] for root in roots]) if len(roots) > 1 else None))
+        return tuple(result)
+
+    @cached_property
     def permutes(self) -> tuple[bool, ...]:
         """Per alphabet entry: whether it is a Permute (no calls; costed by `copied`)."""
         return tuple(instruction.is_permute for _, instruction in self.alphabet)
@@ -128,10 +137,21 @@ class StateWalker:
 
     def interned_step(self, state: tuple[int, ...], index: int) -> StepCalls:
         """`step` for an interned state: the same calls and spans, read from the member table."""
-        roots, factor = self._call_roots[index]
+        distinct, spread = self._distinct_roots[index]
+        factor = self._call_roots[index][1]
         members = self.machine.members
-        key = (index, tuple(members[state[root]][3] * factor for root in roots))
+        spans = tuple([members[state[root]][3] * factor for root in distinct])
+        key = (index, spans)  # the distinct roots' spans fix every call's
+        found = self._interned.get(key)
+        if found is None:
+            chunks = spread(spans) if spread is not None else spans
+            found = self._interned[key] = self.step_of(index, chunks)
+        return found
+
+    def step_of(self, index: int, chunks: tuple[int, ...]) -> StepCalls:
+        """Alphabet entry `index` with its calls spanning `chunks` (one per call), kept once."""
+        key = (index, chunks)
         found = self._steps.get(key)
         if found is None:
-            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], key[1])
+            found = self._steps[key] = StepCalls(self.alphabet[index][1].collective, self.calls[index], chunks)
         return found

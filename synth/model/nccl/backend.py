@@ -433,8 +433,10 @@ def _network_nodes(call: CallSite) -> np.ndarray | None:
     view, _ = _view(call.levels, call.nccl)
     if view.node_level is None:
         return None
-    coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)
-    return np.unique(coords[:, :view.node_level + 1], axis=0, return_inverse=True)[1].reshape(-1)
+    coords = np.array(call.coords, dtype=np.int64).reshape(len(call.coords), -1)[:, :view.node_level + 1]
+    # one integer per node prefix, in the prefixes' lexicographic order (a row-wise unique is slow)
+    keys = np.ravel_multi_index(tuple(coords.T), tuple(int(size) for size in coords.max(axis=0) + 1))
+    return np.unique(keys, return_inverse=True)[1].reshape(-1)
 
 
 def _at_link_efficiency(phase: Phase, node: np.ndarray | None, net: float, intra: float) -> Phase:
@@ -452,9 +454,9 @@ def _at_link_efficiency(phase: Phase, node: np.ndarray | None, net: float, intra
         dst = np.array([b for _, b, _ in given], dtype=np.int64)
         fraction = np.array([f for _, _, f in given], dtype=float)
     divisor = np.full(len(src), intra, dtype=float) if node is None else np.where(node[src] != node[dst], net, intra)
-    if isinstance(given, FlowArrays):
-        return Phase(phase.latency_s, FlowArrays(src, dst, fraction / divisor))
-    return Phase(phase.latency_s, tuple(zip(src.tolist(), dst.tolist(), (fraction / divisor).tolist())))
+    # as arrays (they read as the same flows): the engine prices arrays, and a tuple of
+    # thousands of flows cost more to build, hash and convert back than the pricing
+    return Phase(phase.latency_s, FlowArrays(src, dst, fraction / divisor))
 
 
 def _links_s(curve: Envelope, estimate: timing.Estimate) -> float:
