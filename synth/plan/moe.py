@@ -113,7 +113,14 @@ def moe_layers_in(model, start: int, stop: int) -> int:
     """MoE layers among layers start..stop-1 (none in a dense model: asked per candidate)."""
     if not model.is_moe:
         return 0
-    return sum(1 for index in range(start, stop) if is_moe_layer(model, index))
+    # counted, not listed (the search asks it for every candidate): layers first_dense, first_dense
+    # + moe_every, ... below `stop`, less those below `start`
+    return max(0, _moe_below(model, stop) - _moe_below(model, start))
+
+
+def _moe_below(model, stop: int) -> int:
+    """MoE layers among layers 0..stop-1."""
+    return max(0, -(-(stop - model.first_dense) // model.moe_every))
 
 
 def moe_layer_count(model) -> int:

@@ -387,10 +387,11 @@ def ep_overlap_problem(model: Transformer, degrees: Degrees, settings: Settings)
 
 
 def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees, placement: Placement,
-            settings: Settings, data_parallel: bool = True) -> Prediction:
+            settings: Settings, data_parallel: bool = True, floor: bool = False) -> Prediction:
     """The step time and memory of one candidate (module docstring); settings must be runnable.
     With `data_parallel=False` the gradient reduction is left out: a lower bound on the step
-    time (every term is >= 0) for the search to skip candidates that cannot rank."""
+    time (every term is >= 0) for the search to skip candidates that cannot rank; with `floor=True`
+    the gradient schedules are replaced by their lower bounds (terms/data.py): a tighter one."""
     dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
     if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
         # Transformer Engine's userbuffers overlap runs over the GPUs' own interconnect (CUDA IPC
@@ -523,7 +524,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     data = data_parallel_terms(model, costs, degrees, placement, settings, stages.first, ranges[0], params,
                                experts_first, layer, head_backward if pp == 1 else 0.0, tp_backward1,
-                               window(True), window(False), sharded, data_parallel)
+                               window(True), window(False), sharded, data_parallel, floor)
     dp_exposed, dp_overlapped, contention_s = data.exposed, data.overlapped, data.contention
     routes.extend(data.routes)
 
