@@ -39,6 +39,8 @@ over the expert-parallel group (synth/plan/costs.py prices them).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from synth.errors import InputRangeError, UsageError
 
 DISPATCHES_PER_LAYER = 4  # dispatch and combine, in forward and in backward
@@ -204,6 +206,7 @@ def mean_flops_delta(model, tokens: float, padded: bool = True) -> float:
     return moe_layer_count(model) * (moe_ffn_forward_flops(model, tokens, padded) - dense) / model.layers
 
 
+@lru_cache(maxsize=1024)
 def stage_ranges(model, stages) -> tuple[tuple[int, int], ...]:
     """(start, stop) of every pipeline stage's layers, first to last, for a
     synth.plan.formulas.StageLayers split (uneven first and last stages included)."""
@@ -216,6 +219,15 @@ def stage_ranges(model, stages) -> tuple[tuple[int, int], ...]:
         start += stages.middle
     ranges.append((start, model.layers))
     return tuple(ranges)
+
+
+@lru_cache(maxsize=1024)
+def stage_moe_layers(model, stages) -> tuple[int, int, int]:
+    """MoE layers of the first pipeline stage, of the middle stage with the most, and of the last
+    (asked per candidate: computed once per split)."""
+    ranges = stage_ranges(model, stages)
+    return (moe_layers_in(model, *ranges[0]), max((moe_layers_in(model, *r) for r in ranges[1:-1]), default=0),
+            moe_layers_in(model, *ranges[-1]))
 
 
 def stage_layers(model, stages) -> tuple[tuple[int, int], tuple[int, int]]:
