@@ -48,10 +48,16 @@ DEFAULT_NODES = (8, 64, 512, 2048, 16384)  # 8 GPUs per Selene node: 64 to 131,0
 EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "node=512"),
          ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
          ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
-# Mixture-of-experts plans (issue 24's case, Mixtral at 131,072 GPUs, DeepSeek-V3): `--moe` runs these
-# alone and writes moe.md and moe.json beside the dense report
+# Mixture-of-experts plans (issue 24's case, Mixtral at 131,072 GPUs, DeepSeek-V3), then the other
+# built-in MoE models at the largest size on each built-in system (131,072 GPUs; the GB200 NVL72
+# racks of 72 GPUs: 1,820 of them, 131,040): `--moe` runs these alone and writes moe.md and moe.json
+# beside the dense report
 MOE = (("mixtral-8x7b", "dgx-h100-2x8x8", "rack=256"), ("mixtral-8x7b", "selene", "node=16384"),
-       ("deepseek-v3", "selene", "node=256"))
+       ("deepseek-v3", "selene", "node=256"), ("deepseek-v3", "dgx-h100-2x8x8", "rack=2048"),
+       ("mixtral-8x7b", "dgx-h100-2x8x8", "rack=2048"), ("qwen3-235b-a22b", "selene", "node=16384"),
+       ("qwen3-30b-a3b", "dgx-h100-2x8x8", "rack=2048"), ("gpt-oss-120b", "gb200-nvl72", "rack=1820"),
+       ("mixtral-8x22b", "gb200-nvl72", "rack=1820"), ("dbrx", "selene", "node=16384"),
+       ("llama4-maverick", "dgx-h100-2x8x8", "rack=2048"))
 TIMEOUT_S = 600
 # The earlier commit every run times beside this checkout (benchmarks/pinned.py): the code before
 # the planning-at-scale round, the baseline of the README's scale figures.
