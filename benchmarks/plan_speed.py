@@ -49,15 +49,17 @@ EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "
          ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
          ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
 # Mixture-of-experts plans (issue 24's case, Mixtral at 131,072 GPUs, DeepSeek-V3), then the other
-# built-in MoE models at the largest size on each built-in system (131,072 GPUs; the GB200 NVL72
-# racks of 72 GPUs: 1,820 of them, 131,040): `--moe` runs these alone and writes moe.md and moe.json
-# beside the dense report
+# built-in MoE models at 131,072 GPUs on the built-in systems (a global batch of 16,384 sequences
+# where the model's 1,024 cannot fill them: data parallelism divides the batch) and on GB200 NVL72
+# racks (1,024 racks of 72: 73,728 GPUs, the most the models' batch fills with whole racks):
+# `--moe` runs these alone and writes moe.md and moe.json beside the dense report
 MOE = (("mixtral-8x7b", "dgx-h100-2x8x8", "rack=256"), ("mixtral-8x7b", "selene", "node=16384"),
        ("deepseek-v3", "selene", "node=256"), ("deepseek-v3", "dgx-h100-2x8x8", "rack=2048"),
        ("mixtral-8x7b", "dgx-h100-2x8x8", "rack=2048"), ("qwen3-235b-a22b", "selene", "node=16384"),
-       ("qwen3-30b-a3b", "dgx-h100-2x8x8", "rack=2048"), ("gpt-oss-120b", "gb200-nvl72", "rack=1820"),
-       ("mixtral-8x22b", "gb200-nvl72", "rack=1820"), ("dbrx", "selene", "node=16384"),
-       ("llama4-maverick", "dgx-h100-2x8x8", "rack=2048"))
+       ("llama4-maverick", "dgx-h100-2x8x8", "rack=2048"),
+       ("qwen3-30b-a3b", "dgx-h100-2x8x8", "rack=2048", ("--global-batch", "16384")),
+       ("dbrx", "selene", "node=16384", ("--global-batch", "16384")),
+       ("gpt-oss-120b", "gb200-nvl72", "rack=1024"), ("mixtral-8x22b", "gb200-nvl72", "rack=1024"))
 TIMEOUT_S = 600
 # The earlier commit every run times beside this checkout (benchmarks/pinned.py): the code before
 # the planning-at-scale round, the baseline of the README's scale figures.
@@ -79,13 +81,13 @@ print(json.dumps({"code": code, "stdout": out.getvalue(), "wall_in_process_s": w
 """
 
 
-def command_for(topology: str, resize: str, model: str = MODEL) -> list[str]:
-    return ["plan", "--topology", topology, "--resize", resize, "--model", model, "--json", "--budget", "3600"]
+def command_for(topology: str, resize: str, model: str = MODEL, extra: tuple[str, ...] = ()) -> list[str]:
+    return ["plan", "--topology", topology, "--resize", resize, "--model", model, *extra, "--json", "--budget", "3600"]
 
 
-def measure(topology: str, resize: str, source: Path, model: str = MODEL) -> dict:
+def measure(topology: str, resize: str, source: Path, model: str = MODEL, extra: tuple[str, ...] = ()) -> dict:
     """One command in a fresh process run from `source` (a checkout), timed from outside."""
-    argv = command_for(topology, resize, model)
+    argv = command_for(topology, resize, model, extra)
     load_before = os.getloadavg()
     started = time.perf_counter()
     try:
@@ -309,8 +311,8 @@ def main(argv=None) -> int:
     if args.moe:
         here = Path(__file__).resolve().parent.parent
         rows = []
-        for model, topology, resize in MOE:
-            rows.append(measure(topology, resize, here, model))
+        for model, topology, resize, *extra in MOE:
+            rows.append(measure(topology, resize, here, model, *extra))
             print(json.dumps(rows[-1]), file=sys.stderr)
         document = {"command": "python -m benchmarks.plan_speed --moe", "rows": rows}
         folder = study_dir(STUDY, args.output)

@@ -331,14 +331,25 @@ class CommunicationCosts:
     def gradient_floor(self, placement: Placement, axes: tuple[str, ...], tensors: tuple[int, ...],
                        backward_s: float, sharded: bool) -> float:
         """A lower bound on `gradient_schedule(...).exposed_s`, found without the schedule (the
-        search's bound before a full prediction): the last bucket holds the last tensor, ready
-        when backward ends, so at least the all-reduce lower bound at that tensor's size shows
-        (the whole buffer's when nothing overlaps); less a few units in the last place for the
-        rounding of `finish - end of backward`. Reduce-scatters (`sharded`) have no bound line: 0."""
+        search's bound before a full prediction). The bucket holding tensor j starts once j is
+        ready, and it and the buckets after it run one after another on the stream, at least
+        the all-reduce lower bound of the bytes from j on (synth/model/bound.py: the bound is a
+        line, or the larger of two, in the size, so the bounds of several buckets add up to at
+        least the bound of their sum): the schedule ends no earlier than ready(j) + bound(tensors
+        j..n-1), for every j. Shaved for the rounding of `finish - end of backward`.
+        Reduce-scatters (`sharded`) have no bound line: 0."""
         if sharded:
             return 0.0
-        floor = self._floor(self.factors(placement, axes))(tensors[-1] if backward_s > 0 else sum(tensors))
-        return max(0.0, floor - 8 * math.ulp(2 * backward_s + floor))
+        floor = self._floor(self.factors(placement, axes))
+        if backward_s > 0:
+            ready = ready_times(tensors, sum(tensors) / backward_s)
+        else:
+            ready = (0.0,) * len(tensors)
+        bound, after = 0.0, 0
+        for j in range(len(tensors) - 1, -1, -1):
+            after += tensors[j]
+            bound = max(bound, ready[j] - ready[-1] + floor(after))
+        return max(0.0, bound * (1 - 1e-9) - 64 * math.ulp(2 * backward_s + bound))
 
     def _schedule(self, placement, axes, tensors, backward_s, sharded) -> GradientSchedule:
         best = self._best_programs(placement, axes)
