@@ -2,7 +2,7 @@
 
     python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--pinned COMMIT | --before DIR]
     python -m benchmarks.plan_speed --units [-o results]
-    python -m benchmarks.plan_speed --moe [-o results]
+    python -m benchmarks.plan_speed --moe [-o results] [--moe-before OLD_MOE_JSON --before-label TEXT]
 
 For each size, the whole user command (start-up, imports, search, JSON output)
 
@@ -307,6 +307,7 @@ def main(argv=None) -> int:
     parser.add_argument("--before-label", default="the code before this change", help="what --before is")
     parser.add_argument("--units", action="store_true", help="time the search's units of work instead")
     parser.add_argument("--moe", action="store_true", help="the mixture-of-experts plans alone (moe.md, moe.json)")
+    parser.add_argument("--moe-before", metavar="JSON", help="with --moe: an earlier run's moe.json, shown as Before")
     args = parser.parse_args(argv)
     if args.moe:
         here = Path(__file__).resolve().parent.parent
@@ -315,6 +316,9 @@ def main(argv=None) -> int:
             rows.append(measure(topology, resize, here, model, *extra))
             print(json.dumps(rows[-1]), file=sys.stderr)
         document = {"command": "python -m benchmarks.plan_speed --moe", "rows": rows}
+        if args.moe_before:
+            earlier = json.loads(Path(args.moe_before).read_text())
+            document.update(before=earlier["rows"], before_label=earlier.get("label", args.before_label))
         folder = study_dir(STUDY, args.output)
         (folder / "moe.json").write_text(json.dumps(document, indent=1) + "\n")
         (folder / "moe.md").write_text(render(document, "Planning mixture-of-experts models: time and memory of "
