@@ -2,7 +2,7 @@
 
     python -m benchmarks.plan_speed [-o results] [--nodes 8,64,512,2048,16384] [--pinned COMMIT | --before DIR]
     python -m benchmarks.plan_speed --units [-o results]
-    python -m benchmarks.plan_speed --moe [-o results]
+    python -m benchmarks.plan_speed --moe [-o results] [--moe-before OLD_MOE_JSON --before-label TEXT]
 
 For each size, the whole user command (start-up, imports, search, JSON output)
 
@@ -48,10 +48,18 @@ DEFAULT_NODES = (8, 64, 512, 2048, 16384)  # 8 GPUs per Selene node: 64 to 131,0
 EXTRA = (("gpt3-175b", "dgx-h100-2x8x8", "rack=256"), ("llama2-70b", "selene", "node=512"),
          ("llama2-70b", "selene", "node=16384"), ("gpt3-6.7b", "dgx-h100-2x8x8", "rack=16"),
          ("megatron-18.4b", "dgx-h100-2x8x8", "rack=64"))
-# Mixture-of-experts plans (issue 24's case, Mixtral at 131,072 GPUs, DeepSeek-V3): `--moe` runs these
-# alone and writes moe.md and moe.json beside the dense report
+# Mixture-of-experts plans (issue 24's case, Mixtral at 131,072 GPUs, DeepSeek-V3), then the other
+# built-in MoE models at 131,072 GPUs on the built-in systems (a global batch of 16,384 sequences
+# where the model's 1,024 cannot fill them: data parallelism divides the batch) and on GB200 NVL72
+# racks (1,024 racks of 72: 73,728 GPUs, the most the models' batch fills with whole racks):
+# `--moe` runs these alone and writes moe.md and moe.json beside the dense report
 MOE = (("mixtral-8x7b", "dgx-h100-2x8x8", "rack=256"), ("mixtral-8x7b", "selene", "node=16384"),
-       ("deepseek-v3", "selene", "node=256"))
+       ("deepseek-v3", "selene", "node=256"), ("deepseek-v3", "dgx-h100-2x8x8", "rack=2048"),
+       ("mixtral-8x7b", "dgx-h100-2x8x8", "rack=2048"), ("qwen3-235b-a22b", "selene", "node=16384"),
+       ("llama4-maverick", "dgx-h100-2x8x8", "rack=2048"),
+       ("qwen3-30b-a3b", "dgx-h100-2x8x8", "rack=2048", ("--global-batch", "16384")),
+       ("dbrx", "selene", "node=16384", ("--global-batch", "16384")),
+       ("gpt-oss-120b", "gb200-nvl72", "rack=1024"), ("mixtral-8x22b", "gb200-nvl72", "rack=1024"))
 TIMEOUT_S = 600
 # The earlier commit every run times beside this checkout (benchmarks/pinned.py): the code before
 # the planning-at-scale round, the baseline of the README's scale figures.
@@ -73,13 +81,13 @@ print(json.dumps({"code": code, "stdout": out.getvalue(), "wall_in_process_s": w
 """
 
 
-def command_for(topology: str, resize: str, model: str = MODEL) -> list[str]:
-    return ["plan", "--topology", topology, "--resize", resize, "--model", model, "--json", "--budget", "3600"]
+def command_for(topology: str, resize: str, model: str = MODEL, extra: tuple[str, ...] = ()) -> list[str]:
+    return ["plan", "--topology", topology, "--resize", resize, "--model", model, *extra, "--json", "--budget", "3600"]
 
 
-def measure(topology: str, resize: str, source: Path, model: str = MODEL) -> dict:
+def measure(topology: str, resize: str, source: Path, model: str = MODEL, extra: tuple[str, ...] = ()) -> dict:
     """One command in a fresh process run from `source` (a checkout), timed from outside."""
-    argv = command_for(topology, resize, model)
+    argv = command_for(topology, resize, model, extra)
     load_before = os.getloadavg()
     started = time.perf_counter()
     try:
@@ -299,14 +307,18 @@ def main(argv=None) -> int:
     parser.add_argument("--before-label", default="the code before this change", help="what --before is")
     parser.add_argument("--units", action="store_true", help="time the search's units of work instead")
     parser.add_argument("--moe", action="store_true", help="the mixture-of-experts plans alone (moe.md, moe.json)")
+    parser.add_argument("--moe-before", metavar="JSON", help="with --moe: an earlier run's moe.json, shown as Before")
     args = parser.parse_args(argv)
     if args.moe:
         here = Path(__file__).resolve().parent.parent
         rows = []
-        for model, topology, resize in MOE:
-            rows.append(measure(topology, resize, here, model))
+        for model, topology, resize, *extra in MOE:
+            rows.append(measure(topology, resize, here, model, *extra))
             print(json.dumps(rows[-1]), file=sys.stderr)
         document = {"command": "python -m benchmarks.plan_speed --moe", "rows": rows}
+        if args.moe_before:
+            earlier = json.loads(Path(args.moe_before).read_text())
+            document.update(before=earlier["rows"], before_label=earlier.get("label", args.before_label))
         folder = study_dir(STUDY, args.output)
         (folder / "moe.json").write_text(json.dumps(document, indent=1) + "\n")
         (folder / "moe.md").write_text(render(document, "Planning mixture-of-experts models: time and memory of "

@@ -384,8 +384,10 @@ def best_launchable(result):
             return prediction
     if result.request.placement_filter is not None:
         return None
-    # the first search's priced collectives reused: the same topology, so the same figures, not priced twice
-    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1), costs=result.costs)
+    # the first search's priced collectives reused: the same topology, so the same figures, not priced twice;
+    # and its estimate (a search over fewer placements costs no more: not counted again)
+    again = plan(dataclasses.replace(result.request, placement_filter=megatron_launchable, top=1), costs=result.costs,
+                 size=result.size)
     return again.ranked[0] if again.ranked else None
 
 

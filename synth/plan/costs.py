@@ -368,6 +368,37 @@ class CommunicationCosts:
             self._schedules[key] = found
         return found
 
+    def _floor(self, factors: tuple[int, ...]):
+        """The all-reduce lower bound of the groups spanning `factors`, as a function of the size
+        (synth/model/bound.py: a line in the size, below every program's time)."""
+        floor = self._floors.get(factors)
+        if floor is None:
+            floor = self._floors[factors] = bound_floor(self._context(factors))
+        return floor
+
+    def gradient_floor(self, placement: Placement, axes: tuple[str, ...], tensors: tuple[int, ...],
+                       backward_s: float, sharded: bool) -> float:
+        """A lower bound on `gradient_schedule(...).exposed_s`, found without the schedule (the
+        search's bound before a full prediction). The bucket holding tensor j starts once j is
+        ready, and it and the buckets after it run one after another on the stream, at least
+        the all-reduce lower bound of the bytes from j on (synth/model/bound.py: the bound is a
+        line, or the larger of two, in the size, so the bounds of several buckets add up to at
+        least the bound of their sum): the schedule ends no earlier than ready(j) + bound(tensors
+        j..n-1), for every j. Shaved for the rounding of `finish - end of backward`.
+        Reduce-scatters (`sharded`) have no bound line: 0."""
+        if sharded:
+            return 0.0
+        floor = self._floor(self.factors(placement, axes))
+        if backward_s > 0:
+            ready = ready_times(tensors, sum(tensors) / backward_s)
+        else:
+            ready = (0.0,) * len(tensors)
+        bound, after = 0.0, 0
+        for j in range(len(tensors) - 1, -1, -1):
+            after += tensors[j]
+            bound = max(bound, ready[j] - ready[-1] + floor(after))
+        return max(0.0, bound * (1 - 1e-9) - 64 * math.ulp(2 * backward_s + bound))
+
     def _schedule(self, placement, axes, tensors, backward_s, sharded) -> GradientSchedule:
         best = self._best_programs(placement, axes)
         rate = sum(tensors) / backward_s if backward_s > 0 else math.inf
@@ -394,9 +425,7 @@ class CommunicationCosts:
             def cost(size):
                 choice = chooser(size)
                 return choice.program, choice.time_s  # an object: text once, for the largest bucket
-            floor = self._floors.get(grid_key[0])
-            if floor is None:
-                floor = self._floors[grid_key[0]] = bound_floor(best.context)
+            floor = self._floor(grid_key[0])
         seconds = lambda size: cost(size)[1]  # noqa: E731
         if backward_s > 0:
             ranges = merge_idle(tensors, ready, optimal_ranges(tensors, ready, seconds, floor), seconds)

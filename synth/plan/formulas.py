@@ -34,6 +34,7 @@ sources. In short:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from synth.plan import attention, moe
 from synth.plan.model import Transformer
@@ -63,6 +64,7 @@ class LayerShape:
         return (self.matmul + self.split_biases) / tp + self.replicated
 
 
+@lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def layer_shape(model: Transformer) -> LayerShape:
     h, f, kv = model.hidden, model.ffn, model.query_groups * model.head_dim
     mlp = (3 if model.gated_mlp else 2) * h * f
@@ -157,6 +159,7 @@ def stage_layers(layers: int, pp: int, first: int | None = None, last: int | Non
     return StageLayers(first, rest // (pp - 2), last)
 
 
+@lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def stage_parameters(model: Transformer, tp: int, pp: int, stages: StageLayers | None = None,
                      ep: int = 1) -> StageParameters:
     """With MoE layers, each stage's own MoE layers hold E/ep experts per device (moe.py)."""
@@ -206,6 +209,7 @@ def head_forward_flops(model: Transformer, tokens: int) -> float:
     return 2.0 * tokens * model.hidden * model.vocab
 
 
+@lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def model_flops_per_step(model: Transformer) -> float:
     """FLOPs of forward and backward (3x forward) for one optimizer step, no recomputation:
     the numerator of model FLOPs utilization (MFU)."""
@@ -214,6 +218,7 @@ def model_flops_per_step(model: Transformer) -> float:
     return 3.0 * (model.layers * layer + head_forward_flops(model, tokens))
 
 
+@lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def hardware_flops_per_step(model: Transformer, recompute: str) -> float:
     """The FLOPs the devices execute, recomputation included: with full recomputation this is
     Narayanan et al.'s eq. 3, the figure their TFLOP/s per GPU counts."""
@@ -250,6 +255,7 @@ def state_bytes_per_parameter(model: Transformer, dp: int, sharded_optimizer: bo
     return (weights + grads + sharded) / dp
 
 
+@lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
                            recompute: str) -> float:
     """Activations one layer keeps for backward, per micro-batch, per device (Korthikanti et al.

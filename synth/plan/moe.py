@@ -44,6 +44,8 @@ experts per token) bounds the nodes a token's copies reach (`node_limit`).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from synth.errors import InputRangeError, UsageError
 
 DISPATCHES_PER_LAYER = 4  # dispatch and combine, in forward and in backward
@@ -157,7 +159,14 @@ def moe_layers_in(model, start: int, stop: int) -> int:
     """MoE layers among layers start..stop-1 (none in a dense model: asked per candidate)."""
     if not model.is_moe:
         return 0
-    return sum(1 for index in range(start, stop) if is_moe_layer(model, index))
+    # counted, not listed (the search asks it for every candidate): layers first_dense, first_dense
+    # + moe_every, ... below `stop`, less those below `start`
+    return max(0, _moe_below(model, stop) - _moe_below(model, start))
+
+
+def _moe_below(model, stop: int) -> int:
+    """MoE layers among layers 0..stop-1."""
+    return max(0, -(-(stop - model.first_dense) // model.moe_every))
 
 
 def moe_layer_count(model) -> int:
@@ -241,6 +250,7 @@ def mean_flops_delta(model, tokens: float, padded: bool = True) -> float:
     return moe_layer_count(model) * (moe_ffn_forward_flops(model, tokens, padded) - dense) / model.layers
 
 
+@lru_cache(maxsize=1024)
 def stage_ranges(model, stages) -> tuple[tuple[int, int], ...]:
     """(start, stop) of every pipeline stage's layers, first to last, for a
     synth.plan.formulas.StageLayers split (uneven first and last stages included)."""
@@ -253,6 +263,15 @@ def stage_ranges(model, stages) -> tuple[tuple[int, int], ...]:
         start += stages.middle
     ranges.append((start, model.layers))
     return tuple(ranges)
+
+
+@lru_cache(maxsize=1024)
+def stage_moe_layers(model, stages) -> tuple[int, int, int]:
+    """MoE layers of the first pipeline stage, of the middle stage with the most, and of the last
+    (asked per candidate: computed once per split)."""
+    ranges = stage_ranges(model, stages)
+    return (moe_layers_in(model, *ranges[0]), max((moe_layers_in(model, *r) for r in ranges[1:-1]), default=0),
+            moe_layers_in(model, *ranges[-1]))
 
 
 def stage_layers(model, stages) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -20,6 +20,7 @@ what to fix (`SearchBudgetError`, its fields for the command to name options).
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import time
@@ -511,12 +512,27 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     # Second pass: the full predictions (their gradient schedules are most of a search's work) in
     # the order of their bounds, so the fastest are kept first and the bound stops the most.
     # Which candidates are kept does not depend on the order (_keep, _cannot_rank).
-    pending.sort(key=lambda entry: entry[0])
+    # A candidate the first bound does not stop gets a tighter one first (its gradient schedules'
+    # lower bounds, step.predict's `floor`) and waits in the queue by it when others come before.
+    queue = [(key, index, False, degrees, placement, setting)
+             for index, (key, degrees, placement, setting) in enumerate(pending)]
+    pending.clear()
+    heapq.heapify(queue)
     try:
-        for key, degrees, placement, setting in pending:
+        while queue:
+            key, index, tightened, degrees, placement, setting = heapq.heappop(queue)
             if _cannot_rank(key, kept, fitting, request.top):
                 result.bounded += 1
                 continue
+            if not tightened:
+                tighter = _key(predict(request.model, request.compute, costs, degrees, placement, setting, floor=True))
+                if tighter > key:
+                    if _cannot_rank(tighter, kept, fitting, request.top):
+                        result.bounded += 1
+                        continue
+                    if queue and queue[0][0] < tighter:
+                        heapq.heappush(queue, (tighter, index, True, degrees, placement, setting))
+                        continue
             _keep(result, kept, fitting, predict(request.model, request.compute, costs, degrees, placement, setting),
                   request.top)
     except KeyboardInterrupt:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
@@ -386,17 +386,23 @@ def ep_overlap_problem(model: Transformer, degrees: Degrees, settings: Settings)
     return None
 
 
+@lru_cache(maxsize=1024)
+def _without_tp_overlap(settings: Settings) -> Settings:
+    return dataclasses.replace(settings, tp_overlap=False)
+
+
 def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees, placement: Placement,
-            settings: Settings, data_parallel: bool = True) -> Prediction:
+            settings: Settings, data_parallel: bool = True, floor: bool = False) -> Prediction:
     """The step time and memory of one candidate (module docstring); settings must be runnable.
     With `data_parallel=False` the gradient reduction is left out: a lower bound on the step
-    time (every term is >= 0) for the search to skip candidates that cannot rank."""
+    time (every term is >= 0) for the search to skip candidates that cannot rank; with `floor=True`
+    the gradient schedules are replaced by their lower bounds (terms/data.py): a tighter one."""
     dp, tp, pp, cp, v = degrees.dp, degrees.tp, degrees.pp, degrees.cp, settings.virtual
     if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
         # Transformer Engine's userbuffers overlap runs over the GPUs' own interconnect (CUDA IPC
         # inside a node, fabric handles inside a multi-node NVLink domain: costs.userbuffers_level):
         # tensor-parallel groups that cross it run their collectives unoverlapped.
-        settings = dataclasses.replace(settings, tp_overlap=False)
+        settings = _without_tp_overlap(settings)
     m = microbatches_of(model, degrees, settings.micro_batch)
     tokens = settings.micro_batch * model.seq_len // cp  # per device per micro-batch
     stages = formulas.stage_layers(model.layers, pp)
@@ -424,9 +430,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
                              forward1, backward1, ep_overlap_steady(m, pp, v))
     ep1, ep_backward1 = expert.layer, expert.backward
     ranges = moe.stage_ranges(model, stages)
-    moe_first = moe.moe_layers_in(model, *ranges[0])
-    moe_last = moe.moe_layers_in(model, *ranges[-1])
-    moe_middle = max((moe.moe_layers_in(model, *r) for r in ranges[1:-1]), default=0)
+    moe_first, moe_middle, moe_last = moe.stage_moe_layers(model, stages)
 
     # --- pipeline point to point (terms/pipeline.py) ---------------------------------------------
     transfer = pipeline_transfer(costs, placement, settings, tp, pp, activation)
@@ -523,7 +527,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     data = data_parallel_terms(model, costs, degrees, placement, settings, stages.first, ranges[0], params,
                                experts_first, layer, head_backward if pp == 1 else 0.0, tp_backward1,
-                               window(True), window(False), sharded, data_parallel)
+                               window(True), window(False), sharded, data_parallel, floor)
     dp_exposed, dp_overlapped, contention_s = data.exposed, data.overlapped, data.contention
     routes.extend(data.routes)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 from synth.plan import formulas
 from synth.plan.kernels import head_times, layer_times
@@ -29,6 +30,7 @@ class LayerCompute:
         return self.head_forward + self.head_backward
 
 
+@lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def layer_compute(model, compute, settings, tp: int, cp: int, ep: int) -> LayerCompute:
     """One layer's and the output layer's compute (`compute`: step.Compute, `settings`: step.Settings)."""
     tokens = settings.micro_batch * model.seq_len // cp

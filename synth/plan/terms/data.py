@@ -28,13 +28,16 @@ class DataParallel:
 
 def data_parallel_terms(model, costs, degrees, placement, settings, first: int, first_range: tuple[int, int], params,
                         experts_first: float, layer, head_backward: float, tp_backward1: float,
-                        window_forward: dict, window_backward: dict, sharded, data_parallel: bool = True
-                        ) -> DataParallel:
+                        window_forward: dict, window_backward: dict, sharded, data_parallel: bool = True,
+                        floor: bool = False) -> DataParallel:
     """The data-parallel term of the first stage (`first` layers, `first_range` their indices;
     `params`: formulas.stage_parameters; `layer`: terms.compute.LayerCompute; `head_backward`: the
     output layer's backward when the first stage runs it; `window_*`: the first stage's
     critical-path collectives of one micro-batch's forward and backward, by axes;
-    `sharded`: terms.sharded.ShardedLayers). `data_parallel=False`: nothing (the search's bound)."""
+    `sharded`: terms.sharded.ShardedLayers). `data_parallel=False`: nothing (the search's bound).
+    `floor`: the gradient schedules' exposed time replaced by its lower bound
+    (costs.gradient_floor), no contention and no routes: a lower bound on `exposed` that the
+    search tries before running the schedules; the weight gathers are priced exactly."""
     dp, tp = degrees.dp, degrees.tp
     zero3, sharding, shard, replicas = sharded.zero3, sharded.sharding, sharded.shard, sharded.replicas
     forward1, backward1, recompute1 = layer.forward, layer.backward, layer.recompute
@@ -62,6 +65,19 @@ def data_parallel_terms(model, costs, degrees, placement, settings, first: int, 
         # the first stage's last backward (with the output layer too when it is also the last stage)
         backward_s = first * (backward1 + recompute1 + tp_backward1) + head_backward
         backward_s = backward_s if settings.overlap_gradients else 0.0
+        if floor:
+            dp_exposed = costs.gradient_floor(placement, data_axes, tensors, backward_s, settings.sharded_optimizer)
+            if experts_first and expert_axes:
+                expert_tensors = fuse_tensors(tuple([int(experts_first / first * grad_bytes)] * first))
+                dp_exposed += costs.gradient_floor(placement, expert_axes, expert_tensors, backward_s,
+                                                   settings.sharded_optimizer)
+            if settings.sharded_optimizer:
+                dp_exposed += weights_gather_exposed(
+                    costs.all_gather(placement, data_axes, int((params.first - experts_first) * model.bytes_per_value)).time_s)
+                if experts_first and expert_axes:
+                    dp_exposed += weights_gather_exposed(
+                        costs.all_gather(placement, expert_axes, int(experts_first * model.bytes_per_value)).time_s)
+            return DataParallel(dp_exposed)
         gradients = costs.gradient_schedule(placement, data_axes, tensors, backward_s, settings.sharded_optimizer)
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
@@ -104,6 +120,8 @@ def data_parallel_terms(model, costs, degrees, placement, settings, first: int, 
         embedding_grad = int(max(params.first - formulas.layer_shape(model).per_device(tp) * first, 1) * grad_bytes / shard)
         tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))
         backward_s = first * (backward1 + recompute1 + tp_backward1) if settings.overlap_gradients else 0.0
+        if floor:
+            return DataParallel(costs.gradient_floor(sharding, ("dp_replica",), tensors, backward_s, False))
         gradients = costs.gradient_schedule(sharding, ("dp_replica",), tensors, backward_s, False)
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed

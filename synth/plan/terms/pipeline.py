@@ -6,6 +6,8 @@ schedules (`pipeline_bubble`)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 
@@ -67,7 +69,9 @@ def pipeline_bubble(stage_seconds, microbatches: int, virtual: int = 1, chain_tr
     if pp <= 1:
         return 0.0
     slowest = max(times)
-    longest = max(microbatches * t + sum(times[:k])
-                  + max(0.0, sum(times[k + 1:]) - (pp - k - 1) * forward_share * t)
-                  for k, t in enumerate(times))
+    longest, before = -math.inf, 0  # before: sum(times[:k]), added in the same order as sum() would
+    for k, t in enumerate(times):
+        longest = max(longest, microbatches * t + before
+                      + max(0.0, sum(times[k + 1:]) - (pp - k - 1) * forward_share * t))
+        before += t
     return (longest - microbatches * slowest) / virtual + 2 * (pp * virtual - 1) * chain_transfer_s
