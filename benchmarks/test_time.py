@@ -43,7 +43,7 @@ def minutes(seconds: float) -> str:
 
 
 def render(counts: dict[str, int], pytest_s: float | None, wall_s: float, load_before: float, load_after: float,
-           exit_code: int, cpu_s: float | None = None, command: str = COMMAND) -> str:
+           exit_code: int, cpu_s: float | None = None, command: str = COMMAND, note: str = "") -> str:
     ran = sum(counts.get(kind, 0) for kind in ("passed", "failed", "error", "xfailed", "xpassed"))
     outcome = ", ".join(f"{number} {kind}" for kind, number in counts.items()) or "no summary line"
     lines = ["# Test suite time", "", header(command), "",
@@ -60,6 +60,8 @@ def render(counts: dict[str, int], pytest_s: float | None, wall_s: float, load_b
              "waited for (torch ranks, the CLI runs), so CPU time / 2 bounds the wall time on an idle 2-core "
              "machine from below. Slow tests (`@pytest.mark.slow`: the long end-to-end runs that repeat what a "
              "faster test shows, the documents' benchmark examples) run apart with `pytest -m slow`."]
+    if note:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -69,13 +71,16 @@ def main(argv=None) -> int:
     parser.add_argument("--wall-s", type=float, required=True, help="the wall time of the pytest run")
     parser.add_argument("--cpu-s", type=float, help="the CPU time (user + system) of the run and its children")
     parser.add_argument("--load-before", type=float, required=True, help="the 1-minute load average before it")
+    parser.add_argument("--load-after", type=float, help="the 1-minute load average after it (default: now)")
     parser.add_argument("--command", default=COMMAND, help="what ran the tests (default %(default)s)")
+    parser.add_argument("--note", default="", help="a paragraph on the run (what else shared the machine)")
     parser.add_argument("--exit-code", type=int, default=0, help="pytest's exit status")
     parser.add_argument("-o", "--output", default="results", help="the results directory (default results/)")
     args = parser.parse_args(argv)
     counts, pytest_s = summary(Path(args.log).read_text(encoding="utf-8", errors="replace"))
-    text = render(counts, pytest_s, args.wall_s, args.load_before, os.getloadavg()[0], args.exit_code, args.cpu_s,
-                  args.command)
+    load_after = os.getloadavg()[0] if args.load_after is None else args.load_after
+    text = render(counts, pytest_s, args.wall_s, args.load_before, load_after, args.exit_code, args.cpu_s,
+                  args.command, args.note)
     path = study_dir(STUDY, args.output) / REPORT
     write_text(path, text)
     write_index(args.output)  # results/README.md lists the study
