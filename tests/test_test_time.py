@@ -12,6 +12,16 @@ def test_the_summary_line_gives_the_counts_and_pytest_s_seconds(tmp_path):
                            "--exit-code", "1", "-o", str(tmp_path)]) == 0
     text = (tmp_path / "test-time" / "README.md").read_text()
     assert "Command: `.ci/run`" in text and "| 2112 | 12 min 1 s | 12 min 5 s |" in text and "exit status 1" in text
+    assert "| - |" in text  # no CPU time given: said, not guessed
+
+
+def test_the_cpu_time_and_the_command_are_recorded(tmp_path):
+    (tmp_path / "log").write_text("= 10 passed in 60.00s =\n")
+    assert test_time.main(["--log", str(tmp_path / "log"), "--wall-s", "61", "--cpu-s", "130", "--load-before", "1",
+                           "--load-after", "3.5", "--command", "pytest -n 2 -q", "--note", "Shared.", "-o", str(tmp_path)]) == 0
+    text = (tmp_path / "test-time" / "README.md").read_text()
+    assert "Command: `pytest -n 2 -q`" in text and "| 10 | 1 min 0 s | 1 min 1 s | 2 min 10 s | " in text
+    assert "| 1.0 | 3.5 |" in text and text.rstrip().endswith("Shared.")
 
 
 def test_no_summary_line_is_said_not_guessed():
