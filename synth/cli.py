@@ -211,16 +211,12 @@ def _main(argv: list[str] | None = None) -> int:
         _quiet_broken_pipe()
         return 0
     except Exception as error:
-        if not _interrupt_in_native_call(error):
+        from synth.commands.terminal import interrupt_in_native_call
+
+        if not interrupt_in_native_call(error):
             raise
         _report(prefix, "interrupted")
         return 130
-
-
-def _interrupt_in_native_call(error: Exception) -> bool:
-    """Ctrl-C that landed while ctypes converted the arguments of a native call (Z3's): ctypes
-    turns the KeyboardInterrupt into an ArgumentError naming it."""
-    return type(error).__name__ == "ArgumentError" and "KeyboardInterrupt" in str(error)
 
 
 def _report(prefix: str, error: BaseException | str) -> None:

@@ -155,3 +155,20 @@ def test_ctrl_c_stops_a_long_search_without_a_traceback():
     assert process.returncode == 130
     assert "interrupted after" in err and "Traceback" not in err
     assert first.startswith("# placement")
+
+
+def test_ctrl_c_inside_a_native_call_still_reports_the_count(monkeypatch, capsys):
+    """ctypes turns a Ctrl-C during a native (Z3) call into an ArgumentError naming it: the
+    listing still says how many programs it had found (a loaded machine hit this path)."""
+    import ctypes
+
+    from synth.cli import main
+    from synth.search import enumerator as enumeration
+
+    def interrupted(self):
+        yield from ()
+        raise ctypes.ArgumentError("argument 1: KeyboardInterrupt: ")
+
+    monkeypatch.setattr(enumeration.Enumerator, "programs", interrupted)
+    assert main(["programs", "--levels", "2,2", "--axes", "4", "--reduce", "a0", "--max-len", "3"]) == 130
+    assert "interrupted after 0 program(s)" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 import sys
 from contextlib import contextmanager
 
+from synth.commands.terminal import interrupt_in_native_call
 from synth.commands.common import add_plot_option
 from synth.commands.common import (add_axes_option, add_constraint_options, add_job_options, add_json_option,
                                    add_max_len_option, add_system_options, constraints_of, hierarchy_for, iter_placements, one_placement,
@@ -283,6 +284,12 @@ def run_programs(args) -> int:
                                      "hierarchy": list(hierarchy.level_names)})
                     else:
                         print(program, flush=True)
+    except Exception as error:  # Ctrl-C inside a native (Z3) call reaches here as ctypes' ArgumentError
+        if not interrupt_in_native_call(error):
+            raise
+        if args.json:
+            print_json(rows)
+        raise KeyboardInterruptWithCount(total, "the JSON holds them" if args.json else "") from None
     except KeyboardInterrupt:
         if args.json:  # what was found stays usable: a complete JSON document
             print_json(rows)

@@ -29,3 +29,9 @@ def console(stderr: bool = False, width: int | None = None, piped_width: int | N
         return _TextConsole(width=width, **plain)
     made = _TextConsole(**plain)
     return made if made.is_terminal or piped_width is None else _TextConsole(width=piped_width, **plain)
+
+
+def interrupt_in_native_call(error: BaseException) -> bool:
+    """Ctrl-C that landed while ctypes converted the arguments of a native call (Z3's): ctypes
+    turns the KeyboardInterrupt into an ArgumentError naming it."""
+    return type(error).__name__ == "ArgumentError" and "KeyboardInterrupt" in str(error)
