@@ -316,7 +316,9 @@ def render(result: dict, command: str, seconds: float) -> str:
                       f"{_share(d['other'], c['calls'] - own)}."]
     lines += ["", f"Target met: accuracy {'yes' if met_accuracy else 'no'} (every prediction within its band's "
                   f"tolerance), interval coverage {'yes' if met_coverage else 'no'} (at least 90%, pooled over every "
-                  f"prediction; per source below).", "", HISTORY, "", FINDINGS, "", "## Per source", "",
+                  f"prediction; per source below). Coverage is bought with width where held-out errors are large: a median "
+                  f"interval wider than x0.5-x2 (the table's last column) says the model cannot pin that band on an "
+                  f"unseen system, not that its prediction is good there.", "", HISTORY, "", FINDINGS, "", "## Per source", "",
               "Each source's prior scale and structure terms were chosen on the other sources' folds (`within target "
               "there`: what the chosen scale scored on them).", "",
               "| source | folds | predictions | within target | interval coverage | median 90% interval | prior scale "
