@@ -7,7 +7,7 @@ law of exponent 1 over the experts: the first experts, on the first members, hot
 goals, two token counts per member (4096, a training micro-batch as DeepEP's normal kernels
 are benchmarked; 128, decoding) and every placement of the expert-parallel axis (`ep`, as
 large as the experts allow and the system holds, beside `dp` for the rest): the fastest
-dispatch or combine program (synth/analysis/routed_rank.py, the programs `synth rank
+dispatch or combine program (synth/search/routed_rank.py, the programs `synth rank
 --collective dispatch|combine` ranks) against the flat all-to-all of the same routing, both
 through the same engine. Writes results/moe-dispatch/README.md and rows.csv.
 
@@ -24,12 +24,13 @@ import time
 from dataclasses import asdict, dataclass
 
 from benchmarks.record import REPORT, header, study_dir
-from synth.analysis.routed_rank import RoutedPrograms
+from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
 from synth.model.context import cost_context
 from synth.model.network import check_costable
 from synth.placement import enumerate_placements, parse_axes
 from synth.routing import Routing
+from synth.search.rank import Ranker
 from synth.topology_file import builtin_topology_names, load_topology
 from synth.units import format_bytes
 
@@ -108,9 +109,9 @@ def rows_for(topology) -> list[Row]:
             hierarchy = build_hierarchy(placement, ("ep",))
             context = cost_context(hierarchy, topology, "nccl")
             for goal in ("dispatch", "combine"):
-                programs = RoutedPrograms(context, goal, routing, 4)
+                ranker = Ranker(context, 4, goal=parse_goal(goal), routing=routing)
                 for tokens in TOKENS:
-                    ranked = programs.rank(tokens * routing.bytes_per_token)
+                    ranked = ranker.rank([tokens * routing.bytes_per_token])[0]
                     best, flat = ranked[0], next(row for row in ranked if row.baseline)
                     rows.append(Row(topology.name, model, skew, goal, axes, placement.to_text(),
                                     ",".join(f"{level.name}={level.size}" for level in hierarchy.levels), tokens,

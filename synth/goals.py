@@ -15,7 +15,7 @@ A request names one collective, as a training step calls it over the reduction g
   exactly once per expert; `combine`: each token's owner ends with the weighted sum of its k
   expert outputs. These two are *routed*: what they move is set by a routing
   (synth/routing.py), their programs are checked by synth/routed.py and priced by
-  synth/analysis/routed_rank.py; `ROUTED_GOALS` holds them beside `GOALS`.
+  synth/search/routed_rank.py (the `Ranker` lists and prices them); `ROUTED_GOALS` holds them beside `GOALS`.
 
 A goal also says which steps its programs are built of (its alphabet: the collectives that
 can take part in a valid program of it, and whether local `Permute` steps can), and what the

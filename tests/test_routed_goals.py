@@ -290,7 +290,7 @@ def test_programs_lists_every_order_and_grouping():
 @pytest.mark.parametrize("routing", [Routing(4096, 8, 256), Routing(128, 8, 256, node_limit=4),
                                      Routing(4096, 2, 128, zipf=1.0)])
 def test_no_program_beats_the_lower_bound(topology, axes, routing):
-    from synth.analysis.routed_rank import RoutedPrograms
+    from synth.search.routed_rank import RoutedPrograms
     from synth.hierarchy import build_hierarchy
     from synth.model import cost_context
     from synth.placement import enumerate_placements, parse_axes
@@ -309,3 +309,33 @@ def test_commands_without_routed_goals_say_which_take_them():
                    "--bytes", "1MiB")
     assert result.returncode == 2 and "does not take dispatch or combine yet" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_one_ranker_ranks_routed_goals_as_their_program_list_does():
+    """Dispatch and combine go through the one `Ranker` (given the routing): its rows, top K and
+    bound are the routed program list's own, and a routing is asked for exactly when the goal
+    moves tokens by one."""
+    from synth.goals import ALL_REDUCE
+    from synth.hierarchy import build_hierarchy
+    from synth.model import cost_context
+    from synth.placement import enumerate_placements, parse_axes
+    from synth.search.rank import Ranker
+    from synth.search.routed_rank import RoutedPrograms, routing_at
+    from synth.topology_file import load_topology
+
+    system = load_topology("hgx-h100-ib-4x8")
+    context = cost_context(build_hierarchy(enumerate_placements(system, parse_axes("ep=32"))[0], ("ep",)), system, "nccl")
+    routing = Routing(4096, 8, 256, node_limit=2)
+    for name in ("dispatch", "combine"):
+        goal = parse_goal(name)
+        ranker = Ranker(context, 4, goal=goal, routing=routing)
+        size = 512 * routing.bytes_per_token
+        listed = RoutedPrograms(context, goal, routing, 4).rank(size)
+        assert ranker.rank([size])[0] == listed
+        assert ranker.top(size, 2) == listed[:2] + [row for row in listed[2:] if row.baseline]
+        assert ranker.lower_bound(size) == RoutedPrograms(context, goal, routing, 4).bound(routing_at(routing, size))
+        assert ranker.achievable_bound(size) is None
+        with pytest.raises(ValueError, match="give one"):
+            Ranker(context, 4, goal=goal)
+    with pytest.raises(ValueError, match="takes no routing"):
+        Ranker(context, 4, goal=ALL_REDUCE, routing=routing)

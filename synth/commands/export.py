@@ -255,14 +255,14 @@ def _export_routed(args, job, placement, hierarchy, goal) -> int:
     routing = resolve_routing(args, goal, required=args.top is not None)
     programs = _given_programs(args)
     if not programs:
-        from synth.analysis.routed_rank import RoutedPrograms
         from synth.model.context import cost_context
         from synth.model.network import check_costable
+        from synth.search.rank import Ranker
 
         check_costable(job.topology)
         size = resolve_sizes(args, routing.buffer_bytes)[0]
-        rows = RoutedPrograms(cost_context(hierarchy, job.topology, args.backend), goal, routing, args.max_len).rank(size)
-        programs = [row.program for row in rows[:args.top]]
+        ranker = Ranker(cost_context(hierarchy, job.topology, args.backend), args.max_len, goal=goal, routing=routing)
+        programs = [row.program for row in ranker.top(size, args.top)[:args.top]]
     argv = ["synth", "export", *_system_arguments(args), "--axes", args.axes, "--reduce", ",".join(hierarchy.reduce_axes),
             "--placement", placement.to_text(), "--hierarchy", args.hierarchy, "--collective", goal.name]
     if args.routing:

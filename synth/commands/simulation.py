@@ -161,24 +161,21 @@ def _held_out_json(error, row) -> dict:
 
 
 def _routed_sections(context, goal, sizes, args) -> list:
-    """Dispatch or combine programs for the --routing, with their routed lower bound
-    (synth/analysis/routed_rank.py); sizes are bytes of tokens per member."""
-    from synth.analysis.routed_rank import RoutedPrograms, routing_at
+    """Dispatch or combine programs for the --routing, with their routed lower bound (the one
+    `Ranker`, synth/search/rank.py); sizes are bytes of tokens per member."""
     from synth.commands.common import flagged
-    from synth.search.rank import pareto_front
+    from synth.search.rank import Ranker, pareto_front
 
     with flagged("--routing"):
-        programs = RoutedPrograms(context, goal, args.routed, args.max_len)
+        ranker = Ranker(context, args.max_len, goal=goal, routing=args.routed)
     sections = []
     for size in sizes:
         with flagged("--bytes"):
-            routing = routing_at(args.routed, size)
-        rows = programs.rank(size)
-        if args.top is not None:
-            rows = rows[:args.top] + [row for row in rows[args.top:] if row.baseline]
+            bound = ranker.lower_bound(size)
+        rows = ranker.top(size, args.top) if args.top is not None else ranker.rank([size])[0]
         if args.pareto:
             rows = pareto_front(rows)
-        sections.append((routing.buffer_bytes, context.hierarchy, (programs.bound(routing), None), rows))
+        sections.append((bound.bytes_per_device, context.hierarchy, (bound, None), rows))
     return sections
 
 

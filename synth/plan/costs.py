@@ -277,7 +277,7 @@ class CommunicationCosts:
     # --- routed: MoE dispatch and combine in two stages ---------------------------------------------
 
     def two_stage(self, goal: str, placement: Placement, axes: tuple[str, ...], routing, host: int) -> Communication:
-        """The fastest `dispatch` or `combine` program (synth/analysis/routed_rank.py, the
+        """The fastest `dispatch` or `combine` program (synth/search/routed_rank.py, the
         programs `synth rank --collective dispatch|combine` ranks) of the two-stage form DeepEP
         and HybridEP run, for `routing` (synth/routing.py: its tokens per member, top-k,
         experts, node limit) over the axes' groups: dispatch crosses the system levels
@@ -293,15 +293,17 @@ class CommunicationCosts:
         return found
 
     def _two_stage(self, goal: str, factors: tuple[int, ...], routing, host: int) -> Communication:
-        from synth.analysis.routed_rank import RoutedPrograms
+        from synth.goals import parse_goal
+        from synth.search.rank import Ranker
 
         context = self._context(factors)
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
         if programs is None:
             engines = [found.engine for (_, shape, _), found in self._routed_programs.items() if shape == factors]
-            programs = self._routed_programs[key] = RoutedPrograms(context, goal, routing, self.max_len,
-                                                                   engines[0] if engines else None)
+            ranker = Ranker(context, self.max_len, engine=engines[0] if engines else None, goal=parse_goal(goal),
+                            routing=routing)
+            programs = self._routed_programs[key] = ranker.routed
         names = context.hierarchy.level_names
         outer_names = {level.name for level in self.topology.levels[:host + 1]}
         outer = frozenset(i for i, name in enumerate(names) if name in outer_names)

@@ -16,6 +16,11 @@ bring as much into each, an all-to-all sends at least as much, a broadcast or a 
 the whole buffer across every unit it crosses; the all-reduce bound's bytes are 2(q-1)/q of
 the buffer (or the whole buffer per crossing unit, whose half is also at most (q-1)/q of it).
 
+The routed goals (dispatch, combine: docs/model.md section 7) take a routing; their programs,
+orders and groupings of the levels, are few, so the `Ranker` lists and prices every one for the
+routing at each size (synth/search/routed_rank.py) and bounds them by the copies each cut must
+carry; sizes are bytes of tokens per member.
+
 `top=K` does not list every program: the best-first search of synth/search/best_first.py
 pops complete programs in exactly the order of the full ranking, (time, text) included, and
 the first K popped are its head.
@@ -47,8 +52,11 @@ from synth.model.bound import BoundLine, LowerBound, achievable_line, bound_line
 from synth.model.context import CostContext
 from synth.model.engine import CostEngine, ProgramTable, engine_for
 from synth.model.estimate import ESTIMATES, Estimate, resolve_estimate
+from synth.routing import Routing
 from synth.search.best_first import cheapest_programs
 from synth.search.programs import ProgramSet, ProgramSets, program_set
+from synth.search.ranked import RankedProgram
+from synth.search.routed_rank import RoutedPrograms, routing_at
 from synth.search.walker import StateWalker
 
 __all__ = ["COPY_BYTES_PER_S", "ESTIMATES", "RankedProgram", "Ranker", "copy_rate", "pareto_front", "rank_programs"]
@@ -63,36 +71,6 @@ def copy_rate(context: CostContext) -> float:
     """Bytes per second a Permute copies on one device of the context's backend."""
     name = getattr(context.backend, "name", str(context.backend))
     return COPY_BYTES_PER_S.get("gloo" if "gloo" in name else "nccl")
-
-
-@dataclass(frozen=True)
-class RankedProgram:
-    program: Program
-    matrix: tuple[tuple[int, ...], ...]
-    bytes: int
-    time_s: float
-    algbw_GBps: float
-    busbw_GBps: float
-    speedup: float  # baseline time / this time
-    bound_ratio: float  # this time / lower bound, >= 1
-    baseline: bool
-    extra_memory_bytes: int
-    communicators: int
-    calls_per_device: int
-    length: int
-
-    @property
-    def objectives(self) -> tuple[float, int, int, int]:
-        return (self.time_s, self.extra_memory_bytes, self.communicators, self.calls_per_device)
-
-    def to_json(self) -> dict:
-        return {
-            "program": str(self.program), "matrix": [list(row) for row in self.matrix], "bytes": self.bytes,
-            "time_s": self.time_s, "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
-            "speedup": self.speedup, "bound_ratio": self.bound_ratio, "baseline": self.baseline,
-            "extra_memory_bytes": self.extra_memory_bytes, "communicators": self.communicators,
-            "calls_per_device": self.calls_per_device, "length": self.length,
-        }
 
 
 def _communicators(table: ProgramTable) -> np.ndarray:
@@ -124,9 +102,12 @@ class Ranker:
     state walker and the enumerated programs, so many sizes (and the search) reuse them."""
 
     def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None,
-                 sets: ProgramSets | None = None, engine: CostEngine | None = None, *, goal: Goal = ALL_REDUCE):
+                 sets: ProgramSets | None = None, engine: CostEngine | None = None, *, goal: Goal = ALL_REDUCE,
+                 routing: Routing | None = None):
         if not isinstance(goal, Goal):
             raise TypeError(f"goal must be a synth.goals.Goal (parse names with synth.goals.parse_goal), not {goal!r}")
+        if goal.routed != (routing is not None):
+            raise ValueError(f"goal {goal.name} {'moves tokens by a routing: give one' if goal.routed else 'takes no routing'}")
         self.context = context
         self.hierarchy = context.hierarchy
         self.goal = goal
@@ -136,6 +117,9 @@ class Ranker:
         self.sets = sets or ProgramSets()
         self.baseline = goal.flat_call(context.hierarchy.level_names[0])
         self.copy_rate = copy_rate(context)
+        # A routed goal's programs (dispatch, combine) are few (orders and groupings of the levels)
+        # and priced per routing: listed whole, every one priced (synth/search/routed_rank.py).
+        self.routed = RoutedPrograms(context, goal, routing, max_len, self.engine) if goal.routed else None
 
     @cached_property
     def walker(self) -> StateWalker:
@@ -179,6 +163,8 @@ class Ranker:
 
     def lower_bound(self, size: int) -> LowerBound:
         """The lower bound at one size, its time under this estimate (what `bound_ratio` divides by)."""
+        if self.routed is not None:
+            return self.routed.bound(routing_at(self.routed.routing, size))
         line = self._line()
         return LowerBound(size, float(self.bound_times([size])[0]), size * line.seconds_per_byte, line.latency_s,
                           line.bottleneck)
@@ -186,7 +172,7 @@ class Ranker:
     def achievable_bound(self, size: int) -> LowerBound | None:
         """The achievable bound at one size (each link at the rate NCCL reaches on it), under
         this estimate; None for a goal whose bound is not the all-reduce's cut."""
-        if self.goal.bound_share != 1:
+        if self.goal.bound_share != 1 or self.routed is not None:
             return None
         line = achievable_line(self.context)
         return LowerBound(size, float(self.estimate.bound_times(line, [size])[0]), size * line.seconds_per_byte,
@@ -196,6 +182,10 @@ class Ranker:
 
     def rank(self, sizes, programs: ProgramSet | None = None) -> list[list[RankedProgram]]:
         """For each size, every program of the set (default: every valid program), fastest first."""
+        if self.routed is not None:
+            given = None if programs is None else set(programs) | {self.baseline}
+            return [[row for row in self.routed.rank(int(size)) if given is None or row.program in given]
+                    for size in sizes]
         programs = programs if programs is not None else self.every_program()
         sizes = [int(size) for size in sizes]
         times = self.times(programs, sizes)
@@ -246,6 +236,9 @@ class Ranker:
         listing every program: the full ranking's first K."""
         if k < 1:
             raise ValueError("top must be at least 1")
+        if self.routed is not None:
+            rows = self.rank([size])[0]
+            return rows[:k] + [row for row in rows[k:] if row.baseline]
         chosen = list(itertools.islice((program for _, program in self.cheapest(size)), k))
         rows = self.rank([size], self.programs(chosen))[0]
         return rows[:k] + [row for row in rows[k:] if row.baseline]

@@ -32,7 +32,7 @@ from synth.model.engine import CostEngine, StepCalls
 from synth.model.fanout import cut_copies, step_traffic
 from synth.routed import RoutedSemantics
 from synth.routing import Routing
-from synth.search.rank import RankedProgram
+from synth.search.ranked import RankedProgram
 from synth.semantics import FORMS
 
 
