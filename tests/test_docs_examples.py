@@ -20,6 +20,11 @@ tests/doc_examples.py, whose docstring is the convention for whoever writes a do
 * a trailing `# exits N` comment: an example of an error, expected to exit with status N;
 * usage synopses (`[...]`, `(a | b)`, `...`) and `pip` lines are never run.
 
+A `synth` command shown word for word in several examples (the README's `synth plan` lines
+are docs/plan.md's) runs once per test run when it writes nothing, uses no shell syntax and
+names no file an earlier example of its document wrote: only its exit code is checked, and
+that depends on nothing else (`Workspace._repeat_key`).
+
 Running a document's `pytest` example inside this suite would run this module again, so the
 examples run with SYNTH_DOC_EXAMPLES=1 in the environment and this module skips there.
 """
