@@ -134,6 +134,12 @@ class Command:
         return bool(re.search(r"(?<![\w'])\[|\(-|\.\.\.", unquoted))
 
     @property
+    def uses_shell(self) -> bool:
+        """Redirections, pipes, variables, globs or more than one command: more than a program
+        and its words."""
+        return bool(re.search(r"[<>|;&$`(){}*?\[\]]", _QUOTED.sub("", self.code)))
+
+    @property
     def is_benchmark(self) -> bool:
         words = self.program_words
         return self.program in ("python", "python3") and len(words) > 2 and words[1] == "-m" \

@@ -52,3 +52,12 @@ def programs_of(case: Case, max_len: int):
 def entries(max_len: int) -> list[PlanEntry]:
     """Every valid program up to `max_len` steps of every case."""
     return [PlanEntry(case.built, program, case.name) for case in CASES for program in programs_of(case, max_len)]
+
+
+def goal_entries(max_len: int) -> list[PlanEntry]:
+    """Every valid program up to `max_len` steps of every case, for every goal but all-reduce."""
+    from synth.goals import GOALS
+
+    return [PlanEntry(case.built, program, f"{case.name} {goal}", goal)
+            for case in CASES for goal in GOALS if goal != "allreduce"
+            for program in Enumerator(semantics_for(case.built, goal=goal), SearchOptions(max_len=max_len)).programs()]

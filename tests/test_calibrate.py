@@ -273,7 +273,8 @@ def nccl_fits(stdout: str) -> dict[str, dict]:
 @pytest.mark.parametrize("kind", ["text", "csv"])
 def test_nccl_tests_output_recovers_the_figures(files, run_cli, kind):
     """The NCCL model's figures come back from its own times plus 3% noise: each level's
-    efficiency (from the sizes its links bound) and overhead (from the latency-bound sizes)."""
+    efficiency (from the sizes its links bound) and overhead (from the latency-bound sizes);
+    the written topology then predicts the truth's times (one fit per format checks both)."""
     paths = write_nccl_files(files, kind, seed=3)
     out = files / "calibrated.toml"
     code, stdout, stderr = run_cli("calibrate", *paths, "--topology", str(files / "base-nccl.toml"), "-o", str(out),
@@ -295,6 +296,18 @@ def test_nccl_tests_output_recovers_the_figures(files, run_cli, kind):
     records = {(r.level, r.collective, r.nodes, r.ranks_per_node) for r in written.calibration}
     assert ("node", "AllGather", 2, 4) in records and ("gpu", "AllReduce", 1, 4) in records
     assert all(r.rms_error < 2 * NOISE for r in written.calibration)
+    assert_round_trip(files, out)
+
+
+def assert_round_trip(files, out):
+    """The written topology predicts what the truth does, every collective within and across
+    hosts, from latency- to bandwidth-bound sizes (the round trip through the model)."""
+    truth, written = Truth(files / "truth-nccl.toml", "nccl"), Truth(out, "nccl")
+    for collective in collective_names():
+        for devices in (ONE_HOST, ALL_HOSTS):
+            for nbytes in (8, 2**16, 2**24, 2**30):
+                expected = truth.time(collective, devices, nbytes)
+                assert written.time(collective, devices, nbytes) == pytest.approx(expected, rel=0.05)
 
 
 def test_benchmark_csv_recovers_per_collective_figures_for_gloo(files, run_cli):
@@ -336,16 +349,6 @@ def test_the_written_topology_predicts_the_measurements_in_the_simulator(files, 
     assert np.max(np.abs(errors)) < 5 * NOISE
 
 
-def test_nccl_round_trip_through_the_model(files, run_cli):
-    paths = write_nccl_files(files, "text", seed=8)
-    out = files / "calibrated.toml"
-    assert run_cli("calibrate", *paths, "-t", str(files / "base-nccl.toml"), "-o", str(out))[0] == 0
-    truth, written = Truth(files / "truth-nccl.toml", "nccl"), Truth(out, "nccl")
-    for collective in collective_names():
-        for devices in (ONE_HOST, ALL_HOSTS):
-            for nbytes in (8, 2**16, 2**24, 2**30):
-                expected = truth.time(collective, devices, nbytes)
-                assert written.time(collective, devices, nbytes) == pytest.approx(expected, rel=0.05)
 
 
 def test_without_a_base_nccl_tests_hosts_and_ranks_define_the_levels(files, run_cli):

@@ -20,12 +20,18 @@ tests/doc_examples.py, whose docstring is the convention for whoever writes a do
 * a trailing `# exits N` comment: an example of an error, expected to exit with status N;
 * usage synopses (`[...]`, `(a | b)`, `...`) and `pip` lines are never run.
 
+A `synth` command shown word for word in several examples (the README's `synth plan` lines
+are docs/plan.md's) runs once per test run when it writes nothing, uses no shell syntax and
+names no file an earlier example of its document wrote: only its exit code is checked, and
+that depends on nothing else (`Workspace._repeat_key`).
+
 Running a document's `pytest` example inside this suite would run this module again, so the
 examples run with SYNTH_DOC_EXAMPLES=1 in the environment and this module skips there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -209,11 +215,12 @@ class Outcome:
 class Workspace:
     """A fresh copy of the repository for one document's examples, run in document order."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, ledger: Path | None = None):
         self.root = root / "repository"
         self.scratch = root / "scratch"
         self.scratch.mkdir(parents=True)
         self.ran: set[int] = set()
+        self.ledger = ledger  # this run's record of commands that passed (see `_repeat_key`)
         for name in _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPOSITORY).split("\0"):
             source = REPOSITORY / name
             if name and source.is_file():
@@ -260,8 +267,14 @@ class Workspace:
                 allowed += [os.path.normpath(path) for path in command.outputs()]
                 if command.is_benchmark:
                     allowed.append("results")
+                key = self._repeat_key(command)
+                if key and (self.ledger / key).exists():
+                    outcome.ran += 1  # passed, as written, in another example of this run
+                    continue
                 if not self._run_command(command, slow, outcome):
                     break
+                if key:
+                    (self.ledger / key).write_text(f"{example.id} line {command.line}\n", encoding="utf-8")
                 if command.is_synth and command.synth_subcommand() == "emulate" and "up" in command.program_words[:4]:
                     brought_up.append(command)
         finally:
@@ -306,6 +319,24 @@ class Workspace:
             return False
         return True
 
+    def _repeat_key(self, command: Command) -> str:
+        """Several documents show the same command (the README's `synth plan` lines are
+        docs/plan.md's): run once per test run, since its exit code is all that is checked and
+        it depends only on its words and the copy's files. Only a `synth` command that writes
+        nothing, uses no shell syntax, needs nothing of the environment and names no file an
+        earlier example wrote or changed here; '' for any other."""
+        if self.ledger is None or not command.is_synth or command.outputs() or command.needs_root \
+                or command.needs_torchrun or command.needs_toolkit or command.uses_shell:
+            return ""
+        changed = [os.path.normpath(name) for name in _status(self.root)]
+        for word in command.words:
+            for part in {word, word.partition("=")[2]} - {""}:
+                part = os.path.normpath(part)
+                if any(name == part or name.startswith(part + "/") for name in changed):
+                    return ""
+        text = f"{command.code}\0{command.expected_exit}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
     def _bring_down(self, brought_up: list[Command]) -> None:
         """An example that brought a cluster up and failed before its `down` still removes it."""
         for command in brought_up:
@@ -329,8 +360,17 @@ def _workspace(example: Example, slow: bool, factory) -> Workspace:
     if key not in _WORKSPACES:
         if not _is_checkout(REPOSITORY):
             pytest.skip("needs git and a git checkout of the repository (the examples run in a copy of its tracked files)")
-        _WORKSPACES[key] = Workspace(factory.mktemp(re.sub(r"\W", "-", example.document)))
+        _WORKSPACES[key] = Workspace(factory.mktemp(re.sub(r"\W", "-", example.document)), _ledger(factory))
     return _WORKSPACES[key]
+
+
+def _ledger(factory) -> Path:
+    """This run's record of the commands that passed, shared by its workers (the folder above
+    each worker's under `pytest -n`), never by two runs."""
+    base = factory.getbasetemp()
+    ledger = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "doc-commands-passed"
+    ledger.mkdir(exist_ok=True)
+    return ledger
 
 
 def _params():
@@ -452,6 +492,32 @@ def test_extraction_follows_the_documented_conventions(tmp_path):
     assert not Command("synth placements --placement '[[1,2],[2,1]]' --json", 1).is_synopsis
     assert [e.id for e in all_examples(tmp_path)] == ["README.md:3", "README.md:8", "README.md:14", "README.md:19",
                                                       "README.md:22"]  # README.md:14: the ```python block
+
+
+def test_a_command_two_documents_show_runs_once_per_run(tmp_path):
+    """Identical `synth` commands that write nothing run once per run: the second workspace
+    counts the first's pass. One that writes, uses the shell, or names a file an example wrote
+    in its copy runs every time."""
+    if not _is_checkout(REPOSITORY):
+        pytest.skip("needs git and a git checkout of the repository")
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    first, second = Workspace(tmp_path / "a", ledger), Workspace(tmp_path / "b", ledger)
+    shown = Command("synth topologies dgx-a100-x4 --json", 1)
+    key = first._repeat_key(shown)
+    assert key and first.run(Example("README.md", 1, 0, (shown,)), slow=False).ran == 1
+    assert (ledger / key).read_text().startswith("README.md:1")
+    (ledger / key).write_text("a pass recorded by hand: the second workspace must not run it\n")
+    outcome = second.run(Example("docs/x.md", 1, 0, (shown,)), slow=False)
+    assert outcome.ran == 1 and outcome.failures == []
+    assert "by hand" in (ledger / key).read_text()  # a run would have recorded docs/x.md:1
+    assert not first._repeat_key(Command("synth topologies --json > t.json", 1))
+    assert not first._repeat_key(Command("synth topologies --json | head", 1))
+    assert not first._repeat_key(Command("synth plan --topology selene --model gpt3-2.7b --plot plan.png", 1))
+    (first.root / "mine.toml").write_text("written by an earlier example\n")
+    assert not first._repeat_key(Command("synth rank --topology mine.toml --axes data=8 --reduce data", 1))
+    assert first._repeat_key(Command("synth rank --topology dgx-a100-x4 --axes data=8 --reduce data", 1))
+    assert not Workspace(tmp_path / "c")._repeat_key(shown)  # no ledger: every command runs
 
 
 def test_the_runner_skips_installs_allows_named_outputs_and_catches_litter(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from export_cases import CASES
+from export_cases import CASES, goal_entries
 from synth.export import torch_script
 from synth.export.plan import PlanEntry, build_plan
 from synth.export.provenance import Provenance
@@ -17,16 +17,6 @@ from synth.goals import GOALS
 from synth.search import Enumerator, SearchOptions, semantics_for
 
 OTHER_GOALS = [goal for goal in GOALS if goal != "allreduce"]
-
-
-def goal_entries(max_len: int) -> list[PlanEntry]:
-    found = []
-    for case in CASES:
-        hierarchy = case.built
-        for goal in OTHER_GOALS:
-            for program in Enumerator(semantics_for(hierarchy, goal=goal), SearchOptions(max_len=max_len)).programs():
-                found.append(PlanEntry(hierarchy, program, f"{case.name} {goal}", goal))
-    return found
 
 
 def test_the_plans_of_every_goal_carry_their_permutations_and_final_places():
@@ -40,9 +30,10 @@ def test_the_plans_of_every_goal_carry_their_permutations_and_final_places():
 
 
 @pytest.mark.torchrun
-@pytest.mark.parametrize("max_len", [3, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow  # length 3 (387 programs) runs by default in tests/test_export_torchrun.py, in its launch
+@pytest.mark.parametrize("max_len", [4])
 def test_every_short_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_ranks(tmp_path, max_len):
-    """Length 3 (387 programs) by default; length 4 (1,147, a minute more) with `-m slow`."""
+    """Length 4 (1,147 programs, a minute more than length 3) with `-m slow`."""
     pytest.importorskip("torch")
     from synth.execute.launch import torchrun
 

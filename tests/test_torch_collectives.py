@@ -35,6 +35,13 @@ def run(args, timeout=600) -> list[dict]:
     return result.report["ranks"]
 
 
+@pytest.fixture(scope="module")
+def launched() -> list[dict]:
+    """One launch of 8 ranks for both checks below (the programs, then FSDP2): starting the
+    ranks costs more than either check."""
+    return run(["--case", "programs", "fsdp", "--max-len", "3"])
+
+
 def test_plans_of_every_goal_round_trip_through_a_file_and_the_json_export(tmp_path):
     for goal in GOALS:
         for case in CASES[:2]:
@@ -71,8 +78,8 @@ def test_best_by_size_ranks_the_goal():
 
 
 @pytest.mark.torchrun
-def test_every_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_ranks():
-    ranks = run(["--case", "programs", "--max-len", "3"])
+def test_every_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_ranks(launched):
+    ranks = launched
     for report in ranks:
         rows = report["results"]
         assert {(row["case"], row["goal"]) for row in rows} == {(case.name, goal) for case in CASES for goal in GOALS}
@@ -93,8 +100,8 @@ def test_every_program_of_every_goal_equals_torchs_own_collective_on_8_gloo_rank
 
 
 @pytest.mark.torchrun
-def test_fsdp2_with_the_hierarchical_reduce_scatter_trains_like_fsdp2_itself():
-    ranks = run(["--case", "fsdp"])
+def test_fsdp2_with_the_hierarchical_reduce_scatter_trains_like_fsdp2_itself(launched):
+    ranks = launched
     for report in ranks:
         assert report["modules"] == 4
         assert report["moved"] > 1e-4  # it trained
