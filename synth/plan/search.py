@@ -494,7 +494,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             if grouped:
                 shown = [placement for placement in placements if request.placement_filter is None
                          or request.placement_filter(placement)]
-                classes = representatives(costs, degrees, shown)
+                classes, memo = representatives(costs, degrees, shown), {}
             for placement in placements:
                 if request.placement_filter is not None and not request.placement_filter(placement):
                     result.filtered += 1
@@ -506,7 +506,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 for setting in settings:
                     if setting in grouped:
                         if len(listed) == 1:  # a group's memory is the same on every placement
-                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes)
+                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
                             if floor.memory.peak <= memory_limit:
                                 groups.append((floor, setting))
                             elif result.smallest_dropped is None or floor.memory.peak < result.smallest_dropped.memory.peak:

@@ -628,7 +628,7 @@ def representatives(costs: CommunicationCosts, degrees: Degrees, placements) -> 
 
 
 def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees,
-                settings: Settings, placements: tuple[Placement, ...]) -> GroupFloor:
+                settings: Settings, placements: tuple[Placement, ...], memo: dict | None = None) -> GroupFloor:
     """A lower bound on `predict`'s step on every placement whose representative (`representatives`)
     is among `placements`, and the candidates' memory (settings runnable and not HSDP, whose memory
     depends on the placement). Each stage's time per micro-batch keeps its layers' compute and
@@ -638,7 +638,9 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
     keeps m times the slowest stage plus the part of the pipeline's longest chain that rises with
     every stage's time (pipeline_bubble: each chain holds m t_k + the stages before k; its other
     part, the wait for the later stages less the warm-up forwards, can fall as t_k rises and is
-    left out), plus the optimizer step. Lets the search skip a whole group at once (search.py)."""
+    left out), plus the optimizer step. Lets the search skip a whole group at once (search.py).
+    `memo`: the terms per representative and what they read, shared by one degree choice's groups
+    (the placements must stay alive while it is used: it keys them by identity)."""
     tp, pp, cp, v = degrees.tp, degrees.pp, degrees.cp, settings.virtual
     m = microbatches_of(model, degrees, settings.micro_batch)
     stages = formulas.stage_layers(model.layers, pp)
@@ -653,13 +655,24 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
         if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
             used = _without_tp_overlap(settings)
         layer = layer_compute(model, compute, used, tp, cp, degrees.ep)
-        tensor = tensor_parallel(model, compute, costs, placement, used, tp, cp, activation)
-        context = context_parallel(model, costs, placement, used, tp, cp, tokens, layer.scores)
-        expert = expert_parallel(model, costs, placement, used, tp, degrees.ep, tokens, activation,
-                                 layer.forward, layer.backward, ep_overlap_steady(m, pp, v))
+        steady = ep_overlap_steady(m, pp, v)
+        # what the three terms read of the settings and the layer (their own modules): the same
+        # on every group of these degrees that shares it
+        key = (id(placement), used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
+               used.ep_overlap, layer.forward, layer.backward, layer.scores, steady)
+        terms = memo.get(key) if memo is not None else None
+        if terms is None:
+            tensor = tensor_parallel(model, compute, costs, placement, used, tp, cp, activation)
+            context = context_parallel(model, costs, placement, used, tp, cp, tokens, layer.scores)
+            expert = expert_parallel(model, costs, placement, used, tp, degrees.ep, tokens, activation,
+                                     layer.forward, layer.backward, steady)
+            terms = (tensor.layer, tensor.head, context.layer, expert.layer)
+            if memo is not None:
+                memo[key] = terms
+        tensor_layer, tensor_head, context_layer, expert_layer = terms
         offload_mb = offload_seconds(model, compute, used, tp, cp, layer.forward, layer.backward)
-        times = [count * (layer.layer + tensor.layer + context.layer) + moe_count * expert.layer
-                 + (layer.head + tensor.head + offload_mb if head else 0.0) for count, head, moe_count in counts]
+        times = [count * (layer.layer + tensor_layer + context_layer) + moe_count * expert_layer
+                 + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in counts]
         least = times if least is None else [min(a, b) for a, b in zip(least, times)]
     chain, before = 0.0, 0.0
     for t in least:
