@@ -5,7 +5,9 @@ on the system (synth.placement.listed_placements, with the user's Inside/Factor
 constraints), and every runnable setting (micro-batch size, interleaving, sequence
 parallelism, recomputation, sharded optimizer), the step is predicted (step.py): first without
 its data-parallel terms (a lower bound), then, in the order of those bounds, in full where the
-bound does not already lose to the top and the Pareto set. Candidates
+bound does not already lose to the top and the Pareto set. With data parallelism a (degrees,
+settings) pair's placements wait as one group, by a floor below all their bounds
+(step.group_floor), and are bounded one by one only if that floor does not lose already. Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
