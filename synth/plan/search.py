@@ -5,7 +5,9 @@ on the system (synth.placement.listed_placements, with the user's Inside/Factor
 constraints), and every runnable setting (micro-batch size, interleaving, sequence
 parallelism, recomputation, sharded optimizer), the step is predicted (step.py): first without
 its data-parallel terms (a lower bound), then, in the order of those bounds, in full where the
-bound does not already lose to the top and the Pareto set. Candidates
+bound does not already lose to the top and the Pareto set. With data parallelism a (degrees,
+settings) pair's placements wait as one group, by a floor below all their bounds
+(step.group_floor), and are bounded one by one only if that floor does not lose already. Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
@@ -21,6 +23,7 @@ what to fix (`SearchBudgetError`, its fields for the command to name options).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
 import time
@@ -37,7 +40,7 @@ from synth.plan.errors import BudgetValueError, SearchBudgetError
 from synth.plan.formulas import RECOMPUTE
 from synth.plan.model import Transformer
 from synth.plan.reserve import MemoryReserve
-from synth.plan.step import Compute, Prediction, Settings, predict, settings_problem
+from synth.plan.step import Compute, Prediction, Settings, group_floor, predict, representatives, settings_problem
 from synth.topology import Topology
 
 # What the search costs, in CPU seconds (a loaded machine adds wall time, not CPU time) and
@@ -93,6 +96,7 @@ BYTES_PER_GOAL_SCHEDULE_PROGRAM = 186
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
+BOUND, TIGHTENED, GROUP = 0, 1, 2  # a queue entry: a candidate's first bound, its tighter one, a group's floor
 
 
 def check_budget(value: float, which: str) -> None:
@@ -467,7 +471,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     result = PlanResult(request, size, [], [], costs=costs)
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
-    pending: list = []  # (bound's key, degrees, placement, settings) of candidates with data parallelism
+    pending: list = []  # (bound's key, state, degrees, placement or group's placements, settings): data parallelism
     done = 0
     try:
         for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
@@ -482,6 +486,17 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 result.no_placement += 1
                 continue
             memory_limit = request.memory_limit_for(degrees)
+            # With data parallelism each (degrees, settings) pair but HSDP's (its memory depends on
+            # the placement) enters the queue as one group of placements, by its floor
+            # (step.group_floor: placement-independent), and is expanded into its candidates'
+            # bounds only if it reaches the front of the queue without being stopped.
+            grouped = {setting for setting in settings if degrees.dp > 1 and not setting.hsdp}
+            groups: list = []  # (floor, setting) of the groups that fit
+            listed: list[Placement] = []  # the placements the filter keeps
+            if grouped:
+                shown = [placement for placement in placements if request.placement_filter is None
+                         or request.placement_filter(placement)]
+                classes, memo = representatives(costs, degrees, shown), {}
             for placement in placements:
                 if request.placement_filter is not None and not request.placement_filter(placement):
                     result.filtered += 1
@@ -489,7 +504,17 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                     if progress is not None:
                         progress(done, size.placements)
                     continue
+                listed.append(placement)
                 for setting in settings:
+                    if setting in grouped:
+                        if len(listed) == 1:  # a group's memory is the same on every placement
+                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
+                            if floor.memory.peak <= memory_limit:
+                                groups.append((floor, setting))
+                            elif result.smallest_dropped is None or floor.memory.peak < result.smallest_dropped.memory.peak:
+                                result.smallest_dropped = predict(request.model, request.compute, costs, degrees,
+                                                                  placement, setting, data_parallel=False)
+                        continue
                     result.evaluated += 1
                     prediction = predict(request.model, request.compute, costs, degrees, placement, setting,
                                          data_parallel=False)
@@ -499,12 +524,17 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                             result.smallest_dropped = prediction
                         continue
                     if degrees.dp > 1:  # its full prediction waits for the second pass, by its bound
-                        pending.append((_key(prediction), degrees, placement, setting))
+                        pending.append((_key(prediction), BOUND, degrees, placement, setting))
                         continue
                     _keep(result, kept, fitting, prediction, request.top)
                 done += 1
                 if progress is not None:
                     progress(done, size.placements)
+            result.evaluated += len(listed) * len(grouped)
+            result.dropped_memory += len(listed) * (len(grouped) - len(groups))
+            for floor, setting in groups:
+                key = (floor.step_s, floor.memory.peak, degrees.text, "", setting.text)
+                pending.append((key, GROUP, degrees, tuple(listed), setting))
     except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
         if not kept and not pending:
             raise
@@ -514,24 +544,34 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     # Which candidates are kept does not depend on the order (_keep, _cannot_rank).
     # A candidate the first bound does not stop gets a tighter one first (its gradient schedules'
     # lower bounds, step.predict's `floor`) and waits in the queue by it when others come before.
-    queue = [(key, index, False, degrees, placement, setting)
-             for index, (key, degrees, placement, setting) in enumerate(pending)]
+    # A group (its floor is below every member's first bound) that is not stopped is replaced by
+    # its members' first bounds.
+    queue = [(key, index, state, degrees, where, setting)
+             for index, (key, state, degrees, where, setting) in enumerate(pending)]
+    counter = itertools.count(len(queue))
     pending.clear()
     heapq.heapify(queue)
     try:
         while queue:
-            key, index, tightened, degrees, placement, setting = heapq.heappop(queue)
+            key, index, state, degrees, where, setting = heapq.heappop(queue)
             if _cannot_rank(key, kept, fitting, request.top):
-                result.bounded += 1
+                result.bounded += len(where) if state == GROUP else 1
                 continue
-            if not tightened:
+            if state == GROUP:
+                for placement in where:
+                    bound = predict(request.model, request.compute, costs, degrees, placement, setting,
+                                    data_parallel=False)
+                    heapq.heappush(queue, (_key(bound), next(counter), BOUND, degrees, placement, setting))
+                continue
+            placement = where
+            if state == BOUND:
                 tighter = _key(predict(request.model, request.compute, costs, degrees, placement, setting, floor=True))
                 if tighter > key:
                     if _cannot_rank(tighter, kept, fitting, request.top):
                         result.bounded += 1
                         continue
                     if queue and queue[0][0] < tighter:
-                        heapq.heappush(queue, (tighter, index, True, degrees, placement, setting))
+                        heapq.heappush(queue, (tighter, index, TIGHTENED, degrees, placement, setting))
                         continue
             _keep(result, kept, fitting, predict(request.model, request.compute, costs, degrees, placement, setting),
                   request.top)

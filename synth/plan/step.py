@@ -58,6 +58,7 @@ first and the last stage's devices both fit.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -539,7 +540,23 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         routes.append(Route("embedding", f"exchange first and last stage ({link})", "", embedding_s, 1, size))
 
     # --- optimizer step: its states read and written once -----------------------------------------
-    optimizer_s = 0.0
+    optimizer_s = _optimizer_seconds(model, compute, degrees, settings, params, experts_first, experts_last)
+
+    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
+                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb, contention_s + m * shared_mb,
+                          m * offload_mb)
+    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s + contention_s  # pipeline_s holds m * shared_mb
+
+    # --- memory -----------------------------------------------------------------------------------
+    memory = _memory(model, degrees, settings, m, stages, params, experts_first, experts_last, zero3, shard)
+    return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
+                      formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
+
+
+def _optimizer_seconds(model: Transformer, compute: Compute, degrees: Degrees, settings: Settings, params,
+                       experts_first: float, experts_last: float) -> float:
+    """The optimizer step: its states read and written once (placement-independent)."""
+    dp, optimizer_s = degrees.dp, 0.0
     if compute.memory_bandwidth:
         # fp32 weights (or main copies) and states read and written, the fp32 gradient read, and the
         # low-precision weights written back in mixed precision.
@@ -552,13 +569,16 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         else:
             local = params.most
         optimizer_s = local * touched / compute.memory_bandwidth
+    return optimizer_s
 
-    breakdown = Breakdown(m * compute_mb, m * tp_mb, m * cp_mb, m * p2p_mb, bubble, dp_exposed + m * fsdp_mb,
-                          embedding_s, optimizer_s, dp_overlapped, m * ep_mb, contention_s + m * shared_mb,
-                          m * offload_mb)
-    step_s = pipeline_s + dp_exposed + embedding_s + optimizer_s + contention_s  # pipeline_s holds m * shared_mb
 
-    # --- memory -----------------------------------------------------------------------------------
+def _memory(model: Transformer, degrees: Degrees, settings: Settings, m: int, stages, params,
+            experts_first: float, experts_last: float, zero3: bool, shard: int) -> Memory:
+    """Bytes per device at peak: the same on every placement but for HSDP's shard groups (`shard`:
+    their size, terms/sharded.py)."""
+    dp = degrees.dp
+    tp, pp, cp, v = degrees.tp, degrees.pp, degrees.cp, settings.virtual
+    act_bytes = model.bytes_per_value
     per_parameter = formulas.state_bytes_per_parameter(model, shard if zero3 else dp, settings.sharded_optimizer,
                                                        settings.zero if settings.sharded_optimizer else 0)
     gathered = 0.0
@@ -578,9 +598,92 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     # Routed experts shard their gradients and optimizer states over the expert data-parallel replicas only.
     per_expert = formulas.state_bytes_per_parameter(model, degrees.expert_dp, settings.sharded_optimizer,
                                                     settings.zero if settings.sharded_optimizer else 0)
-    memory = Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter) + gathered,
-                    per_layer * (first_layers - settings.offload_layers) + extra.first,
-                    params.last * per_parameter + experts_last * (per_expert - per_parameter) + gathered,
-                    per_layer * (last_layers - settings.offload_layers) + extra.last)
-    return Prediction(degrees, placement, settings, m, step_s, breakdown, memory, tuple(routes),
-                      formulas.model_flops_per_step(model), formulas.hardware_flops_per_step(model, settings.recompute))
+    return Memory(params.first * per_parameter + experts_first * (per_expert - per_parameter) + gathered,
+                  per_layer * (first_layers - settings.offload_layers) + extra.first,
+                  params.last * per_parameter + experts_last * (per_expert - per_parameter) + gathered,
+                  per_layer * (last_layers - settings.offload_layers) + extra.last)
+
+
+# Below every placement's step by this share, so that rounding never puts the floor above one.
+FLOOR_MARGIN = 1e-9
+
+
+@dataclass(frozen=True)
+class GroupFloor:
+    """What one (degrees, settings) pair gives every placement of a group: a step-time floor and the memory."""
+
+    step_s: float
+    memory: Memory
+
+
+def representatives(costs: CommunicationCosts, degrees: Degrees, placements) -> tuple[Placement, ...]:
+    """One placement per distinct span of the tensor-, context- and expert-parallel groups: the
+    layer's own collectives (terms/tensor.py, context.py, expert.py) see the placement only
+    through those spans (costs.factors), so they cost on each what they cost on its class."""
+    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp), ("ep", degrees.ep)) if size > 1]
+    found: dict = {}
+    for placement in placements:
+        found.setdefault(tuple(costs.factors(placement, axis) for axis in axes), placement)
+    return tuple(found.values())
+
+
+def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees,
+                settings: Settings, placements: tuple[Placement, ...], memo: dict | None = None) -> GroupFloor:
+    """A lower bound on `predict`'s step on every placement whose representative (`representatives`)
+    is among `placements`, and the candidates' memory (settings runnable and not HSDP, whose memory
+    depends on the placement). Each stage's time per micro-batch keeps its layers' compute and
+    tensor-, context- and expert-parallel collectives, exactly as predict has them, at their least
+    over the representatives; the terms left out (ZeRO-3's exposed gathers, pipeline transfers,
+    link contention, gradient reduction) are >= 0 and stage times only rise with them. The step
+    keeps m times the slowest stage plus the part of the pipeline's longest chain that rises with
+    every stage's time (pipeline_bubble: each chain holds m t_k + the stages before k; its other
+    part, the wait for the later stages less the warm-up forwards, can fall as t_k rises and is
+    left out), plus the optimizer step. Lets the search skip a whole group at once (search.py).
+    `memo`: the terms per representative and what they read, shared by one degree choice's groups
+    (the placements must stay alive while it is used: it keys them by identity)."""
+    tp, pp, cp, v = degrees.tp, degrees.pp, degrees.cp, settings.virtual
+    m = microbatches_of(model, degrees, settings.micro_batch)
+    stages = formulas.stage_layers(model.layers, pp)
+    moe_first, moe_middle, moe_last = moe.stage_moe_layers(model, stages)
+    counts = ([(stages.first, False, moe_first)] + [(stages.middle, False, moe_middle)] * (pp - 2) if pp > 1 else [])
+    counts.append((stages.last, True, moe_last))
+    tokens = settings.micro_batch * model.seq_len // cp
+    activation = tokens * model.hidden * model.bytes_per_value
+    least: list[float] | None = None
+    for placement in placements:
+        used = settings
+        if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
+            used = _without_tp_overlap(settings)
+        layer = layer_compute(model, compute, used, tp, cp, degrees.ep)
+        steady = ep_overlap_steady(m, pp, v)
+        # what the three terms read of the settings and the layer (their own modules): the same
+        # on every group of these degrees that shares it
+        key = (id(placement), used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
+               used.ep_overlap, layer.forward, layer.backward, layer.scores, steady)
+        terms = memo.get(key) if memo is not None else None
+        if terms is None:
+            tensor = tensor_parallel(model, compute, costs, placement, used, tp, cp, activation)
+            context = context_parallel(model, costs, placement, used, tp, cp, tokens, layer.scores)
+            expert = expert_parallel(model, costs, placement, used, tp, degrees.ep, tokens, activation,
+                                     layer.forward, layer.backward, steady)
+            terms = (tensor.layer, tensor.head, context.layer, expert.layer)
+            if memo is not None:
+                memo[key] = terms
+        tensor_layer, tensor_head, context_layer, expert_layer = terms
+        offload_mb = offload_seconds(model, compute, used, tp, cp, layer.forward, layer.backward)
+        times = [count * (layer.layer + tensor_layer + context_layer) + moe_count * expert_layer
+                 + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in counts]
+        least = times if least is None else [min(a, b) for a, b in zip(least, times)]
+    chain, before = 0.0, 0.0
+    for t in least:
+        chain = max(chain, m * t + before)
+        before += t
+    pipeline = m * max(least) * (1 - 1 / v) + chain / v
+    params = formulas.stage_parameters(model, tp, pp, stages, degrees.ep)
+    ranges = moe.stage_ranges(model, stages)
+    experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[0])
+    experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
+    optimizer_s = _optimizer_seconds(model, compute, degrees, settings, params, experts_first, experts_last)
+    zero3 = settings.sharded_optimizer and settings.zero == 3 and degrees.dp > 1
+    memory = _memory(model, degrees, settings, m, stages, params, experts_first, experts_last, zero3, degrees.dp)
+    return GroupFloor((pipeline + optimizer_s) * (1 - FLOOR_MARGIN), memory)
