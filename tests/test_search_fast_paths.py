@@ -141,13 +141,15 @@ def test_form_groups_equal_the_loop_over_positions(sizes):
 
 
 def test_calls_canonicalized_together_equal_one_by_one():
-    from synth.model.backend import canonical_coords, canonical_coords_of_calls
+    from synth.model.backend import canonical_coords, canonical_labels
 
     rng = np.random.default_rng(7)
     for _ in range(200):
         calls, size, levels = (int(x) for x in rng.integers(1, (6, 40, 5)))
         coords = rng.integers(0, int(rng.integers(1, 9)), size=(calls, size, levels))
-        assert canonical_coords_of_calls(coords) == [canonical_coords(call) for call in coords]
+        labels = canonical_labels(coords)
+        assert labels.shape == coords.shape
+        assert [tuple(map(tuple, call)) for call in labels.tolist()] == [canonical_coords(call) for call in coords]
 
 
 def test_a_steps_sites_are_its_calls_first_at_each_site():

@@ -291,12 +291,13 @@ def canonical_coords(coords: np.ndarray) -> tuple[tuple[int, ...], ...]:
     return tuple(result)
 
 
-def canonical_coords_of_calls(coords: np.ndarray) -> list[tuple[tuple[int, ...], ...]]:
-    """`canonical_coords` of many calls of equal size at once, coords [call, member, level]:
-    one pass of sorts per level instead of a dictionary per member and level."""
+def canonical_labels(coords: np.ndarray) -> np.ndarray:
+    """`canonical_coords` of many calls of equal size at once, coords [call, member, level],
+    as an array of the same shape: one pass of sorts per level instead of a dictionary per
+    member and level (and no Python integer per coordinate)."""
     calls, size, levels = coords.shape
     if calls == 0:
-        return []
+        return np.zeros((0, size, levels), dtype=np.int64)
     labels = np.empty((calls, size, levels), dtype=np.int64)
     parent = np.repeat(np.arange(calls, dtype=np.int64), size)  # the group each member sits in so far
     for level in range(levels):
@@ -313,7 +314,7 @@ def canonical_coords_of_calls(coords: np.ndarray) -> list[tuple[tuple[int, ...],
         rank[order] = np.arange(len(order)) - run_start
         labels[:, :, level] = rank[inverse].reshape(calls, size)
         parent = inverse
-    return [tuple(map(tuple, rows)) for rows in labels.tolist()]
+    return labels
 
 
 @runtime_checkable

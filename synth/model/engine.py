@@ -41,7 +41,7 @@ import numpy as np
 
 from synth.lowering import LoweredProgram, LoweredStep
 from synth.model.algorithms import Plan
-from synth.model.backend import CallSite, FlowArrays, PairwiseFlows, canonical_coords, canonical_coords_of_calls
+from synth.model.backend import CallSite, FlowArrays, PairwiseFlows, canonical_coords, canonical_labels
 from synth.model.context import CostContext
 from synth.model.network import NO_LINK
 
@@ -239,9 +239,9 @@ class CostEngine:
         self._site_costs: dict[int, _SiteCosts] = {}
         self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
         self._shapes: dict[tuple[int, ...], int] = {}  # members -> number of their canonical coordinates
-        self._shape_ids: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._shape_ids: dict[bytes, int] = {}  # canonical coordinates' bytes -> their number
         self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
-        self._shape_by_id: list[tuple[tuple[int, ...], ...]] = []
+        self._shape_by_id: list[np.ndarray] = []  # [member, level] canonical coordinates
         self._sites_of: dict[tuple[str, tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]] = {}
 
     # --- one call ------------------------------------------------------------------------------
@@ -251,29 +251,27 @@ class CostEngine:
         sits alike: one relabelling per member tuple)."""
         shape_id = self._shapes.get(members)
         if shape_id is None:
-            shape = canonical_coords(self.network.coords[self.devices[0, list(members)]])
-            shape_id = self._shapes[members] = self._number_shape(shape)
-        return shape_id
-
-    def _number_shape(self, shape: tuple[tuple[int, ...], ...]) -> int:
-        shape_id = self._shape_ids.get(shape)
-        if shape_id is None:
-            shape_id = self._shape_ids[shape] = len(self._shape_by_id)
-            self._shape_by_id.append(shape)
+            self._shape_calls((members,))
+            shape_id = self._shapes[members]
         return shape_id
 
     def _shape_calls(self, calls: tuple[tuple[int, ...], ...]) -> None:
-        """Numbers the shapes of a step's calls not seen yet, those of one size in one pass."""
+        """Numbers the shapes of calls not seen yet, those of one size in one pass (shapes are
+        compared as bytes: a tuple per member cost more than the relabelling)."""
         by_size: dict[int, list[tuple[int, ...]]] = {}
         for members in calls:
             if members not in self._shapes:
                 by_size.setdefault(len(members), []).append(members)
-        for size, unseen in by_size.items():
-            if len(unseen) < 2:
-                continue  # one call: the plain relabelling
-            coords = self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]]
-            for members, shape in zip(unseen, canonical_coords_of_calls(coords)):
-                self._shapes[members] = self._number_shape(shape)
+        shape_ids, by_id = self._shape_ids, self._shape_by_id
+        for unseen in by_size.values():
+            labels = canonical_labels(self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]])
+            for members, shape in zip(unseen, labels):
+                key = shape.tobytes()
+                shape_id = shape_ids.get(key)
+                if shape_id is None:
+                    shape_id = shape_ids[key] = len(by_id)
+                    by_id.append(shape)
+                self._shapes[members] = shape_id
 
     def call(self, collective: str, members: tuple[int, ...]) -> _Call:
         key = (collective, members)
@@ -283,7 +281,7 @@ class CostEngine:
         shape_id = self._shape_id(members)
         found_site = self._site_of_shape.get((collective, shape_id))
         if found_site is None:  # hashing a site (every member's coordinates) is slow: once per shape
-            shape = self._shape_by_id[shape_id]
+            shape = tuple(map(tuple, self._shape_by_id[shape_id].tolist()))
             site = CallSite(collective, shape, self.context.levels_of(collective), self.context.topology.nccl)
             found_site = self._site_of_shape[collective, shape_id] = (
                 site, self._site_ids.setdefault(site, len(self._site_ids)))
