@@ -264,7 +264,11 @@ class CostEngine:
                 by_size.setdefault(len(members), []).append(members)
         shape_ids, by_id = self._shape_ids, self._shape_by_id
         for unseen in by_size.values():
-            labels = canonical_labels(self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]])
+            coords = self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]]
+            if len(unseen) == 1:  # one call: the plain relabelling is quicker than the sorts
+                labels = np.array(canonical_coords(coords[0]), dtype=np.int64).reshape(coords.shape)
+            else:
+                labels = canonical_labels(coords)
             for members, shape in zip(unseen, labels):
                 key = shape.tobytes()
                 shape_id = shape_ids.get(key)
@@ -504,6 +508,7 @@ class CostEngine:
         None for a flow backend)."""
         found = self._step_calls.get(step)
         if found is None:
+            self._shape_calls(step.calls)
             calls = tuple(self.call(step.collective, members) for members in step.calls)
             distinct: dict[tuple[int, int], int] = {}
             kinds = tuple(distinct.setdefault((call.site_id, chunks), len(distinct))
