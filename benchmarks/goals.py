@@ -36,9 +36,8 @@ that goal alone, in top-cli-GOAL.md and top-cli-GOAL.json.
 --top-profile splits the CPU seconds of that command's work, per goal, in a fresh interpreter:
 the imports, the `Ranker` (its state walker), the best-first search, and the rows (pricing the K
 programs and the flat call); within the search, the seconds spent in the cost engine's
-`CostEngine.call` (a call's site and plans, once per collective and member tuple) and the
-share of its `canonical_coords` calls that repeat a coordinate set already seen under another
-collective. Writes results/synthesis-goals/top-profile.md and top-profile.json.
+`CostEngine.call` (a call's site and plans, once per collective and member tuple) and how
+many calls' coordinate sets were canonicalized (`canonical_labels`), how many of them distinct. Writes results/synthesis-goals/top-profile.md and top-profile.json.
 """
 
 from __future__ import annotations
@@ -353,7 +352,7 @@ from synth.search.rank import Ranker
 from synth.topology_file import load_topology
 imports = time.process_time() - cpu
 spent, seen, asked = [0.0], set(), [0]
-call, canonical = engine_module.CostEngine.call, engine_module.canonical_coords
+call, canonical = engine_module.CostEngine.call, engine_module.canonical_labels
 def timed_call(self, collective, members):
     started = time.process_time()
     try:
@@ -361,10 +360,10 @@ def timed_call(self, collective, members):
     finally:
         spent[0] += time.process_time() - started
 def counted(coords):
-    asked[0] += 1
-    seen.add(coords.tobytes())
+    asked[0] += len(coords)
+    seen.update(one.tobytes() for one in coords)
     return canonical(coords)
-engine_module.CostEngine.call, engine_module.canonical_coords = timed_call, counted
+engine_module.CostEngine.call, engine_module.canonical_labels = timed_call, counted
 """ + _GROUP_SCRIPT + """goal, k, size = GOALS[sys.argv[1]], int(sys.argv[2]), int(sys.argv[3])
 cpu = time.process_time()
 ranker = Ranker(cost_context(hierarchy, topology), 5, goal=goal)
@@ -411,10 +410,10 @@ def top_profile(output: str) -> int:
              f"{TOP_BYTES >> 20} MiB), in a fresh interpreter per goal (modules' bytecode compiled first), CPU "
              "seconds: the imports, the `Ranker` with "
              "its state walker, the best-first search (of which the cost engine's `CostEngine.call`: a call's site "
-             "and plans, once per collective and member tuple), and pricing the rows. `canonical_coords`: the "
-             "calls' coordinate sets canonicalized, and how many distinct sets they were (the rest repeat a set "
-             "under another collective).", "",
-             "| goal | imports | Ranker | search | of which CostEngine.call | rows | canonical_coords asked / distinct |",
+             "and plans, once per collective and member tuple), and pricing the rows. `canonical_labels`: the "
+             "calls' coordinate sets canonicalized (a step's calls not seen yet, those of one size in one pass), and "
+             "how many distinct sets they were.", "",
+             "| goal | imports | Ranker | search | of which CostEngine.call | rows | coordinate sets canonicalized / distinct |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row['goal']} | {row['imports_s']:.2f} | {row['ranker_s']:.2f} | {row['search_s']:.2f} | "

@@ -196,3 +196,16 @@ def test_the_tables_give_each_flow_the_links_of_its_route_on_the_graph(system, d
 def test_sequential_sums_are_the_sums_added_one_by_one(value, counts):
     expected = np.cumsum(np.full(max(counts), value))[np.array(counts) - 1]
     assert np.array_equal(sequential_sums(value, np.array(counts)), expected)
+
+
+def test_few_flows_joined_in_one_bincount_sum_as_the_parts_do(monkeypatch):
+    import synth.model.network as network_module
+
+    network = _network((2, 4, 8), (0, 1), (1,))
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, network.device_count, 500)
+    dst = (src + rng.integers(1, network.device_count, 500)) % network.device_count
+    nbytes = rng.random(500) * 1e6
+    joined = network.loads(src, dst, nbytes)
+    monkeypatch.setattr(network_module, "_JOINED_FLOWS", -1)
+    assert np.array_equal(joined, network.loads(src, dst, nbytes))

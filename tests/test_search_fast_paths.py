@@ -138,3 +138,54 @@ def test_form_groups_equal_the_loop_over_positions(sizes):
         assert parallel(sizes, level)[0] == _grouped_by_loop(sizes, lambda p: p[:level] + p[level + 1:],
                                                              lambda p: True)
         assert master(sizes, level)[0] == _grouped_by_loop(sizes, lambda p: p[:level], lambda p: not any(p[level + 1:]))
+
+
+def test_calls_canonicalized_together_equal_one_by_one():
+    from synth.model.backend import canonical_coords, canonical_labels
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        calls, size, levels = (int(x) for x in rng.integers(1, (6, 40, 5)))
+        coords = rng.integers(0, int(rng.integers(1, 9)), size=(calls, size, levels))
+        labels = canonical_labels(coords)
+        assert labels.shape == coords.shape
+        assert [tuple(map(tuple, call)) for call in labels.tolist()] == [canonical_coords(call) for call in coords]
+
+
+def test_a_steps_sites_are_its_calls_first_at_each_site():
+    topology = load_topology("dgx-h100-2x8x8")
+    hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=128"))[0], ("data",), "merged")
+    calls = (tuple(range(0, 128, 16)), tuple(range(1, 128, 16)), tuple(range(8)), (8, 9, 10, 11, 12, 13, 14, 15),
+             tuple(range(2, 128, 16)))
+    sites = CostEngine(cost_context(hierarchy, topology)).sites("AllReduce", calls)
+    engine = CostEngine(cost_context(hierarchy, topology))
+    first: dict = {}
+    for members in calls:
+        first.setdefault(engine.call("AllReduce", members).site_id, members)
+    assert sites == tuple(first.values())
+
+
+def test_a_prefix_extended_where_its_links_change_equals_the_dense_sum():
+    from synth.model import PIPELINED
+
+    topology = load_topology("dgx-h100-2x8x8")
+    hierarchy = build_hierarchy(enumerate_placements(topology, parse_axes("data=128"))[0], ("data",), "merged")
+    engine = CostEngine(cost_context(hierarchy, topology))
+    steps = (step_calls_of(("AllReduce", (tuple(range(8)), tuple(range(16, 128, 16))))),
+             step_calls_of(("AllReduce", tuple(tuple(range(g, 128, 8)) for g in range(8)))))
+    figures = engine.figures(steps, np.array([1 << 20]))
+    prefix = PIPELINED.start(engine, 1 << 20)
+    dense = np.zeros(len(engine.network.capacity))
+    for index in (0, 1, 0):
+        prefix = PIPELINED.extend(engine, prefix, figures, index)
+        dense = dense + engine.regimes[int(figures.regime[index, 0])].link_s
+        assert np.array_equal(prefix[0], dense) and prefix[2] == float(dense.max())
+    sparse = [engine.regimes[int(r)].busy_links is not None for r in figures.regime[:, 0]]
+    assert sparse == [True, False]  # both ways taken
+
+
+def step_calls_of(step):
+    from synth.model import StepCalls
+
+    collective, calls = step
+    return StepCalls(collective, calls, tuple(1 for _ in calls))

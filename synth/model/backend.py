@@ -291,6 +291,32 @@ def canonical_coords(coords: np.ndarray) -> tuple[tuple[int, ...], ...]:
     return tuple(result)
 
 
+def canonical_labels(coords: np.ndarray) -> np.ndarray:
+    """`canonical_coords` of many calls of equal size at once, coords [call, member, level],
+    as an array of the same shape: one pass of sorts per level instead of a dictionary per
+    member and level (and no Python integer per coordinate)."""
+    calls, size, levels = coords.shape
+    if calls == 0:
+        return np.zeros((0, size, levels), dtype=np.int64)
+    labels = np.empty((calls, size, levels), dtype=np.int64)
+    parent = np.repeat(np.arange(calls, dtype=np.int64), size)  # the group each member sits in so far
+    for level in range(levels):
+        value = coords[:, :, level].ravel().astype(np.int64)
+        span = int(value.max()) + 1
+        groups, first, inverse = np.unique(parent * span + value, return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        owner = groups // span
+        order = np.lexsort((first, owner))  # each parent's units in order of first appearance
+        owners = owner[order]
+        starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        run_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order)) - run_start
+        labels[:, :, level] = rank[inverse].reshape(calls, size)
+        parent = inverse
+    return labels
+
+
 @runtime_checkable
 class CallModel(Protocol):
     """What the costing engine asks of a backend (see the module docstring)."""

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from synth.lowering import LoweredProgram, LoweredStep
 from synth.model.algorithms import Plan
-from synth.model.backend import CallSite, FlowArrays, PairwiseFlows, canonical_coords
+from synth.model.backend import CallSite, FlowArrays, PairwiseFlows, canonical_coords, canonical_labels
 from synth.model.context import CostContext
 from synth.model.network import NO_LINK
 
@@ -113,6 +113,13 @@ class StepRegime:
     extra_memory: float  # largest scratch per device, per byte of B_max
     link_s: np.ndarray  # seconds per byte of S the step keeps each link busy (all phases, all groups)
 
+    @cached_property
+    def busy_links(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the links the step keeps busy, their `link_s`), or None when that is most links:
+        a prefix's link sums then grow where they change only."""
+        where = np.flatnonzero(self.link_s)
+        return None if 4 * len(where) > len(self.link_s) else (where, self.link_s[where])
+
 
 @dataclass(frozen=True)
 class StepFigures:
@@ -142,8 +149,12 @@ class _Call:
     site: CallSite
     site_id: int  # the engine's number for the site (hashing a site is slow)
     shared: _SiteCosts
-    members: np.ndarray  # the call's member ranks
-    site_members: tuple[int, ...]  # the same, as the tuple the call was asked with
+    site_members: tuple[int, ...]  # the call's member ranks, as the tuple it was asked with
+
+    @property
+    def members(self) -> np.ndarray:
+        """The member ranks as an array (built when asked: most calls are only looked up)."""
+        return np.array(self.site_members, dtype=np.int64)
 
     @property
     def plans(self) -> tuple[Plan, ...]:
@@ -228,38 +239,62 @@ class CostEngine:
         self._site_costs: dict[int, _SiteCosts] = {}
         self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
         self._shapes: dict[tuple[int, ...], int] = {}  # members -> number of their canonical coordinates
-        self._shape_ids: dict[tuple[tuple[int, ...], ...], int] = {}
+        self._shape_ids: dict[bytes, int] = {}  # canonical coordinates' bytes -> their number
         self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
-        self._shape_by_id: list[tuple[tuple[int, ...], ...]] = []
+        self._shape_by_id: list[np.ndarray] = []  # [member, level] canonical coordinates
         self._sites_of: dict[tuple[str, tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]] = {}
 
     # --- one call ------------------------------------------------------------------------------
+
+    def _shape_id(self, members: tuple[int, ...]) -> int:
+        """The number of the members' canonical coordinates (every collective on these members
+        sits alike: one relabelling per member tuple)."""
+        shape_id = self._shapes.get(members)
+        if shape_id is None:
+            self._shape_calls((members,))
+            shape_id = self._shapes[members]
+        return shape_id
+
+    def _shape_calls(self, calls: tuple[tuple[int, ...], ...]) -> None:
+        """Numbers the shapes of calls not seen yet, those of one size in one pass (shapes are
+        compared as bytes: a tuple per member cost more than the relabelling)."""
+        by_size: dict[int, list[tuple[int, ...]]] = {}
+        for members in calls:
+            if members not in self._shapes:
+                by_size.setdefault(len(members), []).append(members)
+        shape_ids, by_id = self._shape_ids, self._shape_by_id
+        for unseen in by_size.values():
+            coords = self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]]
+            if len(unseen) == 1:  # one call: the plain relabelling is quicker than the sorts
+                labels = np.array(canonical_coords(coords[0]), dtype=np.int64).reshape(coords.shape)
+            else:
+                labels = canonical_labels(coords)
+            for members, shape in zip(unseen, labels):
+                key = shape.tobytes()
+                shape_id = shape_ids.get(key)
+                if shape_id is None:
+                    shape_id = shape_ids[key] = len(by_id)
+                    by_id.append(shape)
+                self._shapes[members] = shape_id
 
     def call(self, collective: str, members: tuple[int, ...]) -> _Call:
         key = (collective, members)
         found = self._calls.get(key)
         if found is not None:
             return found
-        shape_id = self._shapes.get(members)
-        if shape_id is None:  # every collective on these members sits alike: one relabelling
-            shape = canonical_coords(self.network.coords[self.devices[0, list(members)]])
-            shape_id = self._shape_ids.get(shape)
-            if shape_id is None:
-                shape_id = self._shape_ids[shape] = len(self._shape_by_id)
-                self._shape_by_id.append(shape)
-            self._shapes[members] = shape_id
+        shape_id = self._shape_id(members)
         found_site = self._site_of_shape.get((collective, shape_id))
         if found_site is None:  # hashing a site (every member's coordinates) is slow: once per shape
-            shape = self._shape_by_id[shape_id]
+            shape = tuple(map(tuple, self._shape_by_id[shape_id].tolist()))
             site = CallSite(collective, shape, self.context.levels_of(collective), self.context.topology.nccl)
             found_site = self._site_of_shape[collective, shape_id] = (
                 site, self._site_ids.setdefault(site, len(self._site_ids)))
         site, site_id = found_site
-        member_ranks = np.array(members, dtype=np.int64)
         shared = self._site_costs.get(site_id)
         if shared is None:
-            shared = self._site_costs[site_id] = self._site_figures(collective, site, member_ranks)
-        found = _Call(site, site_id, shared, member_ranks, members)
+            shared = self._site_costs[site_id] = self._site_figures(collective, site,
+                                                                    np.array(members, dtype=np.int64))
+        found = _Call(site, site_id, shared, members)
         self._calls[key] = found
         return found
 
@@ -269,10 +304,14 @@ class CostEngine:
         key = (collective, calls)
         found = self._sites_of.get(key)
         if found is None:
-            by_site: dict[int, tuple[int, ...]] = {}
+            # one collective's sites and its members' shapes correspond one to one
+            by_shape: dict[int, tuple[int, ...]] = {}
+            self._shape_calls(calls)
+            shapes, shape_id = self._shapes, self._shape_id
             for members in calls:
-                by_site.setdefault(self.call(collective, members).site_id, members)
-            found = self._sites_of[key] = tuple(by_site.values())
+                found_id = shapes.get(members)
+                by_shape.setdefault(shape_id(members) if found_id is None else found_id, members)
+            found = self._sites_of[key] = tuple(by_shape.values())
         return found
 
     def _site_figures(self, collective: str, site: CallSite, members: np.ndarray) -> _SiteCosts:
@@ -469,6 +508,7 @@ class CostEngine:
         None for a flow backend)."""
         found = self._step_calls.get(step)
         if found is None:
+            self._shape_calls(step.calls)
             calls = tuple(self.call(step.collective, members) for members in step.calls)
             distinct: dict[tuple[int, int], int] = {}
             kinds = tuple(distinct.setdefault((call.site_id, chunks), len(distinct))

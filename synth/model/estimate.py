@@ -176,9 +176,19 @@ class Pipelined:
         return np.zeros(len(engine.network.capacity)), 0.0, 0.0
 
     def extend(self, engine: CostEngine, prefix, figures: StepFigures, index: int):
-        loads, chain, _ = prefix
-        loads = loads + engine.regimes[int(figures.regime[index, 0])].link_s
-        return loads, chain + float(figures.chain_s[index, 0]), float(loads.max())
+        loads, chain, busiest = prefix
+        regime = engine.regimes[int(figures.regime[index, 0])]
+        chain += float(figures.chain_s[index, 0])
+        sparse = regime.busy_links
+        if sparse is None:
+            loads = loads + regime.link_s
+            return loads, chain, float(loads.max())
+        where, amounts = sparse  # the other links keep their loads, and so the busiest stays or grows
+        loads = loads.copy()
+        if len(where):
+            loads[where] += amounts
+            busiest = max(busiest, float(loads[where].max()))
+        return loads, chain, busiest
 
     def value(self, prefix, size: int, more: tuple[float, ...] = ()) -> float:
         _, chain, busiest = prefix

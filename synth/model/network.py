@@ -68,6 +68,9 @@ def check_costable(topology: Topology) -> None:
             inputs=("topology",))
 
 
+_JOINED_FLOWS = 1 << 16  # link ids up to which Network.loads joins its parts (a copy of each)
+
+
 class Network:
     """A topology as a graph of devices, switches and links, with fast per-batch link loads."""
 
@@ -247,6 +250,10 @@ class Network:
         # Each link is in one of these parts only (its kind and level fix the part), so summing the
         # parts' loads adds its bytes in the same order as one bincount over them all would,
         # without a copy of every part (the copy was most of the time for millions of flows).
+        # A few flows (a step's calls at one site) take one bincount over the parts joined: the
+        # same sums, without an array of every link per part.
+        if sum(len(part) for part in ids) <= _JOINED_FLOWS:
+            return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.links))
         total = np.zeros(len(self.links))
         for part, weight in zip(ids, weights):
             total += np.bincount(part, weights=weight, minlength=len(self.links))
