@@ -16,7 +16,6 @@ Rank 0 writes a JSON report to --json-out.
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from synth.search import Enumerator, SearchOptions, semantics_for  # noqa: E402
 from synth.torch import HierarchicalReducer, ReducerSetupError, plan_programs  # noqa: E402
 from synth.torch.collectives import HierarchicalAllGather, HierarchicalAllToAll, HierarchicalReduceScatter  # noqa: E402
 from synth.torch.plan import SizeRange  # noqa: E402
+from worker_report import finish  # noqa: E402
 
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # torch's own
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -249,13 +249,7 @@ def main() -> int:
         report["refusals"] = check_refusals(rank)
     if "fsdp" in args.case:
         report.update(check_fsdp(rank))
-    reports = [None] * dist.get_world_size()
-    dist.all_gather_object(reports, report)
-    if rank == 0 and args.json_out:
-        Path(args.json_out).write_text(json.dumps({"ranks": reports}))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return finish(report, args.json_out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Rank 0 writes a JSON report to --json-out.
 """
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 try:
     import synth  # noqa: F401  (installed)
 except ImportError:  # run from a checkout: the repository root
@@ -36,6 +36,7 @@ from synth.torch.errors import RankDisagreementError, RoutingError  # noqa: E402
 from synth.torch.moe import TokenDispatcher  # noqa: E402
 from synth.torch.moe_layout import ExpertLayout  # noqa: E402
 from synth.torch.moe_plan import load_dispatch_plan  # noqa: E402
+from worker_report import finish  # noqa: E402
 
 EXPERTS, HIDDEN, WORLD = 16, 6, 8
 TOKENS = (5, 0, 7, 3, 11, 1, 6, 9)  # per rank: uneven, rank 1 sends nothing
@@ -259,13 +260,7 @@ def main() -> int:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed.nn's all_to_all_single
     report = {"equal": check_equal(rank), "plans": check_plans(rank, args.plans), "errors": check_errors(rank), "subgroups": check_subgroups(rank)}
-    reports = [None] * dist.get_world_size()
-    dist.all_gather_object(reports, report)
-    if rank == 0 and args.json_out:
-        Path(args.json_out).write_text(json.dumps({"ranks": reports}))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return finish(report, args.json_out)
 
 
 if __name__ == "__main__":
