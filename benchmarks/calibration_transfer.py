@@ -132,11 +132,22 @@ def fold(held: Log, logs: list[Log], priors: Priors = PROBE_PRIORS) -> dict:
             # the fit's own spread: the study measures the structure term itself, per fold
             sigma = model_error_for_group(topology, ranks, m.collective, m.bytes).fit_sigma(m.bytes)
             low, high = interval(p, sigma)
-            entry["rows"].append({"log": log.name, "same_log": log is held, "collective": m.collective,
+            entry["rows"].append({"log": log.name, "same_log": log is held, "shared_host": shared_host(m),
+                                  "collective": m.collective,
                                   "group": m.span.describe(), "bytes": m.bytes, "measured_s": m.time_s,
                                   "measured_busbw": busbw(m, m.time_s), "predicted_s": p, "uncalibrated_s": u,
                                   "sigma_fit": sigma, "low_fit_s": low, "high_fit_s": high})
     return entry
+
+
+def shared_host(m) -> bool:
+    """Whether the call ran from one host thread driving several GPUs across hosts (nccl-tests -g N
+    over nodes): its calls wait on NCCL proxy threads that share that process's CPU binding (mpirun
+    binds a process to one core when it starts at most two; NCCL keeps its threads within the
+    process's affinity), so from the network steps on the host's scheduler times them, which no
+    NCCL figure models. Known from the run's command line before any size is measured; its
+    structure term is measured on runs of its own class only (`select`)."""
+    return bool(m.run is not None and m.run.gpus_per_process > 1 and m.span.hosts > 1)
 
 
 def study(log_dir: Path) -> dict:
@@ -203,6 +214,11 @@ def _cell(row: dict) -> tuple[str, bool]:
     return next(name for name, low, high, _ in BANDS if low <= row["bytes"] < high), row["same_log"]
 
 
+def _term_key(band: str, same: bool, shared: bool) -> str:
+    return f"{band} | {'same log' if same else 'other logs'}" + (" | one thread, several GPUs, across hosts"
+                                                                   if shared else "")
+
+
 def select(runs: dict[float, list[dict]]) -> tuple[list[dict], dict]:
     """Per source S: the prior scale whose folds of the other sources put the most predictions
     within target (ties: the narrower scale), and per (band, same log or not) the structure term
@@ -217,13 +233,17 @@ def select(runs: dict[float, list[dict]]) -> tuple[list[dict], dict]:
         scale = max(sorted(runs), key=lambda k: sum(map(_within, others(k))))
         rows = others(scale)
         terms = {}
-        for name, *_ in BANDS:
-            band = [r for r in rows if _cell(r)[0] == name] or rows
-            for same in (True, False):
-                cell = [r for r in band if r["same_log"] is same]
-                cell = cell if len(cell) >= MIN_CELL else band
-                terms[f"{name} | {'same log' if same else 'other logs'}"] = structure_sigma(
-                    [math.log(r["predicted_s"] / r["measured_s"]) for r in cell], [r["sigma_fit"] for r in cell])
+        for shared in (False, True):
+            # a launch class's own rows where the other sources have enough of them, else all
+            kind = [r for r in rows if r.get("shared_host", False) is shared]
+            kind = kind if len(kind) >= MIN_CELL else rows
+            for name, *_ in BANDS:
+                band = [r for r in kind if _cell(r)[0] == name] or kind
+                for same in (True, False):
+                    cell = [r for r in band if r["same_log"] is same]
+                    cell = cell if len(cell) >= MIN_CELL else band
+                    terms[_term_key(name, same, shared)] = structure_sigma(
+                        [math.log(r["predicted_s"] / r["measured_s"]) for r in cell], [r["sigma_fit"] for r in cell])
         choices[source] = {"scale": scale, "within_on_others": sum(map(_within, rows)), "others": len(rows),
                            "structure_sigma": terms}
         for f in runs[scale]:
@@ -232,7 +252,7 @@ def select(runs: dict[float, list[dict]]) -> tuple[list[dict], dict]:
             widened = []
             for r in f["rows"]:
                 name, same = _cell(r)
-                sigma = combined(r["sigma_fit"], terms[f"{name} | {'same log' if same else 'other logs'}"])
+                sigma = combined(r["sigma_fit"], terms[_term_key(name, same, r.get("shared_host", False))])
                 low, high = interval(r["predicted_s"], sigma)
                 widened.append({**r, "sigma": sigma, "low_s": low, "high_s": high})
             chosen_folds.append({**f, "scale": scale, "rows": widened})
@@ -320,7 +340,11 @@ def render(result: dict, command: str, seconds: float) -> str:
                   f"interval wider than x0.5-x2 (the table's last column) says the model cannot pin that band on an "
                   f"unseen system, not that its prediction is good there.", "", HISTORY, "", FINDINGS, "", "## Per source", "",
               "Each source's prior scale and structure terms were chosen on the other sources' folds (`within target "
-              "there`: what the chosen scale scored on them).", "",
+              "there`: what the chosen scale scored on them). The structure terms are measured per launch class: runs "
+              "where one host thread drives several GPUs across hosts (nccl-tests -g N over nodes, whose NCCL proxy "
+              "threads share the process's CPU binding, `shared_host`) take terms from the other sources' runs of that "
+              "class, where they have at least 20 predictions, else from all of them; every other run from the other "
+              "sources' runs that are not of it.", "",
               "| source | folds | predictions | within target | interval coverage | median 90% interval | prior scale "
               "(within target there) | structure term, own log: < 1 / 1-64 / >= 64 MiB | other logs |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -333,8 +357,9 @@ def render(result: dict, command: str, seconds: float) -> str:
         done = sum("failed" not in f for f in folds)
         choice = result["choices"][source]
         terms = choice["structure_sigma"]
-        own = " / ".join(f"{terms[f'{name} | same log']:.2f}" for name, *_ in BANDS)
-        other = " / ".join(f"{terms[f'{name} | other logs']:.2f}" for name, *_ in BANDS)
+        shared = any(r.get("shared_host", False) for r in source_rows)
+        own = " / ".join(f"{terms[_term_key(name, True, shared)]:.2f}" for name, *_ in BANDS)
+        other = " / ".join(f"{terms[_term_key(name, False, shared)]:.2f}" for name, *_ in BANDS)
         lines.append(f"| {source} | {done} of {len(folds)} | {s['calls']} | {_share(s['within'], s['calls'])} | "
                      f"{_share(s['covered'], s['calls'])} | {_width(s['width'])} | {choice['scale']:g} "
                      f"({_share(choice['within_on_others'], choice['others'])}) | {own} | {other} |")

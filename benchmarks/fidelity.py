@@ -76,8 +76,9 @@ A3_HIGH_FIT = ("uncalibrated: the gcp-a3-high-2x8 topology was written with this
                "(its figures carry documented sources, but its choices were checked against these logs)")
 LAUNCH_FIT = ("uncalibrated: the default launch per GPU (synth/model/nccl/launch.py, 5.6 us) is the median of "
               "three -g N sources, this one among them")
-# The first matching key wins. Issue 309's thread is one source: its logs share a thread, a
-# software stack (NCCL 2.26.2) and, for most, a cluster.
+# The first matching key (a regular expression searched in the file name) wins. Issue 309's
+# thread holds two posters' clusters, two systems: qoofyk's XE9680s (two bare-metal hosts, four
+# VMs) and gj-aion's 8-node cluster (its 2-, 4- and 8-node runs); each is a source.
 SOURCES = (
     Source("a100-1x8-thanos", "thanos blog", "dgx-a100", "one node of 8 A100 SXM4 80GB, NVSwitch, nccl-tests -g 8",
            fitted=LAUNCH_FIT),
@@ -91,7 +92,10 @@ SOURCES = (
     Source("dstack", "dstack#2587", "gcp-a3-high-2x8", "2 GCP A3 High (GPUDirect-TCPX), all-gather",
            fitted=A3_HIGH_FIT),
     Source("a3mega", "a3-mega repo", "gcp-a3-mega-2x8", "2 GCP A3 Mega (GPUDirect-TCPXO)"),
-    Source("nt309", "nccl-tests#309", "hgx-h100-ib-4x8", "HGX H100, 8 x 400 Gb/s InfiniBand per node", 8),
+    Source("2x8-nt309-all|vmware-nt309", "nccl-tests#309, qoofyk", "hgx-h100-ib-4x8",
+           "qoofyk's HGX H100 (Dell XE9680, 8 x 400 Gb/s InfiniBand), 2 bare-metal hosts and 4 VMs", 8),
+    Source("nt309", "nccl-tests#309, gj-aion", "hgx-h100-ib-4x8",
+           "gj-aion's 8-node HGX H100 cluster, 8 x 400 Gb/s InfiniBand per node", 8),
     Source("rtx5090", "nccl-eBPF report", "rtx5090-loopback", "one RTX 5090 shared by 2 ranks over loopback TCP"),
     Source("v100-1x8", "V100 blog", "gcp-n1-v100-4x8", "one machine of 8 V100 SXM2 (hybrid cube mesh), -g 8",
            fitted=LAUNCH_FIT),
@@ -111,7 +115,7 @@ class Log:
 
 
 def source_of(path: Path) -> Source | None:
-    return next((s for s in SOURCES if s.key in path.name), None)
+    return next((s for s in SOURCES if re.search(s.key, path.name)), None)
 
 
 _EXCERPT_RANKS = re.compile(r"(\d+) ranks")
@@ -153,14 +157,16 @@ def with_nodes(topology: Topology, nodes: int | None) -> Topology:
 
 
 _ENV = re.compile(r"NCCL_(ALGO|PROTO|MIN_CTAS|MAX_CTAS)=([A-Za-z0-9,]+)")
+_QPS = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(\d+)")
 
 
 def with_environment(topology: Topology, path: Path) -> Topology:
     """The topology with the NCCL_ALGO / NCCL_PROTO (NCCL's choice is then restricted as the
-    run's was) and NCCL_MIN_CTAS / NCCL_MAX_CTAS (its channels) a log's command line sets."""
+    run's was), NCCL_MIN_CTAS / NCCL_MAX_CTAS (its channels) and NCCL_IB_QPS_PER_CONNECTION (queue
+    pairs per connection: synth/model/nccl/routing.py) a log's command line sets."""
     text = path.read_text(encoding="utf-8", errors="replace")
     found = dict(_ENV.findall(text))
-    if not found or topology.nccl is None:
+    if not (found or _QPS.search(text)) or topology.nccl is None:
         return topology
     names = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat",
              "ll": "LL", "ll128": "LL128", "simple": "Simple"}
@@ -172,6 +178,9 @@ def with_environment(topology: Topology, path: Path) -> Topology:
     for key in ("MIN_CTAS", "MAX_CTAS"):
         if key in found:
             nccl = replace(nccl, **{key.lower(): int(found[key])})
+    qps = _QPS.search(text)
+    if qps:
+        nccl = replace(nccl, ib_qps=int(qps.group(1)))
     return replace(topology, nccl=nccl)
 
 

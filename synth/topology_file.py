@@ -76,6 +76,7 @@ them is a separate figure with its own source::
     version = "2.26"                   # optional: the NCCL release (2.26 to 2.32); default the newest, 2.32
     symmetric = true                   # optional: buffers registered as symmetric windows (2.27+ kernels); default false
     launch_per_gpu = { value = "5 us", source = "..." }  # optional: host time per GPU a thread launches a call on
+    ib_qps = 2                         # optional: NCCL_IB_QPS_PER_CONNECTION, queue pairs per connection; default 1
     source = "..."                     # required
 
     [[levels]]
@@ -108,8 +109,10 @@ network step) and `unpack = true` when its receive side unpacks on the GPU; for 
 (the least time of a call crossing the level, e.g. "40 us": a net plugin's per-call cost, which
 NCCL's tables do not have; `synth calibrate` fits it); for any network, `message_rate`, the
 messages per second one NIC processes (what bounds many small point-to-point posts; default per
-NIC kind, synth/model/nccl/p2p.py). Without these keys the NCCL model assumes defaults and says
-which (synth/model/nccl/hardware.py).
+NIC kind, synth/model/nccl/p2p.py); `routing`, the share of the NICs' rate a call over more than
+two hosts keeps across a multi-level fabric (e.g. 0.88; default 1, `synth calibrate` fits it:
+synth/model/nccl/routing.py). Without these keys the NCCL model assumes defaults and says which
+(synth/model/nccl/hardware.py).
 
 `synth calibrate` also records what it fitted on, so a ranking can say how sure it is::
 
@@ -155,9 +158,9 @@ from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 from synth.model.nccl.names import NCCL_VERSIONS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages", "floor",
-                   "message_rate")
+                   "message_rate", "routing")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
-              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu")
+              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu", "ib_qps")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend", "bands", "sigma")
 _OPTIONAL_CALIBRATION_KEYS = ("backend", "bands", "sigma")
@@ -502,7 +505,15 @@ def _transport(value, where: str, field: str) -> Transport:
             raise _field_error(where, f"{field}.message_rate", f"{raw!r} is not a NIC message rate in messages per "
                                                                f"second (e.g. message_rate = 215e6)")
         message_rate = Figure(float(raw), source)
-    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages, floor, message_rate)
+    routing = None
+    if "routing" in table:
+        raw = table["routing"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.05 <= raw <= 1:
+            raise _field_error(where, f"{field}.routing", f"{raw!r} is not a share of the NICs' rate in [0.05, 1] "
+                                                          f"(e.g. routing = 0.88)")
+        routing = Figure(float(raw), source)
+    return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages, floor, message_rate,
+                     routing)
 
 
 def _efficiency(value, where: str, field: str) -> Figure:
@@ -554,8 +565,9 @@ def _nccl(value, where: str) -> NcclSystem:
     launch = None
     if "launch_per_gpu" in table:
         launch = _figure(table["launch_per_gpu"], parse_time, TIME_EXAMPLE, where, "nccl.launch_per_gpu")
+    qps = _positive_int(table.get("ib_qps", 1), where, "nccl.ib_qps", "ib_qps = 2")
     return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas,
-                      version, symmetric, launch)
+                      version, symmetric, launch, qps)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -688,6 +700,8 @@ def topology_document(topology: Topology) -> dict:
                 table[key] = getattr(nccl, key)
         if nccl.symmetric:
             table["symmetric"] = True
+        if nccl.ib_qps != 1:
+            table["ib_qps"] = nccl.ib_qps
         table["source"] = nccl.source
         document["nccl"] = table
     document["levels"] = [_level_table(level) for level in topology.levels]
@@ -735,6 +749,8 @@ def _level_table(level: Level) -> dict:
             entry["floor"] = format_time(transport.floor.value, _digits(transport.floor))
         if transport.message_rate is not None:
             entry["message_rate"] = transport.message_rate.value
+        if transport.routing is not None:
+            entry["routing"] = round(transport.routing.value, 4)
         entry["source"] = transport.source
         table["transport"] = entry
     if level.efficiency is not None:

@@ -107,6 +107,7 @@ def nccl_view(topology: Topology) -> NcclView:
                              max_ctas=launch.max_ctas if launch is not None else None,
                              version=(launch.version if launch is not None and launch.version else N.DEFAULT_VERSION),
                              symmetric=launch.symmetric if launch is not None else False,
+                             ib_qps=launch.ib_qps if launch is not None else 1,
                              launch_s_per_gpu=(launch.launch_per_gpu.value
                                                if launch is not None and launch.launch_per_gpu is not None else None))
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
@@ -238,7 +239,8 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
     rate = transport.message_rate
     return nccl.Network(link, nics, transport.kind, transport.gdr, latency, sockets, stream.value, stream.source,
                         transport.unpack, stages, floor, rate.value if rate is not None else None,
-                        rate.source if rate is not None else "")
+                        rate.source if rate is not None else "",
+                        transport.routing.value if transport.routing is not None else None)
 
 
 def group_layout(topology: Topology, view: NcclView, devices) -> tuple[int, int, int]:
