@@ -76,9 +76,8 @@ A3_HIGH_FIT = ("uncalibrated: the gcp-a3-high-2x8 topology was written with this
                "(its figures carry documented sources, but its choices were checked against these logs)")
 LAUNCH_FIT = ("uncalibrated: the default launch per GPU (synth/model/nccl/launch.py, 5.6 us) is the median of "
               "three -g N sources, this one among them")
-# The first matching key (a regular expression searched in the file name) wins. Issue 309's
-# thread holds two posters' clusters, two systems: qoofyk's XE9680s (two bare-metal hosts, four
-# VMs) and gj-aion's 8-node cluster (its 2-, 4- and 8-node runs); each is a source.
+# The first matching key wins. Issue 309's thread is one source: its logs share a thread, a
+# software stack (NCCL 2.26.2) and, for most, a cluster.
 SOURCES = (
     Source("a100-1x8-thanos", "thanos blog", "dgx-a100", "one node of 8 A100 SXM4 80GB, NVSwitch, nccl-tests -g 8",
            fitted=LAUNCH_FIT),
@@ -92,10 +91,7 @@ SOURCES = (
     Source("dstack", "dstack#2587", "gcp-a3-high-2x8", "2 GCP A3 High (GPUDirect-TCPX), all-gather",
            fitted=A3_HIGH_FIT),
     Source("a3mega", "a3-mega repo", "gcp-a3-mega-2x8", "2 GCP A3 Mega (GPUDirect-TCPXO)"),
-    Source("2x8-nt309-all|vmware-nt309", "nccl-tests#309, qoofyk", "hgx-h100-ib-4x8",
-           "qoofyk's HGX H100 (Dell XE9680, 8 x 400 Gb/s InfiniBand), 2 bare-metal hosts and 4 VMs", 8),
-    Source("nt309", "nccl-tests#309, gj-aion", "hgx-h100-ib-4x8",
-           "gj-aion's 8-node HGX H100 cluster, 8 x 400 Gb/s InfiniBand per node", 8),
+    Source("nt309", "nccl-tests#309", "hgx-h100-ib-4x8", "HGX H100, 8 x 400 Gb/s InfiniBand per node", 8),
     Source("rtx5090", "nccl-eBPF report", "rtx5090-loopback", "one RTX 5090 shared by 2 ranks over loopback TCP"),
     Source("v100-1x8", "V100 blog", "gcp-n1-v100-4x8", "one machine of 8 V100 SXM2 (hybrid cube mesh), -g 8",
            fitted=LAUNCH_FIT),
@@ -115,7 +111,7 @@ class Log:
 
 
 def source_of(path: Path) -> Source | None:
-    return next((s for s in SOURCES if re.search(s.key, path.name)), None)
+    return next((s for s in SOURCES if s.key in path.name), None)
 
 
 _EXCERPT_RANKS = re.compile(r"(\d+) ranks")

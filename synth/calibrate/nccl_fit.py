@@ -414,7 +414,8 @@ def _fit_level(topology: Topology, level: int, points: list[_Point], frozen: fro
                          f"{len(group.errors) - group.outliers} sizes, worst {group.worst:.1%}, {group.outliers} "
                          f"outliers; the model misses what this run shows (see the per-size errors)")
     stages = values.get(("stages", level))
-    overhead = setup.overhead_unit * values[("overhead", level)]
+    overhead = (setup.overhead_unit * values[("overhead", level)] if ("overhead", level) in values else
+                (topology.levels[level].overhead.value if topology.levels[level].overhead is not None else 0.0))
     fit = LevelFit(name, efficiencies, overhead if overhead >= 1e-9 else 0.0, stages, groups,
                    tuple(dict.fromkeys(notes)), tuple(protocols), spread,
                    tuple((p.kind, str(p.key)) for p in setup.params))
@@ -491,7 +492,8 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
                              priors.latency))
     overhead = target.overhead.value if target.overhead is not None else 0.0
     unit = PRIOR_OVERHEAD * float(times.min())
-    params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, priors.overhead))
+    if _overhead_acts(topology, level, unique, view):
+        params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, priors.overhead))
     params += _floor_params(topology, level, unique, view, unit, priors.floor)
     params += routing
     if _fills(topology, level, unique, view):
@@ -525,6 +527,20 @@ def _floor_params(topology: Topology, level: int, points: list[_Point], view: Nc
         floor = transport.floor.value if transport.floor is not None else CALL_FLOOR[transport.kind][0]
         params.append(_Param("floor", level, floor / unit, 0.0, 1e5, prior))
     return params
+
+
+def _overhead_acts(topology: Topology, level: int, points: list[_Point], view: NcclView) -> bool:
+    """Whether a per-call overhead beyond NCCL's tables has a mechanism on these calls: not on
+    calls across nodes over NCCL's own InfiniBand transport launched one GPU per process, where
+    NCCL's tables hold every per-call cost (its base latencies, the network's per-step latency;
+    net_ib reports no latency of its own: transports.CALL_FLOOR), so a fitted overhead would only
+    stand in for another figure's miss and carry it to other node counts."""
+    transport = topology.levels[level].transport
+    system = topology.nccl
+    one_per_process = system is None or system.gpus_per_thread == 1
+    shared = any(p.measurement.run is not None and p.measurement.run.shared_device for p in points)
+    return not (view.node_level == level and transport is not None and transport.kind == "ib"
+                and one_per_process and not shared)
 
 
 def _routing_params(topology: Topology, level: int, points: list[_Point], view: NcclView, estimates,
