@@ -93,9 +93,9 @@ class Transport:
     floor: Figure | None = None  # least time of a call crossing the level (s; None: the kind's default, fitted by calibrate)
     message_rate: Figure | None = None  # messages/s one NIC processes (p2p posts; None: a default per NIC kind)
     # the share of the NICs' rate a call over more than two hosts keeps across a multi-level fabric
-    # with one queue pair per connection (synth/model/nccl/routing.py; None: the default, fitted by
+    # with one queue pair per connection (synth/model/nccl/fabric_share.py; None: the default, fitted by
     # synth calibrate)
-    routing: Figure | None = None
+    fabric_share: Figure | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class NcclSystem:
     # host time per GPU a thread launches a call on (s; synth/model/nccl/launch.py; None: its
     # default), a per-cluster figure synth calibrate fits on runs driving several GPUs per thread
     launch_per_gpu: Figure | None = None
-    # NCCL_IB_QPS_PER_CONNECTION: InfiniBand queue pairs per connection (synth/model/nccl/routing.py)
+    # NCCL_IB_QPS_PER_CONNECTION: InfiniBand queue pairs per connection (synth/model/nccl/fabric_share.py)
     ib_qps: int = 1
 
 

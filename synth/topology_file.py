@@ -109,9 +109,9 @@ network step) and `unpack = true` when its receive side unpacks on the GPU; for 
 (the least time of a call crossing the level, e.g. "40 us": a net plugin's per-call cost, which
 NCCL's tables do not have; `synth calibrate` fits it); for any network, `message_rate`, the
 messages per second one NIC processes (what bounds many small point-to-point posts; default per
-NIC kind, synth/model/nccl/p2p.py); `routing`, the share of the NICs' rate a call over more than
+NIC kind, synth/model/nccl/p2p.py); `fabric_share`, the share of the NICs' rate a call over more than
 two hosts keeps across a multi-level fabric (e.g. 0.88; default 1, `synth calibrate` fits it:
-synth/model/nccl/routing.py). Without these keys the NCCL model assumes defaults and says which
+synth/model/nccl/fabric_share.py). Without these keys the NCCL model assumes defaults and says which
 (synth/model/nccl/hardware.py).
 
 `synth calibrate` also records what it fitted on, so a ranking can say how sure it is::
@@ -158,7 +158,7 @@ from synth.model.nccl.names import TRANSPORTS as TRANSPORT_KINDS  # noqa: E402
 from synth.model.nccl.names import NCCL_VERSIONS  # noqa: E402
 _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages", "floor",
-                   "message_rate", "routing")
+                   "message_rate", "fabric_share")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
               "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu", "ib_qps")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
@@ -505,15 +505,15 @@ def _transport(value, where: str, field: str) -> Transport:
             raise _field_error(where, f"{field}.message_rate", f"{raw!r} is not a NIC message rate in messages per "
                                                                f"second (e.g. message_rate = 215e6)")
         message_rate = Figure(float(raw), source)
-    routing = None
-    if "routing" in table:
-        raw = table["routing"]
+    fabric_share = None
+    if "fabric_share" in table:
+        raw = table["fabric_share"]
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.05 <= raw <= 1:
-            raise _field_error(where, f"{field}.routing", f"{raw!r} is not a share of the NICs' rate in [0.05, 1] "
-                                                          f"(e.g. routing = 0.88)")
-        routing = Figure(float(raw), source)
+            raise _field_error(where, f"{field}.fabric_share", f"{raw!r} is not a share of the NICs' rate in "
+                                                               f"[0.05, 1] (e.g. fabric_share = 0.88)")
+        fabric_share = Figure(float(raw), source)
     return Transport(kind, source, gdr, sockets, vendor, stream, latency, unpack, stages, floor, message_rate,
-                     routing)
+                     fabric_share)
 
 
 def _efficiency(value, where: str, field: str) -> Figure:
@@ -749,8 +749,8 @@ def _level_table(level: Level) -> dict:
             entry["floor"] = format_time(transport.floor.value, _digits(transport.floor))
         if transport.message_rate is not None:
             entry["message_rate"] = transport.message_rate.value
-        if transport.routing is not None:
-            entry["routing"] = round(transport.routing.value, 4)
+        if transport.fabric_share is not None:
+            entry["fabric_share"] = round(transport.fabric_share.value, 4)
         entry["source"] = transport.source
         table["transport"] = entry
     if level.efficiency is not None:

@@ -45,7 +45,7 @@ from synth.model import nccl
 from synth.model.nccl.hardware import NcclView, estimate_group, group_layout, nccl_view, with_launch
 from synth.model.nccl.launch import launch_s_per_gpu
 from synth.model.nccl.transports import CALL_FLOOR
-from synth.model.nccl.routing import ROUTING, crosses_upper_tier
+from synth.model.nccl.fabric_share import FABRIC_SHARE, crosses_upper_tier
 from synth.model.nccl.names import SELECTABLE_ALGORITHMS, algorithms_of_setting
 from synth.topology import CalibrationRecord, Figure, NcclSystem, ProtocolFactors, Topology
 from synth.units import format_bytes
@@ -110,7 +110,7 @@ SWEEP_PRIORS = Priors(rate=10.0, latency=2.0, overhead=1.0, floor=1.0, stages=32
 # documented rate). Chosen with the shared nccl-tests logs in view, and so a fit:
 # results/calibration-transfer picks their scale per fold on the other sources alone.
 PROBE_PRIORS = Priors(rate=0.15, latency=1.0, overhead=0.5, floor=1.0, stages=4.0, weight=0.1)
-RATE_KINDS = ("efficiency", "bandwidth", "routing")  # the figures a probe's heavy-tailed prior applies to
+RATE_KINDS = ("efficiency", "bandwidth", "fabric_share")  # the figures a probe's heavy-tailed prior applies to
 PROBE_MAX_SIZES = 8  # a level's fit on at most this many distinct sizes takes PROBE_PRIORS
 
 
@@ -331,7 +331,7 @@ class _Param:
     """One fitted figure: what it is, where it goes, and its value x in the fit's units (the
     log of an efficiency or factor, the overhead in units of `_Setup.overhead_unit`, stages as is)."""
 
-    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages", "launch", "floor", "routing"
+    kind: str  # "efficiency", "bandwidth", "latency", "overhead", "stages", "launch", "floor", "fabric_share"
     key: int | str  # level index (efficiency) or protocol (bandwidth, latency)
     start: float
     lower: float
@@ -460,13 +460,13 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     params: list[_Param] = []
     binding = sorted({b for e in estimates if e.transfer_s >= BOUND_SHARE * e.time_s
                       for b in [_binding_level(topology, view, e)] if b is not None and b not in frozen})
-    routing = _routing_params(topology, level, unique, view, estimates, priors.rate)
-    fabric_only = bool(routing) and all(crosses_upper_tier(e.call) for e in estimates)
+    fabric = _fabric_params(topology, level, unique, view, estimates, priors.rate)
+    fabric_only = bool(fabric) and all(crosses_upper_tier(e.call) for e in estimates)
     if fabric_only:
         # calls over more hosts than a leaf holds, and no other: their rate miss cannot be told
         # apart between the node's links, Simple's rate and the fabric; the links' and Simple's
         # rates are NCCL's documented figures (topo.h, search.cc, its per-channel ceilings), the
-        # fabric's share is a cluster's own, so the miss is the fabric's (routing.py)
+        # fabric's share is a cluster's own, so the miss is the fabric's (fabric_share.py)
         binding = []
     for b in binding:
         params.append(_Param("efficiency", b, math.log(_efficiency_of(topology, view, b)), math.log(0.02), 0.0,
@@ -495,7 +495,7 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
     if _overhead_acts(topology, level, unique, view):
         params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, priors.overhead))
     params += _floor_params(topology, level, unique, view, unit, priors.floor)
-    params += routing
+    params += fabric
     if _fills(topology, level, unique, view):
         # without a figure NVLS trees fill with NET_HOP_STAGES per hop and classic trees not at
         # all (nccl.pipeline_stages): start from what the chosen algorithms do
@@ -543,22 +543,22 @@ def _overhead_acts(topology: Topology, level: int, points: list[_Point], view: N
                 and one_per_process and not shared)
 
 
-def _routing_params(topology: Topology, level: int, points: list[_Point], view: NcclView, estimates,
+def _fabric_params(topology: Topology, level: int, points: list[_Point], view: NcclView, estimates,
                     prior: float) -> list[_Param]:
-    """The fabric's routing share (synth/model/nccl/routing.py), on a network level whose calls span
+    """The fabric's share of the NICs' rate (synth/model/nccl/fabric_share.py), on a network level whose calls span
     more hosts than a leaf holds and whose transfers some of them bound (log of the share)."""
     transport = topology.levels[level].transport
     if transport is None or view.node_level != level:
         return []
     if not any(crosses_upper_tier(e.call) and e.transfer_s >= BOUND_SHARE * e.time_s for e in estimates):
         return []
-    share = transport.routing.value if transport.routing is not None else ROUTING[0]
-    return [_Param("routing", level, math.log(share), math.log(0.05), 0.0, prior)]
+    share = transport.fabric_share.value if transport.fabric_share is not None else FABRIC_SHARE[0]
+    return [_Param("fabric_share", level, math.log(share), math.log(0.05), 0.0, prior)]
 
 
 def _with_floors(topology: Topology, level: int, values: dict[tuple, float], said, unit: float) -> Topology:
-    """The topology with fitted per-cluster floors and the routing share in place (`_floor_params`'
-    and `_routing_params`' figures)."""
+    """The topology with fitted per-cluster floors and the fabric's share in place (`_floor_params`'
+    and `_fabric_params`' figures)."""
     if ("launch", "system") in values and topology.nccl is not None:
         launch = Figure(values[("launch", "system")] * unit, said(("launch", "system")))
         topology = replace(topology, nccl=replace(topology.nccl, launch_per_gpu=launch))
@@ -569,10 +569,10 @@ def _with_floors(topology: Topology, level: int, values: dict[tuple, float], sai
         levels[level] = replace(levels[level], transport=replace(transport, floor=floor))
         topology = replace(topology, levels=tuple(levels))
     transport = topology.levels[level].transport
-    if ("routing", level) in values and transport is not None:
+    if ("fabric_share", level) in values and transport is not None:
         levels = list(topology.levels)
-        routing = Figure(math.exp(values[("routing", level)]), said(("routing", level)))
-        levels[level] = replace(levels[level], transport=replace(transport, routing=routing))
+        fabric_share = Figure(math.exp(values[("fabric_share", level)]), said(("fabric_share", level)))
+        levels[level] = replace(levels[level], transport=replace(transport, fabric_share=fabric_share))
         topology = replace(topology, levels=tuple(levels))
     return topology
 

@@ -240,7 +240,7 @@ def _network(level: Level, gpus_per_node: int, generation: str, assumptions: lis
     return nccl.Network(link, nics, transport.kind, transport.gdr, latency, sockets, stream.value, stream.source,
                         transport.unpack, stages, floor, rate.value if rate is not None else None,
                         rate.source if rate is not None else "",
-                        transport.routing.value if transport.routing is not None else None)
+                        transport.fabric_share.value if transport.fabric_share is not None else None)
 
 
 def group_layout(topology: Topology, view: NcclView, devices) -> tuple[int, int, int]:

@@ -53,7 +53,7 @@ class Network:
     floor_s: float | None = None
     message_rate: float | None = None  # messages/s one NIC processes (None: p2p.DEFAULT_MESSAGE_RATE by link kind)
     message_rate_source: str = ""
-    routing: float | None = None  # share of the NICs' rate across the fabric's upper tier (routing.py; None: default)
+    fabric_share: float | None = None  # share of the NICs' rate across the fabric's upper tier (fabric_share.py; None: default)
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Hardware:
     # 2.27's symmetric kernels, symmetric.py)
     version: str = DEFAULT_VERSION
     symmetric: bool = False
-    ib_qps: int = 1  # NCCL_IB_QPS_PER_CONNECTION (routing.py)
+    ib_qps: int = 1  # NCCL_IB_QPS_PER_CONNECTION (fabric_share.py)
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""

@@ -11,7 +11,7 @@ from synth.model.nccl.launch import launch_floor_s
 from synth.model.nccl.chunking import chunk_bytes, pipeline_stages
 from synth.model.nccl.protocols import PAYLOAD
 from synth.model.nccl.proxy import proxy_floor_s
-from synth.model.nccl.routing import routing_share
+from synth.model.nccl.fabric_share import fabric_share
 from synth.model.nccl.graph import nics_used
 from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.transports import call_floor_s, socket_capacity
@@ -108,7 +108,7 @@ def _achieved(hardware: Hardware, call: Call, algorithm: str, protocol: str) -> 
     net = 0.0
     if hardware.network is not None and call.nodes > 1:
         network = hardware.network
-        net = nics_used(hardware, call.ranks_per_node) * network.link.achieved * routing_share(hardware, call)
+        net = nics_used(hardware, call.ranks_per_node) * network.link.achieved * fabric_share(hardware, call)
     return intra * factor, net, factor
 
 
