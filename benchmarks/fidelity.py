@@ -451,8 +451,12 @@ MISSING_MECHANISMS = {
                 "mpirun binds to one core (dgx-06/07: its proxy threads share the core, calls of up to 2 ms at "
                 "32 KiB-64 MiB); two ranks time-slicing one GPU (the RTX 5090 socket run: some 1.85 ms per chunk "
                 "loop). None has a documented figure to build it from.",
-    ">= 64 MiB": "channels on full nodes at 4-8 H100 nodes reach 87-99% of the NVLink-bound rate depending on the "
-                 "cluster (one figure in the model); the plugin and socket transports' large-message rates.",
+    ">= 64 MiB": "at 4-8 H100 nodes one cluster runs 9-14% below the modelled rate (issue 309, gj-aion's) and another "
+                 "at it (qoofyk's VMs): the fabric's share of the NICs' rate on calls over more than two hosts "
+                 "(synth/model/nccl/fabric_share.py; routing entropy, NCCL_IB_QPS_PER_CONNECTION), a per-cluster "
+                 "figure whose default loses nothing; `synth calibrate` fits it on a run over more than two hosts, and "
+                 "this study moves no cluster's share onto another; the plugin and socket transports' large-message "
+                 "rates.",
 }
 
 
