@@ -78,7 +78,7 @@ HISTORY = (
     "876 (69%) within target against 892 (71%) uncalibrated (< 1 MiB 86%, 1-64 MiB 54%, from 64 MiB 66%), "
     "intervals covering 1171 (93%), the median 1-64 MiB interval x0.06-x15.52 (issue 309's 1-64 MiB term "
     "measured on dgx-06/07's stalls). This run adds the fabric's share (below), no per-call overhead where NCCL's "
-    "tables hold every per-call cost, and the 1-64 MiB structure term per launch class.")
+    "tables hold every per-call cost (on a probe), and the 1-64 MiB structure term per launch class.")
 
 
 # why calibration hurt transfer in the runs before this one (the fitted figures per fold, read off
@@ -101,7 +101,7 @@ FINDINGS = (
     "figure, default none lost, that a probe over more than two hosts fits in place of the links' efficiencies "
     "and Simple's rate (4 nodes: 0.90, 8 nodes: 0.94), so the 2-node logs keep NCCL's documented rates. A fitted "
     "per-call overhead on those probes (6-12 us on sizes no latency bounds) carried to the 2-node logs; on "
-    "InfiniBand launched one GPU per process NCCL's tables hold every per-call cost, so no overhead is fitted "
+    "InfiniBand launched one GPU per process NCCL's tables hold every per-call cost, so a probe fits none "
     "there. Still missed: dgx-06/07 (one thread launching 2/4/8 GPUs per host; mpirun binds each of its two "
     "processes to one core, and NCCL keeps its proxy threads within the process's CPU set, so from the network "
     "steps on the calls wait on the host's scheduler: additive stalls of 0.02-2 ms from 16-32 KiB, which a "

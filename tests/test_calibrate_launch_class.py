@@ -1,5 +1,6 @@
 """What a probe may fit depends on how the run was launched: no per-call overhead on calls across
-nodes over NCCL's InfiniBand launched one GPU per process (NCCL's tables hold those costs), and
+nodes over NCCL's InfiniBand launched one GPU per process (NCCL's tables hold those costs; a
+sweep keeps it), and
 the transfer study measures the 1-64 MiB structure term per launch class, so a run whose proxy
 threads share one thread's CPU does not widen the intervals of runs that have none."""
 
@@ -10,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from synth.calibrate.measurements import Measurement, RunInfo, Span
-from synth.calibrate.nccl_fit import calibrate_nccl
+from synth.calibrate.nccl_fit import SWEEP_PRIORS, calibrate_nccl
 from synth.calibrate.probe import PROBE_SIZES
 from synth.model.nccl.hardware import estimate_group
 from synth.topology_file import load_topology
@@ -24,11 +25,13 @@ def _probe(topology, slow: float, gpus_per_process: int = 1) -> list[Measurement
             for line, size in enumerate(PROBE_SIZES, 1)]
 
 
-def test_no_overhead_is_fitted_on_infiniband_runs_of_one_gpu_per_process():
+def test_a_probe_fits_no_overhead_on_infiniband_runs_of_one_gpu_per_process():
     base = load_topology("hgx-h100-ib-4x8")
     fit = calibrate_nccl(_probe(base, 1.3), base)
     assert fit.topology.levels[0].overhead is None
     assert "overhead" not in {kind for level in fit.fits for kind, _ in level.figures}
+    sweep = calibrate_nccl(_probe(base, 1.3), base, priors=SWEEP_PRIORS)
+    assert "overhead" in {kind for level in sweep.fits for kind, _ in level.figures}
 
 
 def test_an_overhead_is_still_fitted_where_one_thread_drives_several_gpus():

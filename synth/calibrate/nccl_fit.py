@@ -492,7 +492,7 @@ def _setup(topology: Topology, level: int, points: list[_Point], frozen: frozens
                              priors.latency))
     overhead = target.overhead.value if target.overhead is not None else 0.0
     unit = PRIOR_OVERHEAD * float(times.min())
-    if _overhead_acts(topology, level, unique, view):
+    if priors.weight is None or _overhead_acts(topology, level, unique, view):
         params.append(_Param("overhead", level, overhead / unit, 0.0, 1e5, priors.overhead))
     params += _floor_params(topology, level, unique, view, unit, priors.floor)
     params += fabric
@@ -530,11 +530,13 @@ def _floor_params(topology: Topology, level: int, points: list[_Point], view: Nc
 
 
 def _overhead_acts(topology: Topology, level: int, points: list[_Point], view: NcclView) -> bool:
-    """Whether a per-call overhead beyond NCCL's tables has a mechanism on these calls: not on
-    calls across nodes over NCCL's own InfiniBand transport launched one GPU per process, where
-    NCCL's tables hold every per-call cost (its base latencies, the network's per-step latency;
-    net_ib reports no latency of its own: transports.CALL_FLOOR), so a fitted overhead would only
-    stand in for another figure's miss and carry it to other node counts."""
+    """Whether a probe (a few sizes, heavy-tailed priors) may fit a per-call overhead beyond
+    NCCL's tables: not on calls across nodes over NCCL's own InfiniBand transport launched one GPU
+    per process, where NCCL's tables hold every per-call cost (its base latencies, the network's
+    per-step latency; net_ib reports no latency of its own: transports.CALL_FLOOR), so on a probe's
+    few sizes a fitted overhead would only stand in for another figure's miss and carry it to other
+    node counts (results/calibration-transfer). A sweep keeps it: its sizes pin it, and without it
+    a protocol's rate takes that miss instead (results/fidelity)."""
     transport = topology.levels[level].transport
     system = topology.nccl
     one_per_process = system is None or system.gpus_per_thread == 1
