@@ -401,14 +401,14 @@ def render(result: dict, command: str, seconds: float) -> str:
     lines += ["", "## What is and is not refitted per fold", "",
               "Refitted in every fold from the four probe sizes alone: every figure `synth calibrate` fits (link "
               "efficiencies, per-protocol rate and latency factors, the per-call overhead, pipeline stages, the "
-              "fabric's share) and the fit's own spread. Chosen per judged source on the other sources' folds alone: the prior scale and the "
-              "interval's structure terms. Not refitted, so this figure is partly a fit on these logs: the probe "
-              "priors themselves (nccl_fit.PROBE_PRIORS), the scales tried and the cell size below which a structure "
-              "term pools the band's predictions, all chosen with these logs in view; the NCCL model's constants and "
-              "the built-in topologies chosen while reading them (the launch floor per GPU, the TCP per-stream rate, "
-              "the A3 High topology), which built-in topology each source uses (benchmarks/fidelity.py's "
-              "SOURCES), the hosts a leaf switch is taken to hold (fabric_share.LEAF_HOSTS, 2) and the launch-class "
-              "band (CLASS_BANDS).", ""]
+              "fabric's share) and the fit's own spread. Chosen per judged source on the other sources' folds "
+              "alone: the prior scale and the interval's structure terms. Not refitted, so this figure is partly a "
+              "fit on these logs: the probe priors themselves (nccl_fit.PROBE_PRIORS), the scales tried and the "
+              "cell size below which a structure term pools the band's predictions, all chosen with these logs in "
+              "view; the NCCL model's constants and the built-in topologies chosen while reading them (the launch "
+              "floor per GPU, the TCP per-stream rate, the A3 High topology), which built-in topology each source "
+              "uses (benchmarks/fidelity.py's SOURCES), the hosts a leaf switch is taken to hold "
+              "(fabric_share.LEAF_HOSTS, 2) and the launch-class band (CLASS_BANDS).", ""]
     return "\n".join(lines)
 
 

@@ -53,7 +53,7 @@ class Network:
     floor_s: float | None = None
     message_rate: float | None = None  # messages/s one NIC processes (None: p2p.DEFAULT_MESSAGE_RATE by link kind)
     message_rate_source: str = ""
-    fabric_share: float | None = None  # share of the NICs' rate across the fabric's upper tier (fabric_share.py; None: default)
+    fabric_share: float | None = None  # the NICs' share across a fabric's upper tier (fabric_share.py; None: 1)
 
 
 @dataclass(frozen=True)
