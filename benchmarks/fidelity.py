@@ -159,7 +159,7 @@ _QPS = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(\d+)")
 def with_environment(topology: Topology, path: Path) -> Topology:
     """The topology with the NCCL_ALGO / NCCL_PROTO (NCCL's choice is then restricted as the
     run's was), NCCL_MIN_CTAS / NCCL_MAX_CTAS (its channels) and NCCL_IB_QPS_PER_CONNECTION (queue
-    pairs per connection: synth/model/nccl/routing.py) a log's command line sets."""
+    pairs per connection: synth/model/nccl/fabric_share.py) a log's command line sets."""
     text = path.read_text(encoding="utf-8", errors="replace")
     found = dict(_ENV.findall(text))
     if not (found or _QPS.search(text)) or topology.nccl is None:
