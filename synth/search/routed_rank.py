@@ -29,7 +29,8 @@ from synth.language import Program, Step
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
 from synth.model.engine import CostEngine, StepCalls
-from synth.model.fanout import cut_copies, step_traffic
+from synth.model.fanout import cut_copies, step_pairs, step_traffic
+from synth.model.weighted import weighted_step_s
 from synth.routed import RoutedSemantics
 from synth.routing import Routing
 from synth.search.ranked import RankedProgram
@@ -92,9 +93,14 @@ class RoutedPrograms:
                 traffic = step_traffic(routing, self.sizes, all_levels - entry.before, moving, True)
             span = traffic.span_bytes(routing)
             calls = self._step_calls(entry.step)
-            n = self.context.group_size
-            step_calls = StepCalls("AllToAll", calls, (n,) * len(calls))
-            seconds = float(self.engine.figures([step_calls], [max(1, round(span))]).time_s[0, 0]) if span > 0 else 0.0
+            if routing.skewed:  # each pair at its own bytes (synth/model/weighted.py)
+                classes = entry.after if self.goal.end == DELIVERED else all_levels - entry.before
+                pairs = step_pairs(routing, self.sizes, classes, moving, self.goal.end != DELIVERED)
+                seconds = weighted_step_s(self.engine, calls, pairs) if span > 0 else 0.0
+            else:
+                n = self.context.group_size
+                step_calls = StepCalls("AllToAll", calls, (n,) * len(calls))
+                seconds = float(self.engine.figures([step_calls], [max(1, round(span))]).time_s[0, 0]) if span > 0 else 0.0
             result.append(RoutedStep(entry.step, span, seconds))
         return result
 

@@ -320,6 +320,13 @@ class NcclMeasured:
         own[np.arange(len(picks)), picks] = least
         return own
 
+    def pair_call(self, call: CallSite, plans: tuple[Plan, ...], values: np.ndarray):
+        """An all-to-all whose pairs carry unequal bytes (synth/model/weighted.py), as NCCL
+        schedules each member's operations (synth/model/nccl/pairs.py)."""
+        from synth.model.nccl.pairs import pair_call
+
+        return pair_call(call, plans, values)
+
     def headroom_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                    flow_s: np.ndarray) -> np.ndarray:
         """NCCL's time alone minus the latest its shared links can let it finish: its fixed part
