@@ -3,7 +3,8 @@
     python -m benchmarks.moe_dispatch [-o results]
 
 For every built-in NCCL system, every published routing below (uniform, and skewed by a Zipf
-law of exponent 1 over the experts: the first experts, on the first members, hottest), both
+law of exponent 1 over the experts: the first experts, on the first members, hottest; each
+pair then priced at its own expected bytes, synth/model/weighted.py), both
 goals, two token counts per member (4096, a training micro-batch as DeepEP's normal kernels
 are benchmarked; 128, decoding) and every placement of the expert-parallel axis (`ep`, as
 large as the experts allow and the system holds, beside `dp` for the rest): the fastest
@@ -170,11 +171,14 @@ def render(rows: list[Row], seconds: float) -> str:
               f"* Mixtral (8 experts, top-2), uniform: {_spread(rows, ('mixtral-8x7b',))}. It has little to "
               f"deduplicate (over two nodes of four GPUs a token's two experts share a node 3/7 of the time), and "
               f"the inside step's own launch and NVLink time eat much of the saving, most at 128 tokens.",
-              "* Under the skew the flat all-to-all's hottest member (the first experts) sets its time; the "
-              "outer step of the staged program sends to the same-index member of each node, so its hottest "
-              "member carries less, and the win grows. These figures price every pair at the hottest member's "
-              "per-peer load (an upper estimate for both programs), so they overstate what a real skew costs; "
-              "the uniform rows are the sound ones.",
+              f"* Under the skew each pair carries its own expected bytes (dispatch: the receiver's; combine: the "
+              f"sender's) and a step ends with its slowest member: {_skew_spread(rows)}. The flat all-to-all's "
+              f"hottest members (the first experts) receive the most; the staged program's outer step sends one "
+              f"copy per destination node, to the same-index member, so a hot node's load is spread over its "
+              f"members, and the win grows where the links bound the step. A skew can also cost less than the "
+              f"uniform routing ({_cheaper(rows)}): a token's experts crowd onto the hottest members, so fewer "
+              f"copies are sent, and where NCCL's proxy posts bound the step the hot pairs are posted in larger "
+              f"chunks (NCCL's network chunk doubles from 8 steps of bytes).",
               "", "All rows: [rows.csv](rows.csv).", ""]
     return "\n".join(lines)
 
@@ -193,6 +197,25 @@ def _spread(rows: list[Row], models) -> str:
         parts.append(f"at {tokens} tokens a win on {len(won_systems)} of the {len(systems)} systems where the group "
                      f"spans levels ({len(winning)} of {len(chosen)} placements{span})")
     return "; ".join(parts)
+
+
+def _skew_spread(rows: list[Row]) -> str:
+    """Where the skewed routings' dispatch wins over several levels: rows and speedups."""
+    chosen = [row for row in rows if row.skew != "uniform" and row.goal == "dispatch" and "," in row.hierarchy]
+    winning = [row.speedup for row in chosen if won(row)]
+    span = f", {min(winning):.2f}x to {max(winning):.2f}x" if winning else ""
+    return f"a win in {len(winning)} of {len(chosen)} placements over several levels{span}"
+
+
+def _cheaper(rows: list[Row]) -> str:
+    """How many skewed flat all-to-alls the model prices below the same routing's uniform one."""
+    uniform = {(row.system, row.model, row.goal, row.matrix, row.tokens): row.flat_time_s
+               for row in rows if row.skew == "uniform"}
+    skewed = [row for row in rows if row.skew != "uniform" and row.goal == "dispatch"]
+    cheaper = [row for row in skewed if row.flat_time_s < uniform[(row.system, row.model, row.goal, row.matrix, row.tokens)]]
+    tokens = sorted({row.tokens for row in cheaper})
+    return (f"the flat dispatch in {len(cheaper)} of {len(skewed)} skewed rows"
+            + (f", at {' and '.join(map(str, tokens))} tokens" if tokens else ""))
 
 
 def _key(row: Row):
