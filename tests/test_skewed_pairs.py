@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from synth.goals import DELIVERED
 from synth.hierarchy import build_hierarchy
-from synth.language import parse_program
 from synth.model import cost_context
 from synth.model.engine import CostEngine, StepCalls
 from synth.model.fanout import step_pairs
@@ -238,25 +237,24 @@ def test_node_split_finds_the_level_of_the_nodes():
 @pytest.mark.parametrize("routing", [Routing(1, 3, 12, hidden=1, element_bytes=1, zipf=1.2),
                                      Routing(1, 2, 12, hidden=1, element_bytes=1, weights=(9, 1, 1, 5, 1, 1, 1, 1, 3, 1, 1, 1)),
                                      Routing(1, 3, 12, hidden=1, element_bytes=1, zipf=1.0, node_limit=2)])
-@pytest.mark.parametrize("program, goal", [
-    ("AllToAll(InsideGroup(node))", "dispatch"),
-    ("AllToAll(Parallel(node)); AllToAll(InsideGroup(gpu))", "dispatch"),
-    ("AllToAll(InsideGroup(gpu)); AllToAll(Parallel(node))", "dispatch"),
-    ("AllToAll(InsideGroup(gpu)); AllToAll(Parallel(node))", "combine"),
-    ("AllToAll(Parallel(node)); AllToAll(InsideGroup(gpu))", "combine"),
-])
-def test_expected_pairs_match_the_executor(routing, program, goal):
-    """Per step and ordered pair, the expected copies (partials) per token owned equal the
-    executor's mean over tokens the router draws, within sampling noise; zero outside the
-    step's groups."""
+@pytest.mark.parametrize("goal", ["dispatch", "combine"])
+def test_expected_pairs_match_the_executor(routing, goal):
+    """Every program over two levels: per step and ordered pair, the expected copies
+    (partials) per token owned equal the executor's mean over tokens the router draws, within
+    sampling noise; zero outside the step's groups."""
     names, sizes, count = ("node", "gpu"), (3, 2), 3000
     members, per_member = 6, 2
     rng = np.random.default_rng(11)
     experts = routing.sample(rng, members * count, sizes[0]).reshape(members, count, routing.topk)
     tokens = make_tokens(rng, experts, per_member, hidden=1)
-    parsed = parse_program(program)
-    _, sent = (run_dispatch if goal == "dispatch" else run_combine)(parsed, names, sizes, tokens)
     semantics = RoutedSemantics(names, sizes, goal)
+    for parsed in semantics.programs(2):
+        _check_pairs(routing, goal, semantics, parsed, tokens, count)
+
+
+def _check_pairs(routing, goal, semantics, parsed, tokens, count):
+    names, sizes, members = semantics.level_names, semantics.sizes, len(tokens.experts)
+    _, sent = (run_dispatch if goal == "dispatch" else run_combine)(parsed, names, sizes, tokens)
     for entry, counts in zip(semantics.run(parsed), sent):
         moving = entry.after - entry.before
         classes = entry.after if goal == "dispatch" else semantics.levels - entry.before
