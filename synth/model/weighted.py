@@ -11,7 +11,7 @@ receiver y (dispatch) or of its sender x (combine): what a routing's expected fa
   runs on; a link's load summed per prefix of the members that fix the bytes
   (`keyed_loads`, O(members x levels^2)), the makespan the busiest link's;
 * each member's time from its own operations with that drain (the backend's `pair_call`:
-  NCCL's point-to-point schedule, synth/model/nccl/pairs.py), the step ending when its
+  NCCL's point-to-point schedule, synth/model/nccl/p2p.py), the step ending when its
   slowest member does (a grouped send/recv completes when all its peers have). A backend
   without one (gloo) takes its launch, the call's hop latency and the drain.
 """

@@ -437,3 +437,27 @@ def member_times_s(cost: AllToAllCost, hardware: Hardware, loads: MemberLoads, d
         nic = loads.posts * (cost.ranks_per_node / max(1, nics_used(hardware, cost.ranks_per_node))) / cost.message_rate
     device = plans * base_s + np.maximum(np.maximum(drain_s + batches * hop_s, hop_s + loads.proxy_s), hop_s + nic)
     return hardware.overhead_s + np.maximum(plans * launch_floor_s(hardware), device)
+
+
+@dataclass(frozen=True, eq=False)
+class PairCall:
+    """One call's members as NCCL schedules them, waiting for the step's drain
+    (synth/model/weighted.py)."""
+
+    weighed: np.ndarray  # [member] bytes over its protocol's rate share of a pair keyed by the member
+    hardware: Hardware
+    cost: AllToAllCost
+    loads: MemberLoads
+    hop_s: float
+    base_s: float
+
+    def times_s(self, drain_s: float) -> np.ndarray:
+        return member_times_s(self.cost, self.hardware, self.loads, drain_s, self.hop_s, self.base_s)
+
+
+def pair_call(hardware: Hardware, cost: AllToAllCost, node: np.ndarray | None, values: np.ndarray,
+              efficiency: dict[str, float], hop_s: float, base_s: float) -> PairCall:
+    """A call whose pairs keyed by member i carry `values[i]` bytes, on these NCCL figures."""
+    values = np.asarray(values, dtype=float)
+    weighed = op_figures(cost.comm, hardware, values, False, efficiency).weighed
+    return PairCall(weighed, hardware, cost, member_loads(cost.comm, hardware, values, node, efficiency), hop_s, base_s)
