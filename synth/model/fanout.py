@@ -121,8 +121,17 @@ def _sampled(routing, sizes, classes, moving, group) -> StepTraffic:
     in_moving = np.array([level in moving for level in range(len(sizes))])
     projected = np.where(in_classes, host_digits, 0)
     differs = (host_digits != owner_digits)[..., in_moving].any(axis=-1) if in_moving.any() else np.zeros(hosts.shape, bool)
-    keys = np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes) + members * np.arange(SAMPLES)[:, None]
-    return StepTraffic(len(np.unique(keys[differs])) / SAMPLES, group)
+    keys = np.where(differs, np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes), -1)
+    return StepTraffic(int(_distinct(keys).sum()) / SAMPLES, group)
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """[token, k] True at the first of each distinct non-negative key in a row (a row sort:
+    the k keys of a token are few)."""
+    keys.sort(axis=1)
+    first = np.ones(keys.shape, dtype=bool)
+    first[:, 1:] = keys[:, 1:] != keys[:, :-1]
+    return first & (keys >= 0)
 
 
 def step_pairs(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int],
@@ -150,8 +159,8 @@ def _pair_copies(routing: Routing, sizes: tuple[int, ...], classes: frozenset[in
     else:
         host_digits, _ = _drawn(routing, sizes)
         projected = np.where(in_classes, host_digits, 0)
-        keys = np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes) + members * np.arange(SAMPLES)[:, None]
-        reached = np.unique(keys) % members  # each token's distinct classes, once
+        keys = np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes)
+        reached = keys[_distinct(keys)]  # each token's distinct classes, once
         reach = (np.bincount(reached, minlength=members) / SAMPLES)[own_class]
     copies = _product(sizes, classes - moving) * reach
     if routing.capacity is not None:  # an expert drops tokens beyond capacity x its mean load
