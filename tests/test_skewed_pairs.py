@@ -330,3 +330,21 @@ def test_bad_histograms_are_refused_in_one_line(tmp_path, content, fragment):
         path.write_text(content)
     with pytest.raises(RoutingError, match=fragment):
         parse_routing(f"tokens=4,topk=2,experts=4,weights=@{path}")
+
+
+def test_rank_reads_a_histogram_file_and_refuses_a_bad_one(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "loads.txt"
+    path.write_text("# tokens per expert, experts 0..7\n900 300 120 80\n60 30 10 0\n")
+    common = ("rank", "--topology", "emu-2x4", "--axes", "8", "--reduce", "a0", "--collective", "dispatch", "--routing")
+    run = lambda routing: subprocess.run([sys.executable, "-m", "synth", *common, routing],  # noqa: E731
+                                         capture_output=True, text=True, timeout=300)
+    good = run(f"tokens=64,topk=2,experts=8,weights=@{path}")
+    assert good.returncode == 0, good.stderr
+    path.write_text("900 300 x\n")
+    for routing in (f"tokens=64,topk=2,experts=8,weights=@{path}", f"tokens=64,topk=2,experts=8,weights=@{tmp_path}/none"):
+        bad = run(routing)
+        assert bad.returncode == 2 and "--routing: routing weights=@" in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1

@@ -6,7 +6,8 @@ is priced step by step: a step is one `AllToAll` call per group of its form, eve
 reduction group's calls together as the engine costs any step (synth/model/engine.py: the
 pairwise flows priced by class on the network, NCCL's all-to-all as grouped send/recv), each
 call an equal-split all-to-all of the bytes the step sends per member in expectation
-(synth/model/fanout.py). The steps add up (lockstep). The baseline is the flat all-to-all of
+(synth/model/fanout.py); under a skewed routing each pair at its own expected bytes
+(fanout.step_pairs, synth/model/weighted.py). The steps add up (lockstep). The baseline is the flat all-to-all of
 the same routing, `AllToAll(InsideGroup(h_1))`: one copy per destination member.
 
 Lower bound: at every cut of the hierarchy (the units of its outer levels down to some
