@@ -222,6 +222,26 @@ def test_equal_pairs_price_as_the_engine_prices_an_equal_split(system, backend):
                 assert found == pytest.approx(expected, rel=1e-9)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(system=st.sampled_from(SYSTEMS), data=st.data())
+def test_a_step_never_gets_faster_as_a_pair_grows(system, data):
+    """Monotone in every pair's bytes (each operation at the least figures of any as large),
+    so never above every pair at the largest, the engine's equal split of that size."""
+    context = _context(*system)
+    engine = CostEngine(context)
+    calls = data.draw(st.sampled_from(_steps(context)))
+    n = context.group_size
+    values = np.array(data.draw(st.lists(SIZES, min_size=n, max_size=n)), dtype=float)
+    grown = values + np.array(data.draw(st.lists(st.sampled_from([0, 0, 1, 100, 4096, 1 << 16, 1 << 20]),
+                                                 min_size=n, max_size=n)), dtype=float)
+    by_receiver = data.draw(st.booleans())
+    time = weighted_step_s(engine, calls, PairBytes(values, by_receiver))
+    assert time <= weighted_step_s(engine, calls, PairBytes(grown, by_receiver)) * (1 + 1e-12)
+    k = len(calls[0])
+    hottest = float(engine.figures([StepCalls("AllToAll", calls, (n,) * len(calls))], [int(values.max()) * k]).time_s[0, 0])
+    assert time <= hottest * (1 + 1e-9)
+
+
 def test_node_split_finds_the_level_of_the_nodes():
     context = _context("dgx-h100-2x8x8", "ep=128")
     engine = CostEngine(context)
@@ -299,6 +319,9 @@ def _hottest(programs: RoutedPrograms, program, routing: Routing) -> float:
 @pytest.mark.parametrize("routing", [Routing(4096, 8, 256, node_limit=4), Routing(128, 8, 256),
                                      Routing(4096, 2, 128, hidden=4096)])
 def test_skewed_time_lies_between_uniform_and_the_hottest(system, routing):
+    """On these systems and routings (the links bound the hottest member) a Zipf skew costs at
+    least the uniform routing; at most every pair at the hottest pair's bytes always (the
+    property above)."""
     from dataclasses import replace
 
     context = _context(*system)
@@ -348,3 +371,24 @@ def test_rank_reads_a_histogram_file_and_refuses_a_bad_one(tmp_path):
         bad = run(routing)
         assert bad.returncode == 2 and "--routing: routing weights=@" in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_skew_can_cost_less_where_the_proxy_bounds_the_step():
+    """Not a theorem: a Zipf skew sends fewer copies (a token's experts crowd onto the first
+    members) and posts the hot pairs in larger chunks (NCCL's network chunk doubles from 8
+    steps of bytes), so where the proxy's posts bound every member, the skewed flat dispatch
+    is the cheaper (results/moe-dispatch counts these rows)."""
+    from dataclasses import replace
+
+    context = _context("aws-p6-b200-2x8", "ep=16")
+    uniform = Routing(128, 8, 128, 4096)
+    skewed = replace(uniform, zipf=1.0)
+    flat = RoutedPrograms(context, "dispatch", uniform)
+    assert flat.time(flat.baseline, uniform) > RoutedPrograms(context, "dispatch", skewed).time(flat.baseline, skewed)
+    sizes, levels = tuple(context.hierarchy.sizes), frozenset({0, 1})
+    engine = CostEngine(context)
+    call = engine.call("AllToAll", tuple(range(16)))
+    for routing in (uniform, skewed):
+        priced = context.backend.pair_call(call.site, call.plans, step_pairs(routing, sizes, levels, levels, False).values)
+        slowest = int(np.argmax(priced.times_s(0.0)))
+        assert priced.loads.proxy_s[slowest] > 0 and priced.times_s(0.0)[slowest] == priced.times_s(1e-5)[slowest]
