@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from benchmarks.record import REPORT, header, study_dir
 from synth.goals import parse_goal
@@ -53,8 +53,6 @@ WIN_MARGIN = 0.01  # a win is a predicted speedup above 1%: smaller ones are rou
 
 
 def routings():
-    from dataclasses import replace
-
     for name, routing in MODELS.items():
         yield name, "uniform", routing
         yield name, f"zipf {ZIPF:g}", replace(routing, zipf=ZIPF)
@@ -226,6 +224,49 @@ def won(row: Row) -> bool:
     return row.speedup > 1 + WIN_MARGIN
 
 
+SCALE_SYSTEM, SCALE_RACKS = "dgx-h100-2x8x8", 64  # 64 racks of 8 nodes of 8 H100: 4096 members
+SCALE_ROUTING = Routing(4096, 8, 4096, 7168, zipf=ZIPF)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The skewed flat dispatch over 4096 members: seconds drawing the tokens and counting the
+    pairs' expected bytes, seconds pricing the step per class, its predicted time."""
+
+    draw_s: float
+    price_s: float
+    time_s: float
+
+
+def scale() -> Scale:
+    from synth.model.engine import CostEngine
+    from synth.model.fanout import step_pairs
+    from synth.model.weighted import weighted_step_s
+
+    base = load_topology(SCALE_SYSTEM)
+    levels = (replace(base.levels[0], size=SCALE_RACKS), *base.levels[1:])
+    topology = replace(base, name=f"{SCALE_SYSTEM} x{SCALE_RACKS} racks", levels=levels)
+    members = SCALE_RACKS * 64
+    context = cost_context(build_hierarchy(enumerate_placements(topology, parse_axes(f"ep={members}"))[0], ("ep",)),
+                           topology, "nccl")
+    engine = CostEngine(context)
+    sizes, levels_used = tuple(context.hierarchy.sizes), frozenset(range(len(context.hierarchy.sizes)))
+    start = time.process_time()
+    pairs = step_pairs(SCALE_ROUTING, sizes, levels_used, levels_used, False)
+    drawn = time.process_time()
+    seconds = weighted_step_s(engine, (tuple(range(members)),), pairs)
+    return Scale(drawn - start, time.process_time() - drawn, seconds)
+
+
+def render_scale(found: Scale) -> list[str]:
+    return ["## At 4096 members", "",
+            f"The skewed flat dispatch over 4096 members ({SCALE_SYSTEM} grown to {SCALE_RACKS} racks; "
+            f"{SCALE_ROUTING.experts} experts, top-{SCALE_ROUTING.topk}, Zipf {ZIPF:g}, 4096 tokens per member), "
+            f"every one of its 16,773,120 pairs at its own bytes, priced per class: {found.price_s:.2f} s of CPU "
+            f"(drawing the 2^14 tokens over the experts and counting each member's expected bytes: "
+            f"{found.draw_s:.2f} s); predicted {found.time_s * 1e3:.1f} ms.", ""]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="results", help="the results directory (default results)")
@@ -240,7 +281,9 @@ def main(argv=None) -> int:
         writer.writeheader()
         for row in rows:
             writer.writerow(asdict(row))
-    (folder / REPORT).write_text(render(rows, seconds))
+    text = render(rows, seconds)
+    marker = "All rows: [rows.csv](rows.csv)."
+    (folder / REPORT).write_text(text.replace(marker, "\n".join(render_scale(scale())) + "\n" + marker))
     print(f"{len(rows)} rows in {seconds:.0f} s; {format_bytes(sum(row.bytes for row in rows[:1]))} first size; "
           f"written to {folder}")
     return 0
