@@ -205,6 +205,31 @@ def test_weighted_step_equals_every_pair(system, data):
     assert weighted_step_s(engine, calls, pairs) == pytest.approx(_step_brute(engine, calls, pairs), rel=1e-9)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_backend_without_a_schedule_takes_hop_and_drain(data):
+    """gloo: its launch, the call's hop latency and the drain of every pair's own bytes."""
+    context = _context("hgx-h100-ib-4x8", "ep=32", "gloo")
+    engine = CostEngine(context)
+    calls = data.draw(st.sampled_from(_steps(context)))
+    values = np.array(data.draw(st.lists(SIZES, min_size=32, max_size=32)), dtype=float)
+    pairs = PairBytes(values, data.draw(st.booleans()))
+    network = context.network_of("AllToAll")
+    src, dst, nbytes, hops = [], [], [], []
+    for ranks in calls:
+        plan = engine.call("AllToAll", ranks).plans[0]
+        hops.append(sum(phase.latency_s for phase in plan.phases))
+        for a in ranks:
+            for b in ranks:
+                if a != b:
+                    src.append(engine.devices[0, a])
+                    dst.append(engine.devices[0, b])
+                    nbytes.append(pairs.between(np.array([a]), np.array([b]))[0] / plan.efficiency)
+    drain = float((network.loads(np.array(src), np.array(dst), np.array(nbytes)) / network.capacity).max())
+    expected = context.backend.launch_s + max(hops) + drain
+    assert weighted_step_s(engine, calls, pairs) == pytest.approx(expected, rel=1e-9)
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
 @pytest.mark.parametrize("backend", ["nccl", "gloo"])
 def test_equal_pairs_price_as_the_engine_prices_an_equal_split(system, backend):
