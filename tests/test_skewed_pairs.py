@@ -119,8 +119,12 @@ def _rounds(node: np.ndarray, member: int) -> list[tuple[int, int]]:
 
 def _member_brute(comm, hardware, values, node, efficiency, by_receiver):
     """Each member's parts, posts and proxy seconds, round by round, operation by operation."""
-    def figures(nbytes, network):
-        return p2p.op_figures(comm, hardware, np.array([nbytes]), network, efficiency)
+    known = {}
+
+    def figures(nbytes, network):  # one operation's figures, asked once per size
+        if (nbytes, network) not in known:
+            known[nbytes, network] = p2p.op_figures(comm, hardware, np.array([nbytes]), network, efficiency)
+        return known[nbytes, network]
 
     node = np.zeros(len(values), dtype=np.int64) if node is None else node
     parts, posts, proxy = [], [], []
