@@ -67,14 +67,14 @@ def _product(sizes, levels) -> int:
 
 def step_traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int],
                  toward_owner: bool) -> StepTraffic:
-    """The expected traffic of one step (module docstring); `toward_owner` for combine. Per
-    token, so the same for any token count."""
-    return _traffic(routing.with_tokens(1), tuple(sizes), frozenset(classes), frozenset(moving), toward_owner)
+    """The expected traffic of one step (module docstring); `toward_owner` for combine, whose
+    count of partials is dispatch's of copies. Per token, so the same for any token count."""
+    return _traffic(routing.with_tokens(1), tuple(sizes), frozenset(classes), frozenset(moving))
 
 
 @lru_cache(maxsize=4096)
-def _traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int],
-             toward_owner: bool) -> StepTraffic:
+def _traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int]
+             ) -> StepTraffic:
     group = _product(sizes, moving)
     members = _product(sizes, range(len(sizes)))
     routing.experts_per_member(members)
@@ -114,7 +114,6 @@ def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.nda
 
 
 def _sampled(routing, sizes, classes, moving, group) -> StepTraffic:
-    members = _product(sizes, range(len(sizes)))
     host_digits, owner_digits = _drawn(routing, sizes)
     hosts = host_digits[..., 0]
     in_classes = np.array([level in classes for level in range(len(sizes))])
