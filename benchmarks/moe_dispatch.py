@@ -3,7 +3,8 @@
     python -m benchmarks.moe_dispatch [-o results]
 
 For every built-in NCCL system, every published routing below (uniform, and skewed by a Zipf
-law of exponent 1 over the experts: the first experts, on the first members, hottest), both
+law of exponent 1 over the experts: the first experts, on the first members, hottest; each
+pair then priced at its own expected bytes, synth/model/weighted.py), both
 goals, two token counts per member (4096, a training micro-batch as DeepEP's normal kernels
 are benchmarked; 128, decoding) and every placement of the expert-parallel axis (`ep`, as
 large as the experts allow and the system holds, beside `dp` for the rest): the fastest
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from benchmarks.record import REPORT, header, study_dir
 from synth.goals import parse_goal
@@ -52,8 +53,6 @@ WIN_MARGIN = 0.01  # a win is a predicted speedup above 1%: smaller ones are rou
 
 
 def routings():
-    from dataclasses import replace
-
     for name, routing in MODELS.items():
         yield name, "uniform", routing
         yield name, f"zipf {ZIPF:g}", replace(routing, zipf=ZIPF)
@@ -170,11 +169,14 @@ def render(rows: list[Row], seconds: float) -> str:
               f"* Mixtral (8 experts, top-2), uniform: {_spread(rows, ('mixtral-8x7b',))}. It has little to "
               f"deduplicate (over two nodes of four GPUs a token's two experts share a node 3/7 of the time), and "
               f"the inside step's own launch and NVLink time eat much of the saving, most at 128 tokens.",
-              "* Under the skew the flat all-to-all's hottest member (the first experts) sets its time; the "
-              "outer step of the staged program sends to the same-index member of each node, so its hottest "
-              "member carries less, and the win grows. These figures price every pair at the hottest member's "
-              "per-peer load (an upper estimate for both programs), so they overstate what a real skew costs; "
-              "the uniform rows are the sound ones.",
+              f"* Under the skew each pair carries its own expected bytes (dispatch: the receiver's; combine: the "
+              f"sender's) and a step ends with its slowest member: {_skew_spread(rows)}. The flat all-to-all's "
+              f"hottest members (the first experts) receive the most; the staged program's outer step sends one "
+              f"copy per destination node, to the same-index member, so a hot node's load is spread over its "
+              f"members, and the win grows where the links bound the step. A skew can also cost less than the "
+              f"uniform routing ({_cheaper(rows)}): a token's experts crowd onto the hottest members, so fewer "
+              f"copies are sent, and where NCCL's proxy posts bound the step the hot pairs are posted in larger "
+              f"chunks (NCCL's network chunk doubles from 8 steps of bytes).",
               "", "All rows: [rows.csv](rows.csv).", ""]
     return "\n".join(lines)
 
@@ -195,12 +197,74 @@ def _spread(rows: list[Row], models) -> str:
     return "; ".join(parts)
 
 
+def _skew_spread(rows: list[Row]) -> str:
+    """Where the skewed routings' dispatch wins over several levels: rows and speedups."""
+    chosen = [row for row in rows if row.skew != "uniform" and row.goal == "dispatch" and "," in row.hierarchy]
+    winning = [row.speedup for row in chosen if won(row)]
+    span = f", {min(winning):.2f}x to {max(winning):.2f}x" if winning else ""
+    return f"a win in {len(winning)} of {len(chosen)} placements over several levels{span}"
+
+
+def _cheaper(rows: list[Row]) -> str:
+    """How many skewed flat all-to-alls the model prices below the same routing's uniform one."""
+    uniform = {(row.system, row.model, row.goal, row.matrix, row.tokens): row.flat_time_s
+               for row in rows if row.skew == "uniform"}
+    skewed = [row for row in rows if row.skew != "uniform" and row.goal == "dispatch"]
+    cheaper = [row for row in skewed if row.flat_time_s < uniform[(row.system, row.model, row.goal, row.matrix, row.tokens)]]
+    tokens = sorted({row.tokens for row in cheaper})
+    return (f"the flat dispatch in {len(cheaper)} of {len(skewed)} skewed rows"
+            + (f", at {' and '.join(map(str, tokens))} tokens" if tokens else ""))
+
+
 def _key(row: Row):
     return (row.system, row.model, row.skew, row.matrix, row.tokens)
 
 
 def won(row: Row) -> bool:
     return row.speedup > 1 + WIN_MARGIN
+
+
+SCALE_SYSTEM, SCALE_RACKS = "dgx-h100-2x8x8", 64  # 64 racks of 8 nodes of 8 H100: 4096 members
+SCALE_ROUTING = Routing(4096, 8, 4096, 7168, zipf=ZIPF)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The skewed flat dispatch over 4096 members: seconds drawing the tokens and counting the
+    pairs' expected bytes, seconds pricing the step per class, its predicted time."""
+
+    draw_s: float
+    price_s: float
+    time_s: float
+
+
+def scale() -> Scale:
+    from synth.model.engine import CostEngine
+    from synth.model.fanout import step_pairs
+    from synth.model.weighted import weighted_step_s
+
+    base = load_topology(SCALE_SYSTEM)
+    levels = (replace(base.levels[0], size=SCALE_RACKS), *base.levels[1:])
+    topology = replace(base, name=f"{SCALE_SYSTEM} x{SCALE_RACKS} racks", levels=levels)
+    members = SCALE_RACKS * 64
+    context = cost_context(build_hierarchy(enumerate_placements(topology, parse_axes(f"ep={members}"))[0], ("ep",)),
+                           topology, "nccl")
+    engine = CostEngine(context)
+    sizes, levels_used = tuple(context.hierarchy.sizes), frozenset(range(len(context.hierarchy.sizes)))
+    start = time.process_time()
+    pairs = step_pairs(SCALE_ROUTING, sizes, levels_used, levels_used, False)
+    drawn = time.process_time()
+    seconds = weighted_step_s(engine, (tuple(range(members)),), pairs)
+    return Scale(drawn - start, time.process_time() - drawn, seconds)
+
+
+def render_scale(found: Scale) -> list[str]:
+    return ["## At 4096 members", "",
+            f"The skewed flat dispatch over 4096 members ({SCALE_SYSTEM} grown to {SCALE_RACKS} racks; "
+            f"{SCALE_ROUTING.experts} experts, top-{SCALE_ROUTING.topk}, Zipf {ZIPF:g}, 4096 tokens per member), "
+            f"every one of its 16,773,120 pairs at its own bytes, priced per class: {found.price_s:.2f} s of CPU "
+            f"(drawing the 2^14 tokens over the experts and counting each member's expected bytes: "
+            f"{found.draw_s:.2f} s); predicted {found.time_s * 1e3:.1f} ms.", ""]
 
 
 def main(argv=None) -> int:
@@ -217,7 +281,9 @@ def main(argv=None) -> int:
         writer.writeheader()
         for row in rows:
             writer.writerow(asdict(row))
-    (folder / REPORT).write_text(render(rows, seconds))
+    text = render(rows, seconds)
+    marker = "All rows: [rows.csv](rows.csv)."
+    (folder / REPORT).write_text(text.replace(marker, "\n".join(render_scale(scale())) + "\n" + marker))
     print(f"{len(rows)} rows in {seconds:.0f} s; {format_bytes(sum(row.bytes for row in rows[:1]))} first size; "
           f"written to {folder}")
     return 0

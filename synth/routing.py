@@ -164,9 +164,32 @@ FIELDS = {"tokens": "tokens", "topk": "topk", "experts": "experts", "hidden": "h
 EXAMPLE = "tokens=4096,topk=8,experts=256,node-limit=4,hidden=7168"
 
 
+def read_histogram(path: str) -> tuple[float, ...]:
+    """A measured histogram of expert loads from a text file: one number per expert (tokens
+    routed to it, in expert order), separated by whitespace or commas, `#` starting a comment."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError as error:
+        raise RoutingError(f"routing weights=@{path}: cannot read it ({error.strerror or error}): give a text "
+                           f"file of one load per expert") from None
+    fields = [field for line in text.splitlines() for field in line.split("#", 1)[0].replace(",", " ").split()]
+    values = []
+    for field in fields:
+        try:
+            values.append(float(field))
+        except ValueError:
+            raise RoutingError(f"routing weights=@{path}: {echo(field)} is not a number: give one load per "
+                               f"expert") from None
+    if not values:
+        raise RoutingError(f"routing weights=@{path} holds no numbers: give one load per expert")
+    return tuple(values)
+
+
 def parse_routing(text: str) -> Routing:
     """`tokens=4096,topk=8,experts=256[,node-limit=4][,hidden=7168][,bytes=2][,capacity=1.25]
-    [,zipf=1.1 | ,weights=w0/w1/...]` into a Routing; RoutingError naming the bad part."""
+    [,zipf=1.1 | ,weights=w0/w1/... | ,weights=@FILE]` into a Routing; RoutingError naming the
+    bad part (a FILE is a measured histogram, `read_histogram`)."""
     values: dict[str, object] = {}
     for part in str(text).split(","):
         part = part.strip()
@@ -178,6 +201,9 @@ def parse_routing(text: str) -> Routing:
             raise RoutingError(f"routing part {echo(part)}: write name=value with a name of {', '.join(FIELDS)} "
                                f"(for example {EXAMPLE})")
         name = FIELDS[key]
+        if name == "weights" and raw.strip().startswith("@"):
+            values[name] = read_histogram(raw.strip()[1:])
+            continue
         try:
             if name == "weights":
                 values[name] = tuple(float(w) for w in raw.split("/"))

@@ -151,7 +151,8 @@ def add_collective_option(parser: argparse.ArgumentParser) -> None:
                              f"{', '.join([*GOALS, *ROUTED_GOALS])} (default {DEFAULT_GOAL})")
     parser.add_argument("--routing", metavar="R",
                         help=f"the mixture-of-experts routing --collective dispatch|combine moves, e.g. {EXAMPLE} "
-                             f"(also bytes=2, capacity=1.25, zipf=1.1 or weights=w0/w1/..., one per expert)")
+                             f"(also bytes=2, capacity=1.25, zipf=1.1, or weights=w0/w1/... or weights=@FILE: one load per expert, "
+                             f"a measured histogram)")
 
 
 def resolve_routing(args, goal, required: bool = True):

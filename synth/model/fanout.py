@@ -16,9 +16,14 @@ owner's. So both are "distinct projections onto a set of levels `classes`, movin
 * a node limit or a skew: over 2^14 tokens drawn as the router draws them
   (synth/routing.py), owners uniform over the members, a fixed seed.
 
-Under a skew the busiest member, not the mean, finishes the exchange: the hottest sender's
-or receiver's load over the mean (`hot`), capped by the capacity factor, scales the step's
-bytes (priced as if every pair carried the hottest member's per-peer load: an upper estimate).
+Under a skew the members differ, and the bytes of each ordered pair are priced
+(`step_pairs`): the owners are uniform over the members and independent of the router, so a
+dispatch pair (x, y) of a step over V after R carries, per token owned, the prod(R) owners'
+copies that reach y's class (its digits on R + V): `prod(R) q(y)`, with `q` the chance a
+token has an expert there; a combine pair carries the partials of the prod(classes - V)
+owners it serves: `prod(classes - V) q(x)`, `q` over the sender's digits on `classes`. So a
+pair's bytes depend on one end (the receiver in dispatch, the sender in combine), `q`
+counted over the same 2^14 drawn tokens, and capped at the capacity factor times its mean.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from math import comb
 
 import numpy as np
 
+from synth.model.weighted import PairBytes
 from synth.routing import Routing
 
 SAMPLES = 1 << 14
@@ -37,20 +43,18 @@ SEED = 2024
 
 @dataclass(frozen=True)
 class StepTraffic:
-    """Per token owned: copies sent in expectation (`copies`), the busiest receiver's load
-    over the mean (`hot`, 1 without a skew); and the step's group size `peers + 1`."""
+    """Per token owned: copies sent in expectation (`copies`); and the step's group size
+    `peers + 1`."""
 
     copies: float
-    hot: float
     group: int
 
     def span_bytes(self, routing: Routing) -> float:
-        """Bytes one member sends in the step, spread evenly over its group as an equal-split
-        all-to-all of that span would (the engine's pairwise flows): its per-peer load is the
-        expected one, times `hot`."""
+        """Bytes one member sends in the step on average, spread evenly over its group as an
+        equal-split all-to-all of that span would (the engine's pairwise flows)."""
         if self.group < 2:
             return 0.0
-        per_peer = routing.tokens * routing.bytes_per_token * self.copies * self.hot / (self.group - 1)
+        per_peer = routing.tokens * routing.bytes_per_token * self.copies / (self.group - 1)
         return per_peer * self.group
 
 
@@ -63,14 +67,14 @@ def _product(sizes, levels) -> int:
 
 def step_traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int],
                  toward_owner: bool) -> StepTraffic:
-    """The expected traffic of one step (module docstring); `toward_owner` for combine. Per
-    token, so the same for any token count."""
-    return _traffic(routing.with_tokens(1), tuple(sizes), frozenset(classes), frozenset(moving), toward_owner)
+    """The expected traffic of one step (module docstring); `toward_owner` for combine, whose
+    count of partials is dispatch's of copies. Per token, so the same for any token count."""
+    return _traffic(routing.with_tokens(1), tuple(sizes), frozenset(classes), frozenset(moving))
 
 
 @lru_cache(maxsize=4096)
-def _traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int],
-             toward_owner: bool) -> StepTraffic:
+def _traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int]
+             ) -> StepTraffic:
     group = _product(sizes, moving)
     members = _product(sizes, range(len(sizes)))
     routing.experts_per_member(members)
@@ -78,8 +82,8 @@ def _traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], 
         classes_count = _product(sizes, classes)
         per_class = routing.experts // classes_count
         reached = 1 - comb(routing.experts - per_class, routing.topk) / comb(routing.experts, routing.topk)
-        return StepTraffic((classes_count - classes_count // group) * reached, 1.0, group)
-    return _sampled(routing, sizes, classes, moving, toward_owner, group)
+        return StepTraffic((classes_count - classes_count // group) * reached, group)
+    return _sampled(routing, sizes, classes, moving, group)
 
 
 def _inner_level(sizes) -> int:
@@ -109,31 +113,59 @@ def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.nda
             np.stack(np.unravel_index(owners, sizes), axis=-1).astype(np.int32)[:, None, :])
 
 
-def _sampled(routing, sizes, classes, moving, toward_owner, group) -> StepTraffic:
-    members = _product(sizes, range(len(sizes)))
+def _sampled(routing, sizes, classes, moving, group) -> StepTraffic:
     host_digits, owner_digits = _drawn(routing, sizes)
     hosts = host_digits[..., 0]
     in_classes = np.array([level in classes for level in range(len(sizes))])
     in_moving = np.array([level in moving for level in range(len(sizes))])
     projected = np.where(in_classes, host_digits, 0)
     differs = (host_digits != owner_digits)[..., in_moving].any(axis=-1) if in_moving.any() else np.zeros(hosts.shape, bool)
-    keys = np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes) + members * np.arange(SAMPLES)[:, None]
-    sent_keys, first = np.unique(keys[differs], return_index=True)
-    copies = len(sent_keys) / SAMPLES
-    hot = 1.0
-    if routing.skewed and len(sent_keys):
-        owner_all = np.broadcast_to(owner_digits, host_digits.shape)
-        if toward_owner:  # a partial leaves from the expert's digits on `classes` for the owner's on `moving`
-            ends = (~in_classes, ~in_classes | in_moving)
-        else:  # a copy leaves from the destination's digits on the resolved levels for its digits on `classes`
-            ends = (~in_classes | in_moving, ~in_classes)
-        for take_owner in ends:  # the busiest sender and the busiest receiver
-            digits = np.where(take_owner, owner_all, host_digits)[differs][first]
-            load = np.bincount(np.ravel_multi_index(tuple(digits.T), sizes), minlength=members)
-            hot = max(hot, float(load.max() / load.mean()))
-        if routing.capacity is not None:
-            hot = min(hot, routing.capacity)
-    return StepTraffic(copies, hot, group)
+    keys = np.where(differs, np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes), -1)
+    return StepTraffic(int(_distinct(keys).sum()) / SAMPLES, group)
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """[token, k] True at the first of each distinct non-negative key in a row (a row sort:
+    the k keys of a token are few)."""
+    keys.sort(axis=1)
+    first = np.ones(keys.shape, dtype=bool)
+    first[:, 1:] = keys[:, 1:] != keys[:, :-1]
+    return first & (keys >= 0)
+
+
+def step_pairs(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int],
+               toward_owner: bool) -> PairBytes:
+    """The bytes every ordered pair of the step's groups carries in expectation (module
+    docstring), keyed by the receiver (dispatch) or the sender (combine, `toward_owner`)."""
+    per_token = _pair_copies(routing.with_tokens(1), tuple(sizes), frozenset(classes), frozenset(moving))
+    return PairBytes(per_token * (routing.tokens * routing.bytes_per_token), not toward_owner)
+
+
+@lru_cache(maxsize=1024)
+def _pair_copies(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], moving: frozenset[int]
+                 ) -> np.ndarray:
+    """[member] per token owned, the copies (partials) a pair keyed by the member carries:
+    prod(classes - moving) x the chance a token reaches the member's class on `classes`."""
+    members = _product(sizes, range(len(sizes)))
+    routing.experts_per_member(members)
+    in_classes = np.array([level in classes for level in range(len(sizes))])
+    digits = np.stack(np.unravel_index(np.arange(members), sizes), axis=-1)
+    own_class = np.ravel_multi_index(tuple(np.where(in_classes, digits, 0).T), sizes)
+    if routing.node_limit is None and not routing.skewed:
+        classes_count = _product(sizes, classes)
+        per_class = routing.experts // classes_count
+        reach = np.full(members, 1 - comb(routing.experts - per_class, routing.topk) / comb(routing.experts, routing.topk))
+    else:
+        host_digits, _ = _drawn(routing, sizes)
+        projected = np.where(in_classes, host_digits, 0)
+        keys = np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes)
+        reached = keys[_distinct(keys)]  # each token's distinct classes, once
+        reach = (np.bincount(reached, minlength=members) / SAMPLES)[own_class]
+    copies = _product(sizes, classes - moving) * reach
+    if routing.capacity is not None:  # an expert drops tokens beyond capacity x its mean load
+        copies = np.minimum(copies, routing.capacity * copies.mean())
+    copies.setflags(write=False)
+    return copies
 
 
 def cut_copies(routing: Routing, sizes: tuple[int, ...], outer: frozenset[int]) -> float:

@@ -6,8 +6,10 @@ is priced step by step: a step is one `AllToAll` call per group of its form, eve
 reduction group's calls together as the engine costs any step (synth/model/engine.py: the
 pairwise flows priced by class on the network, NCCL's all-to-all as grouped send/recv), each
 call an equal-split all-to-all of the bytes the step sends per member in expectation
-(synth/model/fanout.py). The steps add up (lockstep). The baseline is the flat all-to-all of
-the same routing, `AllToAll(InsideGroup(h_1))`: one copy per destination member.
+(synth/model/fanout.py); under a skewed routing each pair at its own expected bytes
+(fanout.step_pairs, synth/model/weighted.py). The steps add up (lockstep). The baseline is
+the flat all-to-all of the same routing, `AllToAll(InsideGroup(h_1))`: one copy per
+destination member.
 
 Lower bound: at every cut of the hierarchy (the units of its outer levels down to some
 level), each token must cross to each distinct destination unit other than its owner's at
@@ -29,7 +31,8 @@ from synth.language import Program, Step
 from synth.model.bound import LowerBound, bound_line
 from synth.model.context import CostContext
 from synth.model.engine import CostEngine, StepCalls
-from synth.model.fanout import cut_copies, step_traffic
+from synth.model.fanout import cut_copies, step_pairs, step_traffic
+from synth.model.weighted import weighted_step_s
 from synth.routed import RoutedSemantics
 from synth.routing import Routing
 from synth.search.ranked import RankedProgram
@@ -86,15 +89,17 @@ class RoutedPrograms:
         result = []
         for entry in trace:
             moving = entry.after - entry.before
-            if self.goal.end == DELIVERED:
-                traffic = step_traffic(routing, self.sizes, entry.after, moving, False)
-            else:
-                traffic = step_traffic(routing, self.sizes, all_levels - entry.before, moving, True)
-            span = traffic.span_bytes(routing)
+            toward_owner = self.goal.end != DELIVERED
+            classes = all_levels - entry.before if toward_owner else entry.after
+            span = step_traffic(routing, self.sizes, classes, moving, toward_owner).span_bytes(routing)
             calls = self._step_calls(entry.step)
-            n = self.context.group_size
-            step_calls = StepCalls("AllToAll", calls, (n,) * len(calls))
-            seconds = float(self.engine.figures([step_calls], [max(1, round(span))]).time_s[0, 0]) if span > 0 else 0.0
+            if routing.skewed:  # each pair at its own bytes (synth/model/weighted.py)
+                pairs = step_pairs(routing, self.sizes, classes, moving, toward_owner)
+                seconds = weighted_step_s(self.engine, calls, pairs) if span > 0 else 0.0
+            else:
+                n = self.context.group_size
+                step_calls = StepCalls("AllToAll", calls, (n,) * len(calls))
+                seconds = float(self.engine.figures([step_calls], [max(1, round(span))]).time_s[0, 0]) if span > 0 else 0.0
             result.append(RoutedStep(entry.step, span, seconds))
         return result
 

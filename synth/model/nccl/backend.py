@@ -320,6 +320,14 @@ class NcclMeasured:
         own[np.arange(len(picks)), picks] = least
         return own
 
+    def pair_call(self, call: CallSite, plans: tuple[Plan, ...], values: np.ndarray):
+        """An all-to-all whose pairs carry unequal bytes (synth/model/weighted.py), as NCCL
+        schedules each member's operations (p2p.member_loads)."""
+        hardware, cost = _all_to_all_site(call)
+        efficiency = {plan.algorithm.rsplit("/", 1)[-1]: plan.efficiency for plan in plans}
+        hop = max(sum(phase.latency_s for phase in plan.phases) for plan in plans)
+        return p2p.pair_call(hardware, cost, _network_nodes(call), values, efficiency, hop, ALL_TO_ALL_LAUNCH_S)
+
     def headroom_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                    flow_s: np.ndarray) -> np.ndarray:
         """NCCL's time alone minus the latest its shared links can let it finish: its fixed part

@@ -46,6 +46,7 @@ runs), (the proxy's posts), (the NIC's messages), each after one hop.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -314,3 +315,149 @@ def cached_cost(hardware: Hardware, nodes: int, ranks_per_node: int, comm_channe
                 classes: tuple[PeerClass, ...]) -> AllToAllCost:
     comm = p2p_comm(hardware, nodes, ranks_per_node, comm_channels)
     return AllToAllCost(comm, classes, ranks_per_node, message_rate_of(hardware)[0])
+
+
+# --- pairs of unequal bytes (a skewed routing's all-to-all) --------------------------------------
+#
+# Each operation is laid out by the rules above from its own bytes, each direction of a round
+# on its own protocol and channels (addP2pToPlan: protocol[dir], nChannels[dir]; a round takes
+# max(nChannels[recv], nChannels[send]) parts). As a uniform call's time is the least of any
+# call at least as large (the breakpoints above), each operation's figures are the least its
+# layout reaches at any size at least its own: so a member's time never falls as any of its
+# operations grows.
+
+
+@dataclass(frozen=True)
+class OpFigures:
+    """Per operation of the given bytes (arrays): channels, network posts, the proxy's seconds
+    posting them, and bytes over the protocol's rate share (what its flow weighs on a link)."""
+
+    channels: np.ndarray
+    posts: np.ndarray
+    proxy_s: np.ndarray
+    weighed: np.ndarray
+
+
+def _raw_op(comm: P2pComm, hardware: Hardware, nbytes: int, network: bool, efficiency) -> tuple[float, ...]:
+    op = operation(comm, nbytes, network)
+    return (float(op.channels), float(op.posts), op.posts * step_overhead_s(hardware, op.protocol),
+            nbytes / efficiency[op.protocol])
+
+
+@lru_cache(maxsize=256)
+def _later_ops(comm: P2pComm, hardware: Hardware, network: bool, efficiency: tuple[tuple[str, float], ...]
+               ) -> tuple[tuple[int, ...], np.ndarray]:
+    """(the breakpoints, [point, figure] the least of each figure from that point on)."""
+    rates = dict(efficiency)
+    points = breakpoints(comm)
+    figures = np.array([_raw_op(comm, hardware, point, network, rates) for point in points])
+    return points, np.minimum.accumulate(figures[::-1], axis=0)[::-1]
+
+
+def op_figures(comm: P2pComm, hardware: Hardware, nbytes: np.ndarray, network: bool,
+               efficiency: dict[str, float]) -> OpFigures:
+    """Each operation's figures (module section above): its own, or a larger operation's where less."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    values, inverse = np.unique(nbytes, return_inverse=True)
+    points, later = _later_ops(comm, hardware, network, tuple(sorted(efficiency.items())))
+    rows = []
+    for value in values.tolist():
+        own = np.array(_raw_op(comm, hardware, math.ceil(value), network, efficiency))
+        j = bisect.bisect_right(points, math.ceil(value))
+        rows.append(np.minimum(own, later[j]) if j < len(points) else own)
+    table = np.array(rows).reshape(len(values), 4)[inverse.reshape(-1)]
+    return OpFigures(*(table[:, i].reshape(nbytes.shape) for i in range(4)))
+
+
+@dataclass(frozen=True)
+class MemberLoads:
+    """Per member of one call: its rounds' parts (self included), network posts and the
+    proxy's seconds, summed over its peers."""
+
+    parts: np.ndarray
+    posts: np.ndarray
+    proxy_s: np.ndarray
+
+
+def member_loads(comm: P2pComm, hardware: Hardware, values: np.ndarray, node: np.ndarray | None,
+                 efficiency: dict[str, float]) -> MemberLoads:
+    """Each member's sums when every round it runs with peer j moves `values[j]` one way and
+    its own `values[i]` the other (a pair's bytes fixed by one end), per class of peers: a
+    histogram of the peers' channels per node, never per pair."""
+    values = np.asarray(values, dtype=float)
+    k = len(values)
+    node = np.zeros(k, dtype=np.int64) if node is None else np.asarray(node, dtype=np.int64)
+    own_self = np.array([operation(comm, math.ceil(v), False, True).channels for v in values.tolist()], dtype=float)
+    local = op_figures(comm, hardware, values, False, efficiency)
+    parts = own_self + _max_sums(local.channels, node, same_node=True)
+    posts = np.zeros(k)
+    proxy = np.zeros(k)
+    if len(np.unique(node)) > 1:
+        remote = op_figures(comm, hardware, values, True, efficiency)
+        parts = parts + _max_sums(remote.channels, node, same_node=False)
+        count = k - np.bincount(node)[node]
+        posts = _other_node_sums(remote.posts, node) + count * remote.posts
+        proxy = _other_node_sums(remote.proxy_s, node) + count * remote.proxy_s
+    return MemberLoads(parts, posts, proxy)
+
+
+def _other_node_sums(figure: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Per member, the sum of `figure` over the members of other nodes."""
+    per_node = np.bincount(node, weights=figure)
+    return per_node.sum() - per_node[node]
+
+
+def _max_sums(channels: np.ndarray, node: np.ndarray, same_node: bool) -> np.ndarray:
+    """Per member i, the sum over its peers j (in its node, or in others) of max(channels[j],
+    channels[i]): from a histogram of the peers' channel counts (at most MAX_CHANNELS values)."""
+    counts = channels.astype(np.int64)
+    width = int(counts.max()) + 1
+    per_node = np.zeros((int(node.max()) + 1, width))
+    np.add.at(per_node, (node, counts), 1.0)
+    hist = per_node[node] if same_node else per_node.sum(axis=0)[None, :] - per_node[node]
+    if same_node:
+        hist[np.arange(len(counts)), counts] -= 1.0  # not itself
+    levels = np.arange(width, dtype=float)
+    return (hist * np.maximum(levels[None, :], counts[:, None].astype(float))).sum(axis=1)
+
+
+def member_times_s(cost: AllToAllCost, hardware: Hardware, loads: MemberLoads, drain_s: float, hop_s: float,
+                   base_s: float) -> np.ndarray:
+    """Each member's time in the call (AllToAllCost.parts' rule, with its own parts, posts and
+    proxy seconds): overhead + max(host launches, kernels' base + the longest of the drain with
+    a hop per batch, the proxy's posts, the NIC's messages)."""
+    comm = cost.comm
+    parts = loads.parts
+    per_channel = np.ceil(parts / comm.channels)
+    batches = np.ceil(per_channel / P2P_PER_BATCH)
+    total = batches * np.minimum(comm.channels, parts)
+    plans = np.maximum(1.0, np.ceil(total / max(1, BATCHES_PER_PLAN - comm.per_peer)))
+    nic = np.zeros(len(parts))
+    if hardware.network is not None and math.isfinite(cost.message_rate):
+        nic = loads.posts * (cost.ranks_per_node / max(1, nics_used(hardware, cost.ranks_per_node))) / cost.message_rate
+    device = plans * base_s + np.maximum(np.maximum(drain_s + batches * hop_s, hop_s + loads.proxy_s), hop_s + nic)
+    return hardware.overhead_s + np.maximum(plans * launch_floor_s(hardware), device)
+
+
+@dataclass(frozen=True, eq=False)
+class PairCall:
+    """One call's members as NCCL schedules them, waiting for the step's drain
+    (synth/model/weighted.py)."""
+
+    weighed: np.ndarray  # [member] bytes over its protocol's rate share of a pair keyed by the member
+    hardware: Hardware
+    cost: AllToAllCost
+    loads: MemberLoads
+    hop_s: float
+    base_s: float
+
+    def times_s(self, drain_s: float) -> np.ndarray:
+        return member_times_s(self.cost, self.hardware, self.loads, drain_s, self.hop_s, self.base_s)
+
+
+def pair_call(hardware: Hardware, cost: AllToAllCost, node: np.ndarray | None, values: np.ndarray,
+              efficiency: dict[str, float], hop_s: float, base_s: float) -> PairCall:
+    """A call whose pairs keyed by member i carry `values[i]` bytes, on these NCCL figures."""
+    values = np.asarray(values, dtype=float)
+    weighed = op_figures(cost.comm, hardware, values, False, efficiency).weighed
+    return PairCall(weighed, hardware, cost, member_loads(cost.comm, hardware, values, node, efficiency), hop_s, base_s)
