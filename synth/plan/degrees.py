@@ -97,6 +97,11 @@ class Degrees:
         """The expert tensor-parallel groups: the `tp` axis, or the folded stage index's lowest digits."""
         return DigitGroup("etp", 1, self.expert_tp) if self.folded else ("tp",)
 
+    def expert_aligned(self, placement) -> bool:
+        """Whether the folded expert groups have a per-level span on `placement` (folding.py)."""
+        groups = (self.expert_group(), self.expert_tp_group(), self.expert_data_axes()) if self.folded else ()
+        return all(group.aligned(placement) for group in groups if group)
+
     @property
     def expert_dp(self) -> int:
         """The expert data-parallel degree: tp x cp x dp / (ep x etp), dp / ep without folding."""

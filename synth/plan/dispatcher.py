@@ -97,15 +97,22 @@ def choose_dispatcher(model, factors: tuple[int, ...], hosts: Hosts) -> MoeDispa
                          f"same-index GPU once per node, then NVLink: the two-stage form, {PRICED_TWO_STAGE}); {NO_EQUIVALENT}", host)
 
 
-def megatron_dispatcher(model, placement, topology=None) -> MoeDispatcher | None:
+def megatron_dispatcher(model, placement, topology=None, group=("ep",)) -> MoeDispatcher | None:
     """The dispatcher for the expert-parallel groups of `placement` on `topology` (module
-    docstring); None for a dense model."""
+    docstring); None for a dense model. `group`: the expert-parallel groups, the `ep` axis or
+    a folded digit group (Degrees.expert_group, synth/plan/folding.py)."""
     if not model.is_moe:
         return None
-    if "ep" not in placement.axis_names or placement.axis_sizes[placement.axis_index("ep")] < 2:
-        return choose_dispatcher(model, (1,) * len(placement.level_sizes), Hosts(None, False))
     from synth.plan.equivalent import span
+    from synth.plan.folding import DigitGroup
 
-    factors = span(placement, ("ep",))
+    if isinstance(group, DigitGroup):
+        factors = group.span(placement)
+    elif "ep" in placement.axis_names and placement.axis_sizes[placement.axis_index("ep")] > 1:
+        factors = span(placement, group)
+    else:
+        factors = (1,) * len(placement.level_sizes)
+    if all(factor == 1 for factor in factors):
+        return choose_dispatcher(model, factors, Hosts(None, False))
     hosts = system_hosts(topology) if topology is not None else Hosts(len(factors) - 2, False)
     return choose_dispatcher(model, factors, hosts)
