@@ -212,7 +212,8 @@ def test_moe_settings_follow_megatron():
     from synth.plan.degrees import model_problem
 
     assert model_problem(mixtral, Degrees(16, 1, 1, 1, 16)) == "ep does not divide the experts"
-    assert model_problem(mixtral, Degrees(8, 1, 1, 2, 2)) == "ep with cp (not modelled)"
+    assert model_problem(mixtral, Degrees(8, 1, 1, 2, 2)) is None  # folded over cp (tests/test_plan_moe_folding.py)
+    assert model_problem(mixtral, Degrees(2, 1, 1, 2, 8)) == "ep x etp does not divide tp x cp x dp"
 
 
 def test_plan_mixtral_places_experts_inside_a_node(capsys):
