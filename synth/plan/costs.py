@@ -148,7 +148,7 @@ class CommunicationCosts:
         key = (placement.matrix, placement.axis_names, axes)
         found = self._factors.get(key)
         if found is None:
-            found = self._factors[key] = axes.span(placement) if isinstance(axes, DigitGroup) else span(placement, axes)
+            found = self._factors[key] = span(placement, axes)
         return found
 
     def _context(self, key: tuple[int, ...]):

@@ -104,14 +104,11 @@ def megatron_dispatcher(model, placement, topology=None, group=("ep",)) -> MoeDi
     if not model.is_moe:
         return None
     from synth.plan.equivalent import span
-    from synth.plan.folding import DigitGroup
 
-    if isinstance(group, DigitGroup):
-        factors = group.span(placement)
-    elif "ep" in placement.axis_names and placement.axis_sizes[placement.axis_index("ep")] > 1:
-        factors = span(placement, group)
-    else:
+    if group == ("ep",) and "ep" not in placement.axis_names:
         factors = (1,) * len(placement.level_sizes)
+    else:
+        factors = span(placement, group)
     if all(factor == 1 for factor in factors):
         return choose_dispatcher(model, factors, Hosts(None, False))
     hosts = system_hosts(topology) if topology is not None else Hosts(len(factors) - 2, False)
