@@ -299,8 +299,11 @@ def _key(prediction: Prediction) -> tuple:
 
 
 def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
-    """The constraints on this choice's axes; None when a factor > 1 is fixed for a role of size 1."""
+    """The constraints on this choice's axes; None when a factor > 1 is fixed for a role of size 1,
+    or when one names `ep` and the choice is folded (its expert groups are no axis to constrain)."""
     present = {axis.name for axis in degrees.axes()}
+    if degrees.folded and any(constraint.axis == "ep" for constraint in constraints):
+        return None
     kept = []
     for constraint in constraints:
         if constraint.axis in present:
