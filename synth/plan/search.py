@@ -414,8 +414,8 @@ def estimate(request: PlanRequest) -> SearchSize:
                 if index not in data_rows:
                     lower_bound.add(matrix[index])
             for name, shape in (folded or {}).items():
-                collectives.add(shape)
-                if name != "edp":
+                if name != "edp":  # the expert data-parallel groups are data_spans' (below), as the dp axis is
+                    collectives.add(shape)
                     lower_bound.add(shape)
             goals |= goal_calls(choice, settings, request.model, axes, matrix, folded)
             if choice.dp > 1:
