@@ -251,3 +251,17 @@ def test_cli_etp(capsys):
 def test_dataclass_replace_keeps_the_spelling():
     degrees = dataclasses.replace(Degrees(8, 2, 4, 1, 16, 1), etp=2)
     assert degrees.etp == 0 and degrees.expert_tp == 2
+
+
+def test_domain_note_reads_the_folded_expert_groups():
+    """On a multi-host NVLink domain the winner's note names where its expert groups are, the
+    folded ones too (their span, not an ep axis)."""
+    from synth.plan.domains import domain_note
+
+    topology = load_topology("gb200-nvl72")
+    degrees = Degrees(18, 2, 4, 1, 4, 1)  # 144 GPUs: EP4 over tp 2 x dp 2 (EP8 would cut the 9 trays unevenly)
+    placement = published_placement(degrees, topology)
+    prediction = SimpleNamespace(degrees=degrees, placement=placement, step_s=1.0,
+                                 breakdown=SimpleNamespace(tensor_parallel=0.1, expert_parallel=0.2))
+    note = domain_note(topology, prediction)
+    assert "expert-parallel groups stay inside one NVLink domain" in note
