@@ -201,35 +201,17 @@ def test_tp_pp_dp_order_is_refused_where_megatron_asserts():
 
 def test_megatron_flags_pass_transformer_config():
     """The folded flags build megatron-core's TransformerConfig (its expert checks included)."""
-    import torch
+    from tests.test_plan_moe import _moe_parser, moe_transformer_config
 
-    from tests.test_plan_moe import _moe_parser
-
-    config_module = pytest.importorskip("megatron.core.transformer.transformer_config",
-                                        reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
     for name, degrees, topology in (("mixtral-8x7b", Degrees(1, 8, 4, 1, 8, 1), "dgx-a100-x4"),
                                     ("mixtral-8x7b", Degrees(2, 4, 4, 1, 4, 1), "dgx-a100-x4"),
                                     ("mixtral-8x7b", Degrees(2, 2, 4, 2, 4), "dgx-a100-x4")):
         model = PRESETS[name]
         candidate = SimpleNamespace(degrees=degrees, settings=Settings(1, 1, True, "none", True),
                                     placement=published_placement(degrees, load_topology(topology)))
-        args = _moe_parser().parse_args(megatron_arguments(model, candidate))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = config_module.TransformerConfig(
-                num_layers=args.num_layers, hidden_size=args.hidden_size, ffn_hidden_size=args.ffn_hidden_size,
-                num_attention_heads=args.num_attention_heads,
-                num_query_groups=args.num_query_groups if args.group_query_attention else None,
-                tensor_model_parallel_size=args.tensor_model_parallel_size,
-                pipeline_model_parallel_size=args.pipeline_model_parallel_size,
-                context_parallel_size=args.context_parallel_size or 1, sequence_parallel=args.sequence_parallel,
-                gated_linear_unit=args.swiglu, add_bias_linear=not args.disable_bias_linear, bf16=args.bf16,
-                params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, num_moe_experts=args.num_experts,
-                moe_router_topk=args.moe_router_topk, moe_ffn_hidden_size=args.moe_ffn_hidden_size,
-                moe_token_dispatcher_type=args.moe_token_dispatcher_type,
-                expert_model_parallel_size=args.expert_model_parallel_size,
-                expert_tensor_parallel_size=args.expert_tensor_parallel_size)
+        config = moe_transformer_config(_moe_parser().parse_args(megatron_arguments(model, candidate)))
         assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (degrees.ep, degrees.expert_tp)
+        assert config.context_parallel_size == degrees.cp
 
 
 def test_cli_etp(capsys):
