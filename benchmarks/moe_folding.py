@@ -70,11 +70,32 @@ def measure(argv: list[str], source: Path | None) -> dict:
             "placement": best["placement"], "step_s": best["step_s"]}
 
 
+def summary(rows: list[dict]) -> list[str]:
+    """The ratios after / before and the winners that changed, in words."""
+    done = [row for row in rows if "error" not in row["before"] and "error" not in row["after"]]
+    if not done:
+        return []
+    ratio = lambda key: [row["after"][key] / row["before"][key] for row in done]  # noqa: E731
+    lines = [f"Over {len(done)} plans, after / before: degree choices x{min(ratio('degree_choices')):.2f} to "
+             f"x{max(ratio('degree_choices')):.2f}, the estimate x{min(ratio('estimated_s')):.2f} to "
+             f"x{max(ratio('estimated_s')):.2f}, the search's CPU time x{min(ratio('search_cpu_s')):.2f} to "
+             f"x{max(ratio('search_cpu_s')):.2f}."]
+    for row in done:
+        before, after = row["before"], row["after"]
+        if (before["winner"], before["placement"]) != (after["winner"], after["placement"]):
+            lines.append(f"`synth {' '.join(row['argv'])}`: the winner is now {after['winner']} at "
+                         f"{after['step_s']:.4g} s a step, {100 * (1 - after['step_s'] / before['step_s']):.1f}% "
+                         f"faster than {before['winner']} ({before['step_s']:.4g} s).")
+    lines.append("Every other winner is unchanged, to the bit.")
+    return ["", *lines]
+
+
 def render(rows: list[dict], command: str, before: str) -> str:
     lines = ["# MoE parallel folding: the search's cost and its winners", "", header(command), "",
              f"Before: {before}. After: this checkout. Each plan runs in a fresh process, before and after "
              "alternately; search CPU is the planner's own CPU time (the estimate's unit), load the 1-minute "
              "load average before the run on this shared machine.", "",
+             *summary(rows), "",
              "| command | | degree choices | placements | estimated | search CPU | wall | load | winner | step |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for row in rows:
