@@ -118,14 +118,16 @@ def test_unfolded_layouts_keep_their_axes_and_names():
 
 def test_the_search_adds_folded_choices_after_the_unfolded_ones():
     """Every unfolded choice is still enumerated (first, in its order); the folded ones add
-    etp = tp and etp = 1 with every ep > 1 dividing the experts and tp cp dp / etp."""
+    etp = tp and etp = 1 with every ep > 1 dividing the experts and tp cp dp / etp whose expert
+    block ep x etp covers tp x cp; a fixed ep is tried as given."""
     mixtral = PRESETS["mixtral-8x7b"]
     found = list(enumerate_degrees(64, mixtral, DegreeLimits(tp=4, pp=1)))
     unfolded = [d for d in found if not d.folded]
     assert [d.ep for d in unfolded] == [1, 2, 4, 8]
     assert found[:len(unfolded)] == unfolded
     folded = {(d.ep, d.expert_tp) for d in found if d.folded}
-    assert folded == {(2, 1), (4, 1), (8, 1)}  # etp = 4 with ep | 16 and 8 experts: all unfolded already
+    assert folded == {(4, 1), (8, 1)}  # etp = 4 with ep | 16 and 8 experts: all unfolded already; ep 2 < tp 4
+    assert {(d.ep, d.expert_tp) for d in enumerate_degrees(64, mixtral, DegreeLimits(tp=4, pp=1, ep=2))} == {(2, 4), (2, 1)}
     for degrees in found:
         assert (degrees.tp * degrees.cp * degrees.dp) % (degrees.ep * degrees.expert_tp) == 0
     wide = list(enumerate_degrees(64, mixtral, DegreeLimits(tp=8, pp=4, ep=8)))

@@ -200,8 +200,9 @@ def _expert_degrees(model: Transformer, dp: int, tp: int, cp: int, limits: Degre
     """(ep, etp) pairs to try: (1, 0) for dense models; for MoE models first every divisor of dp
     that divides the experts (without context parallelism: the layouts without folding, in their
     order), then the folded ones (module docstring): expert tensor parallelism the tensor-parallel
-    degree or 1, and every ep > 1 dividing the experts and tp x cp x dp / etp. A fixed --ep or
-    --etp is kept as given (to be refused with its reason)."""
+    degree or 1, and every ep > 1 dividing the experts and tp x cp x dp / etp with ep x etp at
+    least tp x cp (expert data parallelism at most dp). A fixed --ep or --etp is kept as given
+    (to be refused with its reason)."""
     if not model.is_moe:
         return [(limits.ep or 1, limits.etp or 0)] if limits.ep or limits.etp else [(1, 0)]
     etps = [limits.etp] if limits.etp is not None else sorted({tp, 1}, reverse=True)
@@ -213,7 +214,11 @@ def _expert_degrees(model: Transformer, dp: int, tp: int, cp: int, limits: Degre
             candidates = [limits.ep]
         else:
             ranks = tp * cp * dp
-            candidates = [ep for ep in divisors(ranks // etp) if ep > 1 and model.experts % ep == 0] if ranks % etp == 0 else []
+            # searched folding keeps the expert mesh's model-parallel block (ep x etp) at least the
+            # dense one's (tp x cp): below it the experts replicate inside the tensor and context
+            # groups (edp above dp), a layout the unfolded ones already cover better
+            candidates = [ep for ep in divisors(ranks // etp) if ep > 1 and model.experts % ep == 0
+                          and ep * etp >= tp * cp] if ranks % etp == 0 else []
         for ep in candidates:
             pair = (ep, 0 if etp == tp else etp)
             if pair not in pairs:
