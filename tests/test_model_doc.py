@@ -114,7 +114,21 @@ def _goal_trace(goal: str, program: str) -> str:
     return format_trace(semantics, semantics.run(parse_program(program))) + "\n"
 
 
+def folding_block() -> str:
+    """The MoE parallel folding example: expert groups as digit ranges of the stage index."""
+    from synth.plan.degrees import Degrees
+
+    placement = make_placement(topology_from_levels("node=2,gpu=8"), parse_axes("dp=8,tp=2"), ((2, 4), (1, 2)))
+    degrees = Degrees(8, 2, 1, 1, 8, 1)
+    lines = []
+    for label, group in (("ep groups: ", degrees.expert_group()), ("edp groups:", degrees.expert_data_axes())):
+        lines.append(f"{label} " + " ".join(str(members) for members in group.groups(placement))
+                     + f"  span {_tuple(group.span(placement))}")
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS = {
+    "folding": folding_block,
     "trace reduce-scatter goal": lambda: _goal_trace(
         "reducescatter", "Permute(gpu,node); ReduceScatter(InsideGroup(gpu)); ReduceScatter(Parallel(node))"),
     "trace all-to-all goal": lambda: _goal_trace(

@@ -212,7 +212,8 @@ def test_moe_settings_follow_megatron():
     from synth.plan.degrees import model_problem
 
     assert model_problem(mixtral, Degrees(16, 1, 1, 1, 16)) == "ep does not divide the experts"
-    assert model_problem(mixtral, Degrees(8, 1, 1, 2, 2)) == "ep with cp (not modelled)"
+    assert model_problem(mixtral, Degrees(8, 1, 1, 2, 2)) is None  # folded over cp (tests/test_plan_moe_folding.py)
+    assert model_problem(mixtral, Degrees(2, 1, 1, 2, 8)) == "ep x etp does not divide tp x cp x dp"
 
 
 def test_plan_mixtral_places_experts_inside_a_node(capsys):
@@ -269,6 +270,33 @@ def _moe_parser():
     return parser
 
 
+def moe_transformer_config(args):
+    """megatron-core's TransformerConfig (its checks run) from the parsed MoE launch flags."""
+    import torch
+
+    config_module = pytest.importorskip("megatron.core.transformer.transformer_config",
+                                        reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return config_module.TransformerConfig(
+            num_layers=args.num_layers, hidden_size=args.hidden_size, ffn_hidden_size=args.ffn_hidden_size,
+            num_attention_heads=args.num_attention_heads,
+            num_query_groups=args.num_query_groups if args.group_query_attention else None,
+            tensor_model_parallel_size=args.tensor_model_parallel_size,
+            pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+            context_parallel_size=args.context_parallel_size or 1, sequence_parallel=args.sequence_parallel,
+            gated_linear_unit=args.swiglu, add_bias_linear=not args.disable_bias_linear, bf16=args.bf16,
+            params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+            num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
+            moe_ffn_hidden_size=args.moe_ffn_hidden_size,
+            moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
+            moe_layer_freq=args.moe_layer_freq, moe_token_dispatcher_type=args.moe_token_dispatcher_type,
+            moe_expert_capacity_factor=args.moe_expert_capacity_factor,
+            moe_pad_expert_input_to_capacity=args.moe_pad_expert_input_to_capacity,
+            expert_model_parallel_size=args.expert_model_parallel_size,
+            expert_tensor_parallel_size=args.expert_tensor_parallel_size)
+
+
 @pytest.mark.parametrize("name, degrees, capacity", [
     ("mixtral-8x7b", Degrees(8, 2, 2, 1, 4), 0.0),
     ("deepseek-moe-16b", Degrees(16, 1, 2, 1, 8), 1.25),
@@ -280,33 +308,12 @@ def test_megatron_moe_arguments_pass_transformer_config(name, degrees, capacity)
     from dataclasses import replace
     from types import SimpleNamespace
 
-    import torch
-
-    config_module = pytest.importorskip("megatron.core.transformer.transformer_config",
-                                        reason="megatron-core is not installed (pip install megatron-core==0.16.1)")
     model = replace(PRESETS[name], capacity_factor=capacity)
     settings = Settings(1, 1, degrees.tp > 1, "none", True)
     candidate = SimpleNamespace(degrees=degrees, settings=settings,
                                 placement=published_placement(degrees, load_topology("dgx-a100-x4")))
     args = _moe_parser().parse_args(megatron_arguments(model, candidate))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        config = config_module.TransformerConfig(
-            num_layers=args.num_layers, hidden_size=args.hidden_size, ffn_hidden_size=args.ffn_hidden_size,
-            num_attention_heads=args.num_attention_heads,
-            num_query_groups=args.num_query_groups if args.group_query_attention else None,
-            tensor_model_parallel_size=args.tensor_model_parallel_size,
-            pipeline_model_parallel_size=args.pipeline_model_parallel_size, sequence_parallel=args.sequence_parallel,
-            gated_linear_unit=args.swiglu, add_bias_linear=not args.disable_bias_linear, bf16=args.bf16,
-            params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-            num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
-            moe_ffn_hidden_size=args.moe_ffn_hidden_size,
-            moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
-            moe_layer_freq=args.moe_layer_freq, moe_token_dispatcher_type=args.moe_token_dispatcher_type,
-            moe_expert_capacity_factor=args.moe_expert_capacity_factor,
-            moe_pad_expert_input_to_capacity=args.moe_pad_expert_input_to_capacity,
-            expert_model_parallel_size=args.expert_model_parallel_size,
-            expert_tensor_parallel_size=args.expert_tensor_parallel_size)
+    config = moe_transformer_config(args)
     assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == (
         model.experts, model.top_k, moe.expert_ffn(model))
     assert (config.moe_shared_expert_intermediate_size or 0) == model.shared_ffn

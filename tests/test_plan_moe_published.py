@@ -1,10 +1,9 @@
 """Every built-in MoE model plans at its published training layout (issue: `synth plan` plans
 DeepSeek-V3 and every built-in MoE model at their published degrees). Each case pins the
 published degrees and asks for one plan: it must exist, with a finite step time and a peak
-memory within the device's. Where the published layout uses something the planner does not
-model (expert parallelism over tensor-parallel ranks, Megatron's expert_tensor_parallel_size=1;
-expert parallelism with context parallelism), the nearest layout it does model is planned and
-the published one is kept as a strict expected failure, so it turns green when that is built."""
+memory within the device's. Layouts whose expert groups span tensor or context-parallel ranks
+(Megatron's expert_tensor_parallel_size, expert parallelism wider than data parallelism, or
+with context parallelism) are planned with MoE parallel folding (synth/plan/folding.py)."""
 
 from __future__ import annotations
 
@@ -29,21 +28,27 @@ PUBLISHED = [
      "NVIDIA/NeMo-Framework-Launcher examples/training/mixtral/h100/mixtral_8x7b_bf16.sh: TP1 PP4 VP8 EP8, "
      "sequence parallelism off (the node count is not in the script: 8 nodes, 64 H100, taken)"),
     ("mixtral-8x22b", "rack=2",
-     ["--dp", "16", "--tp", "2", "--pp", "4", "--ep", "8", "--virtual-stages", "14", "--sequence-parallel", "on"],
+     ["--dp", "8", "--tp", "2", "--pp", "4", "--cp", "2", "--ep", "8", "--etp", "2", "--virtual-stages", "14",
+      "--sequence-parallel", "on"],
      "NeMo 2.0 recipe nemo/collections/llm/recipes/mixtral_8x22b.py: 16 nodes x 8 H100, TP2 PP4 VP14 CP2 EP8, "
-     "sequence parallelism; planned with CP folded into data parallelism (dp 16: EP with CP is not modelled)"),
+     "sequence parallelism; expert TP not set there, so Megatron's default, the TP degree (EP8 x ETP2 folded over "
+     "cp 2 x dp 8)"),
     ("qwen3-30b-a3b", "node=1",
      ["--dp", "16", "--tp", "1", "--pp", "1", "--ep", "16"],
      "Megatron-Bridge recipes/qwen/h100/qwen3_moe.py, qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config: "
      "16 H100, TP1 PP1 EP16, global batch 1024, micro-batch 1, no recomputation"),
-    ("qwen3-235b-a22b", "rack=8",
-     ["--dp", "8", "--tp", "4", "--pp", "16", "--ep", "8", "--sequence-parallel", "on"],
+    ("qwen3-235b-a22b", "rack=4",
+     ["--dp", "2", "--tp", "4", "--pp", "16", "--cp", "2", "--ep", "8", "--etp", "1", "--sequence-parallel", "on"],
      "Megatron-Bridge recipes/qwen/h100/qwen3_moe.py, qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config: "
-     "256 H100, TP4 PP16 CP2 EP8 (expert TP 1); planned on 512 with CP folded into data parallelism (dp 8)"),
-    ("gpt-oss-120b", "rack=2",
-     ["--dp", "16", "--tp", "2", "--pp", "4", "--ep", "16", "--sequence-parallel", "on"],
+     "256 H100, TP4 PP16 CP2 EP8 (expert TP 1: EP8 folded over tp 4 x cp 2)"),
+    ("gpt-oss-120b", "rack=1",
+     ["--dp", "8", "--tp", "2", "--pp", "4", "--ep", "16", "--etp", "1", "--sequence-parallel", "on"],
      "Megatron-Bridge recipes/gpt_oss/h100/gpt_oss.py, gpt_oss_120b_pretrain_64gpu_h100_bf16_config: "
-     "64 H100, TP2 PP4 EP16 (expert TP 1, so EP spans tensor ranks); planned on 128 so EP16 divides dp"),
+     "64 H100, TP2 PP4 EP16 (expert TP 1, so EP spans dp 8 x tp 2)"),
+    ("qwen3-30b-a3b", "node=1",
+     ["--dp", "2", "--tp", "4", "--pp", "2", "--ep", "4", "--etp", "1"],
+     "Megatron-Bridge recipes/qwen/h100/qwen3_moe.py, the 8-GPU recipe: TP4 PP2 EP4 (expert TP 1), here twice over "
+     "on 16 H100 (dp 2: EP4 over tp 4)"),
     ("dbrx", "rack=8",
      ["--dp", "32", "--tp", "4", "--pp", "4", "--ep", "16", "--sequence-parallel", "on"],
      "not published: Databricks' DBRX blog gives 3072 H100 but no degrees, and no Megatron-Bridge or NeMo "
@@ -54,17 +59,6 @@ PUBLISHED = [
      "global batch 512, micro-batch 1 (sequence 8192 there; the preset's 4096 here): 512 H100"),
 ]
 
-# Published layouts the planner cannot yet express, each with the reason it refuses them.
-NOT_YET = [
-    ("gpt-oss-120b", "rack=1", ["--tp", "2", "--pp", "4", "--ep", "16"],
-     "EP16 over dp 8 x tp 2 (expert_tensor_parallel_size 1): ep must divide dp here"),
-    ("mixtral-8x22b", "rack=2", ["--tp", "2", "--pp", "4", "--cp", "2", "--ep", "8"],
-     "EP with context parallelism is not modelled"),
-    ("qwen3-30b-a3b", "node=1", ["--tp", "4", "--pp", "2", "--ep", "4", "--dp", "2"],
-     "Megatron-Bridge 8-GPU recipe (TP4 PP2 EP4, expert TP 1), here twice over on 16 H100: ep must divide dp"),
-]
-
-
 def _plan(capsys, model: str, resize: str, flags: list[str]):
     code = main(["plan", "-t", H100, "--resize", resize, "-m", model, "--micro-batch", "1", "--top", "1",
                  "--json", *flags])
@@ -72,24 +66,19 @@ def _plan(capsys, model: str, resize: str, flags: list[str]):
     return code, (json.loads(out) if code == 0 else None)
 
 
-@pytest.mark.parametrize("model, resize, flags, source", PUBLISHED, ids=[case[0] for case in PUBLISHED])
+@pytest.mark.parametrize("model, resize, flags, source", PUBLISHED,
+                         ids=[f"{case[0]}-{case[1]}" for case in PUBLISHED])
 def test_every_moe_preset_plans_at_its_published_degrees(capsys, model, resize, flags, source):
     code, plan = _plan(capsys, model, resize, flags)
     assert code == 0, source
     best = plan["ranked"][0]
     pinned = {flags[i][2:]: int(flags[i + 1]) for i in range(len(flags) - 1)
-              if flags[i] in ("--dp", "--tp", "--pp", "--ep")}
-    assert {role: best["degrees"][role] for role in pinned} == pinned
+              if flags[i] in ("--dp", "--tp", "--pp", "--ep", "--cp", "--etp")}
+    # etp appears in the degrees only when folded (it is tp otherwise)
+    assert {role: best["degrees"].get(role, best["degrees"]["tp"]) for role in pinned} == pinned
     assert math.isfinite(best["step_s"]) and best["step_s"] > 0
     assert 0 < best["memory"]["peak_bytes"] <= plan["memory_limit_bytes"]
     assert best["breakdown"]["expert_parallel_s"] > 0
-
-
-@pytest.mark.parametrize("model, resize, flags, why", NOT_YET, ids=[case[0] for case in NOT_YET])
-@pytest.mark.xfail(strict=True, reason="published layout outside the planner's expert-parallel model")
-def test_published_layouts_not_yet_modelled(capsys, model, resize, flags, why):
-    code, _ = _plan(capsys, model, resize, flags)
-    assert code == 0, why
 
 
 def test_every_builtin_moe_preset_has_a_published_case():

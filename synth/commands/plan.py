@@ -34,7 +34,11 @@ def register(subparsers) -> None:
         parser.add_argument(f"--{role}", type=positive_int, metavar="N",
                             help=f"fix the {what}-parallel degree" + (" (default 1; searched when attention dominates the FLOPs)" if role == "cp" else ""))
     parser.add_argument("--ep", type=positive_int, metavar="N",
-                        help="fix the expert-parallel degree (MoE models; a divisor of dp; default: searched)")
+                        help="fix the expert-parallel degree (MoE models; ep x etp divides tp x cp x dp, an ep "
+                             "beyond dp or with cp folds the experts over tensor and context ranks; default: searched)")
+    parser.add_argument("--etp", type=positive_int, metavar="N",
+                        help="fix the expert tensor-parallel degree (MoE models; Megatron's "
+                             "--expert-tensor-parallel-size; default: tp and 1 tried)")
     parser.add_argument("--max-tp", type=positive_int, metavar="N", help="largest tensor-parallel degree to try")
     add_constraint_options(parser)
     parser.add_argument("--micro-batch", metavar="B,B,...", help="micro-batch sizes to try (default: the model's)")
@@ -277,7 +281,7 @@ def build_request(args):
 
     # Context parallelism is searched by default once attention dominates the layer's FLOPs.
     cp = args.cp if args.cp is not None else (None if attention_dominant(model) else 1)
-    limits = DegreeLimits(args.dp, args.tp, args.pp, cp, args.max_tp, args.ep)
+    limits = DegreeLimits(args.dp, args.tp, args.pp, cp, args.max_tp, args.ep, args.etp)
     constraints = tuple(parse_inside(text) for text in args.inside) + tuple(parse_factor(text) for text in args.factor)
     for constraint in constraints:
         if constraint.axis not in ("pp", "dp", "ep", "cp", "tp"):
@@ -376,11 +380,11 @@ def run_plan(args) -> int:
 def best_launchable(result):
     """The fastest candidate Megatron-LM can launch: the winner when it can; else the first such
     row of the ranking; else a second search over launchable layouts only (None if none fits)."""
-    from synth.plan.launch import megatron_launchable
+    from synth.plan.launch import launch_order, megatron_launchable
     from synth.plan.search import plan
 
     for prediction in result.ranked:
-        if megatron_launchable(prediction.placement):
+        if launch_order(prediction).order is not None:
             return prediction
     if result.request.placement_filter is not None:
         return None
@@ -620,11 +624,11 @@ def memory_cell(request, prediction) -> str:
 def _print_megatron(console, result, launchable) -> None:
     """The Megatron-LM launch line of the winner, or, when Megatron cannot number its layout,
     why not and the best layout it can launch."""
-    from synth.plan.launch import megatron_command, megatron_order
+    from synth.plan.launch import launch_order, megatron_command
     from synth.units import format_time
 
     model, winner, topology = result.request.model, result.ranked[0], result.request.topology
-    order = megatron_order(winner.placement)
+    order = launch_order(winner)
     if launchable is winner:
         console.print(f"Megatron-LM: {(megatron_command(model, winner, topology))}\n  rank order: {(order.reason)}"
                       + _dispatcher_line(model, winner, topology), highlight=False, soft_wrap=True)
@@ -638,7 +642,7 @@ def _print_megatron(console, result, launchable) -> None:
         f"Best launchable ({where}): {format_time(launchable.step_s)}, {100 * (launchable.step_s / winner.step_s - 1):.1f}% "
         f"slower, {launchable.degrees.text} {(launchable.placement.to_text())} {launchable.settings.text}\n"
         f"Megatron-LM: {(megatron_command(model, launchable, topology))}\n"
-        f"  rank order: {(megatron_order(launchable.placement).reason)}" + _dispatcher_line(model, launchable, topology),
+        f"  rank order: {(launch_order(launchable).reason)}" + _dispatcher_line(model, launchable, topology),
         highlight=False, soft_wrap=True)
 
 
@@ -646,7 +650,7 @@ def _dispatcher_line(model, prediction, topology) -> str:
     """The MoE dispatcher Megatron-LM runs and what of the plan has no equivalent there."""
     from synth.plan.launch import megatron_dispatcher
 
-    dispatcher = megatron_dispatcher(model, prediction.placement, topology)
+    dispatcher = megatron_dispatcher(model, prediction.placement, topology, prediction.degrees.expert_group())
     return f"\n  MoE dispatcher: {dispatcher.statement}" if dispatcher is not None else ""
 
 
@@ -677,9 +681,9 @@ def _interval_json(topology, prediction) -> dict:
 
 
 def prediction_json(prediction, request, costs=None) -> dict:
-    from synth.plan.launch import megatron_environment, megatron_order
+    from synth.plan.launch import launch_order, megatron_environment
 
-    order = megatron_order(prediction.placement)
+    order = launch_order(prediction)
     return {**_interval_json(request.topology, prediction),
         "step_s": prediction.step_s, "tokens_per_s": prediction.tokens_per_s(request.model),
         "mfu": prediction.mfu(request.compute.peak_flops), "flops_per_device": prediction.flops_per_device(),
@@ -704,7 +708,8 @@ def _dispatcher_json(request, prediction) -> dict:
     """For a MoE model: the dispatcher the launch names, whose form the expert term priced."""
     from synth.plan.launch import megatron_dispatcher
 
-    dispatcher = megatron_dispatcher(request.model, prediction.placement, request.topology)
+    dispatcher = megatron_dispatcher(request.model, prediction.placement, request.topology,
+                                     prediction.degrees.expert_group())
     if dispatcher is None:
         return {}
     return {"moe_dispatcher": {"arguments": list(dispatcher.arguments), "form": dispatcher.form,

@@ -97,7 +97,8 @@ def stretch(seconds: float, share: float, busy: float) -> float:
 
 def extra_seconds(costs, placement: Placement, foreground: dict[tuple[str, ...], float],
                   background: Background) -> float:
-    """The critical-path collectives' extra seconds (by their axes) while `background` runs."""
+    """The critical-path collectives' extra seconds (by their axes, or folded expert groups:
+    synth/plan/folding.py) while `background` runs."""
     return sum(stretch(seconds, shared_share(costs, placement, axes, background), background.busy)
                for axes, seconds in foreground.items()
-               if seconds > 0 and all(axis in placement.axis_names for axis in axes))
+               if seconds > 0 and (not isinstance(axes, tuple) or all(axis in placement.axis_names for axis in axes)))

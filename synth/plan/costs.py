@@ -51,6 +51,7 @@ from synth.model.backends import resolve_backend
 from synth.model.network import check_costable, network_for
 from synth.placement import Placement
 from synth.plan.equivalent import equivalent, span
+from synth.plan.folding import DigitGroup
 from synth.topology import Topology
 
 GOAL_OF = {"ReduceScatter": "reducescatter", "AllGather": "allgather", "AllToAll": "alltoall"}  # priced by synthesis
@@ -140,8 +141,10 @@ class CommunicationCosts:
 
     # --- reductions ------------------------------------------------------------------------------
 
-    def factors(self, placement: Placement, axes: tuple[str, ...]) -> tuple[int, ...]:
-        """The groups' span per system level: the product of the axes' factors at each level."""
+    def factors(self, placement: Placement, axes: tuple[str, ...] | DigitGroup) -> tuple[int, ...]:
+        """The groups' span per system level: the product of the axes' factors at each level (or a
+        folded expert group's span, synth/plan/folding.py). Every question below takes its groups
+        through here, so `axes` may be either everywhere."""
         key = (placement.matrix, placement.axis_names, axes)
         found = self._factors.get(key)
         if found is None:

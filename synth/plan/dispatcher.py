@@ -97,15 +97,19 @@ def choose_dispatcher(model, factors: tuple[int, ...], hosts: Hosts) -> MoeDispa
                          f"same-index GPU once per node, then NVLink: the two-stage form, {PRICED_TWO_STAGE}); {NO_EQUIVALENT}", host)
 
 
-def megatron_dispatcher(model, placement, topology=None) -> MoeDispatcher | None:
+def megatron_dispatcher(model, placement, topology=None, group=("ep",)) -> MoeDispatcher | None:
     """The dispatcher for the expert-parallel groups of `placement` on `topology` (module
-    docstring); None for a dense model."""
+    docstring); None for a dense model. `group`: the expert-parallel groups, the `ep` axis or
+    a folded digit group (Degrees.expert_group, synth/plan/folding.py)."""
     if not model.is_moe:
         return None
-    if "ep" not in placement.axis_names or placement.axis_sizes[placement.axis_index("ep")] < 2:
-        return choose_dispatcher(model, (1,) * len(placement.level_sizes), Hosts(None, False))
     from synth.plan.equivalent import span
 
-    factors = span(placement, ("ep",))
+    if group == ("ep",) and "ep" not in placement.axis_names:
+        factors = (1,) * len(placement.level_sizes)
+    else:
+        factors = span(placement, group)
+    if all(factor == 1 for factor in factors):
+        return choose_dispatcher(model, factors, Hosts(None, False))
     hosts = system_hosts(topology) if topology is not None else Hosts(len(factors) - 2, False)
     return choose_dispatcher(model, factors, hosts)

@@ -31,10 +31,16 @@ def domain_note(topology: Topology, prediction) -> str | None:
     domain = f"one NVLink domain ({' x '.join(level.name for level in inner)}, {size} GPUs)"
     placement = prediction.placement
     parts = []
+    degrees = prediction.degrees
     for axis, words, term in _ROLES:
-        if axis not in placement.axis_names or placement.axis_sizes[placement.axis_index(axis)] < 2:
+        if axis == "ep" and degrees.folded:  # the folded expert groups (synth/plan/folding.py)
+            if degrees.ep < 2:
+                continue
+            factors = span(placement, degrees.expert_group())
+        elif axis not in placement.axis_names or placement.axis_sizes[placement.axis_index(axis)] < 2:
             continue
-        factors = span(placement, (axis,))
+        else:
+            factors = span(placement, (axis,))
         outer = view.node_level + 1 if view.node_level is not None else 0
         if any(factor > 1 for factor in factors[:outer]):
             seconds = getattr(prediction.breakdown, term)

@@ -37,6 +37,7 @@ from functools import lru_cache
 from synth.model.nccl.hardware import nccl_view
 from synth.names import product
 from synth.placement import Placement
+from synth.plan.folding import DigitGroup
 from synth.topology import Topology
 
 REDUCED = "r"  # the collective's axis on the equivalent system
@@ -56,8 +57,11 @@ class Equivalent:
         return self.topology.device_count
 
 
-def span(placement: Placement, axes: tuple[str, ...]) -> tuple[int, ...]:
-    """The groups' span per system level: the product of the axes' factors at each level."""
+def span(placement: Placement, axes: tuple[str, ...] | DigitGroup) -> tuple[int, ...]:
+    """The groups' span per system level: the product of the axes' factors at each level (a
+    folded expert group's own, synth/plan/folding.py)."""
+    if isinstance(axes, DigitGroup):
+        return axes.span(placement)
     rows = [placement.matrix[placement.axis_index(name)] for name in axes]
     return tuple(product(row[level] for row in rows) for level in range(len(placement.level_sizes)))
 

@@ -161,15 +161,16 @@ def stage_layers(layers: int, pp: int, first: int | None = None, last: int | Non
 
 @lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def stage_parameters(model: Transformer, tp: int, pp: int, stages: StageLayers | None = None,
-                     ep: int = 1) -> StageParameters:
-    """With MoE layers, each stage's own MoE layers hold E/ep experts per device (moe.py)."""
+                     ep: int = 1, etp: int = 0) -> StageParameters:
+    """With MoE layers, each stage's own MoE layers hold E/ep experts per device, split by the
+    expert tensor-parallel degree `etp` (0: tp) (moe.py)."""
     h = model.hidden
     per_layer = layer_shape(model).per_device(tp)
     stages = stages or stage_layers(model.layers, pp)
     layers = per_layer * model.layers / pp
     (first_start, first_stop), (last_start, last_stop) = moe.stage_layers(model, stages)
-    first_moe = moe.stage_parameter_delta(model, tp, ep, first_start, first_stop)
-    last_moe = moe.stage_parameter_delta(model, tp, ep, last_start, last_stop)
+    first_moe = moe.stage_parameter_delta(model, tp, ep, first_start, first_stop, etp)
+    last_moe = moe.stage_parameter_delta(model, tp, ep, last_start, last_stop, etp)
     embedding = model.vocab * h / tp + (model.seq_len * h if model.learned_positions else 0)
     output = model.vocab * h / tp  # tied: the last stage keeps a copy (Megatron); untied: its own
     final_norm = 2 * h if model.biases else h

@@ -207,14 +207,17 @@ def gemms_seconds(rates: KernelRates, gemms, value_bytes: float, weights: bool =
     return forward, backward
 
 
-def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool):
+def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool, etp: int = 0):
     """(the MoE FFN's weight matmuls, the dense FFN's it replaces) of one MoE layer's forward on
     one device, `tokens` the tensor-parallel group's tokens (synth/plan/moe.py's routing):
     the router (`tokens x E`, over the sequence-parallel shard with sequence parallelism), each
     of the `E / ep` local experts as one product of the group's routed tokens an expert gets,
     `ep tokens k c / E` rows (Megatron's grouped GEMM), by `f_e / tp` (up, and gate) and back,
     and the shared experts over every token. Few rows per expert fill few tiles: this is where
-    fine-grained experts lose rate (wave quantization, module docstring).
+    fine-grained experts lose rate (wave quantization, module docstring). With an expert
+    tensor-parallel degree `etp` of its own (MoE parallel folding, synth/plan/folding.py; 0: tp)
+    the rows are the routed tokens of the `ep x etp` ranks that share the device's experts, each
+    routing its `tokens / tp` (sequence-parallel shard), by `f_e / etp`: the same FLOPs.
 
     Why one `Gemm` of `E / ep` problems, each rounded to whole tiles: Megatron's grouped GEMM
     (`--moe-grouped-gemm`: Transformer Engine's GroupedLinear, or the grouped_gemm package over
@@ -226,22 +229,24 @@ def expert_gemms(model, tokens: int, tp: int, ep: int, sequence_parallel: bool):
     many small experts are not one big GEMM of the same FLOPs."""
     h, up = model.hidden, (2 if model.gated_mlp else 1)
     local = model.experts // ep
-    rows = max(1, round(moe.routed_tokens(model, tokens * ep) / model.experts))
-    f = moe.expert_ffn(model)
+    routed = (tokens // tp if sequence_parallel else tokens) * etp * ep if etp else tokens * ep
+    rows = max(1, round(moe.routed_tokens(model, routed) / model.experts))
+    f, width = moe.expert_ffn(model), etp or tp
     router = Gemm(tokens // tp if sequence_parallel else tokens, model.experts, h)
-    moe_gemms = [router, Gemm(rows, up * f // tp, h, local), Gemm(rows, h, f // tp, local)]
+    moe_gemms = [router, Gemm(rows, up * f // width, h, local), Gemm(rows, h, f // width, local)]
     if model.shared_ffn:
         moe_gemms += [Gemm(tokens, up * model.shared_ffn // tp, h), Gemm(tokens, h, model.shared_ffn // tp)]
     dense = (Gemm(tokens, up * model.ffn // tp, h), Gemm(tokens, h, model.ffn // tp))
     return tuple(moe_gemms), dense
 
 
-def mean_gemm_delta_seconds(model, rates, tokens: int, tp: int, ep: int, sequence_parallel: bool) -> tuple[float, float]:
+def mean_gemm_delta_seconds(model, rates, tokens: int, tp: int, ep: int, sequence_parallel: bool,
+                            etp: int = 0) -> tuple[float, float]:
     """Per layer (averaged over all layers, like the FLOPs and traffic terms), the (forward,
     backward) seconds the MoE layers' matmuls add over dense FFNs, each timed by its shape."""
     if not model.is_moe:
         return 0.0, 0.0
-    moe_gemms, dense = expert_gemms(model, tokens, tp, ep, sequence_parallel)
+    moe_gemms, dense = expert_gemms(model, tokens, tp, ep, sequence_parallel, etp)
     moe_f, moe_b = gemms_seconds(rates, moe_gemms, model.bytes_per_value)
     dense_f, dense_b = gemms_seconds(rates, dense, model.bytes_per_value)
     share = moe.moe_layer_count(model) / model.layers
@@ -250,11 +255,11 @@ def mean_gemm_delta_seconds(model, rates, tokens: int, tp: int, ep: int, sequenc
 
 @lru_cache(maxsize=4096)
 def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
-                ep: int = 1) -> LayerTimes:
+                ep: int = 1, etp: int = 0) -> LayerTimes:
     """One layer's kernels on one device for one micro-batch (module docstring): weight matmuls
     by shape, attention by its kernel, the rest at the memory bandwidth (formulas.layer_traffic_bytes,
     backward moving twice the forward's bytes). A MoE model's average layer: its experts' matmuls
-    by their shapes over `ep` (synth/plan/moe.py). Memoized: a plan's candidates share few
+    by their shapes over `ep` and `etp` (synth/plan/moe.py; 0: tp). Memoized: a plan's candidates share few
     (micro-batch, tp, cp, ep) choices, and the arguments are frozen values (the attention-form
     fields included, being part of the frozen Transformer)."""
     value = model.bytes_per_value
@@ -263,7 +268,7 @@ def layer_times(model, rates: KernelRates, micro_batch: int, tp: int, cp: int, s
     heads = max(model.heads // tp, 1)
     gemms = attention.layer_gemms(model, tokens, tp)
     matmul_f, matmul_b = gemms_seconds(rates, gemms, value, main_bytes=model.grad_bytes_per_value)
-    experts_f, experts_b = mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel)
+    experts_f, experts_b = mean_gemm_delta_seconds(model, rates, tokens, tp, ep, sequence_parallel, etp)
     matmul_f, matmul_b = matmul_f + experts_f, matmul_b + experts_b
     qk, v = attention.qk_head_dim(model), attention.v_head_dim(model)
     if model.flash_attention:  # 4 q k d FLOPs per head at d = h/a; (d_qk + d_v)/2 for MLA's two sizes

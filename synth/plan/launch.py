@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.export.mesh import device_mesh_array, jax_permutation, megatron_order
+from synth.export.mesh import MegatronOrder, device_mesh_array, jax_permutation, megatron_order
 from synth.names import product
 from synth.placement import Placement
 from synth.plan.degrees import Degrees
@@ -137,7 +137,7 @@ def megatron_command(model: Transformer, prediction: Prediction, topology=None) 
 def megatron_arguments(model: Transformer, prediction: Prediction, topology=None) -> list[str]:
     """The model, sizes and settings on Megatron-LM's command line (pretrain_gpt.py); the MoE
     dispatcher for the placement on `topology` (megatron_dispatcher)."""
-    dispatcher = megatron_dispatcher(model, prediction.placement, topology)
+    dispatcher = megatron_dispatcher(model, prediction.placement, topology, prediction.degrees.expert_group())
     return megatron_model_arguments(model, dispatcher) + megatron_parallel_arguments(model, prediction)
 
 
@@ -148,8 +148,9 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
     if degrees.cp > 1:
         args += ["--context-parallel-size", str(degrees.cp)]
     if model.is_moe:
-        # Expert tensor parallelism as the plan priced it: the tensor-parallel degree (Megatron's default).
-        args += ["--expert-model-parallel-size", str(degrees.ep), "--expert-tensor-parallel-size", str(degrees.tp)]
+        # Expert tensor parallelism as the plan priced it: the tensor-parallel degree (Megatron's
+        # default) or, folded, its own (synth/plan/folding.py).
+        args += ["--expert-model-parallel-size", str(degrees.ep), "--expert-tensor-parallel-size", str(degrees.expert_tp)]
     if settings.virtual > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", str(model.layers // (degrees.pp * settings.virtual))]
     stages = stage_layers(model.layers, degrees.pp)
@@ -188,10 +189,25 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
         args += ["--cpu-offloading", "--cpu-offloading-num-layers", str(settings.offload_layers)]
     if settings.virtual > 1 and not settings.overlap_p2p:  # Megatron overlaps by default when interleaved
         args.append("--no-overlap-p2p-communication")
-    order = megatron_order(prediction.placement)
+    order = launch_order(prediction)
     if order.flag:
         args.append(order.flag)
     return args
+
+
+def launch_order(prediction: Prediction) -> MegatronOrder:
+    """The Megatron order of the candidate's placement (synth.export.mesh.megatron_order), less
+    the one megatron-core refuses for folded experts: with --use-tp-pp-dp-mapping and pipeline
+    parallelism, initialize_model_parallel asserts that the attention and MoE layers' data-
+    parallel sizes are equal (its expert rank generator shares the order string)."""
+    order = megatron_order(prediction.placement)
+    degrees = prediction.degrees
+    if order.flag and degrees.folded and degrees.pp > 1 and degrees.expert_dp != degrees.dp:
+        return MegatronOrder(None, None, (
+            f"not launchable by Megatron: the placement numbers ranks with {order.flag}, which megatron-core's "
+            f"initialize_model_parallel refuses with pipeline parallelism when the MoE layers' data-parallel size "
+            f"({degrees.expert_dp}) differs from the attention layers' ({degrees.dp}); use the rank lists"))
+    return order
 
 
 @dataclass(frozen=True)
@@ -234,9 +250,11 @@ def launch_document(model: Transformer, prediction: Prediction, topology=None) -
     """Everything a launcher needs for one candidate, as JSON. With experts the axes are named
     for what they are (Degrees.exported_names: `edp` the expert data-parallel group, `ep` the
     expert-parallel one) and `data_parallel` gives the dense data-parallel group, the two axes
-    together, in every form (Megatron builds both groups)."""
+    together, in every form (Megatron builds both groups). Folded experts (synth/plan/folding.py)
+    keep the dense axes' names and give the expert groups as rank lists, `rank_groups.ep`,
+    `etp` and `edp`, in `expert_parallel` (Megatron's expert rank generator's groups)."""
     placement, degrees = prediction.placement, prediction.degrees
-    order = megatron_order(placement)
+    order = launch_order(prediction)
     hybrid = jax_hybrid_mesh(placement)
     names = list(degrees.exported_names(placement.axis_names))
     groups = {name: placement.axis_groups(axis) for name, axis in zip(names, placement.axis_names)}
@@ -256,11 +274,22 @@ def launch_document(model: Transformer, prediction: Prediction, topology=None) -
                 "device_permutation": jax_permutation(placement)},
         "rank_groups": groups,
     }
-    dispatcher = megatron_dispatcher(model, placement, topology)
+    dispatcher = megatron_dispatcher(model, placement, topology, degrees.expert_group())
     if dispatcher is not None:
         document["megatron"]["moe_dispatcher"] = {"arguments": list(dispatcher.arguments), "form": dispatcher.form,
                                                   "statement": dispatcher.statement}
-    if degrees.ep > 1:
+    if degrees.folded:
+        expert = {group.name: group for group in (degrees.expert_group(), degrees.expert_tp_group())
+                  if group.size > 1}
+        if degrees.expert_dp > 1:
+            expert["edp"] = degrees.expert_data_axes()
+        groups.update({name: group.groups(placement) for name, group in expert.items()})
+        document["expert_parallel"] = {
+            "ep": degrees.ep, "etp": degrees.expert_tp, "edp": degrees.expert_dp, "groups": sorted(expert),
+            "statement": (f"MoE parallel folding: the expert layers number each pipeline stage's {degrees.tp * degrees.cp * degrees.dp} "
+                          f"ranks etp-ep-edp innermost first ({degrees.expert_tp} x {degrees.ep} x {degrees.expert_dp}) "
+                          f"over the dense tp-cp-dp index: rank_groups.{', rank_groups.'.join(sorted(expert))}")}
+    elif degrees.ep > 1:
         if order.order is not None:
             document["megatron"]["statement"] += "; its dp token there is the expert generator's, the edp axis"
         dense = list(degrees.exported_names(degrees.data_axes()))

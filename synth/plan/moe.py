@@ -29,7 +29,11 @@ a layer are split over `ep` devices (each holds `E / ep` whole experts), inside 
 ranks: `ep` divides `dp` and expert data parallelism is `dp / ep` (the experts' gradients are
 reduced, and their optimizer states sharded, over `dp / ep` replicas only). Expert tensor
 parallelism is Megatron's default, the tensor-parallel degree: each expert is split over `tp`.
-Shared experts and the router are dense weights (whole on every expert-parallel rank).
+With MoE parallel folding (synth/plan/folding.py) the expert layers have a mesh of their own:
+`ep` experts' groups and `etp` (expert tensor parallelism, often 1) over the stage's `tp x cp x
+dp` ranks, expert data parallelism what is left, `tp cp dp / (ep etp)`; each device then holds
+`E / ep` experts split by `etp`. Shared experts and the router are dense weights (whole on every
+expert-parallel rank, split by tp).
 
 All-to-all (Megatron's `alltoall` token dispatcher): each MoE layer dispatches every token's
 hidden vector to its `k` experts and combines the results back, forward and backward, 4
@@ -134,19 +138,19 @@ def node_limit(model, nodes: int) -> int | None:
 
 def expert_problem(model, degrees) -> str | None:
     """Why these degrees cannot split the experts (Megatron-core's checks), or None."""
-    if degrees.ep > 1 and not model.is_moe:
-        return "ep > 1 for a model without experts"
+    if (degrees.ep > 1 or degrees.etp) and not model.is_moe:
+        return "ep > 1 for a model without experts" if degrees.ep > 1 else "etp for a model without experts"
     if model.experts % degrees.ep:
         return "ep does not divide the experts"
-    if degrees.dp % degrees.ep:
-        return "ep does not divide dp"
-    if degrees.ep > 1 and degrees.cp > 1:
-        return "ep with cp (not modelled)"
-    if model.is_moe and model.biases and degrees.tp > 1:
+    if (degrees.tp * degrees.cp * degrees.dp) % (degrees.ep * degrees.expert_tp):
+        # parallel_state.initialize_model_parallel: the expert mesh etp x ep x edp per stage
+        return "ep x etp does not divide tp x cp x dp"
+    if model.is_moe and model.biases and degrees.expert_tp > 1:
         return "MoE with biases needs expert tp 1 (megatron-core)"
-    for size, what in ((expert_ffn(model), "expert FFN size"), (model.shared_ffn, "shared FFN size")):
-        if size % degrees.tp:
-            return f"tp does not divide the {what}"
+    for size, what, tp in ((expert_ffn(model), "expert FFN size", degrees.expert_tp),
+                           (model.shared_ffn, "shared FFN size", degrees.tp)):
+        if size % tp:
+            return f"{'etp' if tp != degrees.tp else 'tp'} does not divide the {what}"
     return None
 
 
@@ -281,28 +285,31 @@ def stage_layers(model, stages) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def expert_parameters_per_device(model, tp: int, ep: int, start: int, stop: int) -> float:
-    """Routed-expert parameters one device holds for layers start..stop-1: E/ep experts, split by tp."""
+    """Routed-expert parameters one device holds for layers start..stop-1: E/ep experts, split by
+    `tp`, the expert tensor-parallel degree."""
     return moe_layers_in(model, start, stop) * routed_expert_parameters(model) / (ep * tp)
 
 
-def stage_parameter_delta(model, tp: int, ep: int, start: int, stop: int) -> float:
+def stage_parameter_delta(model, tp: int, ep: int, start: int, stop: int, etp: int = 0) -> float:
     """What the MoE layers among start..stop-1 add to a device's parameters over dense FFNs: its
-    E/ep routed experts (split by tp), the shared experts (split by tp) and the router (whole)."""
+    E/ep routed experts (split by the expert tensor-parallel degree `etp`, 0: tp), the shared
+    experts (split by tp) and the router (whole)."""
     if not model.is_moe:
         return 0.0
     h = model.hidden
     shared = (_ffn_weights(model, model.shared_ffn) if model.shared_ffn else 0) / tp
-    per_layer = routed_expert_parameters(model) / (ep * tp) + shared + h * model.experts - dense_ffn_parameters(model) / tp
+    per_layer = routed_expert_parameters(model) / (ep * (etp or tp)) + shared + h * model.experts - dense_ffn_parameters(model) / tp
     return moe_layers_in(model, start, stop) * per_layer
 
 
-def moe_layer_parameters_per_device(model, dense_layer: float, tp: int, ep: int) -> tuple[float, float]:
+def moe_layer_parameters_per_device(model, dense_layer: float, tp: int, ep: int, etp: int = 0) -> tuple[float, float]:
     """(dense part, routed experts) of one MoE layer's parameters on one device, `dense_layer` a
     dense layer's per device: the dense part keeps the attention, swaps the dense FFN for the
-    shared experts (split by tp) and the router (whole); the routed part is E/ep experts split by tp."""
+    shared experts (split by tp) and the router (whole); the routed part is E/ep experts split by
+    the expert tensor-parallel degree `etp` (0: tp)."""
     shared = (_ffn_weights(model, model.shared_ffn) if model.shared_ffn else 0) / tp
     dense_part = dense_layer - dense_ffn_parameters(model) / tp + shared + model.hidden * model.experts
-    return dense_part, routed_expert_parameters(model) / (ep * tp)
+    return dense_part, routed_expert_parameters(model) / (ep * (etp or tp))
 
 
 def mean_activation_delta(model, tokens: float, tp: int) -> float:

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, listed_placements, matching_matrices
+from synth.placement import (MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, listed_placements, make_placement,
+                             matching_matrices)
 from synth.plan.costs import CommunicationCosts, goal_program_rows
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
@@ -298,8 +299,11 @@ def _key(prediction: Prediction) -> tuple:
 
 
 def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
-    """The constraints on this choice's axes; None when a factor > 1 is fixed for a role of size 1."""
+    """The constraints on this choice's axes; None when a factor > 1 is fixed for a role of size 1,
+    or when one names `ep` and the choice is folded (its expert groups are no axis to constrain)."""
     present = {axis.name for axis in degrees.axes()}
+    if degrees.folded and any(constraint.axis == "ep" for constraint in constraints):
+        return None
     kept = []
     for constraint in constraints:
         if constraint.axis in present:
@@ -311,14 +315,15 @@ def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
     return tuple(kept)
 
 
-def goal_calls(choice: Degrees, settings: list[Settings], model: Transformer, axes, matrix
-               ) -> set[tuple[str, tuple[int, ...]]]:
+def goal_calls(choice: Degrees, settings: list[Settings], model: Transformer, axes, matrix,
+               folded: dict[str, tuple[int, ...]] | None = None) -> set[tuple[str, tuple[int, ...]]]:
     """(collective, groups' span per level) of every reduce-scatter, all-gather and all-to-all the
     step model (synth/plan/step.py) prices for this choice on a placement `matrix` of `axes`
     under any of `settings`: sequence parallelism's pair (and the pipeline's gather without
     it), context parallelism's, the MoE all-to-all, and the sharded optimizer's and ZeRO-3's
     over the data-parallel (and expert data-parallel) groups. HSDP's shard groups (a placement
-    of their own) are not counted."""
+    of their own) are not counted. `folded`: a folded choice's expert groups' spans by name
+    (`expert_spans`)."""
     index = {axis.name: row for row, axis in enumerate(axes)}
 
     def spanned(names: tuple[str, ...]) -> tuple[int, ...]:
@@ -333,14 +338,28 @@ def goal_calls(choice: Degrees, settings: list[Settings], model: Transformer, ax
             calls.add(("AllGather", spanned(("tp",))))
     if choice.cp > 1:
         calls |= {("ReduceScatter", spanned(("cp",))), ("AllGather", spanned(("cp",)))}
+    folded = folded or {}
     if choice.ep > 1:
-        calls.add(("AllToAll", spanned(("ep",))))
+        calls.add(("AllToAll", folded.get("ep") or spanned(("ep",))))
+    if "etp" in folded and any(s.sequence_parallel for s in settings):
+        calls |= {("ReduceScatter", folded["etp"]), ("AllGather", folded["etp"])}
     if choice.dp > 1 and any(s.sharded_optimizer and not s.hsdp for s in settings):
         calls |= {("ReduceScatter", spanned(choice.data_axes())), ("AllGather", spanned(choice.data_axes()))}
         if model.is_moe and choice.expert_data_axes():
-            expert = spanned(choice.expert_data_axes())
+            expert = folded.get("edp") or spanned(choice.expert_data_axes())
             calls |= {("ReduceScatter", expert), ("AllGather", expert)}
     return calls
+
+
+def expert_spans(choice: Degrees, topology: Topology, axes, matrix) -> dict[str, tuple[int, ...]]:
+    """A folded choice's expert groups (synth/plan/folding.py) on the placement `matrix`: their
+    spans by name (`ep`, and `etp`, `edp` where larger than 1), or {} when one is cut unevenly
+    (`Degrees.expert_aligned`: the search skips that placement)."""
+    placement = make_placement(topology, axes, matrix)
+    if not choice.expert_aligned(placement):
+        return {}
+    groups = [choice.expert_group(), choice.expert_tp_group(), choice.expert_data_axes()]
+    return {group.name: group.span(placement) for group in groups if group and group.size > 1}
 
 
 def estimate(request: PlanRequest) -> SearchSize:
@@ -385,19 +404,28 @@ def estimate(request: PlanRequest) -> SearchSize:
         # a MoE choice reduces its routed experts' gradients in a schedule of their own, over the
         # expert data-parallel groups (step.py): one more schedule per (choice, span)
         expert_rows = ([index for index, axis in enumerate(axes) if axis.name in choice.expert_data_axes()]
-                       if request.model.is_moe and choice.expert_data_axes() else None)
+                       if request.model.is_moe and choice.expert_data_axes() and not choice.folded else None)
         for matrix in matching_matrices(topology, axes, constraints):
+            folded = expert_spans(choice, topology, axes, matrix) if choice.folded else None
+            if folded is not None and not folded:
+                continue  # a placement the folded expert groups cut unevenly: the search skips it
             for index, name in rows:
                 (transfers if name == "pp" else collectives).add(matrix[index])
                 if index not in data_rows:
                     lower_bound.add(matrix[index])
-            goals |= goal_calls(choice, settings, request.model, axes, matrix)
+            for name, shape in (folded or {}).items():
+                if name != "edp":  # the expert data-parallel groups are data_spans' (below), as the dp axis is
+                    collectives.add(shape)
+                    lower_bound.add(shape)
+            goals |= goal_calls(choice, settings, request.model, axes, matrix, folded)
             if choice.dp > 1:
-                for rows_of, role in ((data_rows, "data"), (expert_rows, "expert")):
+                expert_span = (folded or {}).get("edp")
+                for rows_of, role in ((data_rows, "data"), (expert_rows, "expert"), (expert_span, "expert")):
                     if rows_of is None:
                         continue
-                    pair = (choice, tuple(math.prod(matrix[index][level] for index in rows_of)
-                                          for level in range(len(topology.sizes))), role)
+                    pair = (choice, rows_of if rows_of is expert_span else
+                            tuple(math.prod(matrix[index][level] for index in rows_of)
+                                  for level in range(len(topology.sizes))), role)
                     data_spans.add(pair)
                     if sharded:
                         sharded_spans.add(pair)
@@ -485,6 +513,11 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             except NoSolutionError:
                 result.no_placement += 1
                 continue
+            if degrees.folded:  # placements whose digits the folded expert groups cut unevenly are not priced
+                placements = [placement for placement in placements if degrees.expert_aligned(placement)]
+                if not placements:
+                    result.no_placement += 1
+                    continue
             memory_limit = request.memory_limit_for(degrees)
             # With data parallelism each (degrees, settings) pair but HSDP's (its memory depends on
             # the placement) enters the queue as one group of placements, by its floor

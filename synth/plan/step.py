@@ -412,7 +412,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     routes: list[Route] = []
 
     # --- compute per layer and for the output layer, per micro-batch (terms/compute.py) ----------
-    layer = layer_compute(model, compute, settings, tp, cp, degrees.ep)
+    layer = layer_compute(model, compute, settings, tp, cp, degrees.ep, degrees.etp)
     forward1, backward1, scores1 = layer.forward, layer.backward, layer.scores
     head_backward = layer.head_backward
     recompute1, compute1, compute_head = layer.recompute, layer.layer, layer.head
@@ -428,7 +428,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
 
     # --- expert parallelism: the MoE layers' token all-to-alls, per MoE layer (terms/expert.py) ---
     expert = expert_parallel(model, costs, placement, settings, tp, degrees.ep, tokens, activation,
-                             forward1, backward1, ep_overlap_steady(m, pp, v))
+                             forward1, backward1, ep_overlap_steady(m, pp, v), *_expert_groups(degrees))
     ep1, ep_backward1 = expert.layer, expert.backward
     ranges = moe.stage_ranges(model, stages)
     moe_first, moe_middle, moe_last = moe.stage_moe_layers(model, stages)
@@ -463,8 +463,8 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         if not settings.overlap_p2p or pp == 1 or per_transfer <= 0:
             return 0.0
         background = Background(("pp",), float(sent), per_transfer, min(1.0, 2 * v * per_transfer / max(work, 1e-12)))
-        return extra_seconds(costs, placement, {("tp",): count * tp1, ("cp",): count * cp1, ("ep",): moe_count * ep1},
-                             background)
+        return extra_seconds(costs, placement, {("tp",): count * tp1, ("cp",): count * cp1,
+                                                degrees.expert_group(): moe_count * ep1}, background)
 
     stage_times: dict[tuple[int, bool, int], float] = {}  # the middle stages repeat: each kind costed once
 
@@ -506,25 +506,25 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
         routes.append(Route("context", context.program, context.levels, context.exchange, m * layers, context.kv_bytes))
     if degrees.ep > 1 and moe_layers:
         routes.append(Route("expert", expert.program, expert.levels, expert.call_s, m * moe_layers * expert.calls,
-                            expert.bytes))
+                            expert.bytes, degrees.expert_group() if degrees.folded else ()))
     if pp > 1:
         routes.append(Route("pipeline", f"send/recv to the next stage ({transfer.link})", "", per_transfer, 2 * v * m,
                             sent))
     pipeline_s = m * t_mb + bubble
 
     # --- data parallelism: gradients of the first stage (it finishes its backward last) -----------
-    params = formulas.stage_parameters(model, tp, pp, stages, degrees.ep)
+    params = formulas.stage_parameters(model, tp, pp, stages, degrees.ep, degrees.etp)
     first = stages.first
     grad_bytes = model.grad_bytes_per_value
     # Routed experts of each stage's device: their gradients and optimizer states belong to the
     # expert data-parallel group (dp / ep replicas), the rest to the whole data-parallel group.
-    experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[0])
-    experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
+    experts_first = moe.expert_parameters_per_device(model, degrees.expert_tp, degrees.ep, *ranges[0])
+    experts_last = moe.expert_parameters_per_device(model, degrees.expert_tp, degrees.ep, *ranges[-1])
     def window(forward: bool) -> dict[tuple[str, ...], float]:
         """The first stage's critical-path collectives of one micro-batch's backward (or forward)."""
         tp_s = first * (tp_backward1 if not forward else tp1 - tp_backward1) if tp > 1 else 0.0
         cp_s = first * (cp_backward1 if not forward else cp1 - cp_backward1)
-        return {("tp",): tp_s, ("cp",): cp_s, ("ep",): moe_first * ep_backward1}
+        return {("tp",): tp_s, ("cp",): cp_s, degrees.expert_group(): moe_first * ep_backward1}
 
     data = data_parallel_terms(model, costs, degrees, placement, settings, stages.first, ranges[0], params,
                                experts_first, layer, head_backward if pp == 1 else 0.0, tp_backward1,
@@ -585,7 +585,7 @@ def _memory(model: Transformer, degrees: Degrees, settings: Settings, m: int, st
     if zero3 and shard > 1:  # two layers' weights gathered at once (the running one and the prefetched one) and one's gradients
         largest = formulas.layer_shape(model).per_device(tp)
         if model.is_moe:  # a MoE layer's dense part and its local experts, all gathered
-            largest = max(largest, sum(moe.moe_layer_parameters_per_device(model, largest, tp, degrees.ep)))
+            largest = max(largest, sum(moe.moe_layer_parameters_per_device(model, largest, tp, degrees.ep, degrees.etp)))
         gathered = largest * (2 * act_bytes + model.grad_bytes_per_value)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
                                                 settings.recompute)
@@ -604,6 +604,11 @@ def _memory(model: Transformer, degrees: Degrees, settings: Settings, m: int, st
                   per_layer * (last_layers - settings.offload_layers) + extra.last)
 
 
+def _expert_groups(degrees: Degrees) -> tuple:
+    """(expert-parallel groups, expert tensor-parallel groups, etp) as terms/expert.py takes them."""
+    return degrees.expert_group(), degrees.expert_tp_group(), degrees.etp
+
+
 # Below every placement's step by this share, so that rounding never puts the floor above one.
 FLOOR_MARGIN = 1e-9
 
@@ -620,7 +625,9 @@ def representatives(costs: CommunicationCosts, degrees: Degrees, placements) -> 
     """One placement per distinct span of the tensor-, context- and expert-parallel groups: the
     layer's own collectives (terms/tensor.py, context.py, expert.py) see the placement only
     through those spans (costs.factors), so they cost on each what they cost on its class."""
-    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp), ("ep", degrees.ep)) if size > 1]
+    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp)) if size > 1]
+    axes += [degrees.expert_group()] if degrees.ep > 1 else []
+    axes += [degrees.expert_tp_group()] if degrees.etp > 1 else []
     found: dict = {}
     for placement in placements:
         found.setdefault(tuple(costs.factors(placement, axis) for axis in axes), placement)
@@ -654,7 +661,7 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
         used = settings
         if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
             used = _without_tp_overlap(settings)
-        layer = layer_compute(model, compute, used, tp, cp, degrees.ep)
+        layer = layer_compute(model, compute, used, tp, cp, degrees.ep, degrees.etp)
         steady = ep_overlap_steady(m, pp, v)
         # what the three terms read of the settings and the layer (their own modules): the same
         # on every group of these degrees that shares it
@@ -665,7 +672,7 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
             tensor = tensor_parallel(model, compute, costs, placement, used, tp, cp, activation)
             context = context_parallel(model, costs, placement, used, tp, cp, tokens, layer.scores)
             expert = expert_parallel(model, costs, placement, used, tp, degrees.ep, tokens, activation,
-                                     layer.forward, layer.backward, steady)
+                                     layer.forward, layer.backward, steady, *_expert_groups(degrees))
             terms = (tensor.layer, tensor.head, context.layer, expert.layer)
             if memo is not None:
                 memo[key] = terms
@@ -679,10 +686,10 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
         chain = max(chain, m * t + before)
         before += t
     pipeline = m * max(least) * (1 - 1 / v) + chain / v
-    params = formulas.stage_parameters(model, tp, pp, stages, degrees.ep)
+    params = formulas.stage_parameters(model, tp, pp, stages, degrees.ep, degrees.etp)
     ranges = moe.stage_ranges(model, stages)
-    experts_first = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[0])
-    experts_last = moe.expert_parameters_per_device(model, tp, degrees.ep, *ranges[-1])
+    experts_first = moe.expert_parameters_per_device(model, degrees.expert_tp, degrees.ep, *ranges[0])
+    experts_last = moe.expert_parameters_per_device(model, degrees.expert_tp, degrees.ep, *ranges[-1])
     optimizer_s = _optimizer_seconds(model, compute, degrees, settings, params, experts_first, experts_last)
     zero3 = settings.sharded_optimizer and settings.zero == 3 and degrees.dp > 1
     memory = _memory(model, degrees, settings, m, stages, params, experts_first, experts_last, zero3, degrees.dp)

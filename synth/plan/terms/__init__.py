@@ -30,4 +30,5 @@ class Route:
     time_s: float  # per call
     calls: float  # per step
     bytes: int  # per call, per device
-    axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism)
+    axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism;
+    # a folded expert group, synth/plan/folding.py, where the experts have a mesh of their own)

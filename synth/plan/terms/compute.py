@@ -31,15 +31,16 @@ class LayerCompute:
 
 
 @lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
-def layer_compute(model, compute, settings, tp: int, cp: int, ep: int) -> LayerCompute:
-    """One layer's and the output layer's compute (`compute`: step.Compute, `settings`: step.Settings)."""
+def layer_compute(model, compute, settings, tp: int, cp: int, ep: int, etp: int = 0) -> LayerCompute:
+    """One layer's and the output layer's compute (`compute`: step.Compute, `settings`: step.Settings;
+    `etp` the expert tensor-parallel degree, 0: tp)."""
     tokens = settings.micro_batch * model.seq_len // cp
     if compute.kernels is not None:
         kernels = compute.kernels
         if settings.sharded_optimizer and settings.zero > 1 and kernels.grad_accumulation == "fused":
             # Megatron-FSDP runs without gradient-accumulation fusion (launch.py): a separate add per weight
             kernels = dataclasses.replace(kernels, grad_accumulation="hook")
-        times = layer_times(model, kernels, settings.micro_batch, tp, cp, settings.sequence_parallel, ep)
+        times = layer_times(model, kernels, settings.micro_batch, tp, cp, settings.sequence_parallel, ep, etp)
         forward, backward, scores = times.forward, times.backward, times.attention_forward
         head_forward, head_backward = head_times(model, kernels, settings.micro_batch, tp, cp)
     else:

@@ -58,7 +58,7 @@ def data_parallel_terms(model, costs, degrees, placement, settings, first: int, 
 
     if dp > 1 and data_parallel and not zero3:
         stage_layer_params = (formulas.layer_shape(model).per_device(tp) * first
-                              + moe.stage_parameter_delta(model, tp, degrees.ep, *first_range))
+                              + moe.stage_parameter_delta(model, tp, degrees.ep, *first_range, degrees.etp))
         layer_grad = int((stage_layer_params - experts_first) / first * grad_bytes)
         embedding_grad = int(max(params.first - stage_layer_params, 1) * grad_bytes)
         tensors = fuse_tensors(tuple([layer_grad] * first + [embedding_grad]))

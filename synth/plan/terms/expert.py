@@ -14,6 +14,14 @@ step priced by the one cost engine as NCCL's grouped send/recv. Stage one's leve
 consecutive steps where the groups span more than one level above the host (DeepEP sends over
 all of them at once): an upper estimate there.
 
+With MoE parallel folding (synth/plan/folding.py) the groups are the expert mesh's: the
+dispatch and combine over the expert-parallel groups (which may span tensor, context and
+data-parallel ranks), and the routed tokens' all-gather and reduce-scatter over the expert
+tensor-parallel groups (none with `etp = 1`), beyond the dense FFN's sequence-parallel pair
+over `tp` that the tensor-parallel term already counts for every layer: a MoE layer does not
+run that pair, but the difference is never taken below zero (an upper estimate where `etp <
+tp`).
+
 With `ep_overlap` (Megatron's --overlap-moe-expert-parallel-comm) the schedule pairs each
 steady-state forward with the backward of another micro-batch and runs one's all-to-alls
 while the other computes (megatron-core pipeline_parallel/combined_1f1b.py: "overlap EP A2A
@@ -58,30 +66,32 @@ def ep_overlap_steady(microbatches: int, pp: int, virtual: int) -> float:
 
 def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens: int,
                     activation: int, forward_s: float = 0.0, backward_s: float = 0.0,
-                    steady: float = 0.0) -> ExpertParallel:
+                    steady: float = 0.0, group=("ep",), etp_group=("tp",), etp: int = 0) -> ExpertParallel:
     """One MoE layer's exposed expert traffic, `tokens` per device per micro-batch, `activation`
     the dense layer's tensor-parallel call size (`settings`: step.Settings); `forward_s` and
     `backward_s` the layer's compute and `steady` the paired share (`ep_overlap_steady`), used
-    with `settings.ep_overlap` only."""
+    with `settings.ep_overlap` only. `group`, `etp_group`: the expert-parallel and expert
+    tensor-parallel groups (axes, or folded digit groups: Degrees.expert_group), `etp` the expert
+    tensor-parallel degree when it is not tp (0: tp, its groups the `tp` axis)."""
     full = settings.recompute == "full"
     layer = backward = call_s = 0.0
     calls, dispatched, program, levels, form = 0, 0, "", "", ""
     if ep > 1:
         local = tokens // (tp if settings.sequence_parallel else 1)  # tokens a device routes
         dispatched = moe.dispatch_bytes(model, local)
-        factors = costs.factors(placement, ("ep",))
+        factors = costs.factors(placement, group)
         dispatcher = choose_dispatcher(model, factors, system_hosts(costs.topology))  # what the launch names
         calls = moe.DISPATCHES_PER_LAYER + (2 if full else 0)
         form = dispatcher.form
         if form == HIERARCHICAL:
             routing = expert_routing(model, local, factors)
-            dispatch = costs.two_stage("dispatch", placement, ("ep",), routing, dispatcher.host)
-            combine = costs.two_stage("combine", placement, ("ep",), routing, dispatcher.host)
+            dispatch = costs.two_stage("dispatch", placement, group, routing, dispatcher.host)
+            combine = costs.two_stage("combine", placement, group, routing, dispatcher.host)
             call_s = (dispatch.time_s + combine.time_s) / 2  # as many dispatches as combines
             program, levels = f"{dispatch.program}; then {combine.program}", dispatch.levels
             dispatched = routing.buffer_bytes * routing.topk
         else:
-            exchange = costs.all_to_all(placement, ("ep",), dispatched)
+            exchange = costs.all_to_all(placement, group, dispatched)
             call_s, program, levels = exchange.time_s, exchange.program, exchange.levels
         layer = calls * call_s
         backward = 2 * call_s  # dispatch and combine of the backward
@@ -91,7 +101,14 @@ def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens:
             hidden_backward = backward - max(0.0, backward - forward_s)
             layer -= steady * (hidden_forward + hidden_backward)
             backward -= steady * hidden_backward
-    if model.is_moe and tp > 1 and settings.sequence_parallel:
+    if model.is_moe and etp:  # folded with an expert tensor-parallel degree of its own (module docstring)
+        pair = lambda axes, size: (costs.reduce_scatter(placement, axes, size).time_s  # noqa: E731
+                                   + costs.all_gather(placement, axes, size).time_s)
+        local = tokens // tp if settings.sequence_parallel else tokens
+        gathered = pair(etp_group, moe.dispatch_bytes(model, local * etp)) if etp > 1 else 0.0
+        dense = pair(("tp",), activation) if tp > 1 and settings.sequence_parallel else 0.0
+        layer += (2 + (1 if full else 0)) * max(0.0, gathered - dense)
+    elif model.is_moe and tp > 1 and settings.sequence_parallel:
         # Expert tensor parallelism (= tp) all-gathers the routed tokens before the experts and
         # reduce-scatters after: k c times the dense FFN's sequence-parallel pair, whose own
         # size the tensor-parallel term already counts; the difference is charged here.

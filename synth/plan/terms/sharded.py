@@ -72,7 +72,7 @@ def sharded_layers(model, costs, degrees, placement: Placement, settings, m: int
             # over the whole data-parallel group, its E/ep routed experts over the expert
             # data-parallel group only (dp / ep replicas; none to gather when ep = dp); the two
             # gathers and the two scatters run one after the other on the same stream.
-            dense_part, experts = moe.moe_layer_parameters_per_device(model, layer_params, tp, degrees.ep)
+            dense_part, experts = moe.moe_layer_parameters_per_device(model, layer_params, tp, degrees.ep, degrees.etp)
             gather_d = costs.all_gather(sharding, shard_axes, int(dense_part * act_bytes))
             scatter_d = costs.reduce_scatter(sharding, shard_axes, int(dense_part * model.grad_bytes_per_value))
             gather_s, scatter_s = gather_d.time_s, scatter_d.time_s
@@ -96,7 +96,7 @@ def sharded_layers(model, costs, degrees, placement: Placement, settings, m: int
         if settings.overlap_gradients:
             shared1 = extra_seconds(costs, sharding, {("tp",): tp1, ("cp",): cp1}, layer_background)
         if settings.overlap_gradients and degrees.ep > 1:
-            shared_moe1 = extra_seconds(costs, placement, {("ep",): ep1}, layer_background)
+            shared_moe1 = extra_seconds(costs, placement, {degrees.expert_group(): ep1}, layer_background)
     return ShardedLayers(zero3, sharding, shard, replicas, fsdp1, fsdp_moe1, shared1, shared_moe1, tuple(routes))
 
 
