@@ -178,7 +178,7 @@ def test_a_fold_takes_the_launch_per_gpu_from_the_other_sources_only(monkeypatch
     from benchmarks import fidelity
 
     def log(name, source):
-        return SimpleNamespace(path=Path(name), name=name, source=SimpleNamespace(name=source))
+        return SimpleNamespace(path=Path(name), name=name, source=SimpleNamespace(name=source, topology="t"))
 
     logs = [log("a.txt", "A"), log("b.txt", "B"), log("c1.txt", "C"), log("c2.txt", "C")]
     classes = {"a.txt": "one node", "b.txt": "across nodes, ib", "c1.txt": "one node", "c2.txt": "one node"}
@@ -190,3 +190,22 @@ def test_a_fold_takes_the_launch_per_gpu_from_the_other_sources_only(monkeypatch
     assert figures["overhead_s"] == pytest.approx(3e-6)  # of its class only (C)
     figures, _ = fidelity.pooled(logs[2], logs, fits)
     assert figures["launch_per_gpu"] == pytest.approx((4.9e-6 + 5.0e-6) / 2)
+
+
+def test_a_fold_takes_a_plugin_floor_from_the_same_plugin_and_machine_only(monkeypatch):
+    """A per-call floor is one plugin's on one machine type (TCPX's is not TCPXO's): a fold moves
+    it from other sources on the same built-in topology, else leaves the transport's default."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from benchmarks import fidelity
+
+    def log(name, source, topology):
+        return SimpleNamespace(path=Path(name), name=name, source=SimpleNamespace(name=source, topology=topology))
+
+    logs = [log("high1.txt", "H1", "gcp-a3-high-2x8"), log("high2.txt", "H2", "gcp-a3-high-2x8"),
+            log("mega.txt", "M", "gcp-a3-mega-2x8")]
+    monkeypatch.setattr(fidelity, "log_class", lambda entry: "across nodes, plugin")
+    fits = {"high1.txt": {"floor_s": 1.1e-3}, "high2.txt": {"floor_s": 0.6e-3}, "mega.txt": {"floor_s": 0.12e-3}}
+    assert fidelity.pooled(logs[0], logs, fits)[0]["floor_s"] == pytest.approx(0.6e-3)
+    assert "floor_s" not in fidelity.pooled(logs[2], logs, fits)[0]
