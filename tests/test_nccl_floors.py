@@ -107,15 +107,16 @@ def test_a_topology_gives_a_transport_floor_and_writes_it_back():
 
 
 def test_calibrate_registers_a_plugin_floor_and_not_an_ib_one():
-    """The fit's unknowns: a plugin level's per-call floor is one (the overhead may take the
-    small calls' time instead: both are fitted, with priors), an InfiniBand level's is not."""
+    """The fit's unknowns: a plugin or socket level's per-call floor is one (the overhead may take
+    the small calls' time instead: both are fitted, with priors), an InfiniBand level's is not."""
     from synth.calibrate.nccl_fit import _floor_params, _Point
 
-    for name, expected in (("gcp-a3-mega-2x8", True), ("hgx-h100-ib-4x8", False)):
+    for name, expected, per in (("gcp-a3-mega-2x8", True, 8), ("hgx-h100-ib-4x8", False, 8),
+                                ("rtx5090-loopback", True, 1)):
         topology = load_topology(name)
         view = nccl_view(topology)
-        points = [_Point(Measurement("AllReduce", 8, 50e-6, Span(None, 2, 8, 2), "r.txt", 1, "nccl"),
-                         tuple(range(16)))]
+        points = [_Point(Measurement("AllReduce", 8, 50e-6, Span(None, 2, per, 2), "r.txt", 1, "nccl"),
+                         tuple(range(2 * per)))]
         kinds = {p.kind for p in _floor_params(topology, view.node_level, points, view, 1e-4)}
         assert ("floor" in kinds) == expected
 

@@ -503,13 +503,16 @@ def _floor_params(topology: Topology, level: int, points: list[_Point], view: Nc
                   prior: float = SWEEP_PRIORS.floor) -> list[_Param]:
     """The per-cluster floors these points determine, in units of the overhead's x: the host's
     launch time per GPU (launch.py) on a run driving several GPUs from one thread, and a net
-    plugin's per-call floor (transports.call_floor_s) on calls crossing the plugin's level."""
+    plugin's or TCP socket transport's per-call floor (transports.call_floor_s) on calls crossing
+    its level: neither reports a latency NCCL's tables could carry (net_socket.cc and the TCPX
+    plugin's getProperties: latency 0), and what a host's TCP path or a GPU shared by two ranks
+    costs per call is the cluster's."""
     params = []
     system = topology.nccl
     if system is not None and system.gpus_per_thread > 1 and not system.cuda_graphs:
         params.append(_Param("launch", "system", launch_s_per_gpu(view.hardware) / unit, 0.0, 1e5, prior))
     transport = topology.levels[level].transport
-    if (transport is not None and transport.kind == "plugin" and view.node_level == level
+    if (transport is not None and transport.kind in ("plugin", "socket") and view.node_level == level
             and any(group_layout(topology, view, p.devices)[0] > 1 for p in points)):
         floor = transport.floor.value if transport.floor is not None else CALL_FLOOR[transport.kind][0]
         params.append(_Param("floor", level, floor / unit, 0.0, 1e5, prior))
