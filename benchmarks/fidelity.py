@@ -328,7 +328,17 @@ def pooled(held_out: Log, logs: list[Log], fits: dict[str, dict[str, float]]) ->
         for key, values in figures.items():
             per_figure.setdefault(key, []).append(statistics.median(values))
     names = sorted(by_source)
-    result = {key: statistics.median(values) for key, values in per_figure.items() if key not in HOST_FIGURES}
+    result = {key: statistics.median(values) for key, values in per_figure.items()
+              if key not in HOST_FIGURES and key not in PLUGIN_FIGURES}
+    # a net plugin's per-call floor is that plugin's on that machine (TCPX's receive path is not
+    # TCPXO's): the median over the other sources on the same built-in topology, else none (the
+    # transport kind's default)
+    for key in PLUGIN_FIGURES:
+        per_source = [statistics.median(values) for values in
+                      _by_source([log for log in others if log.source.topology == held_out.source.topology],
+                                 fits, key).values()]
+        if per_source:
+            result[key] = statistics.median(per_source)
     # a host figure (the launch per GPU) is the host's, whatever the network: the median over every
     # other source that fitted one, so no fold keeps the default read off its own log
     for key in HOST_FIGURES:
@@ -340,6 +350,7 @@ def pooled(held_out: Log, logs: list[Log], fits: dict[str, dict[str, float]]) ->
 
 
 HOST_FIGURES = ("launch_per_gpu",)
+PLUGIN_FIGURES = ("floor_s",)  # a net plugin's, on one machine type: moved between sources of one topology only
 SECONDS = ("overhead_s", "floor_s", "launch_per_gpu")  # figures in seconds (the rest are factors or stages)
 
 
@@ -473,10 +484,11 @@ def render(result: dict, command: str, baseline: dict | None, floors_before: dic
         "predicted busbw / measured busbw - 1 (positive: the model is too fast); cells are the median |error| over "
         "the log's sizes in the band. **Uncalibrated**: the best-matching built-in topology alone. **LOSO**: "
         "calibrated leave one source out: `synth calibrate` fitted on every log of every other source, its figures "
-        "(per-call overhead, per-protocol rate and latency factors, pipeline stages, efficiencies over the base's, a "
-        "net plugin's per-call floor) moved onto this log's built-in topology as the median over the other sources of "
-        "the same class (else of all others), and the host's launch time per GPU as the median over every other "
-        "source that fitted one. No figure fitted on a source reaches its own prediction (what the uncalibrated "
+        "(per-call overhead, per-protocol rate and latency factors, pipeline stages, efficiencies over the base's) "
+        "moved onto this log's built-in topology as the median over the other sources of "
+        "the same class (else of all others), a net plugin's per-call floor as the median over the other sources on "
+        "the same built-in topology (one plugin on one machine type; else none), and the host's launch time per GPU "
+        "as the median over every other source that fitted one. No figure fitted on a source reaches its own prediction (what the uncalibrated "
         "column took from a log is listed under \"Fit, not held out\"). Targets: <= 10% median in every "
         "band, <= 30% at every size from 1 MiB on. **Bold**: a band median over 10%.", "",
         "## Summary (all logs pooled: median |error| over every (log, size) of the band)", "",

@@ -41,7 +41,9 @@ def test_without_registered_buffers_the_versions_agree_except_blackwell_nvls_cha
     if not topology.has_link_figures:
         pytest.skip("no link figures: nothing NCCL prices")
     assert topology.nccl is None or topology.nccl.version is None  # built-ins take the default
-    old, new = _as(topology, "2.26"), _as(topology, DEFAULT_VERSION)
+    # Blackwell's per-channel caps move from 2.28 (test_blackwell_per_channel_caps_...): up to 2.27 here
+    blackwell = topology.nccl is not None and topology.nccl.generation == "blackwell"
+    old, new = _as(topology, "2.26"), _as(topology, "2.27" if blackwell else DEFAULT_VERSION)
     for devices in _groups(topology):
         for collective in COLLECTIVES:
             for nbytes in SIZES:
@@ -185,3 +187,35 @@ def test_the_default_change_moves_only_registered_calls_across_domains():
             inside = [estimate_group(_as(topology, version, True), list(range(8)), collective, nbytes)
                       for version in ("2.28", "2.32")]
             assert inside[0].choice == inside[1].choice and inside[0].time_s == inside[1].time_s
+
+
+def test_blackwell_per_channel_caps_follow_nccl_s_tables_by_release():
+    from synth.model.nccl.tables import per_channel_caps
+    old = per_channel_caps("blackwell", "2.27")
+    assert old == ((2 * 36.7,) * 3, (2 * 36.7, 2 * 36.7, 2 * 29.0), (2 * 38.7, 2 * 41.4, 2 * 36.0), (0.0, 96.0, 80.0))
+    # v2.28.9-1, v2.29.7-1, v2.30.7-1 src/graph/tuning.cc, Blackwell rows
+    assert per_channel_caps("blackwell", "2.28") == ((2 * 36.7, 34.6, 2 * 36.7), (55.6, 31.67, 20.0),
+                                                     (70.0, 42.8, 24.0), (0.0, 96.0, 43.8))
+    assert per_channel_caps("blackwell", "2.29")[0] == (40.0, 40.0, 40.0)
+    assert per_channel_caps("blackwell", "2.29")[3] == (0.0, 96.0, 43.8)
+    assert per_channel_caps("blackwell", "2.30")[3] == (0.0, 96.0, 80.0)
+    assert per_channel_caps("blackwell", "2.32") == per_channel_caps("blackwell", "2.30")
+    for version in NCCL_VERSIONS:  # Hopper's rows never moved
+        assert per_channel_caps("hopper", version) == per_channel_caps("hopper", "2.26")
+
+
+def test_blackwell_ring_ll128_is_capped_at_the_release_s_per_channel_figure():
+    from synth.model.nccl.tables import _tuning
+    topology = load_topology("aws-p6-b200-2x8")
+
+    def ring_ll128(version):
+        hardware = nccl_view(_as(topology, version)).hardware
+        tuning = _tuning(hardware, "AllReduce", 2, 8)
+        entry = next(e for e in tuning.entries if e[:2] == ("ring", "LL128"))
+        return entry[4], tuning
+
+    caps = {version: ring_ll128(version)[0] for version in ("2.27", "2.28", "2.29", "2.30")}
+    channels = caps["2.29"] * 2 * 15 / 16 / 40.0  # cap = channels x per-channel, as algorithm bandwidth
+    assert caps["2.27"] == pytest.approx(caps["2.29"] * 2 * 36.7 / 40.0)
+    assert caps["2.28"] == pytest.approx(caps["2.29"] * 34.6 / 40.0)  # two nodes: index2 = 1
+    assert caps["2.30"] == pytest.approx(caps["2.29"]) and channels == pytest.approx(round(channels))

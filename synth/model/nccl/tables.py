@@ -16,6 +16,7 @@ from synth.model.nccl.graph import (NVLS_MAX_ARITY, PATH_NVB, PATH_NVL, PATH_PXB
 from synth.model.nccl.names import PROTOCOLS, generation_index
 from synth.model.nccl.protocols import MAX_THREADS, THREAD_THRESHOLD, log2i
 from synth.model.nccl.system import Call, Hardware
+from synth.model.nccl.versions import at_least
 
 # src/graph/tuning.cc:120-123, baseLat[algorithm][protocol], us.
 BASE_LATENCY = {
@@ -73,6 +74,27 @@ NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 PER_CHANNEL_NVLS_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
                          "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
 NVLS_SOURCE_VERSION = "2.28.3"
+
+# NCCL retuned Blackwell's per-channel caps from 2.28 (src/graph/tuning.cc tunerConstants, the
+# Blackwell rows of perChMaxRingLL128Bws, perChMaxTreeLL128Bws, perChMaxTreeBws and
+# perChMaxNVLSTreeBws); Hopper's and older rows read the same from v2.26.2 to v2.30.7. A release
+# is priced as its last patch read here: (ring LL128, tree LL128, tree, NVLS tree) per index2.
+_BLACKWELL_2_28 = ((2 * 36.7, 34.6, 2 * 36.7), (55.6, 31.67, 20.0), (70.0, 42.8, 24.0),
+                   (0.0, 96.0, 43.8))  # v2.28.9-1 tuning.cc:175-197 (2.28.3: ring LL128 N2 73.4, NVLS tree N4 43.1)
+_BLACKWELL_2_29 = ((40.0, 40.0, 40.0),) + _BLACKWELL_2_28[1:]  # v2.29.7-1 tuning.cc:176-198 (2.29.2: 34.5-34.6)
+_BLACKWELL_2_30 = _BLACKWELL_2_29[:3] + ((0.0, 96.0, 80.0),)  # v2.30.7-1 tuning.cc:184-210 (2.31, 2.32 assumed)
+BLACKWELL_CAPS_BY_VERSION = (((2, 30), _BLACKWELL_2_30), ((2, 29), _BLACKWELL_2_29), ((2, 28), _BLACKWELL_2_28))
+
+
+def per_channel_caps(generation: str, version: str) -> tuple[tuple[float, float, float], ...]:
+    """NCCL's per-channel caps (ring LL128, tree LL128, tree, NVLS tree; each per index2) of
+    `generation` under NCCL `version`: the 2.26 tables, except Blackwell from 2.28 (retuned)."""
+    if generation == "blackwell":
+        for since, caps in BLACKWELL_CAPS_BY_VERSION:
+            if at_least(version, since):
+                return caps
+    return (PER_CHANNEL_RING_LL128[generation], PER_CHANNEL_TREE_LL128[generation], PER_CHANNEL_TREE[generation],
+            PER_CHANNEL_NVLS_TREE[generation])
 
 
 # NCCL's loop over algorithms when it picks (enqueue.cc topoGetAlgoInfo): the first of equal times wins.
@@ -168,9 +190,10 @@ def _tuning(hardware: Hardware, collective: str, nodes: int, ranks_per_node: int
     gi = generation_index(g)
     index2 = min(nodes, 3) - 1
     ll_max = (LL_MAX_BW[g] if nodes == 1 else LL_MAX_BW_BY_CPU[hardware.cpu])[index2]
-    per_tree = PER_CHANNEL_TREE[g][index2]
-    per_ring_ll128 = PER_CHANNEL_RING_LL128[g][index2]
-    per_tree_ll128 = PER_CHANNEL_TREE_LL128[g][index2]
+    ring_ll128_caps, tree_ll128_caps, tree_caps, _ = per_channel_caps(g, hardware.version)
+    per_tree = tree_caps[index2]
+    per_ring_ll128 = ring_ll128_caps[index2]
+    per_tree_ll128 = tree_ll128_caps[index2]
     ppn = n / nodes
     nsteps = _nsteps(call.collective, n)
     unpack = hardware.network is not None and hardware.network.unpack
@@ -240,7 +263,7 @@ def _entry(call: Call, hardware: Hardware, a: str, p: str, graph: Graph | None, 
         bus = min(bus * share, graph.channels * per_tree_ll128)
         cap = graph.channels * per_tree_ll128
     if a == "nvls_tree":  # NCCL 2.28's measured per-channel NVLS tree maximum (not in 2.26's choice)
-        cap = graph.channels * PER_CHANNEL_NVLS_TREE[hardware.generation][min(nodes, 3) - 1] or math.inf
+        cap = graph.channels * per_channel_caps(hardware.generation, hardware.version)[3][min(nodes, 3) - 1] or math.inf
     if a == "pat":
         bus *= 0.75
     # Bus to algorithm bandwidth (tuning.cc:290-296).

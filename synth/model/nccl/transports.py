@@ -60,7 +60,8 @@ def socket_streams(vendor: str, threads: int | None = None, sockets_per_thread: 
 # fits it from a run's smallest calls.
 CALL_FLOOR = {
     "ib": (0.0, "NCCL's net_ib: its costs are in NCCL's tables (tuning.cc), it reports no latency (net_ib.cc)"),
-    "socket": (0.0, "NCCL's net_socket: its costs are in NCCL's tables and the TCP streams' rate (net_socket.cc)"),
+    "socket": (0.0, "NCCL's net_socket: its costs are in NCCL's tables and the TCP streams' rate (net_socket.cc; it "
+                    "reports no latency of its own): NCCL's own (none) until synth calibrate fits a host's"),
     "plugin": (0.0, "no net plugin documents a per-call cost (aws-ofi-nccl reports a per-step latency only, "
                     "platform-aws.cpp; gIB and TCPX none): NCCL's own (none) until synth calibrate fits one"),
 }

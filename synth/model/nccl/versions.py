@@ -9,7 +9,10 @@ NVIDIA/nccl and its release notes; nothing priced without one):
 * 2.27: symmetric-memory kernels for registered windows inside one node or NVLink domain
   (symmetric.py, v2.27.3 src/symmetric.cc); 24 NVLS channels for a Blackwell communicator in
   one node or domain (graph.nvls_channels, v2.27.3 src/transport/nvls.cc);
-* 2.28: symmetric calls counted in whole 1 KiB cells (v2.28.3 src/include/sym_kernels.h);
+* 2.28: Blackwell's per-channel caps retuned (tables.per_channel_caps: v2.28.9 tuning.cc tree
+  70/42.8/24, tree LL128 55.6/31.67/20, ring LL128 73.4/34.6/73.4, NVLS tree beyond two nodes
+  43.8 GB/s; 2.29.7 ring LL128 40; 2.30.7 NVLS tree 80 again);
+  symmetric calls counted in whole 1 KiB cells (v2.28.3 src/include/sym_kernels.h);
   copy-engine AllToAll/Gather/Scatter, only with NCCL_CTA_POLICY_ZERO (not priced: NCCL has no
   time model for them, see below);
 * 2.29: the hierarchical symmetric kernels for a communicator that spans NVLink domains
@@ -31,10 +34,8 @@ NVIDIA/nccl and its release notes; nothing priced without one):
 Read but not priced (no figure in NCCL's source to price them with, or outside the model):
 the copy-engine paths (2.28-2.30: taken on request, NCCL_CTA_POLICY_ZERO, or for a registered
 AllGather above NCCL_SYM_CE_THRESHOLD = 8M elements on Blackwell, enqueue.cc, timed by no model
-of NCCL's); the TMA symmetric kernels of 2.30; and the Blackwell per-channel caps NCCL retuned
-in 2.28-2.30 (tuning.cc perChMax*Bws Blackwell rows: ring LL128, tree, tree LL128), which the
-model keeps at 2.26's for every version (its NVLS-tree cap is 2.30's 80 GB/s beyond two nodes,
-where 2.28 had 43.1-43.8).
+of NCCL's); the TMA symmetric kernels of 2.30. Before 2.28 NCCL had no NVLS-tree cap; the
+model keeps 2.30's there (as it did), so 2.26 stays reproducible.
 PAT's enable rule (tuning.cc ncclPatEnable: one GPU per node, no net device offload, sm60+)
 and its latency read the same from v2.26.2 to v2.30.7, and NVLS still needs CollNet for
 ReduceScatter/AllGather across nodes (v2.30.7 tuning.cc), so no version moves them. NVLS
