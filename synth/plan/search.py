@@ -7,7 +7,9 @@ parallelism, recomputation, sharded optimizer), the step is predicted (step.py):
 its data-parallel terms (a lower bound), then, in the order of those bounds, in full where the
 bound does not already lose to the top and the Pareto set. With data parallelism a (degrees,
 settings) pair's placements wait as one group, by a floor below all their bounds
-(step.group_floor), and are bounded one by one only if that floor does not lose already. Candidates
+(step.group_floor), and are bounded one by one only if that floor does not lose already; the
+group waits first by a floor without its collectives (nothing priced), and its exact floor is
+found only if that one does not stop it (most groups of a MoE plan stop there). Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
@@ -96,7 +98,9 @@ BYTES_PER_GOAL_SCHEDULE_PROGRAM = 186
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
-BOUND, TIGHTENED, GROUP = 0, 1, 2  # a queue entry: a candidate's first bound, its tighter one, a group's floor
+# a queue entry: a candidate's first bound, its tighter one, a group's floor, a group's floor without its
+# collectives (found without pricing any: the group's exact floor is found only if that one does not stop it)
+BOUND, TIGHTENED, GROUP, UNPRICED = 0, 1, 2, 3
 
 
 def check_budget(value: float, which: str) -> None:
@@ -508,7 +512,8 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 for setting in settings:
                     if setting in grouped:
                         if len(listed) == 1:  # a group's memory is the same on every placement
-                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
+                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes,
+                                                communication=False)
                             if floor.memory.peak <= memory_limit:
                                 groups.append((floor, setting))
                             elif result.smallest_dropped is None or floor.memory.peak < result.smallest_dropped.memory.peak:
@@ -534,7 +539,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             result.dropped_memory += len(listed) * (len(grouped) - len(groups))
             for floor, setting in groups:
                 key = (floor.step_s, floor.memory.peak, degrees.text, "", setting.text)
-                pending.append((key, GROUP, degrees, tuple(listed), setting))
+                pending.append((key, UNPRICED, degrees, (tuple(listed), classes, memo), setting))
     except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
         if not kept and not pending:
             raise
@@ -555,7 +560,13 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
         while queue:
             key, index, state, degrees, where, setting = heapq.heappop(queue)
             if _cannot_rank(key, kept, fitting, request.top):
-                result.bounded += len(where) if state == GROUP else 1
+                result.bounded += len(where[0]) if state == UNPRICED else len(where) if state == GROUP else 1
+                continue
+            if state == UNPRICED:  # its exact floor (no lower) takes its place in the queue
+                listed, classes, memo = where
+                floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
+                heapq.heappush(queue, ((floor.step_s, floor.memory.peak, degrees.text, "", setting.text), index,
+                                       GROUP, degrees, listed, setting))
                 continue
             if state == GROUP:
                 for placement in where:
