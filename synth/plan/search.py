@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from synth.errors import NoSolutionError, UsageError
-from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, listed_placements, matching_matrices
+from synth.placement import MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, listed_placements, sorted_matrices
 from synth.plan.costs import CommunicationCosts, goal_program_rows
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
@@ -390,7 +390,7 @@ def estimate(request: PlanRequest) -> SearchSize:
         # expert data-parallel groups (step.py): one more schedule per (choice, span)
         expert_rows = ([index for index, axis in enumerate(axes) if axis.name in choice.expert_data_axes()]
                        if request.model.is_moe and choice.expert_data_axes() else None)
-        for matrix in matching_matrices(topology, axes, constraints):
+        for matrix in sorted_matrices(topology, axes, constraints):
             for index, name in rows:
                 (transfers if name == "pp" else collectives).add(matrix[index])
                 if index not in data_rows:
