@@ -46,7 +46,7 @@ from synth.language import Program, parse_program
 from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import step_costs
-from synth.model.engine import CostEngine, step_calls
+from synth.model.engine import CostEngine, engine_for, step_calls
 from synth.model.backends import resolve_backend
 from synth.model.network import check_costable, network_for
 from synth.placement import Placement
@@ -109,6 +109,7 @@ class CommunicationCosts:
         self.backend = resolve_backend(backend)
         self.max_len = max_len
         self._contexts: dict[tuple, object] = {}
+        self._engines: dict[tuple, CostEngine] = {}  # one per context: every goal's ranker on it shares it
         self._best: dict[tuple, BestPrograms] = {}
         self._goals: dict[tuple, BestPrograms] = {}
         self._every: dict[tuple, CandidateTimes] = {}
@@ -157,11 +158,19 @@ class CommunicationCosts:
             context = self._contexts[key] = cost_context(hierarchy, small.topology, self.backend)
         return context
 
+    def _engine(self, key: tuple[int, ...]) -> CostEngine:
+        """The shared engine of the groups spanning `key` (synth.model.engine.engine_for: the same
+        for every goal on the context, found once here rather than once per goal's ranker)."""
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = self._engines[key] = engine_for(self._context(key))
+        return engine
+
     def _best_programs(self, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            best = self._best[key] = BestPrograms(self._context(key), self.max_len)
+            best = self._best[key] = BestPrograms(self._context(key), self.max_len, engine=self._engine(key))
         return best
 
     def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
@@ -169,7 +178,8 @@ class CommunicationCosts:
         key = (collective, self.factors(placement, axes))
         found = self._goals.get(key)
         if found is None:
-            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=parse_goal(collective))
+            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=parse_goal(collective),
+                                                    engine=self._engine(key[1]))
         return found
 
     def every_goal_program(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> CandidateTimes:
@@ -300,8 +310,7 @@ class CommunicationCosts:
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
         if programs is None:
-            engines = [found.engine for (_, shape, _), found in self._routed_programs.items() if shape == factors]
-            ranker = Ranker(context, self.max_len, engine=engines[0] if engines else None, goal=parse_goal(goal),
+            ranker = Ranker(context, self.max_len, engine=self._engine(factors), goal=parse_goal(goal),
                             routing=routing)
             programs = self._routed_programs[key] = ranker.routed
         names = context.hierarchy.level_names
