@@ -512,7 +512,8 @@ def synthesized_collectives(prediction, costs) -> list[dict]:
         axes = route.axes or ROUTE_AXES.get(route.name)
         if not axes or not route.levels or (route.name == "data-shard" and prediction.settings.hsdp):
             continue  # HSDP's shard groups are on another placement (not looked up)
-        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes, route.time_s):
+        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes, route.time_s,
+                                      route.schedule):
             rows.append({"route": route.name, "collective": call.collective, "program": call.program,
                          "levels": call.levels, "time_s": call.time_s, "flat_time_s": call.default_time_s,
                          "gain": call.gain})

@@ -7,7 +7,7 @@ with what it stands for; `Route` one kind of communication the step makes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -31,3 +31,6 @@ class Route:
     calls: float  # per step
     bytes: int  # per call, per device
     axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism)
+    # the gradient schedule of a bucketed route (costs.GradientSchedule), so its synthesized
+    # buckets are told from its own schedule, not from another candidate's alike in program and sizes
+    schedule: object = field(default=None, compare=False, repr=False)
