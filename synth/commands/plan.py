@@ -693,7 +693,7 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "breakdown": prediction.breakdown.to_json(),
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],
-        "communication": [dataclasses.asdict(route) for route in prediction.routes],
+        "communication": [route.to_json() for route in prediction.routes],
         "synthesized": synthesized_collectives(prediction, costs),
         "megatron_order": order.order, "megatron_launchable": order.order is not None,
         "megatron_environment": megatron_environment(prediction),

@@ -7,7 +7,7 @@ with what it stands for; `Route` one kind of communication the step makes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -34,3 +34,7 @@ class Route:
     # the gradient schedule of a bucketed route (costs.GradientSchedule), so its synthesized
     # buckets are told from its own schedule, not from another candidate's alike in program and sizes
     schedule: object = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        """Its figures for the JSON plan (the schedule object left out: its route states it)."""
+        return {item.name: getattr(self, item.name) for item in fields(self) if item.name != "schedule"}
