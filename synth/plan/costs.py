@@ -38,7 +38,6 @@ import numpy as np
 from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
 from synth.analysis.explore import hierarchy_text
-from synth.analysis.goal_rank import program_count
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
 from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
@@ -93,13 +92,6 @@ class GradientSchedule:
     default_busy_s: float = 0.0  # the same buckets each run by the flat call (the default all-reduce
     # or, with the sharded optimizer, one ReduceScatter call)
     collective: str = "AllReduce"
-
-
-def goal_program_rows(collective: str, factors: tuple[int, ...], max_len: int = 5) -> int:
-    """The programs `CommunicationCosts.goal_programs` prices for this goal over groups spanning
-    `factors` (the groups' hierarchy has one level per factor > 1): what the planner's estimate
-    counts before the search."""
-    return program_count(tuple(factor for factor in factors if factor > 1), GOAL_OF[collective], max_len)
 
 
 class CommunicationCosts:
