@@ -60,6 +60,9 @@ MOE = (("mixtral-8x7b", "dgx-h100-2x8x8", "rack=256"), ("mixtral-8x7b", "selene"
        ("qwen3-30b-a3b", "dgx-h100-2x8x8", "rack=2048", ("--global-batch", "16384")),
        ("dbrx", "selene", "node=16384", ("--global-batch", "16384")),
        ("gpt-oss-120b", "gb200-nvl72", "rack=1024"), ("mixtral-8x22b", "gb200-nvl72", "rack=1024"))
+# MoE plans the units are checked on too (held out; the quicker ones of MOE)
+UNITS_MOE = (("mixtral-8x7b", "selene", "node=16384"), ("deepseek-v3", "selene", "node=256"),
+             ("mixtral-8x22b", "gb200-nvl72", "rack=1024"))
 TIMEOUT_S = 600
 # The earlier commit every run times beside this checkout (benchmarks/pinned.py): the code before
 # the planning-at-scale round, the baseline of the README's scale figures.
@@ -238,11 +241,9 @@ def _least_squares(rows: list[dict], unit: str, counts: tuple[str, ...], figure:
     return tuple(float(x) for x in nnls(a, np.ones(len(rows)))[0])
 
 
-UNITS = (("candidates", ("candidates",)), ("placements", ("placements",)),
+UNITS = (("bounds", ("bounds",)), ("placements", ("placements",)),
          ("group_shapes", ("searched_shapes", "searched_devices")),
-         ("gradient_schedules", ("gradient_schedules", "schedule_member_devices")),
-         ("goal_programs", ("goal_shapes", "goal_programs", "goal_schedule_programs")))
-MEMORY_UNITS = (("goal_programs", ("goal_shapes", "goal_programs", "goal_schedule_programs")),)  # RSS growth measured across the unit's calls
+         ("gradient_schedules", ("gradient_schedules", "schedule_devices")))
 
 
 def _unit_cost(seconds: float) -> str:
@@ -252,28 +253,20 @@ def _unit_cost(seconds: float) -> str:
 def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
     calibration = [row for row in rows if row.get("code") == 0 and row["calibration"]]
     constants = {unit: dict(zip(counts, _least_squares(calibration, unit, counts))) for unit, counts in UNITS}
-    memory = {unit: dict(zip(counts, _least_squares(calibration, unit, counts, "memory")))
-              for unit, counts in MEMORY_UNITS}
     lines = ["# The plan search's CPU time by unit of work", "", header(command), "",
              "Each plan runs in a fresh process with the search's functions wrapped by process-time timers "
-             "(benchmarks/plan_speed_units.py). Units: a lower-bound prediction per candidate; listing the "
-             "placements; the first costing of each group shape (a program search or a call's estimate on "
-             "its equivalent system); the full predictions with their gradient schedules, per (degree choice, "
-             "data-parallel span) pair of the space and, per distinct span, per member and device of its equivalent system. The "
-             "per-unit costs come from the Selene GPT-3 175B rows (calibration) by non-negative least squares on "
-             "relative error; the other rows are held out. Goal programs: building and pricing the program list of a "
-             "reduce-scatter, all-gather or all-to-all on a group shape (synth.analysis.goal_rank.GoalPrograms), per "
-             "(collective, shape) and per program of the lists; their memory is the process's RSS growth across those "
-             "calls, fitted the same way; with the sharded optimizer every (degree choice, data-parallel span) pair's "
-             "gradient schedule prices its span's reduce-scatter list at every bucket size (goal_schedule_programs: "
-             "pairs x programs x devices of the span's equivalent system, an average over the space). Which candidates the step-time bound stops is known only "
-             "during the search, so the schedules' unit is an average over the pairs of the space, the "
-             "stopped ones included.", "", "Per-unit CPU costs (for synth/plan/search.py):", ""]
+             "(benchmarks/plan_speed_units.py). Units: the first bounds (a lower-bound prediction per candidate "
+             "bounded alone, one floor per (degree choice, settings) group and representative with data "
+             "parallelism); listing the placements; the first costing of each group shape (a program search, a "
+             "two-stage dispatch's forms or a call's estimate on its equivalent system); the full predictions and "
+             "tighter bounds with their gradient schedules and gathers, per (degree choice, data-parallel span) "
+             "pair of the space and, per distinct span, per device of its equivalent system. The per-unit costs "
+             "come from the Selene GPT-3 175B rows (calibration) by non-negative least squares on relative error; "
+             "the other rows, dense and MoE, are held out. Which groups and candidates the step-time bound stops is "
+             "known only during the search, so the first bounds' and the schedules' units are averages over the "
+             "space, the stopped ones included.", "", "Per-unit CPU costs (for synth/plan/search.py):", ""]
     for unit, per in constants.items():
         lines.append(f"- {unit}: " + ", ".join(f"{_unit_cost(seconds)} per {count}" for count, seconds in per.items()))
-    lines += ["", "Per-unit memory (for synth/plan/search.py):", ""]
-    for unit, per in memory.items():
-        lines.append(f"- {unit}: " + ", ".join(f"{value / 1024:.3g} KiB per {count}" for count, value in per.items()))
     lines += ["", "| command | GPUs-row | role | load | unit: measured / predicted by the units (CPU s) | "
                   "search CPU | units' total | ratio |", "|---|---|---|---|---|---:|---:|---:|"]
     for row in rows:
@@ -285,14 +278,11 @@ def units_report(rows: list[dict], command: str) -> tuple[dict, str]:
             predicted = sum(row["search"][c] * constants[unit][c] for c in counts)
             total += predicted
             cells.append(f"{unit} {row['times'][unit]:.2f}/{predicted:.2f}")
-        for unit, counts in MEMORY_UNITS:
-            predicted = sum(row["search"][c] * memory[unit][c] for c in counts)
-            cells.append(f"{unit} memory {row['memory'][unit] / 2**20:.0f}/{predicted / 2**20:.0f} MiB")
         load = "/".join(f"{x:.1f}" for x in row["load_before"])
         lines.append(f"| `{row['command']}` | {row['search']['candidates']:,} candidates | "
                      f"{'calibration' if row['calibration'] else 'held out'} | {load} | {'; '.join(cells)} | "
                      f"{row['cpu_s']:.2f} | {total:.2f} | {total / row['cpu_s']:.2f} |")
-    return {"seconds": constants, "bytes": memory}, "\n".join(lines) + "\n"
+    return {"seconds": constants}, "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -328,7 +318,7 @@ def main(argv=None) -> int:
     if args.units:
         nodes = tuple(int(part) for part in args.nodes.split(","))
         rows = [measure_units("selene", f"node={count}") for count in nodes]
-        rows += [measure_units(topology, resize, model) for model, topology, resize in EXTRA]
+        rows += [measure_units(topology, resize, model) for model, topology, resize in EXTRA + UNITS_MOE]
         constants, text = units_report(rows, "python -m benchmarks.plan_speed --units")
         folder = study_dir(STUDY, args.output)
         (folder / "units.json").write_text(json.dumps({"constants": constants, "rows": rows}, indent=1) + "\n")

@@ -5,17 +5,14 @@ Run as a script in a fresh process (`python -m benchmarks.plan_speed_units ARGS.
 `synth plan` command line): it wraps the search's own functions with process-time timers, runs
 the command, and prints one JSON line with the estimate's counts and the time of each unit:
 
-* candidates: the lower-bound predictions (predict without data-parallel terms), less the
-  program searches and one-off costings they trigger;
-* placements: listing the placements (enumerate_placements);
-* group_shapes: the costings the lower-bound pass runs for the first time (a program search or
-  a call's estimate on an equivalent system: memo misses of synth/plan/costs.py);
-* gradient_schedules: the full predictions (data-parallel terms: gradient schedules, their
-  program grids and searches), less the goal programs inside them;
-* goal_programs: building and pricing synth.analysis.goal_rank.GoalPrograms (a reduce-scatter,
-  all-gather or all-to-all's program list on a group shape, lowered and costed at the sizes
-  asked), wherever the search asks for them; with the resident memory they add (the growth of
-  the process's RSS across those calls, summed).
+* bounds: the first bounds (predict without data-parallel terms, and the groups' floors,
+  step.group_floor), less the program searches and one-off costings they trigger;
+* placements: listing the placements (listed_placements);
+* group_shapes: the costings the lower-bound pass runs for the first time (a program search,
+  a two-stage dispatch's forms, or a call's estimate on an equivalent system: memo misses of
+  synth/plan/costs.py);
+* gradient_schedules: the full predictions and their tighter bounds (data-parallel terms:
+  gradient schedules, their program grids and searches, the sharded optimizer's gathers).
 """
 
 from __future__ import annotations
@@ -26,45 +23,15 @@ import json
 import sys
 import time
 
-import os
 
-import synth.analysis.goal_rank as goal_module
 import synth.plan.costs as costs_module
 import synth.plan.search as search_module
 
-TIMES = {"candidates": 0.0, "placements": 0.0, "group_shapes": 0.0, "gradient_schedules": 0.0, "goal_programs": 0.0}
-CALLS = {"lower_bound_predictions": 0, "full_predictions": 0, "listed_placements": 0, "costing_misses": 0,
-         "goal_program_objects": 0}
-MEMORY = {"goal_programs": 0}  # bytes of RSS growth across the goal programs' calls
-_state = {"depth": 0, "misses": 0.0, "goal_depth": 0}
-_MEMOS = {"all_reduce": "_all_reduce", "_goal_call": "_single", "point_to_point": "_p2p"}
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _resident() -> int:
-    with open("/proc/self/statm", encoding="ascii") as handle:
-        return int(handle.read().split()[1]) * _PAGE
-
-
-def _wrap_goal(name: str):
-    """Time (and RSS growth) of GoalPrograms' `name`, outermost calls only."""
-    inner = getattr(goal_module.GoalPrograms, name)
-
-    def wrapped(self, *args, **kwargs):
-        if _state["goal_depth"]:
-            return inner(self, *args, **kwargs)
-        _state["goal_depth"] += 1
-        resident, started = _resident(), time.process_time()
-        try:
-            return inner(self, *args, **kwargs)
-        finally:
-            _state["goal_depth"] -= 1
-            TIMES["goal_programs"] += time.process_time() - started
-            MEMORY["goal_programs"] += max(0, _resident() - resident)
-            if name == "__init__":
-                CALLS["goal_program_objects"] += 1
-
-    setattr(goal_module.GoalPrograms, name, wrapped)
+TIMES = {"bounds": 0.0, "placements": 0.0, "group_shapes": 0.0, "gradient_schedules": 0.0}
+CALLS = {"lower_bound_predictions": 0, "group_floors": 0, "full_predictions": 0, "listed_placements": 0,
+         "costing_misses": 0}
+_state = {"depth": 0, "misses": 0.0}
+_MEMOS = {"all_reduce": "_all_reduce", "_goal_call": "_single", "point_to_point": "_p2p", "two_stage": "_routed"}
 
 
 def _wrap_costing(name: str, memo: str):
@@ -73,14 +40,14 @@ def _wrap_costing(name: str, memo: str):
     def wrapped(self, *args, **kwargs):
         if _state["depth"]:
             return inner(self, *args, **kwargs)
-        before, started, goal = len(getattr(self, memo)), time.process_time(), TIMES["goal_programs"]
+        before, started = len(getattr(self, memo)), time.process_time()
         _state["depth"] += 1
         try:
             return inner(self, *args, **kwargs)
         finally:
             _state["depth"] -= 1
             if len(getattr(self, memo)) > before:
-                _state["misses"] += time.process_time() - started - (TIMES["goal_programs"] - goal)
+                _state["misses"] += time.process_time() - started
                 CALLS["costing_misses"] += 1
 
     setattr(costs_module.CommunicationCosts, name, wrapped)
@@ -91,13 +58,13 @@ def _wrap_predict():
 
     def predict(*args, **kwargs):
         full = kwargs.get("data_parallel", True)
-        misses, started, goal = _state["misses"], time.process_time(), TIMES["goal_programs"]
+        misses, started = _state["misses"], time.process_time()
         if full:
             _state["depth"] += 1  # everything inside is the schedule unit's
         try:
             return inner(*args, **kwargs)
         finally:
-            seconds = time.process_time() - started - (TIMES["goal_programs"] - goal)  # goal programs: their own unit
+            seconds = time.process_time() - started
             if full:
                 _state["depth"] -= 1
                 TIMES["gradient_schedules"] += seconds
@@ -105,23 +72,40 @@ def _wrap_predict():
             else:
                 missed = _state["misses"] - misses
                 TIMES["group_shapes"] += missed
-                TIMES["candidates"] += seconds - missed
+                TIMES["bounds"] += seconds - missed
                 CALLS["lower_bound_predictions"] += 1
 
     search_module.predict = predict
 
 
-def _wrap_placements():
-    inner = search_module.enumerate_placements
+def _wrap_floor():
+    """The groups' floors: first bounds, less the costings they run first (group_shapes)."""
+    inner = search_module.group_floor
 
-    def enumerate_placements(*args, **kwargs):
+    def group_floor(*args, **kwargs):
+        misses, started = _state["misses"], time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            missed = _state["misses"] - misses
+            TIMES["group_shapes"] += missed
+            TIMES["bounds"] += time.process_time() - started - missed
+            CALLS["group_floors"] += 1
+
+    search_module.group_floor = group_floor
+
+
+def _wrap_placements():
+    inner = search_module.listed_placements
+
+    def listed_placements(*args, **kwargs):
         started = time.process_time()
         listed = list(inner(*args, **kwargs))
         TIMES["placements"] += time.process_time() - started
         CALLS["listed_placements"] += len(listed)
-        return iter(listed)
+        return listed
 
-    search_module.enumerate_placements = enumerate_placements
+    search_module.listed_placements = listed_placements
 
 
 def main(argv: list[str]) -> int:
@@ -129,8 +113,7 @@ def main(argv: list[str]) -> int:
         _wrap_costing(name, memo)
     _wrap_predict()
     _wrap_placements()
-    _wrap_goal("__init__")
-    _wrap_goal("prefetch")
+    _wrap_floor()
     from synth.cli import main as cli
 
     out = io.StringIO()
@@ -141,7 +124,7 @@ def main(argv: list[str]) -> int:
         return 1
     result = json.loads(out.getvalue())
     print(json.dumps({"code": 0, "search": result["search"], "cpu_s": result["cpu_s"], "times": TIMES,
-                      "calls": CALLS, "memory": MEMORY}))
+                      "calls": CALLS}))
     return 0
 
 

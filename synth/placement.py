@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -277,7 +277,7 @@ def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=(
     MAX_PLACEMENTS refused before any is listed), then listed by `matching_matrices`."""
     if count_matching(topology, axes, constraints, MAX_PLACEMENTS) > MAX_PLACEMENTS:
         raise _too_many(topology, axes, constraints)
-    results = sorted(set(matching_matrices(topology, axes, constraints)))
+    results = list(sorted_matrices(topology, axes, constraints))
     if not results:
         raise _none_fit(topology, constraints)
     return results
@@ -369,8 +369,25 @@ def matching_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()
     counting what placements share, e.g. the planner's estimate): one exponent table per
     prime, combined. Check the count first (count_matching): this lists them all."""
     check_axes_fit(topology, axes)
-    level_sizes, axis_sizes = topology.sizes, tuple(a.size for a in axes)
     fixed = constraint_cells(topology, axes, constraints)
+    return _matching(topology.sizes, tuple(a.size for a in axes), fixed)
+
+
+def sorted_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """`matching_matrices` sorted and without repeats, kept for the last 1,024 (sizes, constraint
+    cells): the planner's estimate and its search list the same placements, once."""
+    check_axes_fit(topology, axes)
+    fixed = constraint_cells(topology, axes, constraints)
+    return _sorted_matching(topology.sizes, tuple(a.size for a in axes), tuple(sorted(fixed.items())))
+
+
+@lru_cache(maxsize=1024)
+def _sorted_matching(level_sizes: tuple[int, ...], axis_sizes: tuple[int, ...], fixed: tuple) -> tuple:
+    return tuple(sorted(set(_matching(level_sizes, axis_sizes, dict(fixed)))))
+
+
+def _matching(level_sizes: tuple[int, ...], axis_sizes: tuple[int, ...], fixed: dict
+              ) -> Iterator[tuple[tuple[int, ...], ...]]:
     primes = sorted(set().union(*(_prime_factors(n) for n in level_sizes + axis_sizes)))
     per_prime = []
     for p in primes:
@@ -396,8 +413,14 @@ def constraint_cells(topology: Topology, axes: tuple[Axis, ...], constraints) ->
 def count_matching(topology: Topology, axes: tuple[Axis, ...], constraints=(), limit: int = MAX_PLACEMENTS) -> int:
     """How many placements satisfy the constraints (counting stops past `limit`)."""
     check_axes_fit(topology, axes)
-    return count_placements(topology.sizes, tuple(a.size for a in axes), constraint_cells(topology, axes, constraints),
-                            limit)
+    fixed = constraint_cells(topology, axes, constraints)
+    return _counted(topology.sizes, tuple(a.size for a in axes), tuple(sorted(fixed.items())), limit)
+
+
+@lru_cache(maxsize=1024)
+def _counted(level_sizes: tuple[int, ...], axis_sizes: tuple[int, ...], fixed: tuple, limit: int) -> int:
+    """`count_placements`, kept: the planner's estimate and its search count the same choices."""
+    return count_placements(level_sizes, axis_sizes, dict(fixed), limit)
 
 
 def _constraint_cells(constraint, topology: Topology, axes: tuple[Axis, ...], primes) -> dict[tuple[int, int, int], int]:

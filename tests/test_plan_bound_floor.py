@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from synth.placement import enumerate_placements
+from synth.placement import enumerate_placements, parse_axes
 from synth.plan import moe, search
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, enumerate_degrees
@@ -68,3 +68,19 @@ def test_the_search_ranks_the_same_rows_with_the_tighter_bound(moe_request, monk
     assert [search._key(p) for p in tight.ranked] == [search._key(p) for p in plain.ranked]
     assert [search._key(p) for p in tight.pareto] == [search._key(p) for p in plain.pareto]
     assert tight.bounded >= plain.bounded
+
+
+def test_the_sharded_schedules_floor_is_below_the_schedule_and_above_zero():
+    """The sharded optimizer's reduce-scatter schedule is bounded by the reduce-scatter goal's own
+    bound (no program searched): never above the schedule's exposed time, and not zero."""
+    topology = load_topology("dgx-h100-2x8x8")
+    costs = CommunicationCosts(topology)
+    checked = positive = 0
+    for placement in itertools.islice(enumerate_placements(topology, parse_axes("dp=16,tp=8")), 40):
+        for tensors, backward_s in (((2**24,) * 8 + (2**26,), 0.004), ((2**20,) * 30, 0.02), ((2**28,), 0.0)):
+            floor = costs.gradient_floor(placement, ("dp",), tensors, backward_s, True)
+            schedule = costs.gradient_schedule(placement, ("dp",), tensors, backward_s, True)
+            assert 0.0 <= floor <= schedule.exposed_s
+            checked += 1
+            positive += floor > 0
+    assert checked > 20 and positive

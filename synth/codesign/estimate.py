@@ -1,10 +1,10 @@
 """What a sweep costs before it starts, from the planner's own estimate of each point.
 
 Each point's search is counted by the planner (synth.plan.search.estimate: its candidates,
-placements, gradient schedules, group shapes and goal programs, each unit at its measured CPU
+first bounds, placements, gradient schedules and group shapes, each unit at its measured CPU
 seconds). Shared work is counted once: points with the same system (the same base, device and
-level figures) share their priced collectives (synth/codesign/run.py), so the group-shape and
-goal-program parts of a system's points are counted as the largest of them, not their sum (the
+level figures) share their priced collectives (synth/codesign/run.py), so the group-shape
+part of a system's points is counted as the largest of them, not their sum (the
 points differ in model and batch, whose shapes are mostly the same ones). Every point adds the
 engine's own overhead (SECONDS_PER_POINT, benchmarks/codesign.py). A point whose request cannot
 be built or whose search the planner refuses costs nothing here: it fails fast and is recorded.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from synth.codesign.run import RunOptions, request_of, search_size
 
-SHARED_UNITS = ("group_shapes", "goal_programs")
+SHARED_UNITS = ("group_shapes",)
 # CPU seconds a point costs beyond what the planner's units count: building its system and
 # request, the row, and the fixed costs of a small plan the units leave out (a placement listing's
 # solver set-up, the first costing of each kernel shape). The points' measured CPU less the
@@ -35,7 +35,7 @@ class SweepEstimate:
     failing: int  # points whose request or search the planner refuses (recorded as errors)
     systems: int  # distinct systems: the memo's groups
     cpu_s: float
-    shared_s: float  # of cpu_s, the group-shape and goal-program work, counted once per system
+    shared_s: float  # of cpu_s, the group-shape work, counted once per system
     unshared_s: float  # what the shared part would have been, point by point
     worker_bytes: float  # one worker's peak
 

@@ -516,7 +516,8 @@ def synthesized_collectives(prediction, costs) -> list[dict]:
         axes = route.axes or ROUTE_AXES.get(route.name)
         if not axes or not route.levels or (route.name == "data-shard" and prediction.settings.hsdp):
             continue  # HSDP's shard groups are on another placement (not looked up)
-        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes, route.time_s):
+        for call in costs.synthesized(prediction.placement, axes, route.program, route.bytes, route.time_s,
+                                      route.schedule):
             rows.append({"route": route.name, "collective": call.collective, "program": call.program,
                          "levels": call.levels, "time_s": call.time_s, "flat_time_s": call.default_time_s,
                          "gain": call.gain})
@@ -696,7 +697,7 @@ def prediction_json(prediction, request, costs=None) -> dict:
         "breakdown": prediction.breakdown.to_json(),
         "where": [{"what": what, "seconds": seconds, "where": where}
                   for what, seconds, where in where_time_goes(prediction, costs)],
-        "communication": [dataclasses.asdict(route) for route in prediction.routes],
+        "communication": [route.to_json() for route in prediction.routes],
         "synthesized": synthesized_collectives(prediction, costs),
         "megatron_order": order.order, "megatron_launchable": order.order is not None,
         "megatron_environment": megatron_environment(prediction),

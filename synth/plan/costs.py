@@ -38,15 +38,16 @@ import numpy as np
 from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
 from synth.analysis.explore import hierarchy_text
-from synth.analysis.goal_rank import program_count
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
 from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
 from synth.language import Program, parse_program
 from synth.lowering import lower
+from synth.model.bound import BoundLine, bound_line
 from synth.model.context import cost_context
+from synth.model.estimate import resolve_estimate
 from synth.model.cost import step_costs
-from synth.model.engine import CostEngine, step_calls
+from synth.model.engine import CostEngine, engine_for, step_calls
 from synth.model.backends import resolve_backend
 from synth.model.network import check_costable, network_for
 from synth.placement import Placement
@@ -94,13 +95,6 @@ class GradientSchedule:
     collective: str = "AllReduce"
 
 
-def goal_program_rows(collective: str, factors: tuple[int, ...], max_len: int = 5) -> int:
-    """The programs `CommunicationCosts.goal_programs` prices for this goal over groups spanning
-    `factors` (the groups' hierarchy has one level per factor > 1): what the planner's estimate
-    counts before the search."""
-    return program_count(tuple(factor for factor in factors if factor > 1), GOAL_OF[collective], max_len)
-
-
 class CommunicationCosts:
     """Communication times for one topology and backend, memoized across placements."""
 
@@ -110,6 +104,7 @@ class CommunicationCosts:
         self.backend = resolve_backend(backend)
         self.max_len = max_len
         self._contexts: dict[tuple, object] = {}
+        self._engines: dict[tuple, CostEngine] = {}  # one per context: every goal's ranker on it shares it
         self._best: dict[tuple, BestPrograms] = {}
         self._goals: dict[tuple, BestPrograms] = {}
         self._every: dict[tuple, CandidateTimes] = {}
@@ -122,6 +117,7 @@ class CommunicationCosts:
         self._gradients: dict[tuple, dict[float, GradientSchedule]] = {}
         self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
+        self._sharded_floors: dict[tuple, object] = {}  # the reduce-scatter goal's bound, by factors
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
         self._goal_of: dict[str, str] = {}  # the goal of every non-all-reduce program handed out
         self._routed: dict[tuple, Communication] = {}  # two-stage dispatch/combine, by (goal, factors, routing, host)
@@ -160,11 +156,19 @@ class CommunicationCosts:
             context = self._contexts[key] = cost_context(hierarchy, small.topology, self.backend)
         return context
 
+    def _engine(self, key: tuple[int, ...]) -> CostEngine:
+        """The shared engine of the groups spanning `key` (synth.model.engine.engine_for: the same
+        for every goal on the context, found once here rather than once per goal's ranker)."""
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = self._engines[key] = engine_for(self._context(key))
+        return engine
+
     def _best_programs(self, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            best = self._best[key] = BestPrograms(self._context(key), self.max_len)
+            best = self._best[key] = BestPrograms(self._context(key), self.max_len, engine=self._engine(key))
         return best
 
     def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
@@ -172,7 +176,8 @@ class CommunicationCosts:
         key = (collective, self.factors(placement, axes))
         found = self._goals.get(key)
         if found is None:
-            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=parse_goal(collective))
+            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=parse_goal(collective),
+                                                    engine=self._engine(key[1]))
         return found
 
     def every_goal_program(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> CandidateTimes:
@@ -224,15 +229,16 @@ class CommunicationCosts:
         return self._goal_call("AllToAll", placement, axes, size)
 
     def synthesized(self, placement: Placement, axes: tuple[str, ...], program: str, size: int,
-                    time_s: float | None = None) -> list[Communication]:
+                    time_s: float | None = None, schedule: GradientSchedule | None = None) -> list[Communication]:
         """The collectives priced for `size` bytes over the axes' groups whose program is part of
         `program` (a step route's text) and beats the goal's flat call: what the plan names as
         synthesized. Gradient buckets (`size` = bytes per bucket) come as one entry whose times
         are the buckets' sums: the schedule whose seconds per bucket are `time_s` (the route's own;
-        candidates alike in program and bucket size may differ in their buckets), else the last."""
+        candidates alike in program and bucket size may differ in their buckets), else the last;
+        `schedule`: the route's own (Route.schedule), whatever else the search priced."""
         factors = self.factors(placement, axes)
         schedules = self._gradients.get((factors, program, size), {})
-        gradients = schedules.get(time_s) or next(reversed(schedules.values()), None)
+        gradients = schedule or schedules.get(time_s) or next(reversed(schedules.values()), None)
         if gradients is not None:  # the route is the gradient buckets
             found = [Communication(gradients.program, gradients.busy_s, gradients.default_busy_s,
                                    gradients.levels, gradients.collective)]
@@ -303,8 +309,7 @@ class CommunicationCosts:
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
         if programs is None:
-            engines = [found.engine for (_, shape, _), found in self._routed_programs.items() if shape == factors]
-            ranker = Ranker(context, self.max_len, engine=engines[0] if engines else None, goal=parse_goal(goal),
+            ranker = Ranker(context, self.max_len, engine=self._engine(factors), goal=parse_goal(goal),
                             routing=routing)
             programs = self._routed_programs[key] = ranker.routed
         names = context.hierarchy.level_names
@@ -381,6 +386,20 @@ class CommunicationCosts:
             floor = self._floors[factors] = bound_floor(self._context(factors))
         return floor
 
+    def _sharded_floor(self, factors: tuple[int, ...]):
+        """The reduce-scatter goal's lower bound of the groups spanning `factors` as a function of
+        the size (the ranker's own, Ranker.bound_times, found without a ranker), shaved by a
+        relative 1e-9 as the all-reduce one."""
+        floor = self._sharded_floors.get(factors)
+        if floor is None:
+            line = bound_line(self._context(factors))
+            line = BoundLine(line.latency_s, parse_goal("ReduceScatter").bound_share * line.seconds_per_byte,
+                             line.bottleneck)
+            estimate = resolve_estimate(None)
+            floor = self._sharded_floors[factors] = (
+                lambda size: float(estimate.bound_times(line, [size])[0]) * (1 - 1e-9))
+        return floor
+
     def gradient_floor(self, placement: Placement, axes: tuple[str, ...], tensors: tuple[int, ...],
                        backward_s: float, sharded: bool) -> float:
         """A lower bound on `gradient_schedule(...).exposed_s`, found without the schedule (the
@@ -390,10 +409,11 @@ class CommunicationCosts:
         line, or the larger of two, in the size, so the bounds of several buckets add up to at
         least the bound of their sum): the schedule ends no earlier than ready(j) + bound(tensors
         j..n-1), for every j. Shaved for the rounding of `finish - end of backward`.
-        Reduce-scatters (`sharded`) have no bound line: 0."""
-        if sharded:
-            return 0.0
-        floor = self._floor(self.factors(placement, axes))
+        Reduce-scatters (`sharded`) by the reduce-scatter goal's bound instead (the all-reduce
+        bound's bytes term halved, synth/search/rank.py: below every reduce-scatter program,
+        the flat call among them), so no program is searched for the floor either way."""
+        factors = self.factors(placement, axes)
+        floor = self._sharded_floor(factors) if sharded else self._floor(factors)
         if backward_s > 0:
             ready = ready_times(tensors, sum(tensors) / backward_s)
         else:

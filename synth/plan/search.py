@@ -7,7 +7,9 @@ parallelism, recomputation, sharded optimizer), the step is predicted (step.py):
 its data-parallel terms (a lower bound), then, in the order of those bounds, in full where the
 bound does not already lose to the top and the Pareto set. With data parallelism a (degrees,
 settings) pair's placements wait as one group, by a floor below all their bounds
-(step.group_floor), and are bounded one by one only if that floor does not lose already. Candidates
+(step.group_floor), and are bounded one by one only if that floor does not lose already; the
+group waits first by a floor without its collectives (nothing priced), and its exact floor is
+found only if that one does not stop it (about half the groups of DeepSeek-V3 on 131,072 GPUs stop there). Candidates
 whose memory exceeds the device's are dropped and counted; the rest are ranked by step time
 (ties: less memory, then the degrees', placement's and settings' text, so every run agrees),
 and the Pareto set of step time against memory is kept.
@@ -33,8 +35,8 @@ from dataclasses import dataclass
 
 from synth.errors import NoSolutionError, UsageError
 from synth.placement import (MAX_PLACEMENTS, Factor, Inside, Placement, count_matching, listed_placements, make_placement,
-                             matching_matrices)
-from synth.plan.costs import CommunicationCosts, goal_program_rows
+                             sorted_matrices)
+from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import DegreeLimits, Degrees, divisors, enumerate_degrees
 from synth.plan.equivalent import equivalent_sizes
 from synth.plan.errors import BudgetValueError, SearchBudgetError
@@ -46,58 +48,48 @@ from synth.topology import Topology
 
 # What the search costs, in CPU seconds (a loaded machine adds wall time, not CPU time) and
 # bytes, unit by unit of the work it does (benchmarks/plan_speed.py --units times each unit
-# inside real plans; results/plan-speed/README.md has the figures and the check):
-# * every candidate is predicted once without its data-parallel terms (the lower bound the
-#   search ranks by): its kernel times, its communication looked up, its memory;
+# inside real plans; results/plan-speed/units.md has the figures and the check):
+# * every first bound: a candidate predicted without its data-parallel terms where it is bounded
+#   alone (no data parallelism, or HSDP), and with data parallelism one floor per (degree
+#   choice, settings) group over the choice's representatives (step.group_floor: one per
+#   distinct tensor-, context- and expert-parallel span), first without its collectives; its
+#   kernel times, its communication looked up, its memory. The groups the floor does not stop
+#   (their exact floors, their placements' own bounds) are known only during the search: this
+#   unit is an average over the first bounds of the space, the stopped ones included;
 # * every placement is listed (synth.placement.listed_placements: from exponent tables);
 # * every distinct group shape the lower-bound pass costs (tensor-, context-, expert-parallel
-#   groups and pipeline transfers) is searched once (the program search and its cost model,
-#   synth/plan/costs.py) on its equivalent system (synth/plan/equivalent.py): a fixed part (the
-#   search's context) and a part per device of that system;
+#   groups and pipeline transfers) is searched once (its goals' program searches, a MoE
+#   dispatch's two-stage forms, synth/plan/costs.py) on its equivalent system
+#   (synth/plan/equivalent.py): a fixed part (the search's context) and a part per device of
+#   that system;
 # * for every pair of a degree choice (with dp > 1) and a span of its data-parallel groups,
 #   the full predictions of the candidates the bound does not stop: their gradient schedules
-#   (bucket dynamic program, each bucket's program from a grid of candidates built on the
-#   data-parallel shape's equivalent system): a part per pair, and per distinct span a part
-#   per member and device of its equivalent system (the cost model lays out each whole-group
-#   call member by member over the system's devices). Which candidates the bound stops is known only once they are predicted, so this
-#   unit is an average over the pairs of the space, stopped ones included (the search reached
-#   30-60% of the pairs in the measured plans): the one figure here that folds in a share.
+#   (bucket dynamic program, each bucket's program from the programs costed on the
+#   data-parallel shape's equivalent system, every bucket size of a sharded schedule in
+#   batches) and the sharded optimizer's gathers: a part per pair, and per distinct span a part
+#   per device of its equivalent system. Which candidates the bound stops is known only once
+#   they are predicted, so this unit too is an average over the pairs of the space.
 # Derived by benchmarks/plan_speed.py --units from the Selene GPT-3 175B series (64 to 131,072
-# GPUs) and checked on five other plans; where it misses (a span of 1,024 data-parallel
-# members costs more per device than the unit says) is in results/plan-speed/units.md.
-SECONDS_PER_CANDIDATE = 170e-6
-SECONDS_PER_PLACEMENT = 0.845e-3
-SECONDS_PER_SHAPE = 19.8e-3
-SECONDS_PER_SHAPE_DEVICE = 0.0  # the fit leaves it out now that goal programs are their own unit
-SECONDS_PER_SCHEDULE = 0.183e-3
-SECONDS_PER_SCHEDULE_DEVICE = 0.160e-6  # per member x device
-# * every (collective, group shape) a reduce-scatter, all-gather or all-to-all is priced on gets
-#   its goal programs (synth.analysis.goal_rank.GoalPrograms: the program list of the shape's
-#   level count, lowered on its sizes, costed at every size asked): a part per such shape and a
-#   part per program of its list (a 3-level shape prices up to 80 programs, a 1-level shape 1).
-#   Counted over the whole space, the data-parallel shapes (sharded optimizer) included. With
-#   the sharded optimizer each (degree choice, data-parallel span) pair's gradient schedule
-#   prices its reduce-scatter list at every bucket size the DP may form: a part per pair,
-#   program of its span's list and device of the span's equivalent system (each size's cost
-#   is laid out over that system's devices; an average over the space, as the schedules' unit).
-SECONDS_PER_GOAL_SHAPE = 1.78e-3
-SECONDS_PER_GOAL_PROGRAM = 0.0  # the fit gives it no weight: the shape and schedule parts carry it
-SECONDS_PER_GOAL_SCHEDULE_PROGRAM = 4.53e-6
+# GPUs) and checked on other plans, dense and MoE (results/plan-speed/units.md).
+SECONDS_PER_BOUND = 61.8e-6
+SECONDS_PER_PLACEMENT = 14.0e-6  # the Placement objects: the estimate has listed the matrices already
+SECONDS_PER_SHAPE = 39.4e-3
+SECONDS_PER_SHAPE_DEVICE = 6.78e-6
+SECONDS_PER_SCHEDULE = 1.09e-3
+SECONDS_PER_SCHEDULE_DEVICE = 12.7e-6  # per device of a distinct span's equivalent system
 # Memory: the process's bytes before the search, then per device of the equivalent systems
-# (networks, groups, per-link tables) and per member pair of a reduction's shape (the cost
-# model lays out every whole-group call as a member x member table).
+# (networks, groups, per-link tables, the engines' canonical devices). Fitted on the peak RSS of
+# the MoE plans of results/plan-speed/moe.md (30,680 to 3,176,920 such devices): no part grows
+# with the member pairs of a group (a 16,384-member data-parallel span's 2^28 pairs took no
+# more than its devices' share).
 BASE_BYTES = 163 * 2**20
 BYTES_PER_DEVICE = 2000
-BYTES_PER_PAIR = 90
-# Goal programs (measured as the RSS growth across their calls): per (collective, shape), per
-# program of the lists, and per sharded schedule's program x equivalent device.
-BYTES_PER_GOAL_SHAPE = 5570
-BYTES_PER_GOAL_PROGRAM = 0
-BYTES_PER_GOAL_SCHEDULE_PROGRAM = 186
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8
-BOUND, TIGHTENED, GROUP = 0, 1, 2  # a queue entry: a candidate's first bound, its tighter one, a group's floor
+# a queue entry: a candidate's first bound, its tighter one, a group's floor, a group's floor without its
+# collectives (found without pricing any: the group's exact floor is found only if that one does not stop it)
+BOUND, TIGHTENED, GROUP, UNPRICED = 0, 1, 2, 3
 
 
 def check_budget(value: float, which: str) -> None:
@@ -240,36 +232,27 @@ class SearchSize:
     devices: int = 0  # devices of their equivalent systems, summed
     estimated_bytes: float = 0.0  # the process's peak memory
     too_many_placements: tuple[Degrees, ...] = ()  # choices whose placements cannot be listed
-    pairs: int = 0  # member pairs of the reduction groups' shapes, summed (a call's layout is one row per pair)
     searched_shapes: int = 0  # group shapes the lower-bound pass costs (all but the data-parallel groups')
     searched_devices: int = 0  # devices of their equivalent systems, summed
     schedules: int = 0  # (degree choice, data-parallel span) pairs: the gradient schedules' unit
-    schedule_devices: int = 0  # per distinct span: its members x the devices of its equivalent system, summed
+    schedule_devices: int = 0  # per distinct span: the devices of its equivalent system, summed
     refused_settings: tuple[tuple[str, int], ...] = ()  # settings not runnable, by reason (Megatron's checks)
     runnable_choices: int = -1  # degree choices with a runnable setting (-1: not counted)
-    goal_shapes: int = 0  # (collective, group shape) pairs priced by goal programs
-    goal_programs: int = 0  # the programs of their lists, summed
-    goal_schedule_programs: int = 0  # per sharded (choice, data-parallel span) pair: its reduce-scatter list's
-    # programs x the devices of the span's equivalent system, summed
+    bounds: int = 0  # first bounds: candidates bounded alone, and (choice, settings) groups x their representatives
 
     def seconds_by_unit(self) -> dict[str, float]:
         """The estimated CPU seconds split by unit of work (module constants)."""
-        return {"candidates": self.candidates * SECONDS_PER_CANDIDATE,
+        return {"bounds": self.bounds * SECONDS_PER_BOUND,
                 "placements": self.placements * SECONDS_PER_PLACEMENT,
                 "group_shapes": self.searched_shapes * SECONDS_PER_SHAPE + self.searched_devices * SECONDS_PER_SHAPE_DEVICE,
                 "gradient_schedules": self.schedules * SECONDS_PER_SCHEDULE
-                + self.schedule_devices * SECONDS_PER_SCHEDULE_DEVICE,
-                "goal_programs": self.goal_shapes * SECONDS_PER_GOAL_SHAPE
-                + self.goal_programs * SECONDS_PER_GOAL_PROGRAM
-                + self.goal_schedule_programs * SECONDS_PER_GOAL_SCHEDULE_PROGRAM}
+                + self.schedule_devices * SECONDS_PER_SCHEDULE_DEVICE}
 
     def to_json(self) -> dict:
         return {"degrees": self.degrees, "placements": self.placements, "candidates": self.candidates,
-                "group_shapes": self.shapes, "equivalent_devices": self.devices, "member_pairs": self.pairs,
+                "group_shapes": self.shapes, "equivalent_devices": self.devices, "bounds": self.bounds,
                 "searched_shapes": self.searched_shapes, "searched_devices": self.searched_devices,
-                "gradient_schedules": self.schedules, "schedule_member_devices": self.schedule_devices,
-                "goal_shapes": self.goal_shapes, "goal_programs": self.goal_programs,
-                "goal_schedule_programs": self.goal_schedule_programs,
+                "gradient_schedules": self.schedules, "schedule_devices": self.schedule_devices,
                 "estimated_s_by_unit": self.seconds_by_unit(),
                 "estimated_s": self.estimated_s, "estimated_bytes": self.estimated_bytes,
                 "refused_degrees": dict(self.refused)}
@@ -315,42 +298,6 @@ def _constraints_for(degrees: Degrees, constraints) -> tuple | None:
     return tuple(kept)
 
 
-def goal_calls(choice: Degrees, settings: list[Settings], model: Transformer, axes, matrix,
-               folded: dict[str, tuple[int, ...]] | None = None) -> set[tuple[str, tuple[int, ...]]]:
-    """(collective, groups' span per level) of every reduce-scatter, all-gather and all-to-all the
-    step model (synth/plan/step.py) prices for this choice on a placement `matrix` of `axes`
-    under any of `settings`: sequence parallelism's pair (and the pipeline's gather without
-    it), context parallelism's, the MoE all-to-all, and the sharded optimizer's and ZeRO-3's
-    over the data-parallel (and expert data-parallel) groups. HSDP's shard groups (a placement
-    of their own) are not counted. `folded`: a folded choice's expert groups' spans by name
-    (`expert_spans`)."""
-    index = {axis.name: row for row, axis in enumerate(axes)}
-
-    def spanned(names: tuple[str, ...]) -> tuple[int, ...]:
-        rows = [index[name] for name in names if name in index]
-        return tuple(math.prod(matrix[row][level] for row in rows) for level in range(len(matrix[0])))
-
-    calls = set()
-    if choice.tp > 1:
-        if any(s.sequence_parallel for s in settings):
-            calls |= {("ReduceScatter", spanned(("tp",))), ("AllGather", spanned(("tp",)))}
-        if choice.pp > 1 and not all(s.sequence_parallel for s in settings):
-            calls.add(("AllGather", spanned(("tp",))))
-    if choice.cp > 1:
-        calls |= {("ReduceScatter", spanned(("cp",))), ("AllGather", spanned(("cp",)))}
-    folded = folded or {}
-    if choice.ep > 1:
-        calls.add(("AllToAll", folded.get("ep") or spanned(("ep",))))
-    if "etp" in folded and any(s.sequence_parallel for s in settings):
-        calls |= {("ReduceScatter", folded["etp"]), ("AllGather", folded["etp"])}
-    if choice.dp > 1 and any(s.sharded_optimizer and not s.hsdp for s in settings):
-        calls |= {("ReduceScatter", spanned(choice.data_axes())), ("AllGather", spanned(choice.data_axes()))}
-        if model.is_moe and choice.expert_data_axes():
-            expert = folded.get("edp") or spanned(choice.expert_data_axes())
-            calls |= {("ReduceScatter", expert), ("AllGather", expert)}
-    return calls
-
-
 def expert_spans(choice: Degrees, topology: Topology, axes, matrix) -> dict[str, tuple[int, ...]]:
     """A folded choice's expert groups (synth/plan/folding.py) on the placement `matrix`: their
     spans by name (`ep`, and `etp`, `edp` where larger than 1), or {} when one is cut unevenly
@@ -379,8 +326,7 @@ def estimate(request: PlanRequest) -> SearchSize:
     data_spans: set[tuple[Degrees, tuple[int, ...], str]] = set()  # (choice, its data-parallel (or expert
     # data-parallel) groups' span, which)
     lower_bound: set[tuple[int, ...]] = set()  # shapes the lower-bound pass costs (not the data-parallel ones)
-    goals: set[tuple[str, tuple[int, ...]]] = set()  # (collective, shape) priced by goal programs
-    sharded_spans: set[tuple[Degrees, tuple[int, ...], str]] = set()  # data_spans' pairs with a sharded optimizer
+    bounds = 0  # first bounds (SearchSize.bounds)
     for choice in degrees:
         constraints = _constraints_for(choice, request.constraints)
         settings = request.space.settings(request.model, choice, request.compute.host_bandwidth is not None,
@@ -399,13 +345,17 @@ def estimate(request: PlanRequest) -> SearchSize:
             too_many.append(choice)
             continue
         rows = [(index, axis.name) for index, axis in enumerate(axes) if axis.size > 1]
-        sharded = any(setting.sharded_optimizer and setting.zero < 3 for setting in settings)
+        # the search's groups (search.plan): with data parallelism every settings but HSDP's waits as
+        # one group, bounded by one floor over the choice's representatives (step.representatives)
+        grouped = sum(1 for setting in settings if choice.dp > 1 and not setting.hsdp)
+        represented = [index for index, axis in enumerate(axes) if axis.name in ("tp", "cp", "ep") and axis.size > 1]
+        classes = set()
         data_rows = [index for index, axis in enumerate(axes) if axis.name in choice.data_axes()]
         # a MoE choice reduces its routed experts' gradients in a schedule of their own, over the
         # expert data-parallel groups (step.py): one more schedule per (choice, span)
         expert_rows = ([index for index, axis in enumerate(axes) if axis.name in choice.expert_data_axes()]
                        if request.model.is_moe and choice.expert_data_axes() and not choice.folded else None)
-        for matrix in matching_matrices(topology, axes, constraints):
+        for matrix in sorted_matrices(topology, axes, constraints):
             folded = expert_spans(choice, topology, axes, matrix) if choice.folded else None
             if folded is not None and not folded:
                 continue  # a placement the folded expert groups cut unevenly: the search skips it
@@ -417,7 +367,9 @@ def estimate(request: PlanRequest) -> SearchSize:
                 if name != "edp":  # the expert data-parallel groups are data_spans' (below), as the dp axis is
                     collectives.add(shape)
                     lower_bound.add(shape)
-            goals |= goal_calls(choice, settings, request.model, axes, matrix, folded)
+            # a folded choice's representatives are told apart by its expert groups too (step.representatives)
+            classes.add(tuple(matrix[index] for index in represented)
+                        + tuple(shape for name, shape in sorted((folded or {}).items()) if name != "edp"))
             if choice.dp > 1:
                 expert_span = (folded or {}).get("edp")
                 for rows_of, role in ((data_rows, "data"), (expert_rows, "expert"), (expert_span, "expert")):
@@ -427,31 +379,21 @@ def estimate(request: PlanRequest) -> SearchSize:
                             tuple(math.prod(matrix[index][level] for index in rows_of)
                                   for level in range(len(topology.sizes))), role)
                     data_spans.add(pair)
-                    if sharded:
-                        sharded_spans.add(pair)
+        bounds += count * (len(settings) - grouped) + grouped * len(classes)
     shapes = collectives | transfers | lower_bound | {span for _, span, _ in data_spans}
     equivalent = {shape: math.prod(equivalent_sizes(topology, shape)) for shape in shapes}
     devices = sum(equivalent[shape] for shape in collectives | transfers)
-    pairs = sum(math.prod(shape) ** 2 for shape in collectives)
     searched_devices = sum(equivalent[shape] for shape in lower_bound)
     schedules = len(data_spans)
     spans = {span for _, span, _ in data_spans}
-    schedule_devices = sum(math.prod(span) * equivalent[span] for span in spans)
-    seconds = (candidates * SECONDS_PER_CANDIDATE + placements * SECONDS_PER_PLACEMENT
+    schedule_devices = sum(equivalent[span] for span in spans)
+    seconds = (bounds * SECONDS_PER_BOUND + placements * SECONDS_PER_PLACEMENT
                + len(lower_bound) * SECONDS_PER_SHAPE + searched_devices * SECONDS_PER_SHAPE_DEVICE
                + schedules * SECONDS_PER_SCHEDULE + schedule_devices * SECONDS_PER_SCHEDULE_DEVICE)
-    goal_programs = sum(goal_program_rows(collective, shape, request.max_len) for collective, shape in goals)
-    schedule_programs = sum(goal_program_rows("ReduceScatter", span, request.max_len) * equivalent[span]
-                            for _, span, _ in sharded_spans)
-    seconds += (len(goals) * SECONDS_PER_GOAL_SHAPE + goal_programs * SECONDS_PER_GOAL_PROGRAM
-                + schedule_programs * SECONDS_PER_GOAL_SCHEDULE_PROGRAM)
-    memory = (BASE_BYTES + devices * BYTES_PER_DEVICE + pairs * BYTES_PER_PAIR
-              + len(goals) * BYTES_PER_GOAL_SHAPE + goal_programs * BYTES_PER_GOAL_PROGRAM
-              + schedule_programs * BYTES_PER_GOAL_SCHEDULE_PROGRAM)
+    memory = BASE_BYTES + devices * BYTES_PER_DEVICE
     return SearchSize(len(degrees), placements, candidates, seconds, tuple(sorted(refused.items())),
-                      len(collectives), devices, memory, tuple(too_many), pairs, len(lower_bound), searched_devices,
-                      schedules, schedule_devices, tuple(sorted(refused_settings.items())), runnable,
-                      len(goals), goal_programs, schedule_programs)
+                      len(collectives), devices, memory, tuple(too_many), len(lower_bound), searched_devices,
+                      schedules, schedule_devices, tuple(sorted(refused_settings.items())), runnable, bounds)
 
 
 def check_size(size: SearchSize, request: PlanRequest) -> None:
@@ -541,7 +483,8 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 for setting in settings:
                     if setting in grouped:
                         if len(listed) == 1:  # a group's memory is the same on every placement
-                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
+                            floor = group_floor(request.model, request.compute, costs, degrees, setting, classes,
+                                                communication=False)
                             if floor.memory.peak <= memory_limit:
                                 groups.append((floor, setting))
                             elif result.smallest_dropped is None or floor.memory.peak < result.smallest_dropped.memory.peak:
@@ -567,7 +510,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             result.dropped_memory += len(listed) * (len(grouped) - len(groups))
             for floor, setting in groups:
                 key = (floor.step_s, floor.memory.peak, degrees.text, "", setting.text)
-                pending.append((key, GROUP, degrees, tuple(listed), setting))
+                pending.append((key, UNPRICED, degrees, (tuple(listed), classes, memo), setting))
     except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
         if not kept and not pending:
             raise
@@ -588,7 +531,13 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
         while queue:
             key, index, state, degrees, where, setting = heapq.heappop(queue)
             if _cannot_rank(key, kept, fitting, request.top):
-                result.bounded += len(where) if state == GROUP else 1
+                result.bounded += len(where[0]) if state == UNPRICED else len(where) if state == GROUP else 1
+                continue
+            if state == UNPRICED:  # its exact floor (no lower) takes its place in the queue
+                listed, classes, memo = where
+                floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
+                heapq.heappush(queue, ((floor.step_s, floor.memory.peak, degrees.text, "", setting.text), index,
+                                       GROUP, degrees, listed, setting))
                 continue
             if state == GROUP:
                 for placement in where:

@@ -635,7 +635,8 @@ def representatives(costs: CommunicationCosts, degrees: Degrees, placements) -> 
 
 
 def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees,
-                settings: Settings, placements: tuple[Placement, ...], memo: dict | None = None) -> GroupFloor:
+                settings: Settings, placements: tuple[Placement, ...], memo: dict | None = None,
+                communication: bool = True) -> GroupFloor:
     """A lower bound on `predict`'s step on every placement whose representative (`representatives`)
     is among `placements`, and the candidates' memory (settings runnable and not HSDP, whose memory
     depends on the placement). Each stage's time per micro-batch keeps its layers' compute and
@@ -647,7 +648,9 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
     part, the wait for the later stages less the warm-up forwards, can fall as t_k rises and is
     left out), plus the optimizer step. Lets the search skip a whole group at once (search.py).
     `memo`: the terms per representative and what they read, shared by one degree choice's groups
-    (the placements must stay alive while it is used: it keys them by identity)."""
+    (the placements must stay alive while it is used: it keys them by identity).
+    `communication=False` leaves the three collectives' terms out too (each is >= 0): a floor no
+    higher, found without pricing a collective, that the search tries first (the same memory)."""
     tp, pp, cp, v = degrees.tp, degrees.pp, degrees.cp, settings.virtual
     m = microbatches_of(model, degrees, settings.micro_batch)
     stages = formulas.stage_layers(model.layers, pp)
@@ -668,7 +671,9 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
         key = (id(placement), used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
                used.ep_overlap, layer.forward, layer.backward, layer.scores, steady)
         terms = memo.get(key) if memo is not None else None
-        if terms is None:
+        if not communication:
+            terms = (0.0, 0.0, 0.0, 0.0)
+        elif terms is None:
             tensor = tensor_parallel(model, compute, costs, placement, used, tp, cp, activation)
             context = context_parallel(model, costs, placement, used, tp, cp, tokens, layer.scores)
             expert = expert_parallel(model, costs, placement, used, tp, degrees.ep, tokens, activation,

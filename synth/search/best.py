@@ -32,6 +32,7 @@ from synth.search.rank import RankedProgram, Ranker
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
 from synth.model.context import CostContext
+from synth.model.engine import CostEngine
 from synth.model.estimate import Estimate
 
 GRID_FACTOR = 2  # candidate grid: powers of two spanning the asked sizes
@@ -58,12 +59,13 @@ class BestPrograms:
     """The fastest program at any size on one context, with memoized answers."""
 
     def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None, *,
-                 goal: Goal = ALL_REDUCE):
+                 goal: Goal = ALL_REDUCE, engine: CostEngine | None = None):
+        """`engine`: the context's shared engine where the caller holds it (engine_for's)."""
         if context.group_size == 1:
             raise ValueError("a reduction group of one member has no program to choose")
         self.context = context
         self.max_len = max_len
-        self.ranker = Ranker(context, max_len, estimate, goal=goal)
+        self.ranker = Ranker(context, max_len, estimate, engine=engine, goal=goal)
         self._ranked: dict[tuple[int, int], tuple[RankedProgram, ...]] = {}
 
     @property

@@ -7,7 +7,7 @@ with what it stands for; `Route` one kind of communication the step makes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -32,3 +32,10 @@ class Route:
     bytes: int  # per call, per device
     axes: tuple[str, ...] = ()  # the groups' axes where they are not the route's own role's (expert parallelism;
     # a folded expert group, synth/plan/folding.py, where the experts have a mesh of their own)
+    # the gradient schedule of a bucketed route (costs.GradientSchedule), so its synthesized
+    # buckets are told from its own schedule, not from another candidate's alike in program and sizes
+    schedule: object = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        """Its figures for the JSON plan (the schedule object left out: its route states it)."""
+        return {item.name: getattr(self, item.name) for item in fields(self) if item.name != "schedule"}

@@ -82,7 +82,7 @@ def data_parallel_terms(model, costs, degrees, placement, settings, first: int, 
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
         routes.append(Route("data", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets, data_axes))
+                            gradients.buckets, sum(tensors) // gradients.buckets, data_axes, gradients))
         if backward_s > 0:  # the reduction behind the last backward shares links with its collectives
             contention_s += extra_seconds(costs, placement, window_backward, Background(
                 data_axes, moved_bytes(sum(tensors), data_members, not settings.sharded_optimizer), gradients.busy_s,
@@ -96,7 +96,7 @@ def data_parallel_terms(model, costs, degrees, placement, settings, first: int, 
             dp_exposed += experts.exposed_s
             dp_overlapped += experts.busy_s - experts.exposed_s
             routes.append(Route("expert-data", experts.program, experts.levels, experts.busy_s / experts.buckets,
-                                experts.buckets, sum(expert_tensors) // experts.buckets, expert_axes))
+                                experts.buckets, sum(expert_tensors) // experts.buckets, expert_axes, experts))
         if settings.sharded_optimizer:
             weights = int((params.first - experts_first) * model.bytes_per_value)
             gather = costs.all_gather(placement, data_axes, weights)
@@ -126,5 +126,5 @@ def data_parallel_terms(model, costs, degrees, placement, settings, first: int, 
         dp_exposed = gradients.exposed_s
         dp_overlapped = gradients.busy_s - dp_exposed
         routes.append(Route("data-replica", gradients.program, gradients.levels, gradients.busy_s / gradients.buckets,
-                            gradients.buckets, sum(tensors) // gradients.buckets))
+                            gradients.buckets, sum(tensors) // gradients.buckets, schedule=gradients))
     return DataParallel(dp_exposed, dp_overlapped, contention_s, tuple(routes))
