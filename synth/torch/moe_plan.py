@@ -75,7 +75,7 @@ def read_dispatch_plan(document, source: str = "the plan", num_experts: int | No
                             f"{_echo(document.get('format'))}); {FIX}")
     if document.get("version") != VERSION:
         fields.fail("version", f"is {_echo(document.get('version'))}: this synth reads version {VERSION}")
-    goal = ROUTED_GOALS[fields.choice(fields.get(document, "collective", ""), "collective", tuple(ROUTED_GOALS))]
+    goal = fields.goal(fields.get(document, "collective", ""), "collective", ROUTED_GOALS)
     names, sizes = _hierarchy(fields, fields.get(document, "hierarchy", ""))
     groups = _groups(fields, fields.get(document, "groups", ""), prod(sizes))
     experts, k = _routing(fields, document.get("routing"), num_experts, top_k)

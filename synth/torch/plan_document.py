@@ -98,9 +98,9 @@ class Fields:
             self.fail(where, f"is {_echo(value)}, not one of {', '.join(choices)}")
         return value
 
-    def goal(self, value, where: str) -> Goal:
-        """A goal as the file names it (synth/goals.py), parsed here, at the file's edge."""
-        return GOALS[self.choice(value, where, tuple(GOALS))]
+    def goal(self, value, where: str, goals: dict[str, Goal] = GOALS) -> Goal:
+        """The goal of `goals` (synth/goals.py) the file names, parsed here, at the file's edge."""
+        return goals[self.choice(value, where, tuple(goals))]
 
 
 def _echo(value) -> str:
