@@ -2,7 +2,9 @@
 
 The script is a header of comments, the runtime in synth/export/torch_runtime.py copied
 verbatim, and the plan as a Python string literal of JSON (repr of json.dumps): user text
-only ever reaches the file as data, never as code. A batch puts several programs, possibly
+only ever reaches the file as data, never as code. The runtime cannot import synth, so each
+program carries the facts of its goal the runtime reads (`flat`: its torch call, where its
+input lies and its result is read, its bus factor), written here from the goal object. A batch puts several programs, possibly
 over different placements of the same world, in one script, because starting torchrun is the
 slow part on a small machine.
 """
