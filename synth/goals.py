@@ -48,6 +48,8 @@ ROOT_EVERYWHERE = "the root's buffer on every member"
 # The routed goals' (synth/routed.py): every copy of a token at its destination.
 DELIVERED = "each token once at every member hosting one of its experts"
 COMBINED = "each token's weighted sum of its expert outputs on its owner"
+# Where a framework reads each end's result (Goal.result), where it is not the whole buffer.
+_RESULTS = {SUM_BLOCKS: OWN_BLOCK, SUM_AT_ROOT: ROOT_ONLY}
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Goal:
     rooted: bool = False  # one member (the root, member 0) gives or takes the result: broadcast, reduce
     end: str = SUM_EVERYWHERE  # what the program must leave: SUM_EVERYWHERE, SUM_BLOCKS, GATHERED, ...
     routed: bool = False  # it moves tokens by a routing (dispatch, combine: synth/routed.py)
+    reverses: bool = False  # its programs run the dispatch's route backwards: read them last step first (combine)
 
     def __str__(self) -> str:
         return self.name
@@ -84,6 +87,13 @@ class Goal:
     def role(self) -> str:
         """How tables name its flat call: "default all-reduce", "flat ReduceScatter", ..."""
         return "default all-reduce" if self.is_all_reduce else f"flat {self.collective}"
+
+    @property
+    def result(self) -> str:
+        """Where a framework reads the result after the call: WHOLE (every member's whole
+        buffer), OWN_BLOCK (member r's block r, at the place the program leaves it) or
+        ROOT_ONLY (the root's buffer; the others end as they may)."""
+        return _RESULTS.get(self.end, WHOLE)
 
     def bus_factor(self, n: int) -> float:
         """nccl-tests' busbw / algbw of its flat call over n members (synth/collectives.py)."""
@@ -121,10 +131,13 @@ ROUTED_GOALS: dict[str, Goal] = {
     for goal in (
         Goal("dispatch", "AllToAll", "dispatch", ("AllToAll",), False, False, False, True, routed=True,
              end=DELIVERED),
-        Goal("combine", "AllToAll", "combine", ("AllToAll",), False, True, False, True, routed=True, end=COMBINED),
+        Goal("combine", "AllToAll", "combine", ("AllToAll",), False, True, False, True, routed=True, end=COMBINED,
+             reverses=True),
     )
 }
-ALL_REDUCE = GOALS["allreduce"]
+# Each goal by a name code can import (the names themselves are parsed at the edges only).
+ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE = GOALS.values()
+DISPATCH, COMBINE = ROUTED_GOALS.values()
 DEFAULT_GOAL = ALL_REDUCE.name
 
 

@@ -223,6 +223,53 @@ def test_only_the_command_layer_names_flags():
     assert sorted(set(named)) == []
 
 
+# A goal is an object that carries its facts (synth/goals.py): its name is parsed where it
+# enters (a flag, a file) and nothing else asks "is this the reduce-scatter?" by its name.
+GOAL_EDGES = COMMAND_LAYER + ("synth.goals",)
+
+
+def _goal_name_branches(tree: ast.AST, names: set[str]):
+    """Lines that compare a goal's name as a string literal (==, !=, is, a match case, `in` a
+    literal tuple, list or set) or list two names in one literal tuple, list or set."""
+    def named(node) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, operands, operands[1:]):
+                if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and (named(left) or named(right)):
+                    yield node.lineno
+                elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)) \
+                        and any(named(element) for element in right.elts):
+                    yield node.lineno
+        elif isinstance(node, ast.MatchValue) and named(node.value):
+            yield node.lineno
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(named, node.elts)) >= 2:
+            yield node.lineno
+
+
+def test_no_module_branches_on_a_goal_name():
+    from synth.goals import GOALS, ROUTED_GOALS
+
+    names = {*GOALS, *ROUTED_GOALS}
+    found = [f"{path.relative_to(ROOT)}:{line}" for module, path in MODULES.items() if not module.startswith(GOAL_EDGES)
+             for line in _goal_name_branches(ast.parse(path.read_text(encoding="utf-8")), names)]
+    assert sorted(set(found)) == [], "read the Goal's facts (synth/goals.py) instead of comparing its name"
+
+
+def test_the_goal_name_finder_finds_branches():
+    source = ('if goal == "allgather": pass\n'
+              'if "reduce" != name: pass\n'
+              'if goal in ("broadcast", x): pass\n'
+              'NAMES = ["dispatch", "combine"]\n'
+              'match goal:\n    case "alltoall": pass\n'
+              'if "reduce" in document: pass\n'  # a key of a mapping, not a name compared
+              'CALLS = {"reduce": f, "broadcast": g}\n'  # a table keyed by torch's call names
+              'x = ("--type", "alltoall")\n')
+    names = {"allgather", "reduce", "broadcast", "dispatch", "combine", "alltoall"}
+    assert sorted(set(_goal_name_branches(ast.parse(source), names))) == [1, 2, 3, 4, 6]
+
 
 def test_every_package_is_installed():
     """pyproject.toml lists the packages a wheel carries by name: a subpackage left out installs

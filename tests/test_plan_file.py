@@ -60,7 +60,7 @@ def computes_its_goal(loaded) -> bool:
     for program in plan.programs:
         start = rng.integers(-1000, 1000, size=(world, n)).astype(np.float64)
         buffers = start.copy()
-        if program.goal == "allgather":
+        if program.goal.name == "allgather":
             for group in loaded.reduction_groups:
                 for key, rank in enumerate(group):
                     keep = buffers[rank, key]
@@ -124,16 +124,16 @@ def matches(program, groups, start, buffers) -> bool:
         total = inputs.sum(axis=0)
         for key, rank in enumerate(group):
             got = buffers[rank]
-            if program.goal == "allreduce":
+            if program.goal.name == "allreduce":
                 want = total
-            elif program.goal == "reduce":
+            elif program.goal.name == "reduce":
                 got, want = (got, total) if key == 0 else (got[:0], total[:0])
-            elif program.goal == "reducescatter":
+            elif program.goal.name == "reducescatter":
                 place = program.final_places[key] if program.final_places else key
                 got, want = got[place:place + 1], total[key:key + 1]
-            elif program.goal == "allgather":
+            elif program.goal.name == "allgather":
                 want = np.diagonal(inputs).copy()
-            elif program.goal == "alltoall":
+            elif program.goal.name == "alltoall":
                 want = inputs[:, key]
             else:
                 want = inputs[0]

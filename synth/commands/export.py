@@ -217,16 +217,16 @@ def run_export(args) -> int:
         elif args.format == "json":
             _check_json_size(hierarchy, programs, goal.name)
             metadata.update(hierarchy_metadata(hierarchy))
-            plan = build_plan(PlanEntry(hierarchy, program, goal=goal.name) for program in programs)
+            plan = build_plan(PlanEntry(hierarchy, program, goal=goal) for program in programs)
             files.append(json_plan.render(plan, provenance, metadata, nbytes))
         else:
             module = torch_script if args.format == "torch" else nccl_c
             if args.batch:
-                files.append(module.render(build_plan(PlanEntry(hierarchy, p, goal=goal.name) for p in programs),
+                files.append(module.render(build_plan(PlanEntry(hierarchy, p, goal=goal) for p in programs),
                                            provenance))
             else:
                 for program in programs:
-                    files.append(module.render(build_plan([PlanEntry(hierarchy, program, goal=goal.name)]), provenance))
+                    files.append(module.render(build_plan([PlanEntry(hierarchy, program, goal=goal)]), provenance))
     except KeyboardInterrupt:
         if not files:
             raise KeyboardInterrupt("interrupted before a file was complete: nothing written") from None
@@ -350,10 +350,10 @@ def _bench_entries(args, job, reduce_axes, programs, sizes) -> tuple[list[PlanEn
                 continue
             valid += 1
             if program != default:
-                entries.append(PlanEntry(hierarchy, program, goal=goal.name))
+                entries.append(PlanEntry(hierarchy, program, goal=goal))
                 infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), "synthesized", str(program)))
         if valid:
-            entries.append(PlanEntry(hierarchy, default, goal=goal.name))
+            entries.append(PlanEntry(hierarchy, default, goal=goal))
             infos.append(benchmod.EntryInfo(placement.to_text(), ",".join(hierarchy.level_names), role, str(default)))
     if not entries:
         raise NoSolutionError("no given program is valid on any placement of this request")

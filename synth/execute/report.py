@@ -74,8 +74,8 @@ def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
         if key not in engines:
             engines[key] = CostEngine(cost_context(entry.hierarchy, topology, backend))
         engine = engines[key]
-        if entry.goal != DEFAULT_GOAL:  # costed as the Ranker costs them (synth/search/rank.py)
-            goal = parse_goal(entry.goal)
+        if not entry.goal.is_all_reduce:  # costed as the Ranker costs them (synth/search/rank.py)
+            goal = entry.goal
             group = entry.hierarchy.group_size
             counts = [buffer_count(size, group) * ITEMSIZE for size in sizes]
             times = goal_program_times(engine.context, goal, [entry.program], counts, estimate)[0]

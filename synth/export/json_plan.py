@@ -66,7 +66,6 @@ from synth.errors import UsageError
 from synth.export import jsonfmt
 from synth.export.plan import DTYPE, ITEMSIZE, Plan, buffer_count, call_buffers
 from synth.export.provenance import Provenance
-from synth.goals import DEFAULT_GOAL
 
 FORMAT = "synth-plan"
 VERSION = 1
@@ -112,8 +111,8 @@ def plan_document(plan: Plan, provenance: Provenance, metadata: dict, nbytes: in
             steps.append({"index": index, "text": step.text, "collective": step.collective,
                           "communicator": step.communicator, "ranks": ranks})
         entry = {"text": program.text, "label": program.label, "reduction_communicator": program.reduction}
-        if program.goal != DEFAULT_GOAL:  # the file names the goal by name; the default is not spelled
-            entry["collective"] = program.goal
+        if not program.goal.is_all_reduce:  # the file names the goal by name; the default is not spelled
+            entry["collective"] = program.goal.name
             if program.final_places is not None:
                 entry["final_places"] = list(program.final_places)
         entry["steps"] = steps

@@ -22,7 +22,6 @@ from importlib import resources
 
 from synth.collectives import RECORDS
 from synth.export.plan import Plan
-from synth.goals import GOALS
 from synth.export.provenance import Provenance
 from synth.text import c_comment, c_string
 
@@ -54,7 +53,7 @@ def render(plan: Plan, provenance: Provenance) -> str:
     colors = [[-1 if c is None else c for c in comm.colors(world)] for comm in plan.communicators]
     keys = [[-1 if k is None else k for k in comm.keys(world)] for comm in plan.communicators]
 
-    goal = GOALS[program.goal]
+    goal = program.goal
     final_places = list(program.final_places) if program.final_places is not None else [-1] * program.chunks
     for step in program.steps:
         if step.places is not None and len(step.places) != program.chunks:

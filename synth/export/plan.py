@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from synth.collectives import collective
 from synth.errors import ExportTooLargeError, UsageError
+from synth.goals import ALL_REDUCE, Goal, parse_goal
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
 from synth.lowering import lower
@@ -109,7 +110,7 @@ class ProgramPlan:
     chunks: int  # N, the reduction group size
     reduction: int  # communicator set of the reduction groups (check and baseline)
     steps: tuple[PlanStep, ...]
-    goal: str = "allreduce"  # the collective the program computes (synth/goals.py)
+    goal: Goal = ALL_REDUCE  # the collective the program computes (synth/goals.py)
     # reduce-scatter: the place where block r (the member's own) ends; None: in place
     final_places: tuple[int, ...] | None = None
 
@@ -128,7 +129,10 @@ class PlanEntry:
     hierarchy: SynthesisHierarchy
     program: Program
     label: str = ""
-    goal: str = "allreduce"
+    goal: Goal = ALL_REDUCE  # a name is parsed here, where a caller builds the entry
+
+    def __post_init__(self):
+        object.__setattr__(self, "goal", parse_goal(self.goal))
 
 
 def check_hierarchy_names(hierarchy: SynthesisHierarchy) -> None:
@@ -221,7 +225,7 @@ def build_plan(entries) -> Plan:
                 rank_calls.append(RankCall(color[ranks], key, len(ranks), lo, hi, root))
             steps.append(PlanStep(str(lowered_step.step), lowered_step.collective, index, tuple(rank_calls)))
         programs.append(ProgramPlan(entry.label, str(entry.program), hierarchy.group_size, reduction, tuple(steps),
-                                    lowered.goal.name, lowered.final_places))
+                                    lowered.goal, lowered.final_places))
     return Plan(world_size, tuple(communicators), tuple(programs))
 
 

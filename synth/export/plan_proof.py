@@ -27,10 +27,10 @@ import numpy as np
 from synth.collectives import collective
 from synth.errors import PlanFileError
 from synth.export.plan import Plan, ProgramPlan
+from synth.goals import GATHERED, OWN_BLOCK, ROOT_EVERYWHERE, ROOT_ONLY, TRANSPOSED
 
 PRIME = 2**31 - 1  # sums of up to 2^32 residues fit an int64
 LANES = 2
-PERMUTING = ("reducescatter", "allgather", "alltoall")  # goals whose programs may reorder blocks
 
 
 def is_permutation(values, n: int) -> bool:
@@ -67,7 +67,7 @@ def _check_layout(program: ProgramPlan, label: str) -> None:
     final = program.final_places
     if final is None:
         return
-    if program.goal not in PERMUTING:
+    if not program.goal.permutes:
         raise PlanFileError(f"{label}.final_places: a {program.goal} program has none; export or save the plan again")
     if not is_permutation(final, n):
         raise PlanFileError(f"{label}.final_places {list(final)[:16]} is not a permutation of 0..{n - 1}: the plan "
@@ -136,14 +136,14 @@ def _group_shape(plan: Plan, program: ProgramPlan, group: tuple[int, ...], membe
 
 def _run(shape: tuple, program: ProgramPlan, label: str, rng) -> None:
     """Run one group shape on random residues; PlanFileError if the result is not the goal's."""
-    n, goal = program.chunks, program.goal
+    n, start = program.chunks, program.goal.start
     inputs = rng.integers(0, PRIME, size=(n, n, LANES), dtype=np.int64)
     values = inputs.copy()
     defined = np.ones((n, n), dtype=bool)
-    if goal == "allgather":  # member m holds only its block, at place m
+    if start == OWN_BLOCK:  # member m holds only its block, at place m
         defined[:] = False
         defined[np.arange(n), np.arange(n)] = True
-    elif goal == "broadcast":  # only the root's buffer is input
+    elif start == ROOT_ONLY:  # only the root's buffer is input
         defined[1:] = False
     for step in shape:
         if len(step) == 1:  # a Permute: the chunk at place p moves to place places[p]
@@ -155,7 +155,7 @@ def _run(shape: tuple, program: ProgramPlan, label: str, rng) -> None:
         name, calls = step
         for members, lo, hi, root in calls:
             _call(name, list(members), lo, hi, root, values, defined)
-    _compare(goal, program, inputs, values, defined, label)
+    _compare(program, inputs, values, defined, label)
 
 
 def _call(name: str, members: list[int], lo: int, hi: int, root, values, defined) -> None:
@@ -191,12 +191,14 @@ def _call(name: str, members: list[int], lo: int, hi: int, root, values, defined
         raise PlanFileError(f"collective {name!r} is not one synth runs")
 
 
-def _compare(goal: str, program: ProgramPlan, inputs, values, defined, label: str) -> None:
-    n = program.chunks
+def _compare(program: ProgramPlan, inputs, values, defined, label: str) -> None:
+    """The goal's end (Goal.end) from the inputs, compared where a framework reads the
+    result (Goal.result)."""
+    n, goal = program.chunks, program.goal
     members = np.arange(n)
-    if goal in ("allreduce", "reduce", "reducescatter"):
+    if goal.sums:
         total = inputs.sum(axis=0) % PRIME  # (N, lanes): chunk c summed over the group
-    if goal == "reducescatter":  # member m's block m, where final_places puts it
+    if goal.result == OWN_BLOCK:  # member m's block m, where final_places puts it
         places = np.asarray(program.final_places if program.final_places is not None else members)
         got, known = values[members, places], defined[members, places]
         expected, checked = total, np.ones(n, dtype=bool)
@@ -204,22 +206,21 @@ def _compare(goal: str, program: ProgramPlan, inputs, values, defined, label: st
     else:
         got, known = values, defined
         checked = np.ones(n, dtype=bool)
-        if goal == "allreduce":
-            expected = np.broadcast_to(total, values.shape)
-        elif goal == "reduce":
-            expected = np.broadcast_to(total, values.shape)
+        if goal.result == ROOT_ONLY:
             checked[1:] = False
-        elif goal == "allgather":  # place p of every member: member p's block p
+        if goal.end == GATHERED:  # place p of every member: member p's block p
             expected = np.broadcast_to(inputs[members, members], values.shape)
-        elif goal == "alltoall":  # member j, place i: member i's block j
+        elif goal.end == TRANSPOSED:  # member j, place i: member i's block j
             expected = inputs.swapaxes(0, 1)
-        else:  # broadcast: the root's buffer
+        elif goal.end == ROOT_EVERYWHERE:  # the root's buffer
             expected = np.broadcast_to(inputs[0], values.shape)
+        else:  # the sum, on every member or on the root
+            expected = np.broadcast_to(total, values.shape)
     wrong = (~known | (got != expected).any(axis=-1)) & checked[:, None]
     if wrong.any():
         member, place = (int(i) for i in np.argwhere(wrong)[0])
         what = f"block (at place {program.final_places[member] if program.final_places else member})" \
-            if goal == "reducescatter" else f"chunk {place}"
+            if goal.result == OWN_BLOCK else f"chunk {place}"
         raise PlanFileError(f"{label} ({program.text}) does not compute the {goal} it claims: member {member}'s {what} "
                             f"ends wrong ({int(wrong.sum())} wrong in all; a step's calls, places or the final_places "
                             "were changed); export or save the plan again")

@@ -266,47 +266,53 @@ def fill(buffer, rank):
     buffer.copy_(values.to(buffer.dtype))
 
 
-def flat_call(goal, buffer, group, block):
-    """The goal's own collective, as torch runs it, in place on `buffer` (its `block` for
-    reduce-scatter's output and all-gather's input): the baseline and the check's reference."""
-    key = dist.get_group_rank(group, dist.get_rank())
-    mine = buffer[key * block:(key + 1) * block]
-    if goal == "reducescatter":
-        _REDUCE_SCATTER(mine, buffer.clone(), group=group)
-    elif goal == "allgather":
-        _ALL_GATHER(buffer, mine.clone(), group=group)
-    elif goal == "alltoall":
-        _all_to_all(buffer, group, block, key, 0)
-    elif goal == "broadcast":
-        _broadcast(buffer, group, block, key, 0)
-    elif goal == "reduce":
-        _reduce(buffer, group, block, key, 0)
-    else:
-        dist.all_reduce(buffer, group=group)
+def _flat_reduce_scatter(buffer, group, block, key, root):
+    _REDUCE_SCATTER(buffer[key * block:(key + 1) * block], buffer.clone(), group=group)
+
+
+def _flat_all_gather(buffer, group, block, key, root):
+    _ALL_GATHER(buffer, buffer[key * block:(key + 1) * block].clone(), group=group)
+
+
+# Each goal's flat call, by the torch call the plan names for it (its "flat" facts, written
+# from synth's goal objects): in place on the whole buffer, out of a copy where torch needs one.
+FLAT_CALLS = {"all_reduce": _all_reduce, "reduce_scatter_tensor": _flat_reduce_scatter,
+              "all_gather_into_tensor": _flat_all_gather, "all_to_all_single": _all_to_all,
+              "broadcast": _broadcast, "reduce": _reduce}
+
+
+def flat_call(flat, buffer, group, block):
+    """The goal's own collective (`flat["call"]`), as torch runs it, in place on `buffer` (its
+    `block` for reduce-scatter's output and all-gather's input), rooted at member 0: the
+    baseline and the check's reference."""
+    if flat["call"] not in FLAT_CALLS:
+        raise RuntimeError(f"unknown torch call {flat['call']!r}")
+    FLAT_CALLS[flat["call"]](buffer, group, block, dist.get_group_rank(group, dist.get_rank()), 0)
 
 
 def wrong_elements(program, count, comms, rank, device, dtype=torch.float32):
     """Run the program once on fresh data and count elements differing from the goal's own
     collective over the reduction groups (torch's all_reduce, reduce_scatter_tensor,
-    all_gather_into_tensor, all_to_all_single, broadcast or reduce) on the same input."""
-    goal = program.get("goal", "allreduce")
+    all_gather_into_tensor, all_to_all_single, broadcast or reduce) on the same input, where
+    the program's "flat" facts say the input lies and the result is read."""
+    flat = program["flat"]
     group = comms[program["reduction"]]
     n = program["chunks"]
     chunk = count // n
     key = dist.get_group_rank(group, rank)
     buffer = torch.empty(count, dtype=dtype, device=device)
     fill(buffer, rank)
-    if goal == "allgather":  # the input is this rank's block, at its place; the rest is output
+    if flat["input"] == "own block":  # the input is this rank's block, at its place; the rest is output
         block = buffer[key * chunk:(key + 1) * chunk].clone()
         buffer.zero_()
         buffer[key * chunk:(key + 1) * chunk] = block
     expected = buffer.clone()
-    flat_call(goal, expected, group, chunk)
+    flat_call(flat, expected, group, chunk)
     run_program(program, buffer, chunk, comms, rank)
-    if goal == "reducescatter":  # block `key` of the sum, wherever the program's layout leaves it
+    if flat["result"] == "own block":  # block `key` of the result, wherever the program's layout leaves it
         place = program["final_places"][key] if program.get("final_places") else key
         got, want = buffer[place * chunk:(place + 1) * chunk], expected[key * chunk:(key + 1) * chunk]
-    elif goal == "reduce" and key != 0:  # only the root's buffer is the result
+    elif flat["result"] == "root only" and key != 0:  # only the root's buffer is the result
         got = want = buffer[:0]
     else:
         got, want = buffer, expected
@@ -331,16 +337,11 @@ def timed(run, iters, warmup, device):
     return float(elapsed.item())
 
 
-def bus_factor(goal, n):
-    """nccl-tests' busbw / algbw for the goal's collective (doc/PERFORMANCE.md)."""
-    if goal in ("broadcast", "reduce"):
-        return 1.0
-    return (n - 1) / n if goal in ("reducescatter", "allgather", "alltoall") else 2 * (n - 1) / n
-
-
-def row(nbytes, count, seconds, n, wrong, dtype="float", goal="allreduce"):
+def row(nbytes, count, seconds, bus_factor, wrong, dtype="float"):
+    """`bus_factor`: nccl-tests' busbw / algbw for the goal's collective over the reduction
+    group (doc/PERFORMANCE.md), from the program's "flat" facts."""
     algbw = nbytes / seconds / 1e9
-    busbw = algbw * bus_factor(goal, n)
+    busbw = algbw * bus_factor
     return {"bytes": nbytes, "count": count, "type": dtype, "time_us": seconds * 1e6, "algbw_gbs": algbw,
             "busbw_gbs": busbw, "wrong": wrong}
 
@@ -435,20 +436,20 @@ def main(plan, argv=None):
                 failed.append(index)
             buffer = torch.zeros(count, dtype=dtype, device=device)
             seconds = timed(lambda: run_program(program, buffer, count // n, comms, rank), args.iters, args.warmup, device)
-            values = row(count * itemsize, count, seconds, n, wrong, args.dtype, program.get("goal", "allreduce"))
+            values = row(count * itemsize, count, seconds, program["flat"]["bus_factor"], wrong, args.dtype)
             rows.append(values)
             results.append(dict(values, program=index))
             say(format_row(values))
-            baselines.setdefault((program["reduction"], count, program.get("goal", "allreduce")), (n, []))[1].append(index)
+            baselines.setdefault((program["reduction"], count, program["goal"]), (n, program["flat"], []))[2].append(index)
         say(footer(rows))
     say("#\n# baseline: one call of each program's collective over each reduction group (all_reduce unless named)")
     say(HEADER)
     baseline_rows = []
-    for (reduction, count, goal), (n, programs) in sorted(baselines.items()):
+    for (reduction, count, goal), (n, flat, programs) in sorted(baselines.items()):
         buffer = torch.zeros(count, dtype=dtype, device=device)
         group = comms[reduction]
-        seconds = timed(lambda: flat_call(goal, buffer, group, count // n), args.iters, args.warmup, device)
-        values = row(count * itemsize, count, seconds, n, None, args.dtype, goal)
+        seconds = timed(lambda: flat_call(flat, buffer, group, count // n), args.iters, args.warmup, device)
+        values = row(count * itemsize, count, seconds, flat["bus_factor"], None, args.dtype)
         baseline_rows.append(dict(values, programs=sorted(set(programs)), goal=goal))
         say(format_row(values) + f"   (programs {','.join(map(str, sorted(set(programs))))})")
     say(footer(baseline_rows))

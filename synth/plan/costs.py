@@ -487,7 +487,7 @@ def _two_stage_form(programs, program: Program, outer: frozenset[int]) -> bool:
     step moves along outer levels only or inner levels only, all outer steps first for
     dispatch (last for combine), the inner levels in one step."""
     moves = [entry.after - entry.before for entry in programs.semantics.run(program)]
-    if programs.goal.name == "combine":
+    if programs.goal.reverses:
         moves = moves[::-1]
     kinds = ["outer" if move <= outer else "inner" if not move & outer else "mixed" for move in moves]
     if "mixed" in kinds or not outer or kinds.count("inner") > 1:

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from synth.export.torch_runtime import run_program
+from synth.goals import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER, Goal
 from synth.torch import agreement
 from synth.torch.errors import ReducerSetupError
 from synth.torch.plan import ReductionPlan
@@ -92,15 +93,15 @@ class _WorkDone:
 class PlanCollective:
     """Runs one plan's programs (its goal: `GOAL`) as the calls of torch's collective."""
 
-    GOAL = ""
+    GOAL: Goal  # the goal its plans compute; TORCH_CALL, the torch call it stands for, is the goal's
     TORCH_CALL = ""
 
     def __init__(self, plan: ReductionPlan, mesh=None, backend: str | None = None, timeout: timedelta | None = None):
         if not dist.is_initialized():
             raise RuntimeError(f"{type(self).__name__} needs torch.distributed: call init_process_group first")
-        if plan.collective != self.GOAL:
+        if plan.goal != self.GOAL:
             raise ReducerSetupError(f"the plan's programs compute collective {plan.collective}, "
-                                    f"{type(self).__name__} runs {self.GOAL}: plan it with collective={self.GOAL!r}")
+                                    f"{type(self).__name__} runs {self.GOAL}: plan it with collective={self.GOAL.name!r}")
         self.plan = plan
         self.setup = PlanRun.open(plan, "sum", mesh, backend, timeout)
         self.rank, self.data, self.reused = self.setup.rank, self.setup.data, self.setup.reused
@@ -178,8 +179,8 @@ class HierarchicalReduceScatter(PlanCollective, _FSDPReduceScatter):
     """`reduce_scatter_tensor` by a plan's reduce-scatter program; an FSDP2 `ReduceScatter`
     comm for `module.set_custom_reduce_scatter(...)` (FSDP passes SUM, AVG or PREMUL_SUM)."""
 
-    GOAL = "reducescatter"
-    TORCH_CALL = "reduce_scatter_tensor"
+    GOAL = REDUCE_SCATTER
+    TORCH_CALL = GOAL.torch_call
 
     def __init__(self, plan: ReductionPlan, mesh=None, backend: str | None = None, timeout: timedelta | None = None,
                  reuse_input: bool = False):
@@ -225,8 +226,8 @@ class HierarchicalAllGather(PlanCollective, _FSDPAllGather):
     """`all_gather_into_tensor` by a plan's all-gather program; an FSDP2 `AllGather` comm for
     `module.set_custom_all_gather(...)`."""
 
-    GOAL = "allgather"
-    TORCH_CALL = "all_gather_into_tensor"
+    GOAL = ALL_GATHER
+    TORCH_CALL = GOAL.torch_call
 
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
@@ -255,8 +256,8 @@ class HierarchicalAllToAll(PlanCollective):
     """`all_to_all_single` with equal splits by a plan's all-to-all program (an MoE layer's
     token dispatch and combine: `exchange(output, input)` in place of torch's call)."""
 
-    GOAL = "alltoall"
-    TORCH_CALL = "all_to_all_single"
+    GOAL = ALL_TO_ALL
+    TORCH_CALL = GOAL.torch_call
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
                           input_split_sizes=None, group=None, async_op: bool = False):

@@ -214,10 +214,12 @@ class TokenDispatcher:
         headers = received[:, :HEADER].tolist()
         return received[:, HEADER:], _first_problem(headers)
 
-    def _raise(self, problem: list[int], what: str) -> None:
+    def _raise(self, problem: list[int], what: str, shape: str) -> None:
+        """RoutingError for the first rank's problem in `what` (the call: dispatch or combine),
+        `shape` saying what that call's arguments must be."""
         code, value, origin = problem[:3]
         if code:
-            raise RoutingError(_describe(code, value, origin, self.layout.num_experts, self.top_k, what))
+            raise RoutingError(_describe(code, value, origin, self.layout.num_experts, self.top_k, what, shape))
 
     def _dispatch_flat(self, tokens, indices, weights, header) -> Routed:
         layout = self.layout
@@ -228,7 +230,7 @@ class TokenDispatcher:
             flat = indices.reshape(-1).to(torch.int64).cpu()
             counts = torch.bincount(flat, minlength=layout.num_experts).view(layout.ep_size, -1)
         received, problem = self._counts(counts, header, self.group_or_none, self.members)
-        self._raise(problem, "dispatch")
+        self._raise(problem, "dispatch", DISPATCH_SHAPE)
         order = torch.argsort(flat, stable=True)
         send, recv = counts.sum(1).tolist(), received.sum(1).tolist()
         rows = (order // k).to(tokens.device)
@@ -278,7 +280,7 @@ class TokenDispatcher:
         else:
             counts2 = torch.zeros(split.per_node, layout.experts_per_rank, dtype=torch.int64)
         received2, problem = self._counts(counts2, header, self.inside_group_or_none, self.inside_members)
-        self._raise(problem, "dispatch")
+        self._raise(problem, "dispatch", DISPATCH_SHAPE)
         send2, recv2 = counts2.sum(1).tolist(), received2.sum(1).tolist()
         device_rows2 = rows2.to(tokens.device)
         moved2 = _Exchange.apply(moved1.index_select(0, device_rows2), send2, recv2, self.inside_group_or_none)
@@ -316,7 +318,7 @@ class TokenDispatcher:
                       expert_output.shape[-1] if expert_output.dim() == 2 else 0, self.top_k]
         group = self.group_or_none
         gathered = [header] if group is None else [list(h) for h in agreement.gather(header, group, self.device)]
-        self._raise(_first_problem(gathered), "combine")
+        self._raise(_first_problem(gathered), "combine", COMBINE_SHAPE)
 
     # --- groups ---------------------------------------------------------------------------------
 
@@ -346,7 +348,13 @@ def _first_problem(headers: list[list[int]]) -> list[int]:
     return [0, 0, 0]
 
 
-def _describe(code: int, value: int, origin: int, experts: int, top_k: int, what: str) -> str:
+# What each call's arguments must be, said when a rank's are not.
+DISPATCH_SHAPE = ("tokens must be a tensor [n, hidden], indices and weights tensors [n, top_k] of one shape, "
+                  "indices of an integer type")
+COMBINE_SHAPE = "expert_output must be a tensor [rows, width], one row per routed.expert_input row"
+
+
+def _describe(code: int, value: int, origin: int, experts: int, top_k: int, what: str, shape: str) -> str:
     at = f"{what} on rank {origin}"
     if code == OUT_OF_RANGE:
         return f"{at}: expert index {value} is outside 0..{experts - 1} (the layer's {experts} experts): route to those"
@@ -354,11 +362,8 @@ def _describe(code: int, value: int, origin: int, experts: int, top_k: int, what
         return f"{at}: indices have {value} experts per token, the dispatcher's top_k is {top_k}: give [n, {top_k}]"
     if code == REPEATED:
         return f"{at}: expert {value} appears twice in one token's top-k: route each token to {top_k} distinct experts"
-    if code == SHAPE and what == "combine":
-        return f"{at}: expert_output must be a tensor [rows, width], one row per routed.expert_input row"
     if code == SHAPE:
-        return (f"{at}: tokens must be a tensor [n, hidden], indices and weights tensors [n, top_k] of one shape, "
-                "indices of an integer type")
+        return f"{at}: {shape}"
     if code == ROWS:
         return f"{at}: expert_output has {value} rows, not the dispatched rows: give one output row per input row"
     if code in (DTYPE, WIDTH, OTHER_K):

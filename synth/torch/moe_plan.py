@@ -26,12 +26,12 @@ from math import prod
 from pathlib import Path
 
 from synth.errors import InvalidProgramError, PlanFileError, UsageError
+from synth.goals import ROUTED_GOALS, Goal
 from synth.torch.errors import NoRuntimeFormError
 from synth.torch.moe_layout import ExpertLayout
 from synth.torch.plan_document import MAX_RANKS, Fields, _echo
 
 FORMAT, VERSION = "synth-routed-plan", 1
-COLLECTIVES = ("dispatch", "combine")
 FIX = "write it again with synth export's JSON format for dispatch or combine"
 
 
@@ -75,7 +75,7 @@ def read_dispatch_plan(document, source: str = "the plan", num_experts: int | No
                             f"{_echo(document.get('format'))}); {FIX}")
     if document.get("version") != VERSION:
         fields.fail("version", f"is {_echo(document.get('version'))}: this synth reads version {VERSION}")
-    collective = fields.choice(fields.get(document, "collective", ""), "collective", COLLECTIVES)
+    goal = fields.goal(fields.get(document, "collective", ""), "collective", ROUTED_GOALS)
     names, sizes = _hierarchy(fields, fields.get(document, "hierarchy", ""))
     groups = _groups(fields, fields.get(document, "groups", ""), prod(sizes))
     experts, k = _routing(fields, document.get("routing"), num_experts, top_k)
@@ -84,20 +84,20 @@ def read_dispatch_plan(document, source: str = "the plan", num_experts: int | No
         raise UsageError(f"program {program!r}: {source} has {len(programs)} program(s), numbered from 0")
     chosen = None
     for index, entry in enumerate(programs):
-        text, steps = _program(fields, entry, f"programs[{index}]", names, sizes, groups, collective)
+        text, steps = _program(fields, entry, f"programs[{index}]", names, sizes, groups, goal)
         if index == program:
             chosen = text, steps
     text, steps = chosen
     try:
-        form, layout = _form(steps if collective == "dispatch" else steps[::-1], groups, sizes[-1], experts)
+        form, layout = _form(steps[::-1] if goal.reverses else steps, groups, sizes[-1], experts)
     except UsageError as error:  # the routing's experts do not spread over the groups
         fields.fail("routing.experts" if document.get("routing") else "groups", f"do not fit: {error}")
     if form is None:
         raise NoRuntimeFormError(
             f"{source}: programs[{program}] {text!r} has no form in synth.torch's dispatcher, which runs the flat "
-            f"all-to-all and the two-stage {collective} (across to the same-index member of each node, then inside "
-            f"the node{', reversed' if collective == 'combine' else ''}): export one of those programs")
-    return DispatchPlan(collective, text, form, layout, k)
+            f"all-to-all and the two-stage {goal} (across to the same-index member of each node, then inside "
+            f"the node{', reversed' if goal.reverses else ''}): export one of those programs")
+    return DispatchPlan(goal.name, text, form, layout, k)
 
 
 def _hierarchy(fields: Fields, value) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -147,7 +147,7 @@ def _routing(fields: Fields, value, num_experts, top_k) -> tuple[int, int]:
     return routing.experts, routing.topk
 
 
-def _program(fields: Fields, entry, where: str, names, sizes, groups, collective) -> tuple[str, list[dict]]:
+def _program(fields: Fields, entry, where: str, names, sizes, groups, goal: Goal) -> tuple[str, list[dict]]:
     """The program's text and its steps, which must be the ones its text gives on the hierarchy."""
     from synth.export.routed_plan import program_steps
     from synth.language import parse_program
@@ -155,9 +155,9 @@ def _program(fields: Fields, entry, where: str, names, sizes, groups, collective
     entry = fields.obj(entry, where)
     text = fields.text(fields.get(entry, "program", where), f"{where}.program")
     try:
-        steps = program_steps(names, sizes, groups, collective, parse_program(text))
+        steps = program_steps(names, sizes, groups, goal, parse_program(text))
     except InvalidProgramError as error:
-        fields.fail(f"{where}.program", f"{_echo(text)} is not a valid {collective} program on the hierarchy "
+        fields.fail(f"{where}.program", f"{_echo(text)} is not a valid {goal} program on the hierarchy "
                                         f"{dict(zip(names, sizes))}: {' '.join(str(error).split())[:160]}")
     except UsageError as error:  # does not parse, or names a level the hierarchy lacks
         fields.fail(f"{where}.program", f"{_echo(text)} is not a program here: {' '.join(str(error).split())[:160]}")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from synth.errors import PlanFileError, UsageError
 from synth.export.plan import Plan
+from synth.goals import Goal
 from synth.torch.plan_document import FIX, SizeRange, read_document
 
 FORMAT = "synth-reduction"
@@ -60,9 +61,14 @@ class ReductionPlan:
             raise UsageError("a reduction plan's programs must compute the same collective (one plan per goal)")
 
     @property
-    def collective(self) -> str:
-        """The goal every program of the plan computes (synth/goals.py): allreduce, reducescatter, ..."""
+    def goal(self) -> Goal:
+        """The goal every program of the plan computes (synth/goals.py)."""
         return self.plan.programs[0].goal
+
+    @property
+    def collective(self) -> str:
+        """The name of the plan's goal: allreduce, reducescatter, ..."""
+        return self.goal.name
 
     @property
     def world_size(self) -> int:
@@ -147,7 +153,7 @@ def plan_programs(hierarchy, programs, ranges: tuple[SizeRange, ...] | None = No
     from synth.goals import parse_goal
     from synth.language import Program, parse_program
 
-    goal = parse_goal(collective).name
+    goal = parse_goal(collective)
     parsed = [program if isinstance(program, Program) else parse_program(program) for program in programs]
     plan = build_plan(PlanEntry(hierarchy, program, goal=goal) for program in parsed)
     return ReductionPlan(plan, tuple(tuple(map(int, g)) for g in hierarchy.groups), ranges or (SizeRange(0, 0),),

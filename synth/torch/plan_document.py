@@ -20,6 +20,7 @@ from math import prod
 from synth.errors import PlanFileError, UsageError
 from synth.export.plan import CommunicatorSet, Plan, PlanStep, ProgramPlan, RankCall, call_buffers
 from synth.export.plan_proof import is_permutation, prove_plan
+from synth.goals import DEFAULT_GOAL, GOALS, Goal
 
 
 
@@ -35,7 +36,6 @@ FIX = "write it again with ReductionPlan.save or as synth export's JSON format"
 MAX_RANKS = 2**24  # far beyond any job; bounds what a damaged count could make us allocate
 MAX_BYTES = 2**60
 COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast", "AllToAll")
-GOALS = ("allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "reduce")
 
 
 class Fields:
@@ -98,6 +98,10 @@ class Fields:
             self.fail(where, f"is {_echo(value)}, not one of {', '.join(choices)}")
         return value
 
+    def goal(self, value, where: str, goals: dict[str, Goal] = GOALS) -> Goal:
+        """The goal of `goals` (synth/goals.py) the file names, parsed here, at the file's edge."""
+        return goals[self.choice(value, where, tuple(goals))]
+
 
 def _echo(value) -> str:
     """A short, safe rendering: no repr of a deep list or of a number of thousands of digits."""
@@ -149,7 +153,7 @@ def _saved(fields: Fields, document: dict):
         where = f"programs[{index}]"
         program = fields.obj(program, where)
         chunks = fields.integer(fields.get(program, "chunks", where), f"{where}.chunks", 2, world)
-        goal = fields.choice(fields.get(program, "goal", where, "allreduce"), f"{where}.goal", GOALS)
+        goal = fields.goal(fields.get(program, "goal", where, DEFAULT_GOAL), f"{where}.goal")
         steps = []
         for number, step in enumerate(fields.array(fields.get(program, "steps", where), f"{where}.steps", least=1)):
             at = f"{where}.steps[{number}]"
@@ -226,7 +230,7 @@ def _export(fields: Fields, document: dict):
     for index, program in enumerate(fields.array(fields.get(document, "programs", ""), "programs", least=1)):
         where = f"programs[{index}]"
         program = fields.obj(program, where)
-        goal = fields.choice(fields.get(program, "collective", where, "allreduce"), f"{where}.collective", GOALS)
+        goal = fields.goal(fields.get(program, "collective", where, DEFAULT_GOAL), f"{where}.collective")
         steps = []
         for number, step in enumerate(fields.array(fields.get(program, "steps", where), f"{where}.steps", least=1)):
             at = f"{where}.steps[{number}]"

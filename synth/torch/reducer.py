@@ -46,12 +46,16 @@ import torch
 import torch.distributed as dist
 
 from synth.export.torch_runtime import Communicators, run_program
+from synth.goals import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 from synth.torch import agreement
 from synth.torch.attach import called_by_fsdp, guard_fsdp_hooks, hand_set_hook_error
 from synth.torch.errors import ReducerSetupError
 from synth.torch.plan import ReductionPlan
 
 OPS = ("sum", "avg")
+# The class of synth.torch.collectives that runs a plan of each goal other than all-reduce.
+RUNS = {REDUCE_SCATTER: "HierarchicalReduceScatter", ALL_GATHER: "HierarchicalAllGather",
+        ALL_TO_ALL: "HierarchicalAllToAll"}
 
 
 def _stop_worker(work: queue.Queue, worker: threading.Thread, timeout: timedelta | None) -> None:
@@ -153,10 +157,8 @@ class HierarchicalReducer:
             raise RuntimeError("HierarchicalReducer needs torch.distributed: call init_process_group first")
         if op not in OPS:
             raise ValueError(f"op {op!r}: choose one of {', '.join(OPS)}")
-        if plan.collective != "allreduce":
-            classes = {"reducescatter": "HierarchicalReduceScatter", "allgather": "HierarchicalAllGather",
-                       "alltoall": "HierarchicalAllToAll"}
-            use = classes.get(plan.collective)
+        if not plan.goal.is_all_reduce:
+            use = RUNS.get(plan.goal)
             raise ReducerSetupError(f"the plan's programs compute collective {plan.collective}, not an all-reduce: "
                                     + (f"run it with synth.torch.{use}" if use else "plan an all-reduce"))
         self.plan = plan
