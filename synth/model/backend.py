@@ -107,7 +107,7 @@ class Layout:
 def _distinct_rows(rows: np.ndarray) -> int:
     if rows.shape[1] == 0:
         return 1 if len(rows) else 0
-    return len(np.unique(rows, axis=0))
+    return len(set(map(tuple, rows.tolist())))  # (np.unique would import numpy.ma)
 
 
 class FlowArrays(Sequence):
@@ -235,7 +235,8 @@ def call_layout(coords: np.ndarray, level_latencies) -> Layout:
     for index, row in enumerate(coords[:, :-1].tolist()):
         nodes.setdefault(tuple(row), []).append(index)
     latency_of_level = np.asarray(level_latencies, dtype=float)
-    spanned = [l for l in range(coords.shape[1]) if len(np.unique(coords[:, l])) > 1]
+    # a level is spanned when its coordinate varies (np.unique's count would import numpy.ma)
+    spanned = [l for l in range(coords.shape[1]) if len(coords) and coords[:, l].min() != coords[:, l].max()]
     outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
     return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), outer, float(latency_of_level[-1]),
                   coords, latency_of_level)
