@@ -23,6 +23,9 @@ estimates (synth/model/estimate.py). A backend answers questions about one call,
   be negative: the flows then need longer than the backend's own time (links the backend's
   own model does not see, such as a fabric or a rack's uplinks), and they bind even alone.
   0 when the backend has no such method.
+* optionally `least_alone_s(call, call_bytes)`: the least `alone_s` gives any candidate at the
+  one size in `call_bytes`, when the backend knows it without building the plans (None when
+  it does not): the search's bounds ask it of every call site, and most are never costed.
 
 A step then costs, per size, with a_i, f_i and h_i the chosen candidate's own time, flow
 time and headroom for each call i, and F the flows of all reduction groups' calls of the
