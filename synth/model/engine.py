@@ -283,7 +283,7 @@ class CostEngine:
         shape_ids, by_id = self._shape_ids, self._shape_by_id
         for unseen in by_size.values():
             coords = self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]]
-            if len(unseen) == 1:  # one call: the plain relabelling is quicker than the sorts
+            if len(unseen) == 1 and len(unseen[0]) <= 64:  # one small call: the plain relabelling is quicker
                 labels = np.array(canonical_coords(coords[0]), dtype=np.int64).reshape(coords.shape)
             else:
                 labels = canonical_labels(coords)
@@ -641,7 +641,7 @@ def canonical_devices(context: CostContext) -> np.ndarray:
     in order of first appearance: an isomorphic copy of the same groups on the same network."""
     network = context.network
     coords = network.coords[context.devices.reshape(-1)]
-    relabelled = np.array(canonical_coords(coords), dtype=np.int64).reshape(coords.shape)
+    relabelled = canonical_labels(coords[None])[0]  # canonical_coords, vectorized (thousands of devices)
     return np.ravel_multi_index(tuple(relabelled.T), network.sizes).reshape(context.devices.shape)
 
 
