@@ -234,15 +234,31 @@ def call_layout(coords: np.ndarray, level_latencies) -> Layout:
     """The shape of one call whose members sit at `coords` ([member, level]), with the given
     latency per level: nodes, hop latencies, and the outermost and innermost latencies."""
     coords = np.asarray(coords)
-    nodes: dict[tuple, list[int]] = {}
-    for index, row in enumerate(coords[:, :-1].tolist()):
-        nodes.setdefault(tuple(row), []).append(index)
     latency_of_level = np.asarray(level_latencies, dtype=float)
     # a level is spanned when its coordinate varies (np.unique's count would import numpy.ma)
     spanned = [l for l in range(coords.shape[1]) if len(coords) and coords[:, l].min() != coords[:, l].max()]
     outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
-    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), outer, float(latency_of_level[-1]),
-                  coords, latency_of_level)
+    return Layout(len(coords), _nodes(coords), outer, float(latency_of_level[-1]), coords, latency_of_level)
+
+
+def _nodes(coords: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """The member indices of each node (members alike in every coordinate but the last), nodes
+    in order of first appearance, members in order: by sorts, not a dictionary per member (a
+    call may have thousands)."""
+    count = len(coords)
+    if count == 0:
+        return ()
+    prefix = coords[:, :-1]
+    if prefix.shape[1] == 0:
+        return (tuple(range(count)),)
+    keys = np.ravel_multi_index(tuple(prefix.T), tuple(int(size) for size in prefix.max(axis=0) + 1))
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    appearance = np.empty(len(first), dtype=np.int64)
+    appearance[np.argsort(first, kind="stable")] = np.arange(len(first))
+    node = appearance[inverse.reshape(-1)]
+    members = np.argsort(node, kind="stable")
+    bounds = np.cumsum(np.bincount(node, minlength=len(first)))[:-1]
+    return tuple(tuple(part.tolist()) for part in np.split(members, bounds.tolist()))
 
 
 @dataclass(frozen=True)

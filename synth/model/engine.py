@@ -498,6 +498,8 @@ class CostEngine:
         devices = self.devices
         src = devices[:, members[:, src_local]]  # [group, call, flow]
         dst = devices[:, members[:, dst_local]]
+        if len(devices) == 1:  # one group: its flows are all the flows (the caller reads no second copy)
+            return src.ravel(), dst.ravel(), (weight[None, :] * scale).ravel(), None, None, None
         nbytes = (np.tile(weight, len(devices))[None, :] * scale).ravel()
         return (src.transpose(1, 0, 2).ravel(), dst.transpose(1, 0, 2).ravel(), nbytes,
                 src[0].ravel(), dst[0].ravel(), (weight[None, :] * scale).ravel())
