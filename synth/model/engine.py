@@ -409,11 +409,11 @@ class CostEngine:
         if found is not None:
             return found
         known = self._step_calls.get(step) or self._known_step(step)
-        calls, weights = known.calls, known.weights
         runs = _runs(known.site_ids, choices)
         # per run of calls at one site with one choice (start -> what each of its calls runs)
-        plans = {start: calls[start].plans[choices[start]] for start, _ in runs}
-        phase_latencies = {start: calls[start].shared.latencies[choices[start]] for start, _ in runs}
+        shared = {start: known.call(start).shared for start, _ in runs}
+        plans = {start: shared[start].plans[choices[start]] for start, _ in runs}
+        phase_latencies = {start: shared[start].latencies[choices[start]] for start, _ in runs}
         largest = step.largest
         network = self.context.network_of(step.collective)
         capacity = network.capacity
@@ -449,7 +449,7 @@ class CostEngine:
             dst0 = np.concatenate([part[4] for part in parts])
             nbytes0 = np.concatenate([part[5] for part in parts])
             chain_drains.append(float((network.loads(src0, dst0, nbytes0) / capacity).max()) if len(src0) else 0.0)
-        chosen_latency = [float(calls[start].shared.latency[choices[start]]) for start, _ in runs]
+        chosen_latency = [float(shared[start].latency[choices[start]]) for start, _ in runs]
         launch = self.backend.launch_s
         regime = StepRegime(
             algorithm="+".join(sorted({plan.algorithm for plan in plans.values()})),
@@ -536,9 +536,9 @@ class CostEngine:
         choose), the step's residual per size and its costliest call's own time alone (both
         None for a flow backend)."""
         known = self._step_calls.get(step) or self._known_step(step)
-        calls, chunks = known.calls, step.chunks
+        chunks = step.chunks
         # one answer per distinct (site, chunks), in order of first appearance
-        answers = [self._call_choices(calls[first], chunks[first], sizes) for first in known.firsts]
+        answers = [self._call_choices(known.call(first), chunks[first], sizes) for first in known.firsts]
         residual = alone = None
         for _, extra, own in answers:
             if extra is not None:
@@ -550,21 +550,25 @@ class CostEngine:
     def _known_step(self, step: StepCalls) -> _KnownStep:
         """What a step's costs need of its calls, once per step."""
         self._shape_calls(step.calls)
-        call, collective = self.call, step.collective
-        calls = tuple(call(collective, members) for members in step.calls)
+        call, collective, shapes = self.call, step.collective, self._shapes
+        site_of_shape: dict[int, int] = {}  # the calls of one shape sit at one site: asked once per shape
         distinct: dict[tuple[int, int], int] = {}
-        firsts = []
-        kinds = []
-        for index, (found, chunks) in enumerate(zip(calls, step.chunks)):
-            kind = distinct.setdefault((found.site_id, chunks), len(distinct))
+        site_ids, firsts, kinds = [], [], []
+        for index, (members, chunks) in enumerate(zip(step.calls, step.chunks)):
+            shape_id = shapes[members]
+            site_id = site_of_shape.get(shape_id)
+            if site_id is None:
+                site_id = site_of_shape[shape_id] = call(collective, members).site_id
+            kind = distinct.setdefault((site_id, chunks), len(distinct))
             if kind == len(firsts):
                 firsts.append(index)
             kinds.append(kind)
+            site_ids.append(site_id)
         largest = step.largest
         known = self._step_calls[step] = _KnownStep(
-            step, calls, np.array(kinds, dtype=np.int64), tuple(firsts),
-            any(len(found.plans) > 1 for found in calls), np.array([found.site_id for found in calls], dtype=np.int64),
-            [part / largest for part in step.chunks])
+            step, call, np.array(kinds, dtype=np.int64), tuple(firsts),
+            any(len(call(collective, step.calls[first]).plans) > 1 for first in firsts),
+            np.array(site_ids, dtype=np.int64), [part / largest for part in step.chunks])
         return known
 
     def _combine(self, steps, sizes, regime, residual, alone) -> StepFigures:
@@ -605,17 +609,22 @@ class CostEngine:
 
 
 class _KnownStep:
-    """A step's calls and what its regimes read of them, kept per step: each call's kind (the
-    index of its (site, chunks) among the step's distinct ones), each kind's first call,
-    whether any call has a choice to make, each call's site and its chunks over the largest."""
+    """What a step's regimes read of its calls, kept per step: each call's kind (the index of
+    its (site, chunks) among the step's distinct ones), each kind's first call, whether any
+    call has a choice to make, each call's site and its chunks over the largest. A call's own
+    record is made when asked (`call`): a regime reads one per run of calls at one site."""
 
-    __slots__ = ("step", "calls", "kinds", "firsts", "varied", "site_ids", "weights", "_members")
+    __slots__ = ("step", "_engine_call", "kinds", "firsts", "varied", "site_ids", "weights", "_members")
 
-    def __init__(self, step: StepCalls, calls: tuple[_Call, ...], kinds: np.ndarray, firsts: tuple[int, ...],
+    def __init__(self, step: StepCalls, engine_call, kinds: np.ndarray, firsts: tuple[int, ...],
                  varied: bool, site_ids: np.ndarray, weights: list[float]):
-        self.step, self.calls, self.kinds, self.firsts = step, calls, kinds, firsts
+        self.step, self._engine_call, self.kinds, self.firsts = step, engine_call, kinds, firsts
         self.varied, self.site_ids, self.weights = varied, site_ids, weights
         self._members: dict[int, np.ndarray] = {}  # member count -> [call, member] of the calls of that many
+
+    def call(self, index: int) -> _Call:
+        """The step's call `index` (CostEngine.call)."""
+        return self._engine_call(self.step.collective, self.step.calls[index])
 
     def members(self, start: int, stop: int) -> np.ndarray:
         """[call, member] ranks of calls[start:stop] (one site: one member count), converted
