@@ -365,35 +365,29 @@ class CompletionBound:
         blocked_when_empty = not kind.idle  # a step every member takes part in needs them all to hold data
         if combine is None:  # a Permute: ranges keep their lengths, nothing is summed
             return lambda a: (0, a, finishing(kind, a, full))
-        if combine is Combine.SUM:
+        if combine is Combine.SUM:  # `need` falls by the growth; the ranges as the delivery leaves them
             if delivery is Delivery.EVERY:
-                def move(a):
-                    lo, short, hi, need, empty = a
-                    if empty and blocked_when_empty:
-                        return None
-                    left = need - growth
-                    return lo, new(Abstract, (lo, short, hi, left if left > 0 else 0, empty)), finishing(kind, a, full)
-            elif delivery is Delivery.BLOCKS:
-                def move(a):
-                    lo, short, hi, need, empty = a
-                    if empty and blocked_when_empty:
-                        return None
-                    left = need - growth
-                    left = left if left > 0 else 0
-                    if blocked_when_empty:
-                        after = (max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty)
-                    else:
-                        after = (max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty)
-                    return lo, new(Abstract, after), finishing(kind, a, full)
-            elif delivery is Delivery.ROOT:
-                def move(a):
-                    lo, short, hi, need, empty = a
-                    if empty and blocked_when_empty:
-                        return None
-                    left = need - growth
-                    return lo, new(Abstract, (lo, hi, hi, left if left > 0 else 0, True)), finishing(kind, a, full)
+                def successor(lo, short, hi, left, empty):
+                    return lo, short, hi, left, empty
+            elif delivery is Delivery.BLOCKS and blocked_when_empty:
+                def successor(lo, short, hi, left, empty):
+                    return max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty
+            elif delivery is Delivery.BLOCKS:  # idle members keep their own ranges
+                def successor(lo, short, hi, left, empty):
+                    return max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty
+            elif delivery is Delivery.ROOT:  # the non-roots are emptied
+                def successor(lo, short, hi, left, empty):
+                    return lo, hi, hi, left, True
             else:
                 raise UnknownStepKindError(f"no rule for a sum with {delivery.value} delivery")
+
+            def move(a):
+                lo, short, hi, need, empty = a
+                if empty and blocked_when_empty:
+                    return None
+                left = need - growth
+                after = successor(lo, short, hi, left if left > 0 else 0, empty)
+                return lo, new(Abstract, after), finishing(kind, a, full)
             return move
         if combine is Combine.JOIN:
             def move(a):
