@@ -287,6 +287,11 @@ class CallSite:
             found = self.__dict__["_hash"] = hash((self.collective, self.coords, self.levels, self.nccl))
         return found
 
+    def __getstate__(self) -> dict:
+        """Pickled without the kept hash (a string's hash differs from process to process) or the
+        cached layout (rebuilt when asked)."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("_hash", "layout")}
+
     @property
     def size(self) -> int:
         return len(self.coords)
