@@ -6,6 +6,10 @@ protocol hold it back; the time of a call alone never decreases with its bytes."
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,6 +25,7 @@ from synth.model.cost import baseline_program
 from synth.model.nccl import PAYLOAD
 from synth.model.nccl.backend import NCCL_MEASURED, envelope, shape_of
 from synth.model.nccl.hardware import estimate_group
+from synth.model.network import network_for
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.search import enumerate_programs
 from synth.topology import Figure
@@ -198,3 +203,20 @@ def test_the_lower_bound_holds_for_nvls_whose_switch_reduces():
         assert rows[0].bound_ratio >= 1 and all(row.bound_ratio >= 1 for row in rows)
     line = bound_line(context)
     assert line.seconds_per_byte == pytest.approx(1 / topology.levels[0].bandwidth.value, rel=1e-12)
+
+
+def test_a_pickled_call_site_hashes_as_one_built_in_the_process_that_reads_it():
+    """Sites key the plan caches and keep their hash; a string's hash differs from process to
+    process (PYTHONHASHSEED), so a site sent to a worker (ray, dask) must not carry its old one."""
+    topology = load_topology("dgx-h100-2x8x8")
+    site = CallSite("AllReduce", canonical_coords(network_for(topology).coords[:16]), topology.levels, topology.nccl)
+    hash(site)  # kept on the object
+    script = ("import pickle, sys\n"
+              "from synth.model.backend import CallSite\n"
+              "site = pickle.loads(sys.stdin.buffer.read())\n"
+              "fresh = CallSite(site.collective, site.coords, site.levels, site.nccl)\n"
+              "print(hash(site) == hash(fresh) and site == fresh and {site: 1}.get(fresh) == 1)\n")
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(site), capture_output=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}, check=True)
+        assert out.stdout.decode().strip() == "True"

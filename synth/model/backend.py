@@ -23,6 +23,9 @@ estimates (synth/model/estimate.py). A backend answers questions about one call,
   be negative: the flows then need longer than the backend's own time (links the backend's
   own model does not see, such as a fabric or a rack's uplinks), and they bind even alone.
   0 when the backend has no such method.
+* optionally `least_alone_s(call, call_bytes)`: the least `alone_s` gives any candidate at the
+  one size in `call_bytes`, when the backend knows it without building the plans (None when
+  it does not): the search's bounds ask it of every call site, and most are never costed.
 
 A step then costs, per size, with a_i, f_i and h_i the chosen candidate's own time, flow
 time and headroom for each call i, and F the flows of all reduction groups' calls of the
@@ -107,7 +110,7 @@ class Layout:
 def _distinct_rows(rows: np.ndarray) -> int:
     if rows.shape[1] == 0:
         return 1 if len(rows) else 0
-    return len(np.unique(rows, axis=0))
+    return len(set(map(tuple, rows.tolist())))  # (np.unique would import numpy.ma)
 
 
 class FlowArrays(Sequence):
@@ -231,14 +234,31 @@ def call_layout(coords: np.ndarray, level_latencies) -> Layout:
     """The shape of one call whose members sit at `coords` ([member, level]), with the given
     latency per level: nodes, hop latencies, and the outermost and innermost latencies."""
     coords = np.asarray(coords)
-    nodes: dict[tuple, list[int]] = {}
-    for index, row in enumerate(coords[:, :-1].tolist()):
-        nodes.setdefault(tuple(row), []).append(index)
     latency_of_level = np.asarray(level_latencies, dtype=float)
-    spanned = [l for l in range(coords.shape[1]) if len(np.unique(coords[:, l])) > 1]
+    # a level is spanned when its coordinate varies (np.unique's count would import numpy.ma)
+    spanned = [l for l in range(coords.shape[1]) if len(coords) and coords[:, l].min() != coords[:, l].max()]
     outer = float(latency_of_level[spanned[0]]) if spanned else 0.0
-    return Layout(len(coords), tuple(tuple(n) for n in nodes.values()), outer, float(latency_of_level[-1]),
-                  coords, latency_of_level)
+    return Layout(len(coords), _nodes(coords), outer, float(latency_of_level[-1]), coords, latency_of_level)
+
+
+def _nodes(coords: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """The member indices of each node (members alike in every coordinate but the last), nodes
+    in order of first appearance, members in order: by sorts, not a dictionary per member (a
+    call may have thousands)."""
+    count = len(coords)
+    if count == 0:
+        return ()
+    prefix = coords[:, :-1]
+    if prefix.shape[1] == 0:
+        return (tuple(range(count)),)
+    keys = np.ravel_multi_index(tuple(prefix.T), tuple(int(size) for size in prefix.max(axis=0) + 1))
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    appearance = np.empty(len(first), dtype=np.int64)
+    appearance[np.argsort(first, kind="stable")] = np.arange(len(first))
+    node = appearance[inverse.reshape(-1)]
+    members = np.argsort(node, kind="stable")
+    bounds = np.cumsum(np.bincount(node, minlength=len(first)))[:-1]
+    return tuple(tuple(part.tolist()) for part in np.split(members, bounds.tolist()))
 
 
 @dataclass(frozen=True)
@@ -266,6 +286,11 @@ class CallSite:
         if found is None:
             found = self.__dict__["_hash"] = hash((self.collective, self.coords, self.levels, self.nccl))
         return found
+
+    def __getstate__(self) -> dict:
+        """Pickled without the kept hash (a string's hash differs from process to process) or the
+        cached layout (rebuilt when asked)."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("_hash", "layout")}
 
     @property
     def size(self) -> int:

@@ -120,7 +120,7 @@ def required_bytes(context: CostContext, level: int) -> float:
     unit_ids = np.ravel_multi_index(tuple(np.moveaxis(coords[:, :, : level + 1], -1, 0)), sizes)
     total, crossing = 0.0, np.zeros(int(np.prod(sizes)), dtype=np.int64)
     for row in unit_ids:
-        met = np.unique(row)
+        met = np.flatnonzero(np.bincount(row, minlength=len(crossing)))  # units met (np.unique imports numpy.ma)
         if len(met) >= 2:
             total += 2 * (len(met) - 1)
             crossing[met] += 1

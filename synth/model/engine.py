@@ -61,6 +61,18 @@ class StepCalls:
     def largest(self) -> int:
         return max(self.chunks)
 
+    def __hash__(self) -> int:
+        """Hashed once (a step keys several caches, and its thousands of member tuples make a
+        deep hash)."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = hash((self.collective, self.calls, self.chunks))
+        return found
+
+    def __getstate__(self) -> dict:
+        """Pickled without the kept hash: a string's hash differs from process to process."""
+        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
+
 
 def step_calls(lowered: LoweredStep) -> StepCalls:
     """A lowered step's calls, sorted by members (the engine's canonical order)."""
@@ -144,12 +156,18 @@ class _SiteCosts:
     per_byte: np.ndarray  # [candidate] alone seconds per byte of B
 
 
-@dataclass(frozen=True, eq=False)
 class _Call:
-    site: CallSite
-    site_id: int  # the engine's number for the site (hashing a site is slow)
-    shared: _SiteCosts
-    site_members: tuple[int, ...]  # the call's member ranks, as the tuple it was asked with
+    """One call of a step: its site and what every call there shares (a plain class with
+    slots: a step makes thousands, and a frozen dataclass's construction cost more than the
+    lookups around it)."""
+
+    __slots__ = ("site", "site_id", "shared", "site_members")
+
+    def __init__(self, site: CallSite, site_id: int, shared: _SiteCosts, site_members: tuple[int, ...]):
+        self.site = site
+        self.site_id = site_id  # the engine's number for the site (hashing a site is slow)
+        self.shared = shared
+        self.site_members = site_members  # the call's member ranks, as the tuple it was asked with
 
     @property
     def members(self) -> np.ndarray:
@@ -237,7 +255,7 @@ class CostEngine:
         self._choices: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
         self._site_ids: dict[CallSite, int] = {}
         self._site_costs: dict[int, _SiteCosts] = {}
-        self._step_calls: dict[StepCalls, tuple[tuple[_Call, ...], tuple[int, ...], bool]] = {}
+        self._step_calls: dict[StepCalls, _KnownStep] = {}
         self._shapes: dict[tuple[int, ...], int] = {}  # members -> number of their canonical coordinates
         self._shape_ids: dict[bytes, int] = {}  # canonical coordinates' bytes -> their number
         self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
@@ -265,7 +283,7 @@ class CostEngine:
         shape_ids, by_id = self._shape_ids, self._shape_by_id
         for unseen in by_size.values():
             coords = self.network.coords[self.devices[0, np.array(unseen, dtype=np.int64)]]
-            if len(unseen) == 1:  # one call: the plain relabelling is quicker than the sorts
+            if len(unseen) == 1 and len(unseen[0]) <= 64:  # one small call: the plain relabelling is quicker
                 labels = np.array(canonical_coords(coords[0]), dtype=np.int64).reshape(coords.shape)
             else:
                 labels = canonical_labels(coords)
@@ -277,11 +295,8 @@ class CostEngine:
                     by_id.append(shape)
                 self._shapes[members] = shape_id
 
-    def call(self, collective: str, members: tuple[int, ...]) -> _Call:
-        key = (collective, members)
-        found = self._calls.get(key)
-        if found is not None:
-            return found
+    def _site(self, collective: str, members: tuple[int, ...]) -> tuple[CallSite, int]:
+        """The call's site and the engine's number for it (nothing costed yet)."""
         shape_id = self._shape_id(members)
         found_site = self._site_of_shape.get((collective, shape_id))
         if found_site is None:  # hashing a site (every member's coordinates) is slow: once per shape
@@ -289,7 +304,14 @@ class CostEngine:
             site = CallSite(collective, shape, self.context.levels_of(collective), self.context.topology.nccl)
             found_site = self._site_of_shape[collective, shape_id] = (
                 site, self._site_ids.setdefault(site, len(self._site_ids)))
-        site, site_id = found_site
+        return found_site
+
+    def call(self, collective: str, members: tuple[int, ...]) -> _Call:
+        key = (collective, members)
+        found = self._calls.get(key)
+        if found is not None:
+            return found
+        site, site_id = self._site(collective, members)
         shared = self._site_costs.get(site_id)
         if shared is None:
             shared = self._site_costs[site_id] = self._site_figures(collective, site,
@@ -367,11 +389,15 @@ class CostEngine:
         each call's time alone, and a call of more bytes is never faster alone)."""
         sizes = np.array([size], dtype=np.int64)
         least = 0.0
+        least_alone = getattr(self.backend, "least_alone_s", None)
         for members in calls:
-            call = self.call(collective, members)
             call_bytes = sizes / self.group_size
-            flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]
-            least = max(least, float(self.backend.alone_s(call.site, call.plans, call_bytes, flow).min()))
+            found = None if least_alone is None else least_alone(self._site(collective, members)[0], call_bytes)
+            if found is None:  # the backend's own estimate over the call's plans
+                call = self.call(collective, members)
+                flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]
+                found = float(self.backend.alone_s(call.site, call.plans, call_bytes, flow).min())
+            least = max(least, found)
         return self.backend.launch_s + least
 
     # --- one step, choices fixed -----------------------------------------------------------------
@@ -382,31 +408,31 @@ class CostEngine:
         found = self._regime_ids.get(key)
         if found is not None:
             return found
-        known = self._step_calls.get(step)
-        calls = known[0] if known is not None else [self.call(step.collective, members) for members in step.calls]
-        plans = [call.plans[c] for call, c in zip(calls, choices)]
-        phase_latencies = [call.shared.latencies[c] for call, c in zip(calls, choices)]
+        known = self._step_calls.get(step) or self._known_step(step)
+        runs = _runs(known.site_ids, choices)
+        # per run of calls at one site with one choice (start -> what each of its calls runs)
+        shared = {start: known.call(start).shared for start, _ in runs}
+        plans = {start: shared[start].plans[choices[start]] for start, _ in runs}
+        phase_latencies = {start: shared[start].latencies[choices[start]] for start, _ in runs}
         largest = step.largest
-        weights = [part / largest for part in step.chunks]
-        runs = _runs(calls, choices)
         network = self.context.network_of(step.collective)
         capacity = network.capacity
         latencies, drains, links, chain_drains = [], [], [], []
         link_s = np.zeros(len(capacity))
         one_group = len(self.devices) == 1
-        for phase in range(max(len(p) for p in phase_latencies)):
+        for phase in range(max(len(p) for p in phase_latencies.values())):
             in_phase = [(start, stop) for start, stop in runs if phase < len(phase_latencies[start])]
-            pairs = self._pair_loads(network, calls, plans, weights, in_phase, phase)
+            pairs = self._pair_loads(network, known, plans, in_phase, phase)
             if pairs is not None:
                 seconds = pairs[0] / capacity
                 busiest = int(np.argmax(seconds))
                 drains.append(float(seconds[busiest]))
                 links.append(busiest if seconds[busiest] > 0 else NO_LINK)
                 link_s += seconds
-                latencies.append(max(p[phase] for p in phase_latencies if phase < len(p)))
+                latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
                 chain_drains.append(float(seconds.max()) if one_group else float((pairs[1] / capacity).max()))
                 continue
-            parts = [self._run_flows(calls, plans, weights, start, stop, phase) for start, stop in in_phase]
+            parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in in_phase]
             src = np.concatenate([part[0] for part in parts])
             dst = np.concatenate([part[1] for part in parts])
             nbytes = np.concatenate([part[2] for part in parts])
@@ -415,7 +441,7 @@ class CostEngine:
             drains.append(float(seconds[busiest]))
             links.append(busiest if seconds[busiest] > 0 else NO_LINK)
             link_s += seconds
-            latencies.append(max(p[phase] for p in phase_latencies if phase < len(p)))
+            latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
             if one_group:  # one group: its calls alone are all the flows
                 chain_drains.append(float(seconds.max()) if len(src) else 0.0)
                 continue
@@ -423,18 +449,18 @@ class CostEngine:
             dst0 = np.concatenate([part[4] for part in parts])
             nbytes0 = np.concatenate([part[5] for part in parts])
             chain_drains.append(float((network.loads(src0, dst0, nbytes0) / capacity).max()) if len(src0) else 0.0)
-        chosen_latency = [float(call.shared.latency[c]) for call, c in zip(calls, choices)]
+        chosen_latency = [float(shared[start].latency[choices[start]]) for start, _ in runs]
         launch = self.backend.launch_s
         regime = StepRegime(
-            algorithm="+".join(sorted({plan.algorithm for plan in plans})),
+            algorithm="+".join(sorted({plan.algorithm for plan in plans.values()})),
             latency_s=launch + sum(latencies), drain_s=tuple(drains), links=tuple(links),
             chain_latency_s=launch + max(chosen_latency), chain_drain_s=tuple(chain_drains),
-            extra_memory=max(plan.extra_memory for plan in plans), link_s=link_s * (largest / self.group_size))
+            extra_memory=max(plan.extra_memory for plan in plans.values()), link_s=link_s * (largest / self.group_size))
         self.regimes.append(regime)
         self._regime_ids[key] = len(self.regimes) - 1
         return len(self.regimes) - 1
 
-    def _pair_loads(self, network, calls, plans, weights, runs, phase: int):
+    def _pair_loads(self, network, known: _KnownStep, plans, runs, phase: int):
         """(every group's, group 0's) link loads of a phase whose runs are all pairwise flows
         of one member count and node layout, priced per class of equal flows; None otherwise
         (or where Network.pair_loads declines), for the flows one by one."""
@@ -443,7 +469,8 @@ class CostEngine:
             return None
         if len({(local.flows.k, local.flows.node) for local in found}) != 1:
             return None
-        members = np.concatenate([_members(calls, start, stop) for start, stop in runs])
+        members = np.concatenate([known.members(start, stop) for start, stop in runs])
+        weights = known.weights
         inter, intra = [], []
         for local, (start, stop) in zip(found, runs):
             across, within = local.weights()
@@ -461,16 +488,18 @@ class CostEngine:
         alone = network.pair_loads(self.devices[0, members], node, inter, intra)
         return None if alone is None else (every, alone)
 
-    def _run_flows(self, calls, plans, weights, start: int, stop: int, phase: int):
+    def _run_flows(self, known: _KnownStep, plans, start: int, stop: int, phase: int):
         """The flows of calls[start:stop] (one site, one plan) in one phase, in call order and,
         within a call, group by group: (src, dst, bytes per byte of B_max) on every group's
         devices, then the same on group 0's alone. One gather for the whole run."""
         src_local, dst_local, weight = _flow_arrays(_local_flows(plans[start])[phase])
-        members = _members(calls, start, stop)  # [call, member]
-        scale = np.array(weights[start:stop])[:, None]
+        members = known.members(start, stop)  # [call, member]
+        scale = np.array(known.weights[start:stop])[:, None]
         devices = self.devices
         src = devices[:, members[:, src_local]]  # [group, call, flow]
         dst = devices[:, members[:, dst_local]]
+        if len(devices) == 1:  # one group: its flows are all the flows (the caller reads no second copy)
+            return src.ravel(), dst.ravel(), (weight[None, :] * scale).ravel(), None, None, None
         nbytes = (np.tile(weight, len(devices))[None, :] * scale).ravel()
         return (src.transpose(1, 0, 2).ravel(), dst.transpose(1, 0, 2).ravel(), nbytes,
                 src[0].ravel(), dst[0].ravel(), (weight[None, :] * scale).ravel())
@@ -506,26 +535,41 @@ class CostEngine:
         """[call, size] candidate choices (None: every call has one candidate and nothing to
         choose), the step's residual per size and its costliest call's own time alone (both
         None for a flow backend)."""
-        found = self._step_calls.get(step)
-        if found is None:
-            self._shape_calls(step.calls)
-            calls = tuple(self.call(step.collective, members) for members in step.calls)
-            distinct: dict[tuple[int, int], int] = {}
-            kinds = tuple(distinct.setdefault((call.site_id, chunks), len(distinct))
-                          for call, chunks in zip(calls, step.chunks))
-            found = self._step_calls[step] = (calls, kinds, any(len(call.plans) > 1 for call in calls))
-        calls, kinds, varied = found
-        answers: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
-        for call, chunks, kind in zip(calls, step.chunks, kinds):
-            if kind not in answers:
-                answers[kind] = self._call_choices(call, chunks, sizes)
+        known = self._step_calls.get(step) or self._known_step(step)
+        chunks = step.chunks
+        # one answer per distinct (site, chunks), in order of first appearance
+        answers = [self._call_choices(known.call(first), chunks[first], sizes) for first in known.firsts]
         residual = alone = None
-        for _, extra, own in answers.values():
+        for _, extra, own in answers:
             if extra is not None:
                 residual = extra if residual is None else np.maximum(residual, extra)
                 alone = own if alone is None else np.maximum(alone, own)
-        columns = np.stack([answers[kind][0] for kind in kinds]) if varied else None
+        columns = np.stack([answer[0] for answer in answers])[known.kinds] if known.varied else None
         return columns, residual, alone
+
+    def _known_step(self, step: StepCalls) -> _KnownStep:
+        """What a step's costs need of its calls, once per step."""
+        self._shape_calls(step.calls)
+        call, collective, shapes = self.call, step.collective, self._shapes
+        site_of_shape: dict[int, int] = {}  # the calls of one shape sit at one site: asked once per shape
+        distinct: dict[tuple[int, int], int] = {}
+        site_ids, firsts, kinds = [], [], []
+        for index, (members, chunks) in enumerate(zip(step.calls, step.chunks)):
+            shape_id = shapes[members]
+            site_id = site_of_shape.get(shape_id)
+            if site_id is None:
+                site_id = site_of_shape[shape_id] = call(collective, members).site_id
+            kind = distinct.setdefault((site_id, chunks), len(distinct))
+            if kind == len(firsts):
+                firsts.append(index)
+            kinds.append(kind)
+            site_ids.append(site_id)
+        largest = step.largest
+        known = self._step_calls[step] = _KnownStep(
+            step, call, np.array(kinds, dtype=np.int64), tuple(firsts),
+            any(len(call(collective, step.calls[first]).plans) > 1 for first in firsts),
+            np.array(site_ids, dtype=np.int64), [part / largest for part in step.chunks])
+        return known
 
     def _combine(self, steps, sizes, regime, residual, alone) -> StepFigures:
         """Times from regimes, elementwise in a fixed order (phases in order) so every caller
@@ -564,20 +608,43 @@ class CostEngine:
         return self.network.link_name(link)
 
 
-def _members(calls, start: int, stop: int) -> np.ndarray:
-    """[call, member] ranks of calls[start:stop] (one site: one member count), from their
-    member tuples in one conversion (stacking thousands of small arrays was slower)."""
-    return np.array([call.site_members for call in calls[start:stop]], dtype=np.int64).reshape(stop - start, -1)
+class _KnownStep:
+    """What a step's regimes read of its calls, kept per step: each call's kind (the index of
+    its (site, chunks) among the step's distinct ones), each kind's first call, whether any
+    call has a choice to make, each call's site and its chunks over the largest. A call's own
+    record is made when asked (`call`): a regime reads one per run of calls at one site."""
+
+    __slots__ = ("step", "_engine_call", "kinds", "firsts", "varied", "site_ids", "weights", "_members")
+
+    def __init__(self, step: StepCalls, engine_call, kinds: np.ndarray, firsts: tuple[int, ...],
+                 varied: bool, site_ids: np.ndarray, weights: list[float]):
+        self.step, self._engine_call, self.kinds, self.firsts = step, engine_call, kinds, firsts
+        self.varied, self.site_ids, self.weights = varied, site_ids, weights
+        self._members: dict[int, np.ndarray] = {}  # member count -> [call, member] of the calls of that many
+
+    def call(self, index: int) -> _Call:
+        """The step's call `index` (CostEngine.call)."""
+        return self._engine_call(self.step.collective, self.step.calls[index])
+
+    def members(self, start: int, stop: int) -> np.ndarray:
+        """[call, member] ranks of calls[start:stop] (one site: one member count), converted
+        once per step (stacking thousands of small arrays was slower)."""
+        calls = self.step.calls
+        found = self._members.get(len(calls[start]))
+        if found is None:
+            if len({len(members) for members in calls}) == 1:
+                found = self._members[len(calls[start])] = np.array(calls, dtype=np.int64).reshape(len(calls), -1)
+            else:  # calls of several sizes: this run's alone
+                return np.array(calls[start:stop], dtype=np.int64).reshape(stop - start, -1)
+        return found[start:stop]
 
 
-def _runs(calls, choices) -> list[tuple[int, int]]:
+def _runs(site_ids: np.ndarray, choices) -> list[tuple[int, int]]:
     """[start, stop) of each run of consecutive calls at one site with one choice."""
-    runs, start = [], 0
-    for i in range(1, len(calls) + 1):
-        if i == len(calls) or calls[i].site_id != calls[start].site_id or choices[i] != choices[start]:
-            runs.append((start, i))
-            start = i
-    return runs
+    choices = np.asarray(choices, dtype=np.int64)
+    changes = np.flatnonzero((site_ids[1:] != site_ids[:-1]) | (choices[1:] != choices[:-1])) + 1
+    bounds = [0, *changes.tolist(), len(site_ids)]
+    return list(zip(bounds, bounds[1:]))
 
 
 def canonical_devices(context: CostContext) -> np.ndarray:
@@ -585,7 +652,7 @@ def canonical_devices(context: CostContext) -> np.ndarray:
     in order of first appearance: an isomorphic copy of the same groups on the same network."""
     network = context.network
     coords = network.coords[context.devices.reshape(-1)]
-    relabelled = np.array(canonical_coords(coords), dtype=np.int64).reshape(coords.shape)
+    relabelled = canonical_labels(coords[None])[0]  # canonical_coords, vectorized (thousands of devices)
     return np.ravel_multi_index(tuple(relabelled.T), network.sizes).reshape(context.devices.shape)
 
 

@@ -106,8 +106,8 @@ def _summed(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
 def _distinct_columns(loads: np.ndarray) -> np.ndarray:
     """The links that carry something, each pattern of loads once (links loaded alike by every
     step, e.g. the same link of every group, give the same sums): fewer columns, same maxima.
-    Columns are grouped by a random projection and kept whole unless every column of a group
-    equals its first exactly."""
+    Columns are grouped by a projection (weights spread like random draws) and kept whole
+    unless every column of a group equals its first exactly."""
     loads = loads[:, loads.any(axis=0)]
     if loads.shape[1] == 0:
         return np.zeros((len(loads), 1))
@@ -118,7 +118,10 @@ def _distinct_columns(loads: np.ndarray) -> np.ndarray:
     return loads
 
 
-_PROJECTION = np.random.default_rng(20261123).random(4096) + 0.5
+# The projection's weights: a Weyl sequence in [0.5, 1.5), spread like random draws without
+# importing numpy.random. Any weights give the same maxima: a group is kept as its first column
+# only when every column in it equals that column exactly.
+_PROJECTION = np.modf(np.arange(1, 4097) * 0.6180339887498949)[0] + 0.5
 
 
 @dataclass(frozen=True)

@@ -82,10 +82,7 @@ class Network:
         self.device_count = topology.device_count
         ranks = np.arange(self.device_count)
         self.coords = np.stack(np.unravel_index(ranks, self.sizes), axis=1).astype(np.int64)
-        self.links: list[Link] = []
         self._build_tables()
-        self.capacity = np.array([link.capacity for link in self.links], dtype=float)
-        self.link_names = tuple(link.name for link in self.links)
         self._pack_codes()
 
     # --- the links and the graph -----------------------------------------------------------------
@@ -116,31 +113,60 @@ class Network:
         self.up_out = np.full(shape, NO_LINK, dtype=np.int64)
         self.up_in = np.full(shape, NO_LINK, dtype=np.int64)
         self.fabric = np.full(shape, NO_LINK, dtype=np.int64)
+        # the links' capacities in blocks, their names built when first asked for (`link_names`)
+        capacities: list[np.ndarray] = []
+        self._name_blocks: list[tuple[str, int]] = []
+        first = 0
         for length, level in enumerate(levels):  # one shared medium per switch of the level
             if level.fabric is not None:
-                first = len(self.links)
-                self.links += [Link(f"{self._unit_name(prefix)} {level.name}-fabric", level.fabric.value)
-                               for prefix in self._units(length)]
+                units = int(np.prod(self.sizes[:length], dtype=np.int64))
+                capacities.append(np.full(units, level.fabric.value, dtype=float))
+                self._name_blocks.append(("fabric", length))
                 self.fabric[:, length] = first + ranks // strides[length]
+                first += units
         for length in range(1, self.depth + 1):
             level = levels[length - 1]
             if level.uplinks is not None:
-                first, capacity = len(self.links), level.uplinks.count * level.uplinks.bandwidth.value
-                for prefix in self._units(length):
-                    name = self._unit_name(prefix)
-                    self.links += [Link(f"{name} uplinks out", capacity), Link(f"{name} uplinks in", capacity)]
+                units = int(np.prod(self.sizes[:length], dtype=np.int64))
+                capacities.append(np.full(2 * units, level.uplinks.count * level.uplinks.bandwidth.value, dtype=float))
+                self._name_blocks.append(("uplinks", length))
                 self.up_out[:, length - 1] = first + 2 * (ranks // strides[length])
                 self.up_in[:, length - 1] = self.up_out[:, length - 1] + 1
-        first = len(self.links)
-        for prefix in self._units(self.depth):
-            name = self._unit_name(prefix)
-            for level in levels:
-                self.links += [Link(f"{name} {level.name}-link out", level.bandwidth.value),
-                               Link(f"{name} {level.name}-link in", level.bandwidth.value)]
+                first += 2 * units
+        per_device = np.array([level.bandwidth.value for level in levels for _ in ("out", "in")], dtype=float)
+        capacities.append(np.tile(per_device, self.device_count))
+        self._name_blocks.append(("devices", self.depth))
+        self.capacity = np.concatenate(capacities)
         self.inject[:] = first + 2 * (ranks[:, None] * self.depth + np.arange(self.depth)[None, :])
         self.eject[:] = self.inject + 1
         self.uplink_levels = tuple(l for l, level in enumerate(levels) if level.uplinks is not None)
         self.fabric_levels = tuple(l for l, level in enumerate(levels) if level.fabric is not None)
+
+    @cached_property
+    def link_names(self) -> tuple[str, ...]:
+        """Every link's name, in link order (built when first asked for: costing needs only
+        the capacities, and a system of thousands of devices has tens of thousands of links)."""
+        levels = self.topology.levels
+        names: list[str] = []
+        for kind, length in self._name_blocks:
+            if kind == "fabric":
+                level = levels[length]
+                names += [f"{self._unit_name(prefix)} {level.name}-fabric" for prefix in self._units(length)]
+            elif kind == "uplinks":
+                for prefix in self._units(length):
+                    name = self._unit_name(prefix)
+                    names += [f"{name} uplinks out", f"{name} uplinks in"]
+            else:
+                for prefix in self._units(length):
+                    name = self._unit_name(prefix)
+                    for level in levels:
+                        names += [f"{name} {level.name}-link out", f"{name} {level.name}-link in"]
+        return tuple(names)
+
+    @cached_property
+    def links(self) -> tuple[Link, ...]:
+        """Every link (name and capacity), in link order."""
+        return tuple(Link(name, float(capacity)) for name, capacity in zip(self.link_names, self.capacity.tolist()))
 
     @cached_property
     def graph(self) -> nx.DiGraph:
@@ -235,7 +261,7 @@ class Network:
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         nbytes = np.asarray(nbytes, dtype=float)
         if src.size == 0:
-            return np.zeros(len(self.links))
+            return np.zeros(len(self.capacity))
         level = self.first_difference(src, dst)
         ids = [self.inject[src, level], self.eject[dst, level]]
         weights = [nbytes, nbytes]
@@ -253,10 +279,10 @@ class Network:
         # A few flows (a step's calls at one site) take one bincount over the parts joined: the
         # same sums, without an array of every link per part.
         if sum(len(part) for part in ids) <= _JOINED_FLOWS:
-            return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.links))
-        total = np.zeros(len(self.links))
+            return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.capacity))
+        total = np.zeros(len(self.capacity))
         for part, weight in zip(ids, weights):
-            total += np.bincount(part, weights=weight, minlength=len(self.links))
+            total += np.bincount(part, weights=weight, minlength=len(self.capacity))
         return total
 
     def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
@@ -276,7 +302,7 @@ class Network:
         sets = np.asarray(sets, dtype=np.int64)
         count, k = sets.shape
         if k < 2:
-            return np.zeros(len(self.links))
+            return np.zeros(len(self.capacity))
         strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
         row = np.arange(count, dtype=np.int64)[:, None] * (self.device_count + 1)
         same = []  # [p][set, member]: members of the set sharing the member's prefix of length p
@@ -328,15 +354,15 @@ class Network:
         """Per link, `counts` addends of `weights` summed in sequence (None if a link gets two weights)."""
         used = counts > 0
         ids, counts, weights = ids[used], counts[used], weights[used]
-        total = np.bincount(ids, weights=counts, minlength=len(self.links)).astype(np.int64)
-        low = np.full(len(self.links), np.inf)
-        high = np.full(len(self.links), -np.inf)
+        total = np.bincount(ids, weights=counts, minlength=len(self.capacity)).astype(np.int64)
+        low = np.full(len(self.capacity), np.inf)
+        high = np.full(len(self.capacity), -np.inf)
         np.minimum.at(low, ids, weights)
         np.maximum.at(high, ids, weights)
         loaded = np.flatnonzero(total)
         if (low[loaded] != high[loaded]).any():
             return None
-        result = np.zeros(len(self.links))
+        result = np.zeros(len(self.capacity))
         for value in np.unique(low[loaded]):
             links = loaded[low[loaded] == value]
             result[links] = sequential_sums(float(value), total[links])

@@ -320,7 +320,8 @@ class CompletionBound:
         self._kinds = tuple(kinds)
         self._members = tuple(tuple(i for i, k in enumerate(self._kind_of) if k == kind) for kind in range(len(kinds)))
         self._step_costs: dict[tuple[int, int], float] = {}
-        self._kind_costs: dict[tuple[int, int], float] = {}
+        self._kind_costs: list[dict[int, float]] = [{} for _ in self._kinds]  # per kind: chunks -> least cost
+        self._movers = tuple(self._mover(kind) for kind in self._kinds)
         self._moves_from: dict[Abstract, list] = {}
         self._bounds: dict[tuple[Abstract, int], float] = {}
         self._edges: dict[tuple[Abstract, int, int], float] = {}
@@ -347,68 +348,80 @@ class CompletionBound:
 
     def _kind_cost(self, kind: int, chunks: int) -> float:
         """The least of `step_cost` over the alphabet steps of one kind."""
-        key = (kind, chunks)
-        found = self._kind_costs.get(key)
+        found = self._kind_costs[kind].get(chunks)
         if found is None:
-            found = self._kind_costs[key] = min(self.step_cost(index, chunks) for index in self._members[kind])
+            found = self._kind_costs[kind][chunks] = min(self.step_cost(index, chunks) for index in self._members[kind])
         return found
 
     # --- the abstraction's steps -------------------------------------------------------------------
 
-    def _move(self, kind: StepKind, a: Abstract):
-        """(span every call has at least, successor, span of a finishing step or None), or
-        None when a step of this kind cannot be taken from a (see the module docstring)."""
-        lo, short, hi, need, empty = a
-        full = self._full
-        k = kind.k
-        combine = kind.combine
-        finishing = self._finishing(kind, a, full)
+    def _mover(self, kind: StepKind):
+        """The abstract step of one kind, as a function of the state: (span every call has at
+        least, successor, span of a finishing step or None), or None when a step of this kind
+        cannot be taken from it (see the module docstring). The kind's branch is chosen once:
+        the search asks tens of thousands of (state, kind) moves."""
+        full, finishing = self._full, self._finishing
+        k, combine, delivery, growth = kind.k, kind.combine, kind.delivery, kind.growth
+        blocked_when_empty = not kind.idle  # a step every member takes part in needs them all to hold data
         if combine is None:  # a Permute: ranges keep their lengths, nothing is summed
-            return 0, a, finishing
-        if combine is Combine.SUM:
-            if empty and not kind.idle:
-                return None
-            left = need - kind.growth
-            left = left if left > 0 else 0
-            delivery = kind.delivery
+            return lambda a: (0, a, finishing(kind, a, full))
+        if combine is Combine.SUM:  # `need` falls by the growth; the ranges as the delivery leaves them
             if delivery is Delivery.EVERY:
-                return lo, new(Abstract, (lo, short, hi, left, empty)), finishing
-            if delivery is Delivery.BLOCKS:
-                if kind.idle:
-                    return lo, new(Abstract, (max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty)), finishing
-                return lo, new(Abstract, (max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty)), finishing
-            if delivery is Delivery.ROOT:
-                return lo, new(Abstract, (lo, hi, hi, left, True)), finishing
-            raise UnknownStepKindError(f"no rule for a sum with {delivery.value} delivery")
+                def successor(lo, short, hi, left, empty):
+                    return lo, short, hi, left, empty
+            elif delivery is Delivery.BLOCKS and blocked_when_empty:
+                def successor(lo, short, hi, left, empty):
+                    return max(lo // k, 1), max(short // k, 1), max(hi // k, 1), left, empty
+            elif delivery is Delivery.BLOCKS:  # idle members keep their own ranges
+                def successor(lo, short, hi, left, empty):
+                    return max(lo // k, 1), min(short, max(hi // k, 1)), hi, left, empty
+            elif delivery is Delivery.ROOT:  # the non-roots are emptied
+                def successor(lo, short, hi, left, empty):
+                    return lo, hi, hi, left, True
+            else:
+                raise UnknownStepKindError(f"no rule for a sum with {delivery.value} delivery")
+
+            def move(a):
+                lo, short, hi, need, empty = a
+                if empty and blocked_when_empty:
+                    return None
+                left = need - growth
+                after = successor(lo, short, hi, left if left > 0 else 0, empty)
+                return lo, new(Abstract, after), finishing(kind, a, full)
+            return move
         if combine is Combine.JOIN:
-            if (empty and not kind.idle) or lo * k > full:
-                return None
-            widest = min(full, hi * k)
-            after = new(Abstract, (lo if kind.idle else lo * k, min(full, short * k), widest, need, empty))
-            return lo * k, after, finishing
+            def move(a):
+                lo, short, hi, need, empty = a
+                if (empty and blocked_when_empty) or lo * k > full:
+                    return None
+                after = (lo if not blocked_when_empty else lo * k, min(full, short * k), min(full, hi * k), need, empty)
+                return lo * k, new(Abstract, after), finishing(kind, a, full)
+            return move
         if combine is Combine.EXCHANGE:  # every member keeps its range's length; blocks move
-            if empty and not kind.idle:
-                return None
-            return lo, a, finishing
-        if combine is Combine.ROOT and kind.delivery is Delivery.EVERY:
-            return lo, new(Abstract, (lo, hi, hi, need, False)), finishing
-        raise UnknownStepKindError(f"no rule for a step of {combine.value} combine, {kind.delivery.value} delivery")
+            def move(a):
+                if a[4] and blocked_when_empty:
+                    return None
+                return a[0], a, finishing(kind, a, full)
+            return move
+        if combine is Combine.ROOT and delivery is Delivery.EVERY:
+            return lambda a: (a[0], new(Abstract, (a[0], a[2], a[2], a[3], False)), finishing(kind, a, full))
+        raise UnknownStepKindError(f"no rule for a step of {combine.value} combine, {delivery.value} delivery")
 
     def _moved(self, a: Abstract, kind_id: int):
         """A kind's move from a as (least cost, least cost when it finishes, successor or None
         when it leaves a as it is), or None when it cannot be taken."""
-        move = self._move(self._kinds[kind_id], a)
+        move = self._movers[kind_id](a)
         if move is None:
             return None
         span, after, finishing = move
-        costs = self._kind_costs
-        cost = costs.get((kind_id, span))
+        costs = self._kind_costs[kind_id]
+        cost = costs.get(span)
         if cost is None:
             cost = self._kind_cost(kind_id, span)
         if finishing is None:
             finish = INFINITY
         else:
-            finish = costs.get((kind_id, finishing))
+            finish = costs.get(finishing)
             if finish is None:
                 finish = self._kind_cost(kind_id, finishing)
             if cost > finish:
@@ -460,7 +473,7 @@ class CompletionBound:
         if found is not None:
             return found
         best = INFINITY
-        move = self._move(self._kinds[self._kind_of[index]], a) if left > 0 else None
+        move = self._movers[self._kind_of[index]](a) if left > 0 else None
         if move is not None:
             span, after, finishing = move
             cost = self.step_cost(index, span)

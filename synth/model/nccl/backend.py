@@ -328,6 +328,15 @@ class NcclMeasured:
         hop = max(sum(phase.latency_s for phase in plan.phases) for plan in plans)
         return p2p.pair_call(hardware, cost, _network_nodes(call), values, efficiency, hop, ALL_TO_ALL_LAUNCH_S)
 
+    def least_alone_s(self, call: CallSite, call_bytes: np.ndarray) -> float | None:
+        """The least `alone_s` gives any candidate at the one size in `call_bytes`: NCCL's pick's
+        time (every other column is inf), known from NCCL's envelope without the plans' flows
+        (the search's bounds ask it of every call site, most of which are never costed). None
+        for an all-to-all, whose time needs its plans' flows."""
+        if call.collective == "AllToAll":
+            return None
+        return float(self._estimates(call, np.asarray(call_bytes, dtype=float))[1].min())
+
     def headroom_s(self, call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray,
                    flow_s: np.ndarray) -> np.ndarray:
         """NCCL's time alone minus the latest its shared links can let it finish: its fixed part
