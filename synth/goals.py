@@ -139,6 +139,9 @@ ROUTED_GOALS: dict[str, Goal] = {
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE = GOALS.values()
 DISPATCH, COMBINE = ROUTED_GOALS.values()
 DEFAULT_GOAL = ALL_REDUCE.name
+# Each unrouted goal by its flat call's record name ("ReduceScatter": REDUCE_SCATTER): how a step's
+# collective names the goal it computes alone.
+BY_COLLECTIVE: dict[str, Goal] = {goal.collective: goal for goal in GOALS.values()}
 
 
 def parse_goal(text) -> Goal:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from synth.errors import UsageError
+from synth.goals import COMBINE, DISPATCH
 from synth.plan import moe
 from synth.plan.costs import CommunicationCosts
 from synth.plan.degrees import Degrees
@@ -92,8 +93,8 @@ def test_deepseek_v3_across_nodes_is_priced_by_its_two_stage_programs_below_the_
     assert dispatcher.arguments[-1] == "deepep" and term.form == HIERARCHICAL
     routing = expert_routing(model, model.seq_len, costs.factors(placement, ("ep",)))
     assert routing.node_limit == 4 and routing.topk == 8 and routing.tokens == model.seq_len
-    dispatch = costs.two_stage("dispatch", placement, ("ep",), routing, dispatcher.host)
-    combine = costs.two_stage("combine", placement, ("ep",), routing, dispatcher.host)
+    dispatch = costs.two_stage(DISPATCH, placement, ("ep",), routing, dispatcher.host)
+    combine = costs.two_stage(COMBINE, placement, ("ep",), routing, dispatcher.host)
     assert dispatch.program == "AllToAll(Parallel(node)); AllToAll(InsideGroup(gpu))"
     assert combine.program == "AllToAll(InsideGroup(gpu)); AllToAll(Parallel(node))"
     assert term.call_s == pytest.approx((dispatch.time_s + combine.time_s) / 2)
@@ -103,7 +104,7 @@ def test_deepseek_v3_across_nodes_is_priced_by_its_two_stage_programs_below_the_
     assert term.call_s < flat.time_s
     # the node limit sends fewer copies across nodes than unlimited routing
     free = replace(routing, node_limit=None)
-    assert costs.two_stage("dispatch", placement, ("ep",), free, dispatcher.host).time_s > dispatch.time_s
+    assert costs.two_stage(DISPATCH, placement, ("ep",), free, dispatcher.host).time_s > dispatch.time_s
 
 
 def test_the_two_stage_price_is_memoized_and_a_pure_function_of_its_key():

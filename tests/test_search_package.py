@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import synth.search as search
+from synth.goals import parse_goal
 from synth.hierarchy import build_hierarchy
 from synth.model import cost_context
 from synth.model.engine import CostEngine
@@ -53,7 +54,7 @@ def _bound_for(goal):
 
 
 def test_the_completion_bound_refuses_a_goal_it_has_no_finishing_rule_for(monkeypatch):
-    monkeypatch.delitem(completion.FINISHING, "alltoall")
+    monkeypatch.delitem(completion.FINISHING, parse_goal("alltoall").end)
     with pytest.raises(UnknownStepKindError, match="alltoall"):
         _bound_for("alltoall")()
 

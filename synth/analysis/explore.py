@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.search import BestPrograms
-from synth.goals import parse_goal
+from synth.goals import ALL_REDUCE, parse_goal
 from synth.hierarchy import build_hierarchy
 from synth.language import Program
 from synth.model.algorithms import Backend
@@ -84,7 +84,7 @@ def hierarchy_text(hierarchy) -> str:
 def explore_placements(topology: Topology, axes: tuple[Axis, ...], reduce_axes: tuple[str, ...], bytes: int,
                        placements: list[Placement] | None = None, constraints=(), max_len: int = 5,
                        backend: str | Backend = "nccl", hierarchy_kind: str = "merged",
-                       estimate: str | Estimate | None = None, goal="allreduce") -> ExploreResult:
+                       estimate: str | Estimate | None = None, goal=ALL_REDUCE) -> ExploreResult:
     """The fastest program on each placement for `bytes` per device, sorted by its time.
 
     Every placement of `axes` satisfying `constraints`, or the `placements` given. Raises

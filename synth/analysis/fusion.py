@@ -58,7 +58,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from synth.goals import GOALS
+from synth.goals import ALL_REDUCE, GOALS
 from synth.search import BestPrograms, Choice
 from synth.language import Program
 from synth.model.bound import bound_line
@@ -311,7 +311,7 @@ def goal_chooser(best: BestPrograms, tensors: tuple[int, ...]) -> Callable[[int]
 def plan_fusion(context: CostContext, tensors: list[int] | tuple[int, ...],
                 compute_rate: float = DEFAULT_COMPUTE_RATE, max_len: int = 5, exact: bool = False,
                 bucket_cap: int = DDP_BUCKET_CAP, first_bucket_cap: int = DDP_FIRST_BUCKET_CAP,
-                estimate: str | Estimate | None = None, goal="allreduce") -> FusionPlan:
+                estimate: str | Estimate | None = None, goal=ALL_REDUCE) -> FusionPlan:
     """The optimal bucketing and programs for these gradients, and DDP's default beside it
     (its buckets running the goal's flat call: the default all-reduce, or one ReduceScatter
     or Reduce call over the group for those goals)."""

@@ -115,7 +115,7 @@ def rows_from_report(report: dict, entries: list[EntryInfo],
     rows = _ranked(rows)
     for result in report["baselines"]:
         entry = entries[result["programs"][0]]
-        call = TORCH_CALLS[result.get("goal", "allreduce")]
+        call = TORCH_CALLS[result.get("goal", DEFAULT_GOAL)]
         rows.append(BenchRow(entry.placement, entry.hierarchy, f"baseline {call}", f"torch.distributed.{call}",
                              result["bytes"], result["count"], result["time_us"] / 1e6, result["algbw_gbs"] * 1e9,
                              result["busbw_gbs"] * 1e9, "not run"))

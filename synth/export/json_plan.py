@@ -66,6 +66,7 @@ from synth.errors import UsageError
 from synth.export import jsonfmt
 from synth.export.plan import DTYPE, ITEMSIZE, Plan, buffer_count, call_buffers
 from synth.export.provenance import Provenance
+from synth.goals import ALL_REDUCE
 
 FORMAT = "synth-plan"
 VERSION = 1
@@ -127,7 +128,7 @@ RANK_CALL_BYTES = 330
 IDLE_RANK_BYTES = 40
 
 
-def estimated_bytes(hierarchy, programs, goal="allreduce") -> int:
+def estimated_bytes(hierarchy, programs, goal=ALL_REDUCE) -> int:
     """About how large the file of these programs is, from their lowering alone: every rank
     lists its group's members at every step, so the file grows with ranks x group size (a
     group of 2^20 members is terabytes). Asked before `build_plan`, which is per rank."""

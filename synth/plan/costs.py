@@ -39,7 +39,7 @@ from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
-from synth.goals import parse_goal
+from synth.goals import ALL_REDUCE, BY_COLLECTIVE, REDUCE_SCATTER, Goal
 from synth.hierarchy import build_hierarchy
 from synth.language import Program, parse_program
 from synth.lowering import lower
@@ -55,7 +55,7 @@ from synth.plan.equivalent import equivalent, span
 from synth.plan.folding import DigitGroup
 from synth.topology import Topology
 
-GOAL_OF = {"ReduceScatter": "reducescatter", "AllGather": "allgather", "AllToAll": "alltoall"}  # priced by synthesis
+SYNTHESIZED_ALONE = tuple(BY_COLLECTIVE[name] for name in ("ReduceScatter", "AllGather", "AllToAll"))  # priced by synthesis
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
 
 
@@ -119,7 +119,7 @@ class CommunicationCosts:
         self._floors: dict[tuple, object] = {}
         self._sharded_floors: dict[tuple, object] = {}  # the reduce-scatter goal's bound, by factors
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
-        self._goal_of: dict[str, str] = {}  # the goal of every non-all-reduce program handed out
+        self._goal_of: dict[str, Goal] = {}  # the goal of every non-all-reduce program handed out
         self._routed: dict[tuple, Communication] = {}  # two-stage dispatch/combine, by (goal, factors, routing, host)
         self._routed_programs: dict[tuple, object] = {}  # RoutedPrograms by (goal, factors, routing per token)
         self._routed_texts: set[str] = set()  # dispatch/combine programs handed out (explained by their goal)
@@ -176,7 +176,7 @@ class CommunicationCosts:
         key = (collective, self.factors(placement, axes))
         found = self._goals.get(key)
         if found is None:
-            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=parse_goal(collective),
+            found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=BY_COLLECTIVE[collective],
                                                     engine=self._engine(key[1]))
         return found
 
@@ -208,7 +208,7 @@ class CommunicationCosts:
             programs = self.goal_programs(collective, placement, axes)
             choice = programs.best(size)
             text = self._text(choice.program)
-            self._goal_of[text] = GOAL_OF[collective]
+            self._goal_of[text] = BY_COLLECTIVE[collective]
             found = Communication(text, choice.time_s, choice.baseline_time_s,
                                   hierarchy_text(programs.hierarchy), collective)
             self._single[key] = found
@@ -244,7 +244,7 @@ class CommunicationCosts:
                                    gradients.levels, gradients.collective)]
         else:
             found = [self._all_reduce.get((factors, size))]
-            found += [self._single.get((collective, factors, size)) for collective in GOAL_OF]
+            found += [self._single.get((goal.collective, factors, size)) for goal in SYNTHESIZED_ALONE]
             found += [call for (_, shape, routing, _), call in self._routed.items()  # a two-stage dispatch/combine
                       if shape == factors and routing.buffer_bytes * routing.topk == size]
         return [c for c in found if c is not None and c.synthesized and c.program in program]
@@ -276,7 +276,8 @@ class CommunicationCosts:
         goal = self._goal_of.get(text)
         if goal is None:  # an all-reduce program, or a flat call of another goal handed in as text
             first = program.steps[0].collective
-            goal = GOAL_OF[first] if len(program.steps) == 1 and first in GOAL_OF else "allreduce"
+            alone = BY_COLLECTIVE.get(first) if len(program.steps) == 1 else None
+            goal = alone if alone in SYNTHESIZED_ALONE else ALL_REDUCE
         lowered = [step for step in lower(program, hierarchy, goal).steps if step.places is None]  # no Permutes
         if not lowered:
             return ""
@@ -285,7 +286,7 @@ class CommunicationCosts:
 
     # --- routed: MoE dispatch and combine in two stages ---------------------------------------------
 
-    def two_stage(self, goal: str, placement: Placement, axes: tuple[str, ...], routing, host: int) -> Communication:
+    def two_stage(self, goal: Goal, placement: Placement, axes: tuple[str, ...], routing, host: int) -> Communication:
         """The fastest `dispatch` or `combine` program (synth/search/routed_rank.py, the
         programs `synth rank --collective dispatch|combine` ranks) of the two-stage form DeepEP
         and HybridEP run, for `routing` (synth/routing.py: its tokens per member, top-k,
@@ -301,15 +302,14 @@ class CommunicationCosts:
             found = self._routed[key] = self._two_stage(goal, factors, routing, host)
         return found
 
-    def _two_stage(self, goal: str, factors: tuple[int, ...], routing, host: int) -> Communication:
-        from synth.goals import parse_goal
+    def _two_stage(self, goal: Goal, factors: tuple[int, ...], routing, host: int) -> Communication:
         from synth.search.rank import Ranker
 
         context = self._context(factors)
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
         if programs is None:
-            ranker = Ranker(context, self.max_len, engine=self._engine(factors), goal=parse_goal(goal),
+            ranker = Ranker(context, self.max_len, engine=self._engine(factors), goal=goal,
                             routing=routing)
             programs = self._routed_programs[key] = ranker.routed
         names = context.hierarchy.level_names
@@ -323,7 +323,7 @@ class CommunicationCosts:
         self._goal_of[text] = goal
         self._routed_texts.add(text)
         flat_time = times[flat] if flat in times else programs.time(flat, routing)
-        return Communication(text, times[best], flat_time, hierarchy_text(context.hierarchy), goal)
+        return Communication(text, times[best], flat_time, hierarchy_text(context.hierarchy), goal.name)
 
     # --- point to point --------------------------------------------------------------------------
 
@@ -393,7 +393,7 @@ class CommunicationCosts:
         floor = self._sharded_floors.get(factors)
         if floor is None:
             line = bound_line(self._context(factors))
-            line = BoundLine(line.latency_s, parse_goal("ReduceScatter").bound_share * line.seconds_per_byte,
+            line = BoundLine(line.latency_s, REDUCE_SCATTER.bound_share * line.seconds_per_byte,
                              line.bottleneck)
             estimate = resolve_estimate(None)
             floor = self._sharded_floors[factors] = (
@@ -466,7 +466,7 @@ class CommunicationCosts:
                                  self._text(largest.program), hierarchy_text(best.hierarchy), default_busy,
                                  "ReduceScatter" if sharded else "AllReduce")
         if sharded:
-            self._goal_of[found.program] = "reducescatter"
+            self._goal_of[found.program] = REDUCE_SCATTER
         per_bucket = sum(tensors) // found.buckets  # as the step's route states it
         self._gradients.setdefault((self.factors(placement, axes), found.program, per_bucket), {})[
             found.busy_s / found.buckets] = found

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth.errors import SearchTooLargeError
+from synth.goals import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE, REDUCE_SCATTER, Goal, parse_goal
 
 # Expanded (state, steps left) pairs of a complete search over 2-member levels, by depth and
 # length 1, 2, ... (results/synthesis-speed/synthesis-calibration.json).
@@ -42,8 +43,8 @@ SECONDS_PER_EXPANSION: dict[int, float] = {1: 4.7e-05, 2: 4.7e-05, 3: 4.7e-05, 4
 # results/synthesis-goals/goals-calibration.json), and
 # their seconds per expansion (block tags and Permute steps make some states dearer). A depth
 # not measured for a goal scales its deepest measured row by the all-reduce table's growth.
-GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
-    "reducescatter": {
+GOAL_EXPANSIONS: dict[Goal, dict[int, tuple[int, ...]]] = {
+    REDUCE_SCATTER: {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
         2: (1, 5, 10, 16, 22, 28, 34, 40),
         3: (1, 9, 28, 56, 88, 120, 152, 184),
@@ -51,7 +52,7 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
         5: (1, 14, 48, 106, 189, 295, 408, 521),
         6: (1, 19, 68, 152, 272, 428, 618, 817),
     },
-    "allgather": {
+    ALL_GATHER: {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
         2: (1, 4, 11, 20, 29, 38, 47, 56),
         3: (1, 9, 31, 79, 158, 250, 346, 443),
@@ -59,7 +60,7 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
         5: (1, 16, 63, 245, 869, 2653, 6824, 14939),
         6: (1, 22, 93, 427, 1913, 7651, 26610, 80583),
     },
-    "alltoall": {
+    ALL_TO_ALL: {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
         2: (1, 5, 15, 35, 68, 113, 168, 229),
         3: (1, 9, 39, 133, 368, 841, 1702, 3204),
@@ -67,7 +68,7 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
         5: (1, 14, 69, 262, 861, 2676, 7400, 19481),
         6: (1, 19, 99, 411, 1460, 4976, 15008),
     },
-    "broadcast": {
+    BROADCAST: {
         1: (1, 2, 3, 4, 5, 6, 7, 8),
         2: (1, 3, 5, 7, 9, 11, 13, 15),
         3: (1, 3, 6, 9, 12, 15, 18, 21),
@@ -75,7 +76,7 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
         5: (1, 3, 6, 10, 15, 20, 25, 30),
         6: (1, 3, 6, 10, 15, 21, 27, 33),
     },
-    "reduce": {
+    REDUCE: {
         1: (1, 3, 5, 7, 9, 11, 13, 15),
         2: (1, 12, 35, 63, 92, 121, 150, 179),
         3: (1, 21, 127, 407, 893, 1557, 2315, 3105),
@@ -84,10 +85,10 @@ GOAL_EXPANSIONS: dict[str, dict[int, tuple[int, ...]]] = {
         6: (1, 48, 751, 7902, 65626),
     },
 }
-GOAL_SECONDS_PER_EXPANSION: dict[str, dict[int, float]] = {
-    "allgather": {5: 6e-05, 6: 0.00012},
-    "alltoall": {4: 0.00012, 5: 0.00018, 6: 0.00066},
-    "reduce": {4: 4.4e-05, 5: 7e-05, 6: 0.00017},
+GOAL_SECONDS_PER_EXPANSION: dict[Goal, dict[int, float]] = {
+    ALL_GATHER: {5: 6e-05, 6: 0.00012},
+    ALL_TO_ALL: {4: 0.00012, 5: 0.00018, 6: 0.00066},
+    REDUCE: {4: 4.4e-05, 5: 7e-05, 6: 0.00017},
 }
 CALIBRATION_MACHINE = "a 2-core machine like the one it was measured on"
 # A search estimated above this is refused: it would not finish within a minute.
@@ -115,11 +116,11 @@ def _row(measured: tuple[int, ...], max_len: int) -> float:
     return measured[-1] * ratio ** (max_len - len(measured))
 
 
-def estimate(depth: int, max_len: int, goal: str = "allreduce") -> SearchEstimate:
+def estimate(depth: int, max_len: int, goal: Goal | str = ALL_REDUCE) -> SearchEstimate:
     """The expansions and seconds of a complete search up to `max_len` steps (depth <= MAX_DEPTH)."""
     if depth == 0:
         return SearchEstimate(0, max_len, 1, 0.0)
-    goal = str(goal)
+    goal = parse_goal(goal)
     seconds = SECONDS_PER_EXPANSION[depth]
     if goal not in GOAL_EXPANSIONS:  # the all-reduce's (the table every goal is measured against)
         expansions = _row(EXPANSIONS[depth], max_len)
@@ -136,13 +137,13 @@ def estimate(depth: int, max_len: int, goal: str = "allreduce") -> SearchEstimat
     return SearchEstimate(depth, max_len, round(expansions), expansions * seconds)
 
 
-def total(depths, max_len: int, goal: str = "allreduce") -> SearchEstimate:
+def total(depths, max_len: int, goal: Goal | str = ALL_REDUCE) -> SearchEstimate:
     """The estimate of several searches run one after another (the deepest depth reported)."""
     found = [estimate(depth, max_len, goal) for depth in depths]
     return SearchEstimate(max(depths, default=0), max_len, sum(f.expansions for f in found), sum(f.seconds for f in found))
 
 
-def largest_length(depths, budget_s: float, up_to: int, goal: str = "allreduce") -> int:
+def largest_length(depths, budget_s: float, up_to: int, goal: Goal | str = ALL_REDUCE) -> int:
     """The longest length up to `up_to` whose searches together fit the budget (0: none)."""
     depths = list(depths)
     if any(depth > MAX_DEPTH for depth in depths):
@@ -156,7 +157,7 @@ def largest_length(depths, budget_s: float, up_to: int, goal: str = "allreduce")
 
 
 def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUDGET_S,
-                 goal="allreduce") -> SearchEstimate:
+                 goal: Goal | str = ALL_REDUCE) -> SearchEstimate:
     """Refuse (SearchTooLargeError, describing values only) searches up to `max_len` steps over
     these hierarchies, given as (level names, sizes) and run one after another, when they are
     estimated beyond the budget together; None budget: only the depth limit. Returns the estimate."""
@@ -170,7 +171,7 @@ def check_budget(hierarchies, max_len: int, budget_s: float | None = DEFAULT_BUD
                 f"hierarchy with fewer levels is needed (the merged one, or fewer system levels)",
                 depth=depth, max_len=max_len, largest_length=0, expansions=0, seconds=float("inf"),
             )
-    goal = str(goal)
+    goal = parse_goal(goal)
     found = total(depths, max_len, goal)
     if budget_s is None or found.seconds <= budget_s:
         return found

@@ -92,6 +92,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from synth.collectives import Combine, Delivery
+from synth.goals import GATHERED, ROOT_EVERYWHERE, SUM_AT_ROOT, SUM_BLOCKS, SUM_EVERYWHERE, TRANSPOSED
 from synth.model.engine import CostEngine
 from synth.search.pruning import block_pieces, fewest_partition, instruction_class
 from synth.semantics import InternedMachine, Semantics
@@ -274,10 +275,11 @@ def _ends_reduce(kind: StepKind, a: Abstract, full: int) -> int | None:
     return None
 
 
-# Goal name -> (step kind, abstract state, N) -> the span of a step of that kind that can reach
-# the goal from the state, or None. A goal missing here is refused (UnknownStepKindError).
-FINISHING = {"allreduce": _ends_all_reduce, "reducescatter": _ends_reduce_scatter, "allgather": _ends_all_gather,
-             "alltoall": _ends_all_to_all, "broadcast": _ends_broadcast, "reduce": _ends_reduce}
+# What a goal must leave (Goal.end) -> (step kind, abstract state, N) -> the span of a step of that
+# kind that can reach it from the state, or None. A goal whose end is missing here (the routed
+# goals') is refused (UnknownStepKindError).
+FINISHING = {SUM_EVERYWHERE: _ends_all_reduce, SUM_BLOCKS: _ends_reduce_scatter, GATHERED: _ends_all_gather,
+             TRANSPOSED: _ends_all_to_all, ROOT_EVERYWHERE: _ends_broadcast, SUM_AT_ROOT: _ends_reduce}
 
 
 class CompletionBound:
@@ -293,10 +295,10 @@ class CompletionBound:
         self._kind_of: list[int] = []  # alphabet index -> kind id
         self._calls: list[tuple[str, tuple]] = []
         self._sites: dict[int, tuple] = {}
-        self._goal = semantics.goal_kind.name
-        if self._goal not in FINISHING:
+        self._goal = semantics.goal_kind
+        if self._goal.end not in FINISHING:
             raise UnknownStepKindError(f"the completion bound has no finishing rule for the goal {self._goal}")
-        self._finishing = FINISHING[self._goal]
+        self._finishing = FINISHING[self._goal.end]
         self._permutes: set[int] = set()
         for index, (step, instruction) in enumerate(semantics.alphabet):
             if instruction.is_permute:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from synth.errors import SearchTooLargeError, UsageError
+from synth.goals import ALL_REDUCE
 from synth.language import Program
 from synth.search.budget import DEFAULT_BUDGET_S, check_budget, search_depth
 from synth.search.pruning import DeadPrefixOracle
@@ -59,7 +60,7 @@ class SearchStats:
     programs: int = 0
 
 
-def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True, goal="allreduce") -> Semantics:
+def semantics_for(hierarchy: SynthesisHierarchy, quotient: bool = True, goal=ALL_REDUCE) -> Semantics:
     return Semantics(hierarchy.level_names, hierarchy.sizes, quotient=quotient, goal=goal)
 
 
@@ -263,7 +264,7 @@ def _can_end(semantics: Semantics, instruction) -> bool:
 
 def enumerate_programs(hierarchy: SynthesisHierarchy, max_len: int = 5, **options) -> Iterator[Program]:
     """Generator over every valid program for a hierarchy (see Enumerator)."""
-    semantics = semantics_for(hierarchy, options.pop("quotient", True), options.pop("goal", "allreduce"))
+    semantics = semantics_for(hierarchy, options.pop("quotient", True), options.pop("goal", ALL_REDUCE))
     return Enumerator(semantics, SearchOptions(max_len=max_len, **options)).programs()
 
 

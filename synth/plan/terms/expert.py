@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from synth.goals import COMBINE, DISPATCH
 from synth.plan import moe
 from synth.plan.dispatcher import HIERARCHICAL, choose_dispatcher, system_hosts
 from synth.routing import Routing
@@ -85,8 +86,8 @@ def expert_parallel(model, costs, placement, settings, tp: int, ep: int, tokens:
         form = dispatcher.form
         if form == HIERARCHICAL:
             routing = expert_routing(model, local, factors)
-            dispatch = costs.two_stage("dispatch", placement, group, routing, dispatcher.host)
-            combine = costs.two_stage("combine", placement, group, routing, dispatcher.host)
+            dispatch = costs.two_stage(DISPATCH, placement, group, routing, dispatcher.host)
+            combine = costs.two_stage(COMBINE, placement, group, routing, dispatcher.host)
             call_s = (dispatch.time_s + combine.time_s) / 2  # as many dispatches as combines
             program, levels = f"{dispatch.program}; then {combine.program}", dispatch.levels
             dispatched = routing.buffer_bytes * routing.topk
