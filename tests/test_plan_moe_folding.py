@@ -18,7 +18,7 @@ from synth.cli import main
 from synth.placement import enumerate_placements, make_placement, parse_axes
 from synth.plan.degrees import DegreeLimits, Degrees, enumerate_degrees
 from synth.plan.folding import DigitGroup, UnalignedGroupError
-from synth.plan.launch import launch_document, launch_order, megatron_arguments, published_placement
+from synth.plan.launch import launch_document, launch_order, megatron_arguments, megatron_launchable, published_placement
 from synth.plan.model import PRESETS
 from synth.plan.step import Settings
 from synth.topology import topology_from_levels
@@ -199,6 +199,25 @@ def test_tp_pp_dp_order_is_refused_where_megatron_asserts():
     assert order.order is None and "refuses" in order.reason
     assert "--use-tp-pp-dp-mapping" not in megatron_arguments(PRESETS["mixtral-8x7b"], SimpleNamespace(
         degrees=degrees, placement=placement, settings=Settings(1, 1, True, "none", True)))
+
+
+def test_launchable_filter_applies_the_launch_orders_rule():
+    """`--launchable`'s filter (megatron_launchable with the degrees) refuses what the printed
+    launch refuses: a folded tp-pp-dp placement with pp > 1 and edp != dp, which the placement's
+    order alone would accept."""
+    from synth.export.mesh import megatron_order
+
+    degrees = Degrees(2, 2, 2, 1, 4, 1)  # edp 1 != dp 2, pp 2
+    refused = 0
+    for placement in enumerate_placements(load_topology("emu-2x4"), degrees.axes()):
+        if not degrees.expert_aligned(placement):
+            continue
+        launchable = megatron_launchable(placement, degrees)
+        assert launchable == (launch_order(SimpleNamespace(degrees=degrees, placement=placement)).order is not None)
+        if megatron_launchable(placement) and not launchable:
+            assert megatron_order(placement).flag == "--use-tp-pp-dp-mapping"
+            refused += 1
+    assert refused >= 1
 
 
 def test_megatron_flags_pass_transformer_config():

@@ -44,10 +44,11 @@ from synth.plan.model import Transformer
 from synth.plan.step import Prediction
 
 
-def megatron_launchable(placement: Placement) -> bool:
-    """Whether Megatron-LM can launch this placement: its rank order is one Megatron's command
-    line selects (module docstring)."""
-    return megatron_order(placement).order is not None
+def megatron_launchable(placement: Placement, degrees: Degrees | None = None) -> bool:
+    """Whether Megatron-LM can launch this placement of these degrees: its rank order is one
+    Megatron's command line selects and megatron-core accepts for them (megatron_launch_order;
+    without degrees, the placement's order alone)."""
+    return megatron_launch_order(placement, degrees).order is not None
 
 
 def megatron_model_arguments(model: Transformer, dispatcher: MoeDispatcher | None = None) -> list[str]:
@@ -196,13 +197,18 @@ def megatron_parallel_arguments(model: Transformer, prediction: Prediction) -> l
 
 
 def launch_order(prediction: Prediction) -> MegatronOrder:
-    """The Megatron order of the candidate's placement (synth.export.mesh.megatron_order), less
-    the one megatron-core refuses for folded experts: with --use-tp-pp-dp-mapping and pipeline
+    """The Megatron order of the candidate (megatron_launch_order of its placement and degrees)."""
+    return megatron_launch_order(prediction.placement, prediction.degrees)
+
+
+def megatron_launch_order(placement: Placement, degrees: Degrees | None = None) -> MegatronOrder:
+    """The Megatron order of the placement (synth.export.mesh.megatron_order), less the one
+    megatron-core refuses for folded experts: with --use-tp-pp-dp-mapping and pipeline
     parallelism, initialize_model_parallel asserts that the attention and MoE layers' data-
-    parallel sizes are equal (its expert rank generator shares the order string)."""
-    order = megatron_order(prediction.placement)
-    degrees = prediction.degrees
-    if order.flag and degrees.folded and degrees.pp > 1 and degrees.expert_dp != degrees.dp:
+    parallel sizes are equal (its expert rank generator shares the order string). The one rule
+    behind the printed launch, the best launchable candidate and `--launchable`'s filter."""
+    order = megatron_order(placement)
+    if degrees is not None and order.flag and degrees.folded and degrees.pp > 1 and degrees.expert_dp != degrees.dp:
         return MegatronOrder(None, None, (
             f"not launchable by Megatron: the placement numbers ranks with {order.flag}, which megatron-core's "
             f"initialize_model_parallel refuses with pipeline parallelism when the MoE layers' data-parallel size "

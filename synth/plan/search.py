@@ -182,7 +182,7 @@ class PlanRequest:
     top: int = 10
     budget_s: float = DEFAULT_BUDGET_S
     memory_budget_bytes: float | None = None  # None: MEMORY_SHARE of what the machine has available
-    placement_filter: Callable[[Placement], bool] | None = None  # keep only these (e.g. Megatron-launchable)
+    placement_filter: Callable[[Placement, Degrees], bool] | None = None  # keep only these (e.g. Megatron-launchable)
     memory_reserve: MemoryReserve | None = None  # bytes kept free (reserve.py)
 
     def __post_init__(self):
@@ -470,10 +470,10 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             listed: list[Placement] = []  # the placements the filter keeps
             if grouped:
                 shown = [placement for placement in placements if request.placement_filter is None
-                         or request.placement_filter(placement)]
+                         or request.placement_filter(placement, degrees)]
                 classes, memo = representatives(costs, degrees, shown), {}
             for placement in placements:
-                if request.placement_filter is not None and not request.placement_filter(placement):
+                if request.placement_filter is not None and not request.placement_filter(placement, degrees):
                     result.filtered += 1
                     done += 1
                     if progress is not None:
