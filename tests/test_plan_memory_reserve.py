@@ -40,6 +40,21 @@ def test_reserve_counts_the_communicators_a_rank_runs_collectives_on(degrees, co
     assert fixed_reserve(2 * GIB).bytes_for(degrees) == 2 * GIB
 
 
+@pytest.mark.parametrize("degrees, communicators", [
+    (Degrees(8, 2, 8, 1, 16, 1), 3),  # tp, ep, dp; etp 1 and edp 1 hold no communicator
+    (Degrees(8, 2, 4, 2, 8), 6),  # tp, cp, ep, dp and the folded etp (2, its own group) and edp (2)
+    (Degrees(4, 4, 4, 2, 8, 1), 5),  # tp, cp, ep, dp and edp 4
+    (Degrees(2, 4, 4, 1, 4, 1), 4),  # tp, ep, dp and edp 2
+    (Degrees(8, 2, 1, 1, 4), 3),  # not folded: tp, ep, dp as before (edp is dp / ep, not counted)
+])
+def test_folded_layouts_count_the_expert_groups_communicators(degrees, communicators):
+    """A folded layout's expert tensor and expert data-parallel groups are communicators of their
+    own (one per group a rank belongs to); unfolded layouts keep their count."""
+    assert DEFAULT_RESERVE.communicators(degrees) == communicators
+    assert DEFAULT_RESERVE.bytes_for(degrees) == CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + \
+        communicators * NCCL_COMMUNICATOR_BYTES
+
+
 def _request(reserve, headroom, **overrides):
     topology = load_topology("dgx-a100-x4")  # 40 GB devices: memory binds for a 7B model on 32 of them
     model = PRESETS["llama2-7b"]

@@ -15,6 +15,14 @@ A candidate's memory (formulas.py) counts what the model needs; a real job also 
   LL 8 x 512 x 8 x 16 = 524,288 bytes. With NCCL's 32 channels (MAXCHANNELS) and the ring's
   one receiving connection per channel that is 32 x 9,633,792 bytes (294 MiB) per
   communicator; a job with tensor, context and data parallelism runs collectives on three.
+  NCCL makes one communicator per process group a rank belongs to (each group's
+  ncclCommInitRank or ncclCommSplit, buffers not shared across communicators unless
+  NCCL_COMM_SPLIT_SHARE_RESOURCES is set), so a MoE job with folded expert layers
+  (synth/plan/folding.py) holds, beside the dense groups' and the expert-parallel one, the
+  expert tensor-parallel and expert data-parallel groups' communicators that Megatron-core
+  builds for them (`etp`, `edp` of size > 1; counted even where one has the same ranks as a
+  dense group, being a communicator of its own). Layouts without folding keep the count of
+  the `tp, cp, ep, dp` groups;
   Tree, NVLS and CollNet connections add more when NCCL picks them; pipeline send/receive
   uses small peer-to-peer buffers and is not counted;
 * **cuBLAS's workspace** (`CUBLAS_WORKSPACE_BYTES`): PyTorch gives each cuBLAS handle and stream a
@@ -65,6 +73,7 @@ FIGURES = {
 }
 BYTE_FIGURES = ("cuda_context", "cublas_workspace", "nccl_communicator")
 COLLECTIVE_ROLES = ("tp", "cp", "ep", "dp")  # the groups a rank runs collectives on (pp only sends and receives)
+FOLDED_EXPERT_ROLES = ("etp", "edp")  # a folded layout's expert groups beside them (module docstring)
 
 
 @dataclass(frozen=True)
@@ -77,14 +86,19 @@ class MemoryReserve:
     source: str
 
     def communicators(self, degrees: Degrees) -> int:
-        return sum(degrees.of(role) > 1 for role in COLLECTIVE_ROLES)
+        """NCCL communicators a rank runs collectives on: one per group of size > 1 (module docstring)."""
+        count = sum(degrees.of(role) > 1 for role in COLLECTIVE_ROLES)
+        if degrees.folded:
+            count += (degrees.expert_tp > 1) + (degrees.expert_dp > 1)
+        return count
 
     def bytes_for(self, degrees: Degrees) -> float:
         return self.fixed_bytes + self.per_communicator_bytes * self.communicators(degrees)
 
     def to_json(self) -> dict:
         return {"fixed_bytes": self.fixed_bytes, "per_communicator_bytes": self.per_communicator_bytes,
-                "communicator_roles": list(COLLECTIVE_ROLES), "source": self.source}
+                "communicator_roles": list(COLLECTIVE_ROLES), "folded_communicator_roles": list(FOLDED_EXPERT_ROLES),
+                "source": self.source}
 
 
 def reserve_from(figures: dict[str, Figure]) -> MemoryReserve:
@@ -93,7 +107,7 @@ def reserve_from(figures: dict[str, Figure]) -> MemoryReserve:
     context, workspace, nccl = (figures[name] for name in BYTE_FIGURES)
     return MemoryReserve(context.value + workspace.value, nccl.value,
                          f"CUDA context ({context.source}), cuBLAS workspace ({workspace.source}) and NCCL's buffers "
-                         f"per TP, CP, EP and DP communicator ({nccl.source})")
+                         f"per TP, CP, EP and DP communicator, and folded experts' ETP and EDP ({nccl.source})")
 
 
 def device_figures(overrides: tuple[tuple[str, Figure], ...] = ()) -> dict[str, Figure]:
