@@ -170,6 +170,27 @@ def test_expert_weights_are_sharded_by_ep_times_etp():
     assert states[1] - states[4] == pytest.approx(folded_bytes - tp_bytes)
 
 
+def test_permuted_tokens_are_the_expert_tensor_groups():
+    """Folded to etp < tp a device's expert layer sees the routed copies of its expert tensor-
+    parallel group's tokens only (k c s b etp / tp, megatron-core's all-gather over expt_tp after
+    the all-to-all), so the permuted inputs it keeps shrink by etp / tp; the inner activations
+    (those rows at f_e / etp wide) and every unfolded figure stay as they were."""
+    from synth.plan import formulas, moe
+
+    model = PRESETS["mixtral-8x7b"]
+    tokens, tp = model.seq_len * 2, 4
+    classic = moe.mean_activation_delta(model, tokens, tp)
+    assert moe.mean_activation_delta(model, tokens, tp, 0) == classic  # the default spelling, bit for bit
+    permuted = 2 * moe.routed_tokens(model, tokens) * model.hidden * moe.moe_layer_count(model) / model.layers
+    for etp in (1, 2):
+        assert classic - moe.mean_activation_delta(model, tokens, tp, etp) == pytest.approx(permuted * (1 - etp / tp))
+    assert moe.mean_activation_delta(model, tokens, tp, tp) == pytest.approx(classic)
+    one = formulas.layer_activation_bytes(model, 2, tp, 1, True, "none", 1)
+    assert formulas.layer_activation_bytes(model, 2, tp, 1, True, "none") - one == pytest.approx(permuted * 3 / 4)
+    assert formulas.layer_activation_bytes(model, 2, tp, 1, True, "full", 1) == \
+        formulas.layer_activation_bytes(model, 2, tp, 1, True, "full")  # the layer input only
+
+
 def test_launch_names_the_expert_mesh():
     """The launch writes Megatron's two expert flags and the expert groups as rank lists."""
     degrees = Degrees(16, 2, 4, 1, 16, 1)  # 128 GPUs: edp 2

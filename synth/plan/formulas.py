@@ -258,9 +258,10 @@ def state_bytes_per_parameter(model: Transformer, dp: int, sharded_optimizer: bo
 
 @lru_cache(maxsize=4096)  # asked per candidate, the same few arguments: computed once each
 def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: int, sequence_parallel: bool,
-                           recompute: str) -> float:
+                           recompute: str, etp: int = 0) -> float:
     """Activations one layer keeps for backward, per micro-batch, per device (Korthikanti et al.
-    eqs. 1-4, generalized to FFN size f, g key/value heads, gated FFNs, no dropout, FlashAttention)."""
+    eqs. 1-4, generalized to FFN size f, g key/value heads, gated FFNs, no dropout, FlashAttention;
+    MoE layers with the expert tensor-parallel degree `etp`, 0: tp, moe.mean_activation_delta)."""
     s, b, h, f = model.seq_len / cp, micro_batch, model.hidden, model.ffn
     sbh = s * b * h
     if recompute == "full":
@@ -285,7 +286,7 @@ def layer_activation_bytes(model: Transformer, micro_batch: int, tp: int, cp: in
         scores = (2 + 3 * dropout) * model.heads * s * model.seq_len * b
     if recompute == "selective":
         scores = 0.0
-    experts = moe.mean_activation_delta(model, s * b, tp)  # the MoE layers' FFN part (moe.py)
+    experts = moe.mean_activation_delta(model, s * b, tp, etp)  # the MoE layers' FFN part (moe.py)
     return replicated / (tp if sequence_parallel else 1) + (split + scores) / tp + experts
 
 

@@ -312,18 +312,31 @@ def moe_layer_parameters_per_device(model, dense_layer: float, tp: int, ep: int,
     return dense_part, routed_expert_parameters(model) / (ep * (etp or tp))
 
 
-def mean_activation_delta(model, tokens: float, tp: int) -> float:
+def mean_activation_delta(model, tokens: float, tp: int, etp: int = 0) -> float:
     """Per layer (averaged), the activation bytes a device keeps for backward beyond a dense FFN's
     inner activations (4 or 6 bytes x tokens x f / t in 16-bit): the routed tokens' inner
-    activations, the shared experts', the permuted inputs the experts saw (2 k c h bytes per token,
-    whole: Megatron's expert layer keeps them) and the router's fp32 probabilities (4 E)."""
+    activations, the shared experts', the permuted inputs the experts saw (2 k c h bytes per token
+    of the expert tensor-parallel group: Megatron's expert layer keeps them) and the router's fp32
+    probabilities (4 E). `tokens` is the tensor-parallel group's (s b), `etp` the expert
+    tensor-parallel degree (0: tp, Megatron's default)."""
     if not model.is_moe:
         return 0.0
     inner = 6 if model.gated_mlp else 4
     dense = inner * tokens * model.ffn / tp
     routed = routed_tokens(model, tokens)
+    # The expert layer's rows per device (megatron-core token_dispatcher.py, MoEAlltoAllTokenDispatcher:
+    # num_local_tokens = S/TP*B enter each rank (sequence parallelism, which MoE with TP needs); the
+    # all-to-all over ep, then dispatch_postprocess's all-gather over the expert tensor-parallel group
+    # (gather_from_sequence_parallel_region, group=expt_tp), leave num_global_tokens = num_local_tokens
+    # x etp x ep spread over ep ranks: k c s b etp / tp token copies, permuted into expert order
+    # (moe_utils.permute) and kept whole (h wide) for the experts' weight gradients. The classic
+    # layout (etp = tp) keeps k c s b; folded with etp < tp, etp / tp of it. The inner activations
+    # are those rows at f_e / etp: k c s b f_e / tp whatever etp is, as above.
+    permuted = 2 * routed * model.hidden
+    if etp:
+        permuted = permuted * etp / tp
     moe = (inner * routed * expert_ffn(model) + inner * tokens * model.shared_ffn) / tp
-    moe += 2 * routed * model.hidden + 4 * tokens * model.experts
+    moe += permuted + 4 * tokens * model.experts
     return moe_layer_count(model) * (moe - dense) / model.layers
 
 

@@ -444,7 +444,7 @@ def predict(model: Transformer, compute: Compute, costs: CommunicationCosts, deg
     routes.extend(sharded.routes)
 
     # --- activation offload (pp = 1 only): copies to host not hidden behind compute (terms/offload.py)
-    offload_mb = offload_seconds(model, compute, settings, tp, cp, forward1, backward1)
+    offload_mb = offload_seconds(model, compute, settings, tp, cp, forward1, backward1, degrees.etp)
 
     # --- the slowest stage sets the pace (the last one also runs the output layer) ----------------
     def stage_work(count: int, head: bool, moe_count: int = 0) -> float:
@@ -588,7 +588,7 @@ def _memory(model: Transformer, degrees: Degrees, settings: Settings, m: int, st
             largest = max(largest, sum(moe.moe_layer_parameters_per_device(model, largest, tp, degrees.ep, degrees.etp)))
         gathered = largest * (2 * act_bytes + model.grad_bytes_per_value)
     per_layer = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel,
-                                                settings.recompute)
+                                                settings.recompute, degrees.etp)
     extra = formulas.embedding_activation_bytes(model, settings.micro_batch, tp, cp, settings.sequence_parallel, pp, m)
     first_layers = formulas.in_flight_layers(model, pp, v, m, stages.first)
     last_layers = stages.last
@@ -682,7 +682,7 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
             if memo is not None:
                 memo[key] = terms
         tensor_layer, tensor_head, context_layer, expert_layer = terms
-        offload_mb = offload_seconds(model, compute, used, tp, cp, layer.forward, layer.backward)
+        offload_mb = offload_seconds(model, compute, used, tp, cp, layer.forward, layer.backward, degrees.etp)
         times = [count * (layer.layer + tensor_layer + context_layer) + moe_count * expert_layer
                  + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in counts]
         least = times if least is None else [min(a, b) for a, b in zip(least, times)]

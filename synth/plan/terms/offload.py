@@ -8,7 +8,8 @@ from synth.errors import UsageError
 from synth.plan import formulas, offload
 
 
-def offload_seconds(model, compute, settings, tp: int, cp: int, forward_s: float, backward_s: float) -> float:
+def offload_seconds(model, compute, settings, tp: int, cp: int, forward_s: float, backward_s: float,
+                    etp: int = 0) -> float:
     """Exposed copy seconds per micro-batch (`compute`: step.Compute, `settings`: step.Settings)."""
     if not settings.offload_layers:
         return 0.0
@@ -16,6 +17,6 @@ def offload_seconds(model, compute, settings, tp: int, cp: int, forward_s: float
         raise UsageError("activation offload needs the device's host link (PCIe) bandwidth: a built-in device "
                          f"({', '.join(device_keys())}); leave offload out")
     offloaded_bytes = formulas.layer_activation_bytes(model, settings.micro_batch, tp, cp,
-                                                      settings.sequence_parallel, settings.recompute)
+                                                      settings.sequence_parallel, settings.recompute, etp)
     return settings.offload_layers * offload.exposed_seconds(offloaded_bytes, compute.host_bandwidth,
                                                              forward_s, backward_s)
