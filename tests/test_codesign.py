@@ -302,3 +302,34 @@ def test_a_system_without_nccl_table_fails_its_point_only():
     grid = grid_from_text("[axes]\ntopology=['emu-2x2']\nmodel=['gpt3-1.3b']\nnccl_version=['2.27']", "g")
     with pytest.raises(UsageError, match=r"no \[nccl\] table"):
         system_of(next(points(grid)))
+
+
+ETP_GRID = """
+[sweep]
+token_budget = 1e9
+[axes]
+topology = ["dgx-a100-x4"]
+model = ["mixtral-8x7b"]
+[axes.plan]
+tp = [2]
+pp = [2]
+ep = [8]
+etp = [1, 2]
+recompute = ["full"]
+sequence_parallel = ["on"]
+zero1 = ["on"]
+offload = ["off"]
+"""
+
+
+def test_etp_is_a_fixed_degree_of_the_grid():
+    """`etp` fixes the expert tensor-parallel degree as `synth plan --etp` does: the folded
+    layout (etp 1 under tp 2) at one point, the classic one (etp = tp) at the other."""
+    grid = grid_from_text(ETP_GRID, "etp grid")
+    assert [axis.values for axis in grid.axes if axis.name == "plan.etp"] == [(1, 2)]
+    options = options_for(grid, 300.0, float(1 << 36))
+    rows = {point.get("plan.etp"): plan_point(point, options) for point in points(grid)}
+    assert all(row["status"] == "ok" for row in rows.values()), rows
+    assert "etp=1" in rows[1]["degrees"] and "etp=" not in rows[2]["degrees"]
+    with pytest.raises(GridError, match="axes.plan.etp"):
+        grid_from_text(ETP_GRID.replace("etp = [1, 2]", "etp = [0]"), "g")

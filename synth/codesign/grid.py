@@ -39,7 +39,7 @@ from synth.codesign.errors import GridError
 from synth.errors import UsageError
 
 LEVEL_FIGURES = ("size", "bandwidth", "latency", "nics", "nic_bandwidth", "oversubscription")
-PLAN_INTEGERS = ("tp", "pp", "dp", "ep", "cp", "max_tp")
+PLAN_INTEGERS = ("tp", "pp", "dp", "ep", "etp", "cp", "max_tp")
 PLAN_CHOICES = {
     "recompute": None,  # comma-separated none/selective/full
     "sequence_parallel": ("on", "off", "both"),

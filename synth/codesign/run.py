@@ -248,7 +248,7 @@ def request_of(point: Point, options: RunOptions):
     if cp is None:
         cp = None if attention_dominant(model) else 1
     limits = DegreeLimits(point.get("plan.dp"), point.get("plan.tp"), point.get("plan.pp"), cp,
-                          point.get("plan.max_tp"), point.get("plan.ep"))
+                          point.get("plan.max_tp"), point.get("plan.ep"), point.get("plan.etp"))
     switch = {"on": (True,), "off": (False,), "both": (False, True)}
 
     def listed(name, default, convert=str):
