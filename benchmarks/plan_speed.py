@@ -174,10 +174,11 @@ def summary(document: dict) -> list[str]:
     rows = [row for row in document["rows"] if "search_s" in row]
     if not rows:
         return []
-    largest = max(rows, key=lambda row: row["devices"])
+    largest = max(rows, key=lambda row: (row["devices"], row["cpu_s"]))  # of several that large, the slowest
     time_ratios = [row["estimated_s"] / row["search_cpu_s"] for row in rows if row.get("search_cpu_s")]
     memory_ratios = [row["estimated_bytes"] / row["peak_rss_bytes"] for row in rows if row.get("estimated_bytes")]
-    text = (f"Largest: {largest['devices']:,} GPUs in {largest['wall_s']:.1f} s wall ({largest['cpu_s']:.1f} s CPU) "
+    alike = sum(row["devices"] == largest["devices"] for row in rows)
+    text = (f"Largest{' (the slowest of its ' + str(alike) + ' rows)' if alike > 1 else ''}: {largest['devices']:,} GPUs in {largest['wall_s']:.1f} s wall ({largest['cpu_s']:.1f} s CPU) "
             f"and {_size(largest['peak_rss_bytes'])} peak.")
     before = {row["command"]: row for row in document.get("before", ()) if "search_s" in row}
     if largest["command"] in before:
