@@ -280,9 +280,13 @@ class Network:
         # same sums, without an array of every link per part.
         if sum(len(part) for part in ids) <= _JOINED_FLOWS:
             return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.capacity))
+        # Each part's bincount spans only its own links' ids (an uplink level's are a few
+        # thousand of a large system's): adding zeros elsewhere changes no sum.
         total = np.zeros(len(self.capacity))
         for part, weight in zip(ids, weights):
-            total += np.bincount(part, weights=weight, minlength=len(self.capacity))
+            if len(part):
+                low, high = int(part.min()), int(part.max()) + 1
+                total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
         return total
 
     def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
