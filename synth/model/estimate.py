@@ -44,6 +44,7 @@ sum. The key is never below the prefix's own value, and equals it for a complete
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -118,6 +119,28 @@ def _distinct_columns(loads: np.ndarray) -> np.ndarray:
     return loads
 
 
+_DISTINCT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine -> {regime ids: distinct columns}
+_DISTINCT_KEPT = 4096  # answers kept per engine
+_DISTINCT_COLUMNS = 4096  # the most columns an answer kept may have
+
+
+def _distinct_link_rows(engine: CostEngine, regimes: np.ndarray) -> np.ndarray:
+    """`_distinct_columns` of the given regimes' link rows (in that order), kept per engine
+    while small: a search asks the same few regimes at size after size, and finding the
+    distinct columns of a large system's links (a sort of every link) cost more than the
+    search's own sums. A regime's number always means the same regime on its engine."""
+    kept = _DISTINCT.get(engine)
+    if kept is None:
+        kept = _DISTINCT[engine] = {}
+    key = regimes.tobytes()
+    found = kept.get(key)
+    if found is None:
+        found = _distinct_columns(engine.link_rows(regimes))
+        if found.shape[1] <= _DISTINCT_COLUMNS and len(kept) < _DISTINCT_KEPT:
+            kept[key] = found
+    return found
+
+
 # The projection's weights: a Weyl sequence in [0.5, 1.5), spread like random draws without
 # importing numpy.random. Any weights give the same maxima: a group is kept as its first column
 # only when every column in it equals that column exactly.
@@ -154,17 +177,13 @@ class Pipelined:
         figures = engine.figures(table.steps, sizes)
         chain = _summed(table.rows, _padded(figures.chain_s))
         links = np.zeros_like(chain)
-        # only the regimes these steps use: stacking every regime the engine holds cost a
-        # long-lived engine (the planner's) more than the sums themselves
-        used, position = np.unique(figures.regime, return_inverse=True)
-        rows = engine.link_rows(used)
         # Sizes at which every step runs the same candidates share one link sum per program.
         groups: dict[bytes, list[int]] = {}
-        regimes = np.ascontiguousarray(position.reshape(figures.regime.shape).T)
+        regimes = np.ascontiguousarray(figures.regime.T)
         for z in range(len(sizes)):
             groups.setdefault(regimes[z].tobytes(), []).append(z)
         for at in groups.values():
-            loads = _distinct_columns(rows[regimes[at[0]]])
+            loads = _distinct_link_rows(engine, regimes[at[0]])
             busiest = _summed(table.rows, np.vstack([loads, np.zeros((1, loads.shape[1]))])).max(axis=1)
             links[:, at] = sizes[at][None, :] * busiest[:, None]
         return np.maximum(links, chain)

@@ -276,13 +276,18 @@ class Network:
         # Each link is in one of these parts only (its kind and level fix the part), so summing the
         # parts' loads adds its bytes in the same order as one bincount over them all would,
         # without a copy of every part (the copy was most of the time for millions of flows).
-        # A few flows (a step's calls at one site) take one bincount over the parts joined: the
-        # same sums, without an array of every link per part.
-        if sum(len(part) for part in ids) <= _JOINED_FLOWS:
+        # Flows no more than the links (a step's calls at one site, or every call of a large
+        # system's step) take one bincount over the parts joined: the same sums, and a copy of
+        # the flows costs less than an array of every link per part.
+        if sum(len(part) for part in ids) <= max(_JOINED_FLOWS, len(self.capacity)):
             return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.capacity))
+        # Each part's bincount spans only its own links' ids (an uplink level's are a few
+        # thousand of a large system's): adding zeros elsewhere changes no sum.
         total = np.zeros(len(self.capacity))
         for part, weight in zip(ids, weights):
-            total += np.bincount(part, weights=weight, minlength=len(self.capacity))
+            if len(part):
+                low, high = int(part.min()), int(part.max()) + 1
+                total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
         return total
 
     def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
