@@ -80,10 +80,15 @@ def _traffic(routing: Routing, sizes: tuple[int, ...], classes: frozenset[int], 
     routing.experts_per_member(members)
     if routing.node_limit is None and not routing.skewed:
         classes_count = _product(sizes, classes)
-        per_class = routing.experts // classes_count
-        reached = 1 - comb(routing.experts - per_class, routing.topk) / comb(routing.experts, routing.topk)
-        return StepTraffic((classes_count - classes_count // group) * reached, group)
+        return StepTraffic((classes_count - classes_count // group) * _uniform_reach(routing, classes_count), group)
     return _sampled(routing, sizes, classes, moving, group)
+
+
+def _uniform_reach(routing: Routing, classes_count: int) -> float:
+    """The chance a token routed uniformly (its top-k of the experts, no node limit) has an
+    expert in a given one of `classes_count` equal classes of experts."""
+    per_class = routing.experts // classes_count
+    return 1 - comb(routing.experts - per_class, routing.topk) / comb(routing.experts, routing.topk)
 
 
 def _inner_level(sizes) -> int:
@@ -152,9 +157,7 @@ def _pair_copies(routing: Routing, sizes: tuple[int, ...], classes: frozenset[in
     digits = np.stack(np.unravel_index(np.arange(members), sizes), axis=-1)
     own_class = np.ravel_multi_index(tuple(np.where(in_classes, digits, 0).T), sizes)
     if routing.node_limit is None and not routing.skewed:
-        classes_count = _product(sizes, classes)
-        per_class = routing.experts // classes_count
-        reach = np.full(members, 1 - comb(routing.experts - per_class, routing.topk) / comb(routing.experts, routing.topk))
+        reach = np.full(members, _uniform_reach(routing, _product(sizes, classes)))
     else:
         host_digits, _ = _drawn(routing, sizes)
         projected = np.where(in_classes, host_digits, 0)
