@@ -142,6 +142,9 @@ class NcclSystem:
     launch_per_gpu: Figure | None = None
     # NCCL_IB_QPS_PER_CONNECTION: InfiniBand queue pairs per connection (synth/model/nccl/fabric_share.py)
     ib_qps: int = 1
+    # CPU cores the launcher binds each process to (mpirun's binding), which the proxy threads of
+    # the GPUs one process drives share (synth/model/nccl/proxy.py cpu_share); None: not bound
+    cpu_cores: int | None = None
 
 
 @dataclass(frozen=True)

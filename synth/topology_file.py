@@ -77,6 +77,7 @@ them is a separate figure with its own source::
     symmetric = true                   # optional: buffers registered as symmetric windows (2.27+ kernels); default false
     launch_per_gpu = { value = "5 us", source = "..." }  # optional: host time per GPU a thread launches a call on
     ib_qps = 2                         # optional: NCCL_IB_QPS_PER_CONNECTION, queue pairs per connection; default 1
+    cpu_cores = 1                      # optional: CPU cores the launcher binds each process to (mpirun); default unbound
     source = "..."                     # required
 
     [[levels]]
@@ -160,7 +161,8 @@ _LINK_KEYS = ("kind", "source")
 _TRANSPORT_KEYS = ("kind", "source", "gdr", "sockets", "vendor", "stream", "latency", "unpack", "stages", "floor",
                    "message_rate", "fabric_share")
 _NCCL_KEYS = ("generation", "source", "nvls", "cpu", "algorithms", "protocols", "buffsize", "gpus_per_thread",
-              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu", "ib_qps")
+              "cuda_graphs", "min_ctas", "max_ctas", "version", "symmetric", "launch_per_gpu", "ib_qps",
+              "cpu_cores")
 _CALIBRATION_KEYS = ("collective", "level", "nodes", "ranks_per_node", "min_bytes", "max_bytes", "points",
                      "rms_error", "worst_error", "file", "backend", "bands", "sigma")
 _OPTIONAL_CALIBRATION_KEYS = ("backend", "bands", "sigma")
@@ -566,8 +568,9 @@ def _nccl(value, where: str) -> NcclSystem:
     if "launch_per_gpu" in table:
         launch = _figure(table["launch_per_gpu"], parse_time, TIME_EXAMPLE, where, "nccl.launch_per_gpu")
     qps = _positive_int(table.get("ib_qps", 1), where, "nccl.ib_qps", "ib_qps = 2")
+    cores = _positive_int(table["cpu_cores"], where, "nccl.cpu_cores", "cpu_cores = 1") if "cpu_cores" in table else None
     return NcclSystem(generation, source, nvls, cpu, lists[0], lists[1], buffsize, gpus_per_thread, cuda_graphs, *ctas,
-                      version, symmetric, launch, qps)
+                      version, symmetric, launch, qps, cores)
 
 
 def _calibration(value, where: str) -> tuple[CalibrationRecord, ...]:
@@ -693,6 +696,8 @@ def topology_document(topology: Topology) -> dict:
             table["gpus_per_thread"] = nccl.gpus_per_thread
         if nccl.cuda_graphs:
             table["cuda_graphs"] = True
+        if nccl.cpu_cores is not None:
+            table["cpu_cores"] = nccl.cpu_cores
         if nccl.launch_per_gpu is not None:
             table["launch_per_gpu"] = _figure_table(nccl.launch_per_gpu, format_time)
         for key in ("min_ctas", "max_ctas", "version"):

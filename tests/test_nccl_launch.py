@@ -67,7 +67,7 @@ def test_calibrate_fits_as_the_run_was_launched_and_writes_the_hardware():
     run = RunInfo(gpus_per_process=8)
     measurements = [Measurement("AllReduce", size, 45e-6, Span(None, 8, 1, 1), "run.txt", i, "nccl", run)
                     for i, size in enumerate((8, 64, 512, 4096))]
-    assert launch_of(measurements) == (8, False)
+    assert launch_of(measurements) == (8, False, None)
     fitted = calibrate_nccl(measurements, base)
     (level,) = fitted.fits
     assert (level.overhead_s or 0.0) < 1e-6

@@ -57,6 +57,9 @@ class RunInfo:
     shared_device: bool = False
     nccl_version: str | None = None
     nccl_algo: str | None = None
+    # CPU cores the launcher binds each process to (nccl_text.bound_cores: Open MPI's defaults and
+    # --bind-to); None: not bound, or the command line does not say
+    cpu_cores: int | None = None
 
 
 @dataclass(frozen=True)

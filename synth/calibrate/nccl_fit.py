@@ -248,11 +248,15 @@ def calibrate_nccl(measurements: list[Measurement], base: Topology, assumptions:
     return NcclCalibration(topology, tuple(fits), assumed, ())
 
 
-def launch_of(measurements: list[Measurement]) -> tuple[int, bool]:
-    """(GPUs per host thread, CUDA graphs) of the measured run: nccl-tests' -g (one thread drives
-    that many GPUs); one process per GPU when the file does not say."""
-    per_thread = max((m.run.gpus_per_process for m in measurements if m.run is not None), default=1)
-    return max(1, per_thread), False
+def launch_of(measurements: list[Measurement]) -> tuple[int, bool, int | None]:
+    """(GPUs per host thread, CUDA graphs, CPU cores per process) of the measured run: nccl-tests'
+    -g (one thread drives that many GPUs), one process per GPU when the file does not say; the
+    cores its launcher bound each process to (RunInfo.cpu_cores), None when not bound."""
+    runs = [m.run for m in measurements if m.run is not None]
+    per_thread = max((run.gpus_per_process for run in runs), default=1)
+    bound = [run.cpu_cores for run in runs]
+    cores = min(bound) if bound and None not in bound else None  # bound only where every run says so
+    return max(1, per_thread), False, cores
 
 
 NVLS_ALGORITHMS = ("nvls", "nvls_tree")
@@ -315,8 +319,9 @@ def nvls_flipped(topology: Topology, measurements: list[Measurement]) -> Topolog
     return replace(topology, nccl=replace(system, nvls=not system.nvls))
 
 
-def _launch_mode(topology: Topology) -> tuple[int, bool]:
-    return (topology.nccl.gpus_per_thread, topology.nccl.cuda_graphs) if topology.nccl is not None else (1, False)
+def _launch_mode(topology: Topology) -> tuple[int, bool, int | None]:
+    system = topology.nccl
+    return (system.gpus_per_thread, system.cuda_graphs, system.cpu_cores) if system is not None else (1, False, None)
 
 
 def _name(path: str) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from synth.calibrate.launcher import bound_cores, is_launch_line
 from synth.calibrate.measurements import (CALIBRATED, Measurement, RunInfo, Span, check_time, collective_from_name, parse_count,
                                          parse_float)
 from synth.collectives import RECORDS
@@ -79,6 +80,7 @@ class _Run:
     devices: dict[int, tuple[str, int, str]] = field(default_factory=dict)  # rank -> (pid, device, name)
     version: str | None = None
     algo: str | None = None
+    command: str | None = None  # the launcher's command line before the run (launcher.py)
 
 
 def strip_prefixes(text: str) -> str:
@@ -126,9 +128,13 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
     runs: list[_Run] = []
     named = _name_in_path(path)
     current: _Run | None = None
-    version = algo = None
+    version = algo = command = None
+    continued = False
     for number, raw in enumerate(strip_prefixes(text).splitlines(), 1):
         line = raw.strip()
+        if continued or (line[:1] != "#" and is_launch_line(line)):  # a launch line, and its `\` continuations
+            command = f"{command} {line}" if continued and command else line
+            continued = line.endswith("\\")
         found_version = VERSION.search(line) if "version" in line else None  # cheap tests first: 10^5 rows
         if found_version:
             version = found_version.group(1)
@@ -149,13 +155,13 @@ def parse_nccl_text(text: str, path: str, level: str | None) -> list[Measurement
             if current is not None and not current.rows:
                 current.named = named
         if HEADER.match(line):
-            current = _Run(number, named, version=version, algo=algo)
+            current = _Run(number, named, version=version, algo=algo, command=command)
             runs.append(current)
             continue
         rank = RANK.match(line)
         if rank:
             if current is None or current.columns is not None:
-                current = _Run(number, named, version=version, algo=algo)
+                current = _Run(number, named, version=version, algo=algo, command=command)
                 runs.append(current)
             if max(len(rank.group(i) or "") for i in (1, 2, 5)) > 9:  # no int() of 5,000 digits
                 raise UsageError(f"{path}:{number}: a rank line whose rank, group or device number has more than "
@@ -197,7 +203,7 @@ def _run_info(run: _Run) -> RunInfo:
         per_pid[(host, pid)] = per_pid.get((host, pid), 0) + 1
         per_device[(host, device)] = per_device.get((host, device), 0) + 1
     return RunInfo(names, max(per_pid.values(), default=1), any(count > 1 for count in per_device.values()),
-                   run.version, run.algo)
+                   run.version, run.algo, bound_cores(run.command, len(per_pid)))
 
 
 def _name_in_path(path: str) -> tuple[str, int] | None:

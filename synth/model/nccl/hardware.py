@@ -108,6 +108,7 @@ def nccl_view(topology: Topology) -> NcclView:
                              version=(launch.version if launch is not None and launch.version else N.DEFAULT_VERSION),
                              symmetric=launch.symmetric if launch is not None else False,
                              ib_qps=launch.ib_qps if launch is not None else 1,
+                             cpu_cores=launch.cpu_cores if launch is not None else None,
                              launch_s_per_gpu=(launch.launch_per_gpu.value
                                                if launch is not None and launch.launch_per_gpu is not None else None))
     overheads = tuple(level.overhead.value if level.overhead is not None else 0.0 for level in levels)
@@ -157,15 +158,18 @@ def level_efficiencies(topology: Topology) -> tuple[float, ...]:
     return tuple(rates)
 
 
-def with_launch(topology: Topology, gpus_per_thread: int, cuda_graphs: bool = False) -> Topology:
+def with_launch(topology: Topology, gpus_per_thread: int, cuda_graphs: bool = False,
+                cpu_cores: int | None = None) -> Topology:
     """The topology as a run launched it: `gpus_per_thread` GPUs driven by each host thread (a
-    measured nccl-tests -g N run), CUDA graphs or not (launch.launch_floor_s)."""
+    measured nccl-tests -g N run), CUDA graphs or not (launch.launch_floor_s), and the CPU cores
+    the launcher bound each process to (proxy.cpu_share; None: not bound)."""
     system = topology.nccl
     if system is None:
         system = NcclSystem("ampere", "assumed: Ampere, no NVLS (no [nccl] table)")
-    if (system.gpus_per_thread, system.cuda_graphs) == (gpus_per_thread, cuda_graphs):
+    if (system.gpus_per_thread, system.cuda_graphs, system.cpu_cores) == (gpus_per_thread, cuda_graphs, cpu_cores):
         return topology
-    return replace(topology, nccl=replace(system, gpus_per_thread=gpus_per_thread, cuda_graphs=cuda_graphs))
+    return replace(topology, nccl=replace(system, gpus_per_thread=gpus_per_thread, cuda_graphs=cuda_graphs,
+                                          cpu_cores=cpu_cores))
 
 
 def _node_level(topology: Topology, assumptions: list[str]) -> int | None:

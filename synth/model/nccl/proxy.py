@@ -29,7 +29,15 @@ published logs (results/fidelity, "The proxy floor, one mechanism at a time"): i
 1-64 MiB band from 24% to 39% median error (GPUDirect-TCPX all-gathers 2-5x too fast, rings of 24
 channels and 8-node trees 10-40% too fast), the loops and the operations per step each
 carrying part of it; so the floor stays what the proxy thread does, and NCCL's price is kept
-as what NCCL believes (its choice reads its tables, not this floor)."""
+as what NCCL believes (its choice reads its tables, not this floor).
+
+A process that drives several GPUs (nccl-tests -g N) runs one proxy thread per communicator,
+N of them (proxy.cc ncclProxyCreate, per comm), and NCCL starts them within the creating
+thread's CPU set (graph/topo.cc ncclTopoGetCpuAffinity intersects the GPU's local CPUs with
+it). A launcher that binds the process to a few cores (Open MPI's mpirun binds each process
+to one core when it starts at most two: RunInfo.cpu_cores) leaves those N busy threads that
+core's hardware threads, so each step's host work takes N / CPUs times as long (`cpu_share`).
+One process per GPU, or an unbound process, keeps a CPU per proxy thread."""
 
 from __future__ import annotations
 
@@ -42,6 +50,12 @@ from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.tables import BASE_LATENCY, NET_OVERHEAD, Tuning
 
 RING_COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather")
+# Hardware threads per core that the proxy threads of a bound process run on: 2 on the x86 CPUs
+# of the GPU servers the model covers (Intel Xeon Platinum 8480C of DGX H100, Xeon 8380, AMD
+# EPYC: 2 threads per core in the vendors' specifications), SMT on as servers ship; Open MPI's
+# core binding binds all of the core's hardware threads (mpirun(1), --bind-to core). An
+# assumption where a host runs with SMT off.
+THREADS_PER_CORE = 2
 # enqueue.cc: a Simple ring chunk is ALLREDUCE_CHUNKSTEPS (NCCL_STEPS/2 = 4) steps posted in slices
 # of ALLREDUCE_SLICESTEPS (NCCL_STEPS/4 = 2); LL and LL128 post one step per slice
 POSTS_PER_STEP = {"LL": 1, "LL128": 1, "Simple": 2}
@@ -104,6 +118,15 @@ def tree_operations_per_loop(hardware: Hardware, call: Call, channels: int) -> i
     return per_channel * max(1, math.ceil(channels / max(1, nics_used(hardware, call.ranks_per_node))))
 
 
+def cpu_share(hardware: Hardware) -> float:
+    """Proxy threads per CPU of the process: the GPUs one process drives over the hardware
+    threads of the cores its launcher bound it to (module docstring), at least 1; 1 where the
+    process drives one GPU or is not bound."""
+    if hardware.cpu_cores is None or hardware.gpus_per_thread <= 1:
+        return 1.0
+    return max(1.0, hardware.gpus_per_thread / (hardware.cpu_cores * THREADS_PER_CORE))
+
+
 def proxy_floor_s(table: Tuning, hardware: Hardware, call: Call, algorithm: str, protocol: str, channels: int) -> float:
     """The least time of a call whose network steps one proxy thread posts (module docstring):
     0 where the call does not cross nodes, or for algorithms other than the ring and the tree."""
@@ -117,5 +140,5 @@ def proxy_floor_s(table: Tuning, hardware: Hardware, call: Call, algorithm: str,
                                                                                                      channels)
     else:
         return 0.0
-    busy_us = operations * step_overhead_us(hardware, protocol)
+    busy_us = operations * step_overhead_us(hardware, protocol) * cpu_share(hardware)
     return (BASE_LATENCY[algorithm][PROTOCOLS.index(protocol)] + busy_us) * 1e-6

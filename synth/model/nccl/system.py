@@ -110,6 +110,7 @@ class Hardware:
     version: str = DEFAULT_VERSION
     symmetric: bool = False
     ib_qps: int = 1  # NCCL_IB_QPS_PER_CONNECTION (fabric_share.py)
+    cpu_cores: int | None = None  # cores the launcher binds the process to (proxy.cpu_share); None: not bound
 
     def protocol(self, protocol: str) -> ProtocolFigures:
         """The figures of one protocol (factors of 1 when none were given)."""

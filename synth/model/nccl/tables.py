@@ -174,7 +174,7 @@ def as_nccl_sees(hardware: Hardware) -> Hardware:
     if network is not None:
         network = replace(network, link=replace(network.link, efficiency=1.0, efficiency_source=""), stages=None)
     return replace(hardware, intra=intra, network=network, overhead_s=0.0, protocol_figures=(), gpus_per_thread=1,
-                   cuda_graphs=False)
+                   cuda_graphs=False, cpu_cores=None)
 
 
 
