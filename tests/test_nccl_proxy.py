@@ -95,3 +95,23 @@ def test_a_tree_across_two_nodes_has_one_peer():
     """Two nodes: one network peer per tree node, 2 operations per loop and channel."""
     call = Call("AllReduce", 2, 8, 4 << 20)
     assert tree_operations_per_loop(Hardware("hopper", 8, NVLINK4, IB400), call, 16) == 4
+
+
+def test_proxy_threads_of_one_process_share_the_cores_its_launcher_bound_it_to():
+    """nccl-tests -g 8 under mpirun -n 2 (Open MPI binds each process to one core: 2 hardware
+    threads): the 8 proxy threads of the process share 2 CPUs, so each step's host work takes 4x;
+    the same call launched one process per GPU, or unbound, keeps 1x. The 1 MiB ring/LL128
+    call above: baseLat 14 + 30 steps x 4 operations x 1 us x 4 = 494 us."""
+    from synth.model.nccl.proxy import cpu_share
+
+    call = Call("AllReduce", 2, 8, 1 << 20)
+    table = tuning(RING_LL128, call)
+    bound = replace(RING_LL128, gpus_per_thread=8, cpu_cores=1)
+    assert cpu_share(bound) == 4
+    assert proxy_floor_s(table, bound, call, "ring", "LL128", 16) == pytest.approx(494e-6)
+    assert cpu_share(replace(RING_LL128, gpus_per_thread=8)) == 1  # not bound
+    assert cpu_share(replace(RING_LL128, cpu_cores=1)) == 1  # one GPU per process
+    assert cpu_share(replace(RING_LL128, gpus_per_thread=2, cpu_cores=1)) == 1  # a CPU per thread
+    assert cpu_share(replace(RING_LL128, gpus_per_thread=8, cpu_cores=2)) == 2
+    # NCCL's choice reads its tables, not the host: the same pick either way
+    assert tuning(bound, call) == table
