@@ -61,3 +61,22 @@ def test_a_topology_file_states_the_cores_and_a_bad_count_is_refused():
     assert "cpu_cores" not in render_topology(base)
     with pytest.raises(UsageError, match="cpu_cores"):
         topology_from_text(render_topology(topology).replace("cpu_cores = 1", "cpu_cores = 0"), "test.toml")
+
+
+def test_a_calibrated_prediction_on_an_oversubscribed_launch_states_the_stall_in_its_interval():
+    from synth.calibrate.confidence import model_error_for_group
+    from synth.topology import CalibrationRecord
+
+    base = load_topology("dgx-h100-x2")
+    record = CalibrationRecord("AllReduce", "node", 2, 8, 8, 2 ** 30, 20, 0.05, 0.1, "run.txt", "nccl", (), 0.05)
+    calibrated = replace(base, calibration=(record,))
+    ranks = list(range(16))
+    plain = model_error_for_group(calibrated, ranks, "AllReduce", 2 ** 20)
+    assert plain.stall_s == 0.0
+    bound = replace(calibrated, nccl=replace(base.nccl, gpus_per_thread=8, cpu_cores=1))
+    sure = model_error_for_group(bound, ranks, "AllReduce", 2 ** 20)
+    assert sure.stall_s == pytest.approx(3e-3)
+    low, high = sure.interval(100e-6, 2 ** 20)
+    plain_low, plain_high = plain.interval(100e-6, 2 ** 20)
+    assert (low, high) == pytest.approx((plain_low, plain_high + 3e-3))
+    assert "3 ms waiting for the host's CPUs" in sure.describe(2 ** 20)

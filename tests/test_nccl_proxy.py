@@ -115,3 +115,19 @@ def test_proxy_threads_of_one_process_share_the_cores_its_launcher_bound_it_to()
     assert cpu_share(replace(RING_LL128, gpus_per_thread=8, cpu_cores=2)) == 2
     # NCCL's choice reads its tables, not the host: the same pick either way
     assert tuning(bound, call) == table
+
+
+def test_an_oversubscribed_process_may_wait_a_scheduler_slice_across_nodes_only():
+    """Its busy threads (a proxy per GPU and the launching thread) outnumber its CPUs: -g 2 on
+    one core (3 threads, 2 hardware threads) may wait one slice; -g 1, unbound, or one node not."""
+    from synth.model.nccl.proxy import SCHED_SLICE_S, host_stall_s, oversubscribed
+
+    across, inside = Call("AllReduce", 2, 2, 1 << 20), Call("AllReduce", 1, 8, 1 << 20)
+    bound = replace(RING_LL128, gpus_per_thread=2, cpu_cores=1)
+    assert oversubscribed(bound) and host_stall_s(bound, across) == SCHED_SLICE_S == 3e-3
+    assert host_stall_s(bound, inside) == 0.0
+    assert host_stall_s(replace(RING_LL128, gpus_per_thread=8), across) == 0.0
+    assert host_stall_s(replace(RING_LL128, cpu_cores=1), across) == 0.0
+    assert not oversubscribed(replace(RING_LL128, gpus_per_thread=2, cpu_cores=2))
+    # the stall is an interval's, not the prediction's
+    assert estimate(bound, across).time_s == estimate(replace(bound, cpu_cores=None), across).time_s

@@ -8,13 +8,15 @@ the fit: what the model missed where it was measured, a floor for what it misses
 The interval is predicted x exp(+-1.645 sigma), sigma the fit's prediction spread
 (synth/calibrate/uncertainty.py; for a record written before fits had one its RMS error at the
 size's band, at least the noise floor) combined with the model's structure error at the size's
-band on the measured configuration or another (synth/calibrate/transfer_error.py).
+band on the measured configuration or another (synth/calibrate/transfer_error.py). Where the
+launch leaves a process more busy threads than CPUs (synth/model/nccl/proxy.py host_stall_s),
+the interval's upper end adds the scheduler slice a call can wait for them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,6 +30,7 @@ from synth.topology import CalibrationRecord, Topology
 class Confidence:
     record: CalibrationRecord | None
     exact: bool  # the same collective and group shape, and the size inside the measured range
+    stall_s: float = 0.0  # what the call may wait for its host's CPUs beyond the prediction (proxy.host_stall_s)
 
     @property
     def calibrated(self) -> bool:
@@ -57,11 +60,12 @@ class Confidence:
         sigma = self.sigma(nbytes)
         if sigma is None:
             return None
-        return predicted_s * math.exp(-Z_90 * sigma), predicted_s * math.exp(Z_90 * sigma)
+        return predicted_s * math.exp(-Z_90 * sigma), predicted_s * math.exp(Z_90 * sigma) + self.stall_s
 
     def _interval_text(self, nbytes: float | None) -> str:
         sigma = self.sigma(nbytes)
-        return f"; 90% interval x{math.exp(-Z_90 * sigma):.2f}-x{math.exp(Z_90 * sigma):.2f} of the prediction"
+        stall = f" plus up to {self.stall_s * 1e3:g} ms waiting for the host's CPUs" if self.stall_s else ""
+        return f"; 90% interval x{math.exp(-Z_90 * sigma):.2f}-x{math.exp(Z_90 * sigma):.2f} of the prediction{stall}"
 
     def describe(self, nbytes: float | None = None) -> str:
         """The record's error at the size band of `nbytes` where it measured that band (the whole
@@ -123,7 +127,12 @@ def model_error_for_group(topology: Topology, devices, collective: str, nbytes: 
     """`model_error` for a group of device ranks (its nodes and ranks per node as NCCL sees them)."""
     if not topology.calibration:
         return Confidence(None, False)
-    from synth.model.nccl.hardware import group_layout, nccl_view
+    from synth.model.nccl.hardware import call_for, group_layout, nccl_view
+    from synth.model.nccl.proxy import host_stall_s
 
-    nodes, per_node, _ = group_layout(topology, nccl_view(topology), devices)
-    return model_error(topology, collective, nodes, per_node, nbytes)
+    view = nccl_view(topology)
+    nodes, per_node, _ = group_layout(topology, view, devices)
+    found = model_error(topology, collective, nodes, per_node, nbytes)
+    if found.record is None:
+        return found
+    return replace(found, stall_s=host_stall_s(*call_for(topology, view, devices, collective, nbytes)))

@@ -37,7 +37,13 @@ thread's CPU set (graph/topo.cc ncclTopoGetCpuAffinity intersects the GPU's loca
 it). A launcher that binds the process to a few cores (Open MPI's mpirun binds each process
 to one core when it starts at most two: RunInfo.cpu_cores) leaves those N busy threads that
 core's hardware threads, so each step's host work takes N / CPUs times as long (`cpu_share`).
-One process per GPU, or an unbound process, keeps a CPU per proxy thread."""
+One process per GPU, or an unbound process, keeps a CPU per proxy thread.
+
+Such a process also has more busy threads than CPUs (its proxy threads and the thread that
+launches the calls and polls their streams), so a proxy thread with a step to post can find its
+CPU held by another and wait for the scheduler to preempt it: at most a slice (`host_stall_s`),
+when it happens, not every call. The model does not say when; a prediction's interval carries
+it as an additive upper bound (synth/calibrate/confidence.py, benchmarks/calibration_transfer.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +62,11 @@ RING_COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather")
 # core binding binds all of the core's hardware threads (mpirun(1), --bind-to core). An
 # assumption where a host runs with SMT off.
 THREADS_PER_CORE = 2
+# The Linux scheduler's slice, what a runnable thread waits at most for a CPU another holds:
+# EEVDF's base slice (CFS's minimum granularity before 6.6), 0.75 ms normalized and scaled by
+# 1 + log2(min(CPUs, 8)) (kernel/sched/fair.c sysctl_sched_base_slice, SCHED_TUNABLESCALING_LOG):
+# 3 ms on a host of 8 CPUs or more
+SCHED_SLICE_S = 3e-3
 # enqueue.cc: a Simple ring chunk is ALLREDUCE_CHUNKSTEPS (NCCL_STEPS/2 = 4) steps posted in slices
 # of ALLREDUCE_SLICESTEPS (NCCL_STEPS/4 = 2); LL and LL128 post one step per slice
 POSTS_PER_STEP = {"LL": 1, "LL128": 1, "Simple": 2}
@@ -125,6 +136,22 @@ def cpu_share(hardware: Hardware) -> float:
     if hardware.cpu_cores is None or hardware.gpus_per_thread <= 1:
         return 1.0
     return max(1.0, hardware.gpus_per_thread / (hardware.cpu_cores * THREADS_PER_CORE))
+
+
+def oversubscribed(hardware: Hardware) -> bool:
+    """Whether a bound process has more busy threads than CPUs: a proxy thread per GPU it
+    drives and the thread launching the calls, over its cores' hardware threads."""
+    if hardware.cpu_cores is None or hardware.gpus_per_thread <= 1:
+        return False
+    return hardware.gpus_per_thread + 1 > hardware.cpu_cores * THREADS_PER_CORE
+
+
+def host_stall_s(hardware: Hardware, call: Call) -> float:
+    """How much longer than predicted a call may take waiting for its proxy threads' CPU (module
+    docstring): a scheduler slice on an oversubscribed process whose call crosses nodes, else 0."""
+    if call.nodes < 2 or hardware.network is None or not oversubscribed(hardware):
+        return 0.0
+    return SCHED_SLICE_S
 
 
 def proxy_floor_s(table: Tuning, hardware: Hardware, call: Call, algorithm: str, protocol: str, channels: int) -> float:
