@@ -458,9 +458,10 @@ MISSING_MECHANISMS = {
     "1-64 MiB": "the one-node LL128/Simple ramp (an A100 node runs LL128 at 0.55-0.66 of the modelled rate, a V100 "
                 "node has a 60 us intercept; no ceiling in NCCL's tables binds there); a net plugin's own per-step "
                 "cost and tuner (TCPX's fixed 0.6-1.1 ms implies 5-9 us per proxy operation against NCCL's 3; TCPXO "
-                "runs mid sizes at an eighth of its large-size rate); CPU time-sharing of a `-g N` process that "
-                "mpirun binds to one core (dgx-06/07: its proxy threads share the core, calls of up to 2 ms at "
-                "32 KiB-64 MiB); two ranks time-slicing one GPU (the RTX 5090 socket run: some 1.85 ms per chunk "
+                "runs mid sizes at an eighth of its large-size rate); when the scheduler stalls a `-g N` process that "
+                "mpirun binds to one core (dgx-06/07: the model shares the core's 2 hardware threads among its "
+                "proxy threads, synth/model/nccl/proxy.py cpu_share, but calls of up to 2 ms at 32 KiB-64 MiB "
+                "wait for the scheduler, which only bounds them, a slice, in an interval); two ranks time-slicing one GPU (the RTX 5090 socket run: some 1.85 ms per chunk "
                 "loop). None has a documented figure to build it from.",
     ">= 64 MiB": "at 4-8 H100 nodes one cluster runs 9-14% below the modelled rate (issue 309, gj-aion's) and another "
                  "at it (qoofyk's VMs): the fabric's share of the NICs' rate on calls over more than two hosts "
