@@ -67,3 +67,27 @@ def test_the_mid_size_structure_term_is_measured_per_launch_class():
     assert shared_host(Measurement("AllReduce", 8, 1e-5, Span(None, 2, 8, 2), "x", 1, "nccl", run))
     assert not shared_host(Measurement("AllReduce", 8, 1e-5, Span(None, 1, 8, 1), "x", 1, "nccl", run))
     assert not shared_host(Measurement("AllReduce", 8, 1e-5, Span(None, 2, 8, 2), "x", 1, "nccl", RunInfo()))
+
+
+def test_a_host_stall_widens_the_upper_end_only_and_is_not_read_as_model_error():
+    """D's calls (an oversubscribed launch, stall bound 3 ms) run 2 ms slower than predicted:
+    the stall bound covers them, so they neither widen S's structure term nor go uncovered;
+    D's interval keeps its low end and adds the bound to its high one."""
+    from benchmarks.calibration_transfer import _residual, _term_key, select
+
+    mib = 2 ** 20
+
+    def fold(source: str, measured: float, stall: float) -> dict:
+        rows = [{**_row(f"{source}-a.txt", 8 * mib, 100e-6, same, stall > 0), "measured_s": measured,
+                 "stall_s": stall} for same in (True, False) for _ in range(25)]
+        return {"probe_log": f"{source}-a.txt", "source": source, "rows": rows}
+
+    assert _residual({"predicted_s": 1e-4, "measured_s": 2.1e-3, "stall_s": 3e-3}) == 0.0
+    assert _residual({"predicted_s": 1e-4, "measured_s": 3.2e-3, "stall_s": 3e-3}) == pytest.approx(-0.693, abs=1e-3)
+    assert _residual({"predicted_s": 1e-4, "measured_s": 0.5e-4, "stall_s": 3e-3}) == pytest.approx(0.693, abs=1e-3)
+    runs = {1.0: [fold("S", 100e-6, 0.0), fold("T", 105e-6, 0.0), fold("D", 2.1e-3, 3e-3)]}
+    folds, choices = select(runs)
+    assert choices["S"]["structure_sigma"][_term_key(">= 64 MiB", False, False)] < 0.1
+    (d,) = [f for f in folds if f["source"] == "D"]
+    assert all(r["low_s"] <= r["measured_s"] <= r["high_s"] for r in d["rows"])
+    assert all(r["low_s"] > 50e-6 and r["high_s"] > 3e-3 for r in d["rows"])
