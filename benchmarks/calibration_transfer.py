@@ -119,7 +119,12 @@ FINDINGS = (
     "and -g 8 from 1 MiB (the NVLS tree has no proxy floor to share). Still missed elsewhere: mid-size NVLS-tree fill on qoofyk's hosts (2-16 MiB 10-26% faster than "
     "modelled, where gj-aion's are within 12%) and the LL128 tree at 1-2 MiB over 8 nodes (15-30% slower), "
     "which a probe's LL128 latency factor carries to the 2-node ring LL128 run (-37% at 1 MiB from the 8-node "
-    "probe). The per-fold choice of scale on the other sources stays noisy.")
+    "probe). The per-fold choice of scale on the other sources stays noisy. nccl-tests#309's intervals on its "
+    "other logs (4 and 8 nodes from a 2-node probe and back: the fabric's share a 2-node probe cannot see) were "
+    "covered by terms measured on dgx-06/07's stalls, the only other source with other logs; with those stalls "
+    "bounded in dgx-06/07's own intervals the terms are what its other residuals say (< 1 MiB 0.00, >= 64 MiB 0.00 "
+    "against 0.67 and 0.48), and #309 covers 811/910 (89%) where it covered 892/910: no source but #309 itself "
+    "measures how far its node counts transfer.")
 
 
 def probe_sizes(log: Log) -> tuple[int, ...]:
