@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from synth.model.nccl.launch import launch_floor_s
-from synth.model.nccl.chunking import chunk_bytes, pipeline_stages
+from synth.model.nccl.chunking import chunk_bytes, ll128_tree_stages, pipeline_stages
 from synth.model.nccl.protocols import PAYLOAD
 from synth.model.nccl.proxy import proxy_floor_s
 from synth.model.nccl.fabric_share import fabric_share
@@ -16,7 +16,7 @@ from synth.model.nccl.graph import nics_used
 from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.transports import call_floor_s, socket_capacity
 from synth.model.nccl.tables import (NVLS_EFFICIENCY, RING_PLATEAU, Choice, Tuning, channels_used, choose,
-                                     nccl_time_us, tuning)
+                                     nccl_time_us, tree_correction, tuning)
 
 @dataclass(frozen=True)
 class Load:
@@ -180,9 +180,12 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
     if not seconds_per_byte:
         seconds_per_byte.append(("local", 0.0))
     bottleneck, per_byte = max(seconds_per_byte, key=lambda item: item[1])
+    per_byte /= tree_correction(call, algorithm, protocol)  # NCCL's measured mid-size tree efficiency
     transfer = call.nbytes * per_byte
     fill = 0.0
     stages = pipeline_stages(hardware, call, algorithm) if protocol == "Simple" else 0
+    if algorithm == "tree" and protocol == "LL128":
+        stages = ll128_tree_stages(call)
     if stages and per_byte > 0 and channels:
         per_channel = 1.0 / (per_byte * channels)
         # a call smaller than a chunk per channel crosses every stage whole
