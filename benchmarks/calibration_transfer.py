@@ -77,8 +77,10 @@ HISTORY = (
     "across nodes, so they too were chosen on these logs. With the probe priors and the per-source choices: "
     "876 (69%) within target against 892 (71%) uncalibrated (< 1 MiB 86%, 1-64 MiB 54%, from 64 MiB 66%), "
     "intervals covering 1171 (93%), the median 1-64 MiB interval x0.06-x15.52 (issue 309's 1-64 MiB term "
-    "measured on dgx-06/07's stalls). This run adds the fabric's share (below), no per-call overhead where NCCL's "
-    "tables hold every per-call cost (on a probe), and the 1-64 MiB structure term per launch class.")
+    "measured on dgx-06/07's stalls). Adding the fabric's share (below), no per-call overhead where NCCL's "
+    "tables hold every per-call cost (on a probe), and the 1-64 MiB structure term per launch class: 927 (73%) "
+    "within target against 892 (71%) uncalibrated (< 1 MiB 92%, 1-64 MiB 57%, from 64 MiB 69%), intervals "
+    "covering 1171 (93%). This run adds the classic tree's mid-size rate and the LL128 tree's fill (below).")
 
 
 # why calibration hurt transfer in the runs before this one (the fitted figures per fold, read off
@@ -107,9 +109,17 @@ FINDINGS = (
     "steps on the calls wait on the host's scheduler: additive stalls of 0.02-2 ms from 16-32 KiB, which a "
     "probe's 2 GiB size still shows as a 5-8% slow Simple rate that then slows the 2x2 log by 7-10%; no "
     "documented figure sizes them); mid-size NVLS-tree fill on qoofyk's hosts (2-16 MiB 10-26% faster than "
-    "modelled, where gj-aion's are within 12%) and the LL128 tree at 1-2 MiB over 8 nodes (15-30% slower), "
-    "which a probe's LL128 latency factor carries to the 2-node ring LL128 run (-37% at 1 MiB from the 8-node "
-    "probe). The per-fold choice of scale on the other sources stays noisy.")
+    "modelled, where gj-aion's are within 12%; NCCL's chunking, calcCollChunking, is the same on both) and, "
+    "on the 2-node ring of 24 channels, 1-2 MiB 15-25% faster than the proxy floor prices. The LL128 tree at "
+    "1-4 MiB over 4 and 8 nodes ran 15-30% slower than modelled (a probe's LL128 latency factor then carried "
+    "that to the 2-node ring LL128 run, -37% at 1 MiB from the 8-node probe): the model moved a tree's bytes "
+    "at NCCL's full tree rate, where NCCL's own estimate scales it by its measured treeCorrectionFactor "
+    "(tuning.cc: 0.6 for LL128 at 64 KiB-2 MiB, 'trees are not perfectly sticking to the model for medium "
+    "sizes'), and gave the LL128 tree no fill, where calcCollChunking counts 1 + log2(nodes) + 0.1 x GPUs per "
+    "node steps for its chunk (nstepsLL128); the model now applies both (synth/model/nccl/tables.py "
+    "tree_correction, chunking.py ll128_tree_stages), taking those calls' misses from 24 to 6 of their 51 "
+    "predictions and the 2-node ring LL128 run's at 4-16 MiB from 10 to 2. The per-fold choice of scale on "
+    "the other sources stays noisy.")
 
 
 def probe_sizes(log: Log) -> tuple[int, ...]:
