@@ -35,14 +35,25 @@ def test_the_tree_correction_leaves_other_algorithms_and_collectives_alone():
     assert tree_correction(Call("AllReduce", 8, 8, 32), "tree", "LL128") == 1.0  # below 64 B
 
 
-def test_a_tree_moves_its_bytes_at_the_corrected_rate():
+def test_a_tree_reaches_nccls_ceiling_at_the_corrected_share():
     """1 and 4 MiB on 8 nodes run the LL128 tree on all 16 channels (16 x 640 x 8 B < 1 MiB),
-    so the bottleneck's rate is the same and the transfers differ by the size and the factors:
-    4 x 0.6 / 0.8 = 3."""
+    bound by NCCL's per-channel LL128 tree maximum, so the transfers differ by the size and the
+    factors: 4 x 0.6 / 0.8 = 3."""
     small = estimate_for(HGX_H100, Call("AllReduce", 8, 8, MiB), "tree", "LL128")
     large = estimate_for(HGX_H100, Call("AllReduce", 8, 8, 4 * MiB), "tree", "LL128")
     assert small.choice.channels == large.choice.channels == 16
+    assert small.bottleneck == large.bottleneck == "protocol"
     assert large.transfer_s / small.transfer_s == pytest.approx(3.0)
+
+
+def test_the_correction_leaves_the_links_rates_alone():
+    """A Simple tree has no measured ceiling in NCCL's table (its per-channel tree figure is a
+    budget), so its time at 128 MiB (factor 0.9) is the links' alone: bytes over the rate its
+    busiest resource drains them at."""
+    e = estimate_for(HGX_H100, Call("AllReduce", 8, 8, 128 * MiB), "tree", "Simple")
+    assert e.bottleneck in ("intra", "net")
+    (load,) = [load for load in e.loads if load.resource == e.bottleneck]
+    assert e.transfer_s == pytest.approx(load.seconds)
 
 
 @pytest.mark.parametrize("nodes, stages", [(1, 0.8), (2, 1.8), (4, 2.8), (8, 3.8), (16, 4.8)])

@@ -341,8 +341,11 @@ def tree_correction(call: Call, algorithm: str, protocol: str) -> float:
     """The share of its bandwidth NCCL expects a tree AllReduce of this size to reach
     (ncclTopoGetAlgoTime, tuning.cc:522-538: "Trees are not perfectly sticking to the model for
     medium sizes", NVIDIA's measured treeCorrectionFactor, 0.4-1.0 from 64 B to 256 MB); 1 for
-    other algorithms and collectives. The time on the hardware applies it as it applies the
-    ring plateau (RING_PLATEAU): both are NCCL's own measured size terms of the pair it picked."""
+    other algorithms and collectives. NCCL scales its own bandwidth by it; the time on the
+    hardware scales NCCL's measured ceilings of the tree (LL's llMaxBw, the LL128 tree's
+    per-channel maximum: `Tuning.cap`) by it, as it takes the ring plateau (RING_PLATEAU) from
+    the same function, and leaves the links' and sockets' rates, which NCCL's table does not
+    price, alone."""
     if algorithm != "tree":
         return 1.0
     log_size = _tree_size_class(call)

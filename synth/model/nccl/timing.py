@@ -174,13 +174,14 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         seconds_per_byte.append(("net", net_load / net_cap))
         if stream_cap > 0:
             seconds_per_byte.append(("streams", net_load / stream_cap))
-    cap = _protocol_cap(table, call, algorithm, protocol) * used * figures.bandwidth
+    # a tree reaches NCCL's measured ceilings only at its size's share (tables.tree_correction)
+    cap = _protocol_cap(table, call, algorithm, protocol) * used * figures.bandwidth * tree_correction(call, algorithm,
+                                                                                                      protocol)
     if cap > 0:
         seconds_per_byte.append(("protocol", 1.0 / cap))
     if not seconds_per_byte:
         seconds_per_byte.append(("local", 0.0))
     bottleneck, per_byte = max(seconds_per_byte, key=lambda item: item[1])
-    per_byte /= tree_correction(call, algorithm, protocol)  # NCCL's measured mid-size tree efficiency
     transfer = call.nbytes * per_byte
     fill = 0.0
     stages = pipeline_stages(hardware, call, algorithm) if protocol == "Simple" else 0
