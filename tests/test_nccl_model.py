@@ -230,7 +230,7 @@ def test_the_logged_infiniband_runs_are_predicted_within_target_from_the_topolog
         limit = 0.10 if m.bytes >= 64 * 2 ** 20 else 0.30
         if abs(error) > limit:
             misses.append((m.bytes, round(error, 3)))
-    assert len(misses) <= 1, misses  # 512 KiB, where NCCL's LL128 estimate and the run part (+35%)
+    assert len(misses) <= 1, misses  # 512 KiB, where NCCL's LL128 estimate and the run part (+17%, +35% before the tree's fill)
     assert math.isfinite(e.busbw)
 
 

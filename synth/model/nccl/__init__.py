@@ -45,9 +45,11 @@ the hardware then does:
    busiest resource (a GPU's intra-node links, a node's NICs), each at its line rate times the
    efficiency NCCL achieves on it (`Link.efficiency`, with its source), times the protocol's
    payload share (LL carries 4 data bytes in 8, LL128 120 in 128) and within NCCL's measured
-   per-channel protocol caps (LL, LL128, and NCCL 2.28's NVLS and NVLS-tree figures); plus,
-   for NVLS pipelines, the time the first chunk needs to fill them (`_pipeline_stages`,
-   chunks sized as src/enqueue.cc calcCollChunking sizes them). Over TCP sockets a call
+   per-channel protocol caps (LL, LL128, and NCCL 2.28's NVLS and NVLS-tree figures; a tree
+   AllReduce's at NCCL's own measured share for its size, treeCorrectionFactor:
+   `tables.tree_correction`); plus, for NVLS pipelines and
+   LL128 trees, the time the first chunk needs to fill them (`pipeline_stages`,
+   `ll128_tree_stages`, chunks sized as src/enqueue.cc calcCollChunking sizes them). Over TCP sockets a call
    moves at most `sockets per connection x stream bandwidth` per crossing channel, whatever
    the NIC (src/transport/net_socket.cc).
 

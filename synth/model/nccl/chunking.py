@@ -17,9 +17,10 @@ def pipeline_stages(hardware: Hardware, call: Call, algorithm: str) -> float:
     pass is one, a network hop `Network.stages` (NET_HOP_STAGES by default) in each direction
     of each tree level. Rings and chains stream from the first step (every rank starts on its
     own block). For the classic tree NCCL's latency already counts a hop latency per tree level
-    (tuning.cc:326-330) and measured InfiniBand trees show no chunk-sized fill, so it has none
-    unless a calibration fitted `stages` for the network (a plugin such as GPUDirect-TCPXO
-    stages every chunk through bounce buffers)."""
+    (tuning.cc:326-330) and measured InfiniBand trees show no Simple-chunk-sized fill, so a
+    Simple tree has none unless a calibration fitted `stages` for the network (a plugin such as
+    GPUDirect-TCPXO stages every chunk through bounce buffers); an LL128 tree fills over the
+    steps NCCL counts for it (`ll128_tree_stages`)."""
     depth = max(1, math.ceil(math.log2(call.nodes))) if call.nodes > 1 else 0
     fitted = hardware.network.stages if hardware.network is not None else None
     hop = NET_HOP_STAGES if fitted is None else fitted
@@ -30,6 +31,17 @@ def pipeline_stages(hardware: Hardware, call: Call, algorithm: str) -> float:
     if algorithm == "tree" and fitted is not None:
         return 2 * depth * fitted
     return 0.0
+
+
+def ll128_tree_stages(call: Call) -> float:
+    """Stages an LL128 tree's first chunk crosses before the tree streams: calcCollChunking's
+    nstepsLL128 = 1 + log2i(nodes) + 0.1 x GPUs per node (enqueue.cc, v2.26.2: the steps NCCL
+    counts for an LL128 tree chunk when it shrinks the chunk so that every channel runs at
+    least nstepsLL128 x 16 / ppn of them), less the one the transfer already counts: a
+    pipeline of s stages moves k chunks in k + s - 1 stage times. The chunks are small (18 KB
+    where NCCL shrinks them), so this fill, unlike a Simple tree's, is a few microseconds per
+    level; NCCL's latency counts only the hop latencies (tuning.cc:326-330)."""
+    return log2i(call.nodes) + 0.1 * call.ranks_per_node
 
 
 def chunk_bytes(table: Tuning, hardware: Hardware, call: Call, algorithm: str, protocol: str, channels: int) -> int:

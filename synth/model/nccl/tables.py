@@ -330,13 +330,34 @@ def _size_terms(table: Tuning, hardware: Hardware, call: Call) -> tuple[int, int
     the tree correction's size class (-1 outside the table or for other collectives) and the
     ring plateau's factor (1 where it does not apply)."""
     nbytes = int(call.nbytes)
-    log_size = log2i(nbytes >> 6) if nbytes >> 6 > 0 else -1
-    if not (call.collective == "AllReduce" and 0 <= log_size < 23):
-        log_size = -1
+    log_size = _tree_size_class(call)
     plateau = 1.0
     if call.nodes > 1 and call.collective == "AllReduce" and nbytes // (table.channels * call.ranks) >= 64:
         plateau = RING_PLATEAU["volta" if hardware.generation == "volta" else "other"]
     return nbytes, log_size, plateau
+
+
+def tree_correction(call: Call, algorithm: str, protocol: str) -> float:
+    """The share of its bandwidth NCCL expects a tree AllReduce of this size to reach
+    (ncclTopoGetAlgoTime, tuning.cc:522-538: "Trees are not perfectly sticking to the model for
+    medium sizes", NVIDIA's measured treeCorrectionFactor, 0.4-1.0 from 64 B to 256 MB); 1 for
+    other algorithms and collectives. NCCL scales its own bandwidth by it; the time on the
+    hardware scales NCCL's measured ceilings of the tree (LL's llMaxBw, the LL128 tree's
+    per-channel maximum: `Tuning.cap`) by it, as it takes the ring plateau (RING_PLATEAU) from
+    the same function, and leaves the links' and sockets' rates, which NCCL's table does not
+    price, alone."""
+    if algorithm != "tree":
+        return 1.0
+    log_size = _tree_size_class(call)
+    return TREE_CORRECTION[protocol][log_size] if log_size >= 0 else 1.0
+
+
+def _tree_size_class(call: Call) -> int:
+    """The tree correction's size class of the call: log2i(bytes >> 6), -1 outside the
+    table (64 B to 256 MB) or for collectives other than AllReduce."""
+    nbytes = int(call.nbytes)
+    log_size = log2i(nbytes >> 6) if nbytes >> 6 > 0 else -1
+    return log_size if call.collective == "AllReduce" and 0 <= log_size < len(TREE_CORRECTION["Simple"]) else -1
 
 
 def _pair_time_us(latency: float, bandwidth: float, algorithm: str, protocol: str, nbytes: int, log_size: int,

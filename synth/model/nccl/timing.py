@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from synth.model.nccl.launch import launch_floor_s
-from synth.model.nccl.chunking import chunk_bytes, pipeline_stages
+from synth.model.nccl.chunking import chunk_bytes, ll128_tree_stages, pipeline_stages
 from synth.model.nccl.protocols import PAYLOAD
 from synth.model.nccl.proxy import proxy_floor_s
 from synth.model.nccl.fabric_share import fabric_share
@@ -16,7 +16,7 @@ from synth.model.nccl.graph import nics_used
 from synth.model.nccl.system import Call, Hardware
 from synth.model.nccl.transports import call_floor_s, socket_capacity
 from synth.model.nccl.tables import (NVLS_EFFICIENCY, RING_PLATEAU, Choice, Tuning, channels_used, choose,
-                                     nccl_time_us, tuning)
+                                     nccl_time_us, tree_correction, tuning)
 
 @dataclass(frozen=True)
 class Load:
@@ -174,7 +174,9 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
         seconds_per_byte.append(("net", net_load / net_cap))
         if stream_cap > 0:
             seconds_per_byte.append(("streams", net_load / stream_cap))
-    cap = _protocol_cap(table, call, algorithm, protocol) * used * figures.bandwidth
+    # a tree reaches NCCL's measured ceilings only at its size's share (tables.tree_correction)
+    cap = _protocol_cap(table, call, algorithm, protocol) * used * figures.bandwidth * tree_correction(call, algorithm,
+                                                                                                      protocol)
     if cap > 0:
         seconds_per_byte.append(("protocol", 1.0 / cap))
     if not seconds_per_byte:
@@ -183,6 +185,8 @@ def _time(hardware: Hardware, call: Call, table: Tuning, choice: Choice) -> Esti
     transfer = call.nbytes * per_byte
     fill = 0.0
     stages = pipeline_stages(hardware, call, algorithm) if protocol == "Simple" else 0
+    if algorithm == "tree" and protocol == "LL128":
+        stages = ll128_tree_stages(call)
     if stages and per_byte > 0 and channels:
         per_channel = 1.0 / (per_byte * channels)
         # a call smaller than a chunk per channel crosses every stage whole
