@@ -123,6 +123,8 @@ class CommunicationCosts:
         self._routed: dict[tuple, Communication] = {}  # two-stage dispatch/combine, by (goal, factors, routing, host)
         self._routed_programs: dict[tuple, object] = {}  # RoutedPrograms by (goal, factors, routing per token)
         self._routed_texts: set[str] = set()  # dispatch/combine programs handed out (explained by their goal)
+        self._named_engines: dict[tuple, CostEngine] = {}  # bottleneck's engines on the contexts' own devices
+        self._bottlenecks: dict[tuple, str] = {}  # bottleneck's answers by (factors, program text, goal, size)
 
     @property
     def userbuffers_level(self) -> int:
@@ -261,10 +263,10 @@ class CommunicationCosts:
         return found if found is not None else parse_program(text)
 
     def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str | Program, size: int) -> str:
-        """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
-        context = self._context(self.factors(placement, axes))
-        hierarchy = context.hierarchy
-        engine = CostEngine(context)  # the context's own devices, so links are named as they are
+        """The busiest link of the program's slowest step (for explaining a row, not for ranking).
+        Costed on the context's own devices, so links are named as they are: one engine per
+        context, and one answer per (groups, program, goal, size), asked by many rows."""
+        factors = self.factors(placement, axes)
         text = program if isinstance(program, str) else str(program)
         if text in self._routed_texts:
             return ""  # a dispatch or combine: its steps move a routing's copies, not a collective's blocks
@@ -278,9 +280,21 @@ class CommunicationCosts:
             first = program.steps[0].collective
             alone = BY_COLLECTIVE.get(first) if len(program.steps) == 1 else None
             goal = alone if alone in SYNTHESIZED_ALONE else ALL_REDUCE
+        key = (factors, text, goal, size)
+        found = self._bottlenecks.get(key)
+        if found is None:
+            found = self._bottlenecks[key] = self._bottleneck(factors, program, goal, size)
+        return found
+
+    def _bottleneck(self, factors: tuple[int, ...], program: Program, goal: Goal, size: int) -> str:
+        context = self._context(factors)
+        hierarchy = context.hierarchy
         lowered = [step for step in lower(program, hierarchy, goal).steps if step.places is None]  # no Permutes
         if not lowered:
             return ""
+        engine = self._named_engines.get(factors)
+        if engine is None:
+            engine = self._named_engines[factors] = CostEngine(context)
         costs = step_costs(engine, [step_calls(step) for step in lowered], size, [step.step for step in lowered])
         return max(costs, key=lambda c: c.time_s).bottleneck
 
