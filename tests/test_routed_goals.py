@@ -339,3 +339,15 @@ def test_the_one_ranker_ranks_routed_goals_as_their_program_list_does():
             Ranker(context, 4, goal=goal)
     with pytest.raises(ValueError, match="takes no routing"):
         Ranker(context, 4, goal=ALL_REDUCE, routing=routing)
+
+
+def test_fanout_keeps_one_draw_of_keys_for_every_node_count():
+    """fanout's draws from its kept keys are the draws made afresh (Routing.sample with the seed)."""
+    from synth.model import fanout
+
+    for nodes, limit in ((8, 4), (16, 8), (64, 32), (4, None)):
+        limited = Routing(1, 8, 256, node_limit=limit)
+        experts, state = fanout._experts(limited, nodes)
+        rng = np.random.default_rng(fanout.SEED)
+        assert np.array_equal(experts, limited.sample(rng, fanout.SAMPLES, nodes))
+        assert state == rng.bit_generator.state
