@@ -56,6 +56,14 @@ from synth.plan.folding import DigitGroup
 from synth.topology import Topology
 
 SYNTHESIZED_ALONE = tuple(BY_COLLECTIVE[name] for name in ("ReduceScatter", "AllGather", "AllToAll"))  # priced by synthesis
+# Reduce-scatters and all-gathers over groups of at most this many members are answered by
+# costing every valid program (BestPrograms.every, exact at every size as the best-first search
+# is: the same program and times) rather than by a search per size: the tensor- and expert-
+# tensor-parallel groups of a MoE plan are asked at up to a dozen sizes each, and their few
+# programs cost less together than the searches. Larger groups (a data-parallel group of
+# thousands of members, asked at a size or two) keep the search, which costs few of their steps.
+COSTED_WHOLE = ("ReduceScatter", "AllGather")
+COSTED_WHOLE_MEMBERS = 256
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
 
 
@@ -208,7 +216,10 @@ class CommunicationCosts:
         found = self._single.get(key)
         if found is None:
             programs = self.goal_programs(collective, placement, axes)
-            choice = programs.best(size)
+            if collective in COSTED_WHOLE and programs.context.group_size <= COSTED_WHOLE_MEMBERS:
+                choice = self.every_goal_program(collective, placement, axes)(size)  # exact too, in one batch
+            else:
+                choice = programs.best(size)
             text = self._text(choice.program)
             self._goal_of[text] = BY_COLLECTIVE[collective]
             found = Communication(text, choice.time_s, choice.baseline_time_s,
