@@ -62,6 +62,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from synth.frozen import cached_hash, state_without_hash
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
@@ -88,6 +89,9 @@ from synth.topology import Device
 @dataclass(frozen=True)
 class Settings:
     """What a framework lets a user choose besides the degrees."""
+
+    __hash__ = cached_hash  # (synth/frozen.py) it keys many caches
+    __getstate__ = state_without_hash
 
     micro_batch: int
     virtual: int = 1  # model chunks per pipeline device (1: 1F1B; > 1: interleaved)
@@ -145,6 +149,9 @@ class Compute:
     """The device's peak for the model's precision and how its kernels are timed: by shape on a
     built-in device description (`kernels`, synth/plan/kernels.py), or, for a device without
     one, every matmul at `peak x efficiency` (the topology's stated matmul_efficiency)."""
+
+    __hash__ = cached_hash  # (synth/frozen.py) it keys many caches
+    __getstate__ = state_without_hash
 
     peak_flops: float
     efficiency: float | None
