@@ -37,6 +37,7 @@ import numpy as np
 
 from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
+from synth.search.routed_rank import RoutedPrograms
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
 from synth.goals import ALL_REDUCE, BY_COLLECTIVE, REDUCE_SCATTER, Goal
@@ -130,6 +131,7 @@ class CommunicationCosts:
         self._goal_of: dict[str, Goal] = {}  # the goal of every non-all-reduce program handed out
         self._routed: dict[tuple, Communication] = {}  # two-stage dispatch/combine, by (goal, factors, routing, host)
         self._routed_programs: dict[tuple, object] = {}  # RoutedPrograms by (goal, factors, routing per token)
+        self._routed_seconds: dict[tuple, dict] = {}  # by factors: RoutedPrograms' step times, every goal's
         self._routed_texts: set[str] = set()  # dispatch/combine programs handed out (explained by their goal)
         self._named_engines: dict[tuple, CostEngine] = {}  # bottleneck's engines on the contexts' own devices
         self._bottlenecks: dict[tuple, str] = {}  # bottleneck's answers by (factors, program text, goal, size)
@@ -328,15 +330,12 @@ class CommunicationCosts:
         return found
 
     def _two_stage(self, goal: Goal, factors: tuple[int, ...], routing, host: int) -> Communication:
-        from synth.search.rank import Ranker
-
         context = self._context(factors)
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
-        if programs is None:
-            ranker = Ranker(context, self.max_len, engine=self._engine(factors), goal=goal,
-                            routing=routing)
-            programs = self._routed_programs[key] = ranker.routed
+        if programs is None:  # the steps' times shared by the goals on these groups (a combine's are its dispatch's)
+            programs = self._routed_programs[key] = RoutedPrograms(
+                context, goal, routing, self.max_len, self._engine(factors), self._routed_seconds.setdefault(factors, {}))
         names = context.hierarchy.level_names
         outer_names = {level.name for level in self.topology.levels[:host + 1]}
         outer = frozenset(i for i, name in enumerate(names) if name in outer_names)
