@@ -662,17 +662,25 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
     m = microbatches_of(model, degrees, settings.micro_batch)
     stages = formulas.stage_layers(model.layers, pp)
     moe_first, moe_middle, moe_last = moe.stage_moe_layers(model, stages)
-    counts = ([(stages.first, False, moe_first)] + [(stages.middle, False, moe_middle)] * (pp - 2) if pp > 1 else [])
-    counts.append((stages.last, True, moe_last))
+    # the stages' kinds (first, middle, last): the middle stages are alike, priced once each
+    kinds = ([(stages.first, False, moe_first)] + ([(stages.middle, False, moe_middle)] if pp > 2 else [])
+             if pp > 1 else [])
+    kinds.append((stages.last, True, moe_last))
     tokens = settings.micro_batch * model.seq_len // cp
     activation = tokens * model.hidden * model.bytes_per_value
+    steady = ep_overlap_steady(m, pp, v)
+    variants: dict = {}  # the settings used (with or without tp overlap) -> its layer and offload copies
     least: list[float] | None = None
     for placement in placements:
-        used = settings
-        if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
-            used = _without_tp_overlap(settings)
-        layer = layer_compute(model, compute, used, tp, cp, degrees.ep, degrees.etp)
-        steady = ep_overlap_steady(m, pp, v)
+        overlap_off = settings.tp_overlap and any(
+            span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level])
+        variant = variants.get(overlap_off)
+        if variant is None:
+            used = _without_tp_overlap(settings) if overlap_off else settings
+            layer = layer_compute(model, compute, used, tp, cp, degrees.ep, degrees.etp)
+            variant = variants[overlap_off] = (used, layer, offload_seconds(model, compute, used, tp, cp, layer.forward,
+                                                                             layer.backward, degrees.etp))
+        used, layer, offload_mb = variant
         # what the three terms read of the settings and the layer (their own modules): the same
         # on every group of these degrees that shares it
         key = (id(placement), used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
@@ -689,10 +697,10 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
             if memo is not None:
                 memo[key] = terms
         tensor_layer, tensor_head, context_layer, expert_layer = terms
-        offload_mb = offload_seconds(model, compute, used, tp, cp, layer.forward, layer.backward, degrees.etp)
         times = [count * (layer.layer + tensor_layer + context_layer) + moe_count * expert_layer
-                 + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in counts]
+                 + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in kinds]
         least = times if least is None else [min(a, b) for a, b in zip(least, times)]
+    least = ([least[0]] + [least[1]] * (pp - 2) if pp > 1 else []) + [least[-1]]  # every stage, in order
     chain, before = 0.0, 0.0
     for t in least:
         chain = max(chain, m * t + before)
