@@ -66,6 +66,13 @@ class Placement:
         return json.dumps([list(row) for row in self.matrix], separators=(",", ":"))
 
     @cached_property
+    def spans(self) -> dict:
+        """The groups' span per level by the axes grouped, filled in by the planner
+        (synth/plan/costs.py `factors`), which asks a placement's spans hundreds of thousands
+        of times in a plan: kept here, the lookup does not hash the matrix each time."""
+        return {}
+
+    @cached_property
     def digits(self) -> np.ndarray:
         """`digits[rank, a, l]` = d_{a,l}: the digit of level coordinate c_l that belongs to axis a."""
         ranks = np.arange(self.device_count, dtype=np.int64)

@@ -124,7 +124,6 @@ class CommunicationCosts:
         self._schedules: dict[tuple, GradientSchedule] = {}
         # by (factors, program, bytes per bucket), then by seconds per bucket (as the step's route states them)
         self._gradients: dict[tuple, dict[float, GradientSchedule]] = {}
-        self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
         self._sharded_floors: dict[tuple, object] = {}  # the reduce-scatter goal's bound, by factors
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
@@ -153,10 +152,10 @@ class CommunicationCosts:
         """The groups' span per system level: the product of the axes' factors at each level (or a
         folded expert group's span, synth/plan/folding.py). Every question below takes its groups
         through here, so `axes` may be either everywhere."""
-        key = (placement.matrix, placement.axis_names, axes)
-        found = self._factors.get(key)
+        spans = placement.spans
+        found = spans.get(axes)
         if found is None:
-            found = self._factors[key] = span(placement, axes)
+            found = spans[axes] = span(placement, axes)
         return found
 
     def _context(self, key: tuple[int, ...]):
