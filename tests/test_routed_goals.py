@@ -351,3 +351,28 @@ def test_fanout_keeps_one_draw_of_keys_for_every_node_count():
         rng = np.random.default_rng(fanout.SEED)
         assert np.array_equal(experts, limited.sample(rng, fanout.SAMPLES, nodes))
         assert state == rng.bit_generator.state
+
+
+@pytest.mark.parametrize("routing", [Routing(1, 8, 256, node_limit=4), Routing(1, 4, 64, zipf=1.1),
+                                     Routing(1, 8, 64, node_limit=2, zipf=0.8)])
+def test_sampled_copies_are_the_distinct_projections_token_by_token(routing):
+    """fanout's sampled copies (kept per-level digit keys, copies compared column by column)
+    equal the definition counted token by token: per token, the distinct classes on `classes`
+    of its experts' hosts whose digits on `moving` differ from the owner's."""
+    from synth.model import fanout
+
+    sizes = (2, 4, 8)
+    members = 64
+    nodes = members // sizes[-1]
+    experts, state = fanout._experts(routing, nodes)
+    rng = np.random.default_rng(fanout.SEED)
+    rng.bit_generator.state = state
+    owners = np.array(np.unravel_index(rng.integers(members, size=fanout.SAMPLES), sizes)).T
+    hosts = np.array(np.unravel_index(experts // (routing.experts // members), sizes)).transpose(1, 2, 0)
+    for classes, moving in (({0}, {0}), ({0, 1}, {1}), ({0, 1, 2}, {2}), ({1, 2}, {1, 2}), ({0, 2}, set())):
+        counted = sum(len({tuple(host[level] for level in sorted(classes)) for host in hosts[token]
+                           if any(host[level] != owners[token][level] for level in moving)})
+                      for token in range(fanout.SAMPLES))
+        fanout._traffic.cache_clear()
+        found = fanout.step_traffic(routing, sizes, frozenset(classes), frozenset(moving), False).copies
+        assert found == counted / fanout.SAMPLES

@@ -121,9 +121,10 @@ def _keys(routing: Routing) -> tuple[list, dict]:
 
 @lru_cache(maxsize=64)
 def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Per level, of SAMPLES tokens: [level, token, k] the digit of each copy's host member
-    times the level's stride (so a class's key is the sum over its levels), and [level,
-    token, k] whether that digit differs from the owner's."""
+    """Per level, of SAMPLES tokens: [level, k, token] the digit of each copy's host member
+    times the level's stride (so a class's key is the sum over its levels), and [level, k,
+    token] whether that digit differs from the owner's (a copy's tokens contiguous: counted a
+    copy against another, `_distinct_count`)."""
     members = _product(sizes, range(len(sizes)))
     nodes = members // sizes[_inner_level(sizes)]
     experts, state = _experts(routing, nodes)  # [token, k]
@@ -131,18 +132,18 @@ def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.nda
     rng.bit_generator.state = state
     owners = rng.integers(members, size=SAMPLES)
     hosts = experts // routing.experts_per_member(members)
-    host_digits = np.unravel_index(hosts, sizes)
+    host_digits = np.unravel_index(np.ascontiguousarray(hosts.T), sizes)  # [k, token] each
     owner_digits = np.unravel_index(owners, sizes)
     strides = [_product(sizes, range(level + 1, len(sizes))) for level in range(len(sizes))]
     scaled = np.stack([digits * stride for digits, stride in zip(host_digits, strides)]).astype(np.int32)
-    differs = np.stack([host != owner[:, None] for host, owner in zip(host_digits, owner_digits)])
+    differs = np.stack([host != owner[None, :] for host, owner in zip(host_digits, owner_digits)])
     scaled.setflags(write=False)
     differs.setflags(write=False)
     return scaled, differs
 
 
 def _class_keys(scaled: np.ndarray, classes) -> np.ndarray:
-    """[token, k] each copy's class: its host's digits on `classes` (others 0), raveled."""
+    """[k, token] each copy's class: its host's digits on `classes` (others 0), raveled."""
     keys = np.zeros(scaled.shape[1:], dtype=np.int32)
     for level in sorted(classes):
         keys += scaled[level]
@@ -151,13 +152,23 @@ def _class_keys(scaled: np.ndarray, classes) -> np.ndarray:
 
 def _sampled(routing, sizes, classes, moving, group) -> StepTraffic:
     scaled, differs = _drawn(routing, sizes)
-    keys = _class_keys(scaled, classes)
-    if moving:
-        leaves = np.logical_or.reduce([differs[level] for level in sorted(moving)])
-        keys[~leaves] = -1
-    else:
-        keys[:] = -1
-    return StepTraffic(int(_distinct(keys).sum()) / SAMPLES, group)
+    if not moving:
+        return StepTraffic(0 / SAMPLES, group)
+    leaves = np.logical_or.reduce([differs[level] for level in sorted(moving)])
+    return StepTraffic(_distinct_count(np.where(leaves, _class_keys(scaled, classes), -1)) / SAMPLES, group)
+
+
+def _distinct_count(keys: np.ndarray) -> int:
+    """[k, token] keys: each token's distinct non-negative keys, summed over the tokens
+    (`_distinct`'s count); for a few copies by comparing each with those before it, quicker
+    than a sort of every token's keys."""
+    if len(keys) > 16:
+        return int(_distinct(np.ascontiguousarray(keys.T)).sum())
+    first = keys >= 0
+    for j in range(1, len(keys)):
+        for i in range(j):
+            first[j] &= keys[j] != keys[i]
+    return int(first.sum())
 
 
 def _distinct(keys: np.ndarray) -> np.ndarray:
@@ -190,7 +201,7 @@ def _pair_copies(routing: Routing, sizes: tuple[int, ...], classes: frozenset[in
     if routing.node_limit is None and not routing.skewed:
         reach = np.full(members, _uniform_reach(routing, _product(sizes, classes)))
     else:
-        keys = _class_keys(_drawn(routing, sizes)[0], classes)
+        keys = np.ascontiguousarray(_class_keys(_drawn(routing, sizes)[0], classes).T)  # [token, k]
         reached = keys[_distinct(keys)]  # each token's distinct classes, once
         reach = (np.bincount(reached, minlength=members) / SAMPLES)[own_class]
     copies = _product(sizes, classes - moving) * reach
