@@ -37,6 +37,7 @@ import numpy as np
 
 from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
+from synth.search.programs import ProgramSets
 from synth.search.routed_rank import RoutedPrograms
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
@@ -113,6 +114,7 @@ class CommunicationCosts:
         self.backend = resolve_backend(backend)
         self.max_len = max_len
         self._contexts: dict[tuple, object] = {}
+        self._program_sets = ProgramSets()  # every ranker's valid programs: enumerated once per shape (search/programs.py)
         self._engines: dict[tuple, CostEngine] = {}  # one per context: every goal's ranker on it shares it
         self._best: dict[tuple, BestPrograms] = {}
         self._goals: dict[tuple, BestPrograms] = {}
@@ -179,7 +181,8 @@ class CommunicationCosts:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            best = self._best[key] = BestPrograms(self._context(key), self.max_len, engine=self._engine(key))
+            best = self._best[key] = BestPrograms(self._context(key), self.max_len, engine=self._engine(key),
+                                                  sets=self._program_sets)
         return best
 
     def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
@@ -188,7 +191,7 @@ class CommunicationCosts:
         found = self._goals.get(key)
         if found is None:
             found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=BY_COLLECTIVE[collective],
-                                                    engine=self._engine(key[1]))
+                                                    engine=self._engine(key[1]), sets=self._program_sets)
         return found
 
     def every_goal_program(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> CandidateTimes:
