@@ -8,7 +8,8 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
   sharded optimizer, ZeRO-3/FSDP and the mixture-of-experts token dispatch and combine run:
   the fastest valid program of that goal over the groups' synthesis hierarchy
   (synth.search.best.BestPrograms with the goal: the ranker's best-first search over every
-  program up to `max_len` steps, local Permutes at the copy rate), beside the goal's flat call (one backend call over the group, what a
+  program up to `max_len` steps, local Permutes at the copy rate; over groups of up to
+  COSTED_WHOLE_MEMBERS, every such program costed at once, the same answer), beside the goal's flat call (one backend call over the group, what a
   framework runs), all through the same estimate as the all-reduce programs
   (synth/model/estimate.py). `Communication.synthesized` says which won, and by how much;
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
