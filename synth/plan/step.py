@@ -632,13 +632,19 @@ def representatives(costs: CommunicationCosts, degrees: Degrees, placements) -> 
     """One placement per distinct span of the tensor-, context- and expert-parallel groups: the
     layer's own collectives (terms/tensor.py, context.py, expert.py) see the placement only
     through those spans (costs.factors), so they cost on each what they cost on its class."""
-    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp)) if size > 1]
-    axes += [degrees.expert_group()] if degrees.ep > 1 else []
-    axes += [degrees.expert_tp_group()] if degrees.etp > 1 else []
+    axes = _term_axes(degrees)
     found: dict = {}
     for placement in placements:
         found.setdefault(tuple(costs.factors(placement, axis) for axis in axes), placement)
     return tuple(found.values())
+
+
+def _term_axes(degrees: Degrees) -> list:
+    """The groups whose spans are all the tensor-, context- and expert-parallel terms read of a placement."""
+    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp)) if size > 1]
+    axes += [degrees.expert_group()] if degrees.ep > 1 else []
+    axes += [degrees.expert_tp_group()] if degrees.etp > 1 else []
+    return axes
 
 
 def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees,
@@ -654,8 +660,8 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
     every stage's time (pipeline_bubble: each chain holds m t_k + the stages before k; its other
     part, the wait for the later stages less the warm-up forwards, can fall as t_k rises and is
     left out), plus the optimizer step. Lets the search skip a whole group at once (search.py).
-    `memo`: the terms per representative and what they read, shared by one degree choice's groups
-    (the placements must stay alive while it is used: it keys them by identity).
+    `memo`: the terms by what they read (the degrees they take, the spans of their groups, the
+    settings and the layer), shared by every group of a search.
     `communication=False` leaves the three collectives' terms out too (each is >= 0): a floor no
     higher, found without pricing a collective, that the search tries first (the same memory)."""
     tp, pp, cp, v = degrees.tp, degrees.pp, degrees.cp, settings.virtual
@@ -669,6 +675,7 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
     tokens = settings.micro_batch * model.seq_len // cp
     activation = tokens * model.hidden * model.bytes_per_value
     steady = ep_overlap_steady(m, pp, v)
+    term_axes = _term_axes(degrees)
     variants: dict = {}  # the settings used (with or without tp overlap) -> its layer and offload copies
     least: list[float] | None = None
     for placement in placements:
@@ -681,9 +688,10 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
             variant = variants[overlap_off] = (used, layer, offload_seconds(model, compute, used, tp, cp, layer.forward,
                                                                              layer.backward, degrees.etp))
         used, layer, offload_mb = variant
-        # what the three terms read of the settings and the layer (their own modules): the same
-        # on every group of these degrees that shares it
-        key = (id(placement), used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
+        # what the three terms read (their own modules): the degrees they take, their groups' spans
+        # (costs.factors), the settings and the layer; the same on every group that shares it
+        key = (tp, cp, degrees.ep, degrees.etp, tuple(costs.factors(placement, axis) for axis in term_axes),
+               used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
                used.ep_overlap, layer.forward, layer.backward, layer.scores, steady)
         terms = memo.get(key) if memo is not None else None
         if not communication:
