@@ -339,21 +339,26 @@ def _count_tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, in
             if a + 1 == n_rows:
                 return 0 if any(left_in_column) else 1
             return count(a + 1, 0, rows[a + 1], left_in_column)
-        if (a, l) in fixed:
-            choices = [fixed[a, l]]
-        elif a + 1 == n_rows:
-            choices = [left_in_column[l]]  # the last row takes what the column still needs
-        else:
-            choices = range(min(left_in_row, left_in_column[l]) + 1)
         total = 0
-        for value in choices:
-            if value < 0 or value > left_in_row or value > left_in_column[l]:
-                continue
+        for value in _cell_values(a, l, left_in_row, left_in_column[l], fixed, a + 1 == n_rows):
             after = left_in_column[:l] + (left_in_column[l] - value,) + left_in_column[l + 1:]
             total += count(a, l + 1, left_in_row - value, after)
         return total
 
     return min(count(0, 0, rows[0], tuple(columns)), limit + 1) if n_rows else 0
+
+
+def _cell_values(a: int, l: int, left_in_row: int, left_in_column: int, fixed: dict[tuple[int, int], int],
+                 last_row: bool):
+    """What cell (a, l) of a table may hold, in the walk's order: its fixed value, what the
+    column still needs in the last row, else anything up to what the row and column still need."""
+    if (a, l) in fixed:
+        value = fixed[a, l]
+    elif last_row:
+        value = left_in_column  # the last row takes what the column still needs
+    else:
+        return range(min(left_in_row, left_in_column) + 1)
+    return (value,) if 0 <= value <= left_in_row and value <= left_in_column else ()
 
 
 def _tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int]) -> Iterator[tuple[tuple[int, ...], ...]]:
@@ -373,15 +378,7 @@ def _tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], in
                 return
             yield from fill(a + 1, 0, rows[a + 1])
             return
-        if (a, l) in fixed:
-            choices = [fixed[a, l]]
-        elif a + 1 == n_rows:
-            choices = [left_in_column[l]]  # the last row takes what the column still needs
-        else:
-            choices = range(min(left_in_row, left_in_column[l]) + 1)
-        for value in choices:
-            if value < 0 or value > left_in_row or value > left_in_column[l]:
-                continue
+        for value in _cell_values(a, l, left_in_row, left_in_column[l], fixed, a + 1 == n_rows):
             left_in_column[l] -= value
             table[a][l] = value
             yield from fill(a, l + 1, left_in_row - value)
