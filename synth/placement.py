@@ -66,6 +66,13 @@ class Placement:
         return json.dumps([list(row) for row in self.matrix], separators=(",", ":"))
 
     @cached_property
+    def spans(self) -> dict:
+        """The groups' span per level by the axes grouped, filled in by the planner
+        (synth/plan/costs.py `factors`), which asks a placement's spans hundreds of thousands
+        of times in a plan: kept here, the lookup does not hash the matrix each time."""
+        return {}
+
+    @cached_property
     def digits(self) -> np.ndarray:
         """`digits[rank, a, l]` = d_{a,l}: the digit of level coordinate c_l that belongs to axis a."""
         ranks = np.arange(self.device_count, dtype=np.int64)
@@ -319,14 +326,39 @@ def count_placements(level_sizes, axis_sizes, fixed: dict[tuple[int, int, int], 
 
 
 def _count_tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int], limit: int) -> int:
-    """Non-negative integer tables with these row and column sums and fixed cells, counted by
-    depth-first search up to limit + 1."""
-    count = 0
-    for _ in _tables(rows, columns, fixed):
-        count += 1
-        if count > limit:
-            break
-    return count
+    """Non-negative integer tables with these row and column sums and fixed cells (`_tables`'
+    count), up to limit + 1: the same depth-first choices, each (cell, what the row and the
+    columns still need) counted once, not every table walked."""
+    n_rows, n_columns = len(rows), len(columns)
+
+    @lru_cache(maxsize=None)
+    def count(a: int, l: int, left_in_row: int, left_in_column: tuple[int, ...]) -> int:
+        if l == n_columns:
+            if left_in_row:
+                return 0
+            if a + 1 == n_rows:
+                return 0 if any(left_in_column) else 1
+            return count(a + 1, 0, rows[a + 1], left_in_column)
+        total = 0
+        for value in _cell_values(a, l, left_in_row, left_in_column[l], fixed, a + 1 == n_rows):
+            after = left_in_column[:l] + (left_in_column[l] - value,) + left_in_column[l + 1:]
+            total += count(a, l + 1, left_in_row - value, after)
+        return total
+
+    return min(count(0, 0, rows[0], tuple(columns)), limit + 1) if n_rows else 0
+
+
+def _cell_values(a: int, l: int, left_in_row: int, left_in_column: int, fixed: dict[tuple[int, int], int],
+                 last_row: bool):
+    """What cell (a, l) of a table may hold, in the walk's order: its fixed value, what the
+    column still needs in the last row, else anything up to what the row and column still need."""
+    if (a, l) in fixed:
+        value = fixed[a, l]
+    elif last_row:
+        value = left_in_column  # the last row takes what the column still needs
+    else:
+        return range(min(left_in_row, left_in_column) + 1)
+    return (value,) if 0 <= value <= left_in_row and value <= left_in_column else ()
 
 
 def _tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], int]) -> Iterator[tuple[tuple[int, ...], ...]]:
@@ -346,15 +378,7 @@ def _tables(rows: list[int], columns: list[int], fixed: dict[tuple[int, int], in
                 return
             yield from fill(a + 1, 0, rows[a + 1])
             return
-        if (a, l) in fixed:
-            choices = [fixed[a, l]]
-        elif a + 1 == n_rows:
-            choices = [left_in_column[l]]  # the last row takes what the column still needs
-        else:
-            choices = range(min(left_in_row, left_in_column[l]) + 1)
-        for value in choices:
-            if value < 0 or value > left_in_row or value > left_in_column[l]:
-                continue
+        for value in _cell_values(a, l, left_in_row, left_in_column[l], fixed, a + 1 == n_rows):
             left_in_column[l] -= value
             table[a][l] = value
             yield from fill(a, l + 1, left_in_row - value)
@@ -394,8 +418,14 @@ def _matching(level_sizes: tuple[int, ...], axis_sizes: tuple[int, ...], fixed: 
         rows = [_prime_factors(size).get(p, 0) for size in axis_sizes]
         columns = [_prime_factors(size).get(p, 0) for size in level_sizes]
         per_prime.append(list(_tables(rows, columns, {(a, l): v for (q, a, l), v in fixed.items() if q == p})))
-    for choice in itertools.product(*per_prime):
-        yield tuple(tuple(product(p ** table[a][l] for p, table in zip(primes, choice)) for l in range(len(level_sizes)))
+    # each table's cells as powers of its prime, once; a placement's cell multiplies them
+    powered = [[tuple(tuple(p ** exponent for exponent in row) for row in table) for table in tables]
+               for p, tables in zip(primes, per_prime)]
+    if len(powered) == 1:
+        yield from powered[0]
+        return
+    for choice in itertools.product(*powered):
+        yield tuple(tuple(product(table[a][l] for table in choice) for l in range(len(level_sizes)))
                     for a in range(len(axis_sizes)))
 
 

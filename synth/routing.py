@@ -114,31 +114,69 @@ class Routing:
         the module docstring says; the experts sit in `nodes` equal nodes (consecutive
         experts), for the node limit. Drawn a block of tokens at a time (the same stream of
         numbers as one draw: a [token, expert] array of 2^14 tokens by 8,192 experts is a GiB)."""
-        import numpy as np
+        self.check_nodes(nodes)
+        return self.pick([self._keys(rng, count, start) for start in range(0, count, self._block)], nodes)
 
+    @property
+    def _block(self) -> int:
+        return max(1, (1 << 23) // self.experts)
+
+    def check_nodes(self, nodes: int) -> None:
+        """RoutingError when the experts do not spread over `nodes` or the node limit leaves too few."""
         if self.experts % nodes:
             raise RoutingError(f"routing experts={self.experts} do not spread evenly over {nodes} nodes")
         reachable = self.node_limit * (self.experts // nodes) if self.node_limit is not None else self.experts
         if self.node_limit is not None and self.node_limit < nodes and reachable < self.topk:
             raise RoutingError(f"routing node-limit={self.node_limit} leaves {reachable} experts for topk={self.topk}: "
                                f"raise the node limit")
+
+    def gumbel_keys(self, rng, count: int) -> list:
+        """The router's keys of `count` tokens (log weight + Gumbel noise, [token, expert] in
+        blocks), the numbers `sample` draws: they depend on the experts' weights only, not on
+        the node limit or the nodes, so one draw serves every node count (`pick`)."""
+        return [self._keys(rng, count, start) for start in range(0, count, self._block)]
+
+    def _keys(self, rng, count: int, start: int):
+        import numpy as np
+
         with np.errstate(divide="ignore"):
             weights = np.log(self.probabilities())[None, :]
-        block = max(1, (1 << 23) // self.experts)
-        return np.concatenate([self._sample_block(weights + rng.gumbel(size=(min(block, count - start), self.experts)),
-                                                  nodes)
-                               for start in range(0, count, block)] or [np.zeros((0, self.topk), dtype=np.int64)])
+        return weights + rng.gumbel(size=(min(self._block, count - start), self.experts))
+
+    def pick(self, blocks: list, nodes: int):
+        """[token, k] sorted: each token's experts from its keys (`gumbel_keys`), as `sample`."""
+        import numpy as np
+
+        self.check_nodes(nodes)
+        return np.concatenate([self._sample_block(keys, nodes) for keys in blocks]
+                              or [np.zeros((0, self.topk), dtype=np.int64)])
 
     def _sample_block(self, keys, nodes: int):
-        """The sorted top-k experts of each row of Gumbel keys, within its best nodes under a node limit."""
+        """The sorted top-k experts of each row of Gumbel keys, within its best nodes under a
+        node limit (the top-k among the kept nodes' experts, gathered in expert order so that
+        ties still go to the smaller expert)."""
         import numpy as np
 
         count = len(keys)
         if self.node_limit is not None and self.node_limit < nodes:
             per_node = self.experts // nodes
-            score = keys.reshape(count, nodes, per_node).max(axis=2)
+            by_node = keys.reshape(count, nodes, per_node)
+            if per_node <= 8:  # each node's best expert: a few strided maxima beat a reduction over a short axis
+                score = keys[:, 0::per_node].copy()
+                for j in range(1, per_node):
+                    np.maximum(score, keys[:, j::per_node], out=score)
+            else:
+                score = by_node.max(axis=2)
+            kept = np.sort(largest(score, self.node_limit), axis=1)  # [token, limit] in node order
+            gathered = np.take_along_axis(by_node, kept[:, :, None], axis=1).reshape(count, -1)
+            columns = largest(gathered, self.topk)
+            if np.isfinite(np.take_along_axis(gathered, columns, axis=1)).all():
+                experts = kept[np.arange(count)[:, None], columns // per_node] * per_node + columns % per_node
+                return np.sort(experts, axis=1)
+            # a token short of experts with a chance in its kept nodes: its ties at -inf go to the
+            # smallest experts of all, as the whole masked row has them
             allowed = np.zeros((count, nodes), dtype=bool)
-            np.put_along_axis(allowed, largest(score, self.node_limit), True, axis=1)
+            np.put_along_axis(allowed, kept, True, axis=1)
             keys = np.where(np.repeat(allowed, per_node, axis=1), keys, -np.inf)
         return np.sort(largest(keys, self.topk), axis=1)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from synth.frozen import cached_hash, state_without_hash
 from synth.errors import UsageError
 from synth.units import parse_bandwidth, parse_time
 from synth.names import MAX_DEVICES, MAX_NAMES, check_name, echo, parse_sized_list, product
@@ -209,6 +210,9 @@ class Level:
 
 @dataclass(frozen=True)
 class Topology:
+    __hash__ = cached_hash  # (synth/frozen.py) it keys many caches
+    __getstate__ = state_without_hash
+
     name: str
     description: str
     levels: tuple[Level, ...]

@@ -105,3 +105,13 @@ def test_pipelined_estimate_is_at_most_the_lockstep_sum_and_equal_for_one_call()
     lockstep, pipelined = both("AllReduce(InsideGroup(gpu)); AllReduce(Master(node)); Broadcast(InsideGroup(gpu))")
     assert pipelined.time_s < 0.7 * lockstep
     assert pipelined.busiest_link.endswith("uplinks out") and pipelined.link_bound_s == pytest.approx(2 * nbytes / 3.90625e6)
+
+
+@pytest.mark.parametrize("name", ["emu-2x2x2-gloo", "dgx-h100-x2", "gb200-nvl72"])
+def test_one_link_name_is_the_listed_one(name, bus):
+    """Network.link_name finds a name from its number without listing every link, the same."""
+    for topology in (bus, load_topology(name)):
+        network = Network(topology)
+        found = [network.link_name(link) for link in range(len(network.capacity))]
+        assert "link_names" not in network.__dict__  # found without the list
+        assert tuple(found) == Network(topology).link_names

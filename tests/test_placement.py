@@ -1,3 +1,6 @@
+import itertools
+import math
+
 import numpy as np
 import pytest
 
@@ -254,3 +257,34 @@ def test_too_many_placements_are_refused_before_z3_lists_them():
     assert 0 < len(narrowed) <= MAX_PLACEMENTS
     assert len(narrowed) == count_placements(topology.sizes, (4,) * 5, {
         (2, a, l): 0 for a, last in ((0, 7), (1, 5), (2, 3)) for l in range(last + 1)}, 10**6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=3), st.lists(st.integers(0, 4), min_size=1, max_size=3),
+       st.integers(0, 3), st.integers(0, 2), st.integers(1, 40))
+def test_tables_counted_as_walked(rows, columns, fixed_value, fixed_cell, limit):
+    """The memoized count of exponent tables is the depth-first walk's count, capped alike."""
+    from synth.placement import _count_tables, _tables
+
+    columns[-1] += sum(rows) - sum(columns)  # the sums must agree for any table; keep them so when they can
+    if columns[-1] < 0:
+        return
+    fixed = {(fixed_cell % len(rows), fixed_cell % len(columns)): fixed_value} if fixed_cell else {}
+    walked = sum(1 for _ in _tables(rows, columns, fixed))
+    assert _count_tables(rows, columns, fixed, limit) == min(walked, limit + 1)
+
+
+@pytest.mark.parametrize("level_sizes,axis_sizes", [((2, 8), (4, 4)), ((12, 8), (6, 4, 4)), ((1,), (1,)),
+                                                    ((2, 9, 4), (3, 4, 6))])
+def test_matrices_combine_each_primes_table(level_sizes, axis_sizes):
+    """Placements from per-prime tables (powers kept per table) are each table choice's cells
+    multiplied, as defined."""
+    from synth.placement import _matching, _prime_factors, _tables
+
+    primes = sorted(set().union(*(_prime_factors(n) for n in level_sizes + axis_sizes)))
+    per_prime = [list(_tables([_prime_factors(s).get(p, 0) for s in axis_sizes],
+                              [_prime_factors(s).get(p, 0) for s in level_sizes], {})) for p in primes]
+    defined = [tuple(tuple(math.prod(p ** table[a][l] for p, table in zip(primes, choice))
+                           for l in range(len(level_sizes))) for a in range(len(axis_sizes)))
+               for choice in itertools.product(*per_prime)]
+    assert list(_matching(level_sizes, axis_sizes, {})) == defined

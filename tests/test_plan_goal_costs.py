@@ -4,10 +4,12 @@ program (synth/plan/costs.py), the same programs and times `rank_goal` ranks."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from synth.analysis.goal_rank import rank_goal
+from synth.goals import BY_COLLECTIVE
 from synth.hierarchy import build_hierarchy
 from synth.model.backends import resolve_backend
 from synth.model.context import cost_context
@@ -104,3 +106,32 @@ def test_one_enumeration_per_quotient_shape_lists_every_program_of_the_real_one(
     flat = {f"{collective}(InsideGroup({names[0]}))" for collective in
             ("ReduceScatter", "AllGather", "AllToAll", "Broadcast", "Reduce")}
     assert direct <= listed and listed - direct <= flat  # the flat call is always listed (the baseline)
+
+
+@pytest.mark.parametrize("name", ["dgx-h100-2x8x8", "selene", "gb200-nvl72"])
+def test_small_groups_costed_whole_are_the_search_answer(name):
+    """Reduce-scatters and all-gathers over small groups come from every program costed at once
+    (costs.COSTED_WHOLE_MEMBERS): the same program, time and flat call's time, to the bit, as
+    the best-first search on the same groups at each size."""
+    from synth.plan import costs as plan_costs
+    from synth.search import BestPrograms
+
+    topology = load_topology(name)
+    costs = CommunicationCosts(topology)
+    checked = 0
+    n = topology.device_count
+    for degrees, axes in ((Degrees(n // 8, 8, 1), ("tp",)), (Degrees(n // 16, 4, 4), ("tp", "pp")),
+                          (Degrees(n // 2, 2, 1), ("dp",)), (Degrees(n // 8, 2, 4), ("dp", "tp"))):
+        for placement in enumerate_placements(topology, degrees.axes())[:3]:
+            factors = costs.factors(placement, axes)
+            if math.prod(factors) < 2 or math.prod(factors) > plan_costs.COSTED_WHOLE_MEMBERS:
+                continue
+            for collective in plan_costs.COSTED_WHOLE:
+                search = BestPrograms(costs._context(factors), costs.max_len, goal=BY_COLLECTIVE[collective])
+                for size in (4096, 3 * MiB + 2048, 96 * MiB):
+                    call = getattr(costs, CALLS[collective])(placement, axes, size)
+                    choice = search.best(size)
+                    assert (call.program, call.time_s, call.default_time_s) == (
+                        str(choice.program), choice.time_s, choice.baseline_time_s)
+                    checked += 1
+    assert checked >= 24

@@ -175,3 +175,21 @@ def test_group_limited_routing_on_the_launch_line_passes_megatron_cores_config()
                                    moe_router_group_topk=args.moe_router_group_topk)
     assert (built.moe_router_num_groups, built.moe_router_group_topk) == (8, 4)
     assert built.moe_token_dispatcher_type == "flex" and built.moe_flex_dispatcher_backend == "deepep"
+
+
+def test_the_steps_shared_by_dispatch_and_combine_price_as_each_goal_alone():
+    """A combine's steps priced by its dispatch first (RoutedPrograms' step times shared per
+    group shape) cost what the combine costs alone, to the bit, at several token counts and
+    group shapes (three-step forms included: the groups span rack and node)."""
+    model = PRESETS["deepseek-v3"]
+    topology = load_topology("dgx-h100-2x8x8")
+    shared = CommunicationCosts(topology)
+    for degrees in (Degrees(128, 1, 1, 1, 64), Degrees(128, 1, 1, 1, 128), Degrees(64, 2, 1, 1, 32)):
+        placement = published_placement(degrees, topology)
+        factors = shared.factors(placement, ("ep",))
+        for tokens in (32, 512, 4096):
+            routing = expert_routing(model, tokens, factors)
+            for goal in (DISPATCH, COMBINE):
+                alone = CommunicationCosts(topology).two_stage(goal, placement, ("ep",), routing, 1)
+                assert shared.two_stage(goal, placement, ("ep",), routing, 1) == alone
+    assert any(len(prices) for prices in shared._routed_seconds.values())

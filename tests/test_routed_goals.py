@@ -339,3 +339,40 @@ def test_the_one_ranker_ranks_routed_goals_as_their_program_list_does():
             Ranker(context, 4, goal=goal)
     with pytest.raises(ValueError, match="takes no routing"):
         Ranker(context, 4, goal=ALL_REDUCE, routing=routing)
+
+
+def test_fanout_keeps_one_draw_of_keys_for_every_node_count():
+    """fanout's draws from its kept keys are the draws made afresh (Routing.sample with the seed)."""
+    from synth.model import fanout
+
+    for nodes, limit in ((8, 4), (16, 8), (64, 32), (4, None)):
+        limited = Routing(1, 8, 256, node_limit=limit)
+        experts, state = fanout._experts(limited, nodes)
+        rng = np.random.default_rng(fanout.SEED)
+        assert np.array_equal(experts, limited.sample(rng, fanout.SAMPLES, nodes))
+        assert state == rng.bit_generator.state
+
+
+@pytest.mark.parametrize("routing", [Routing(1, 8, 256, node_limit=4), Routing(1, 4, 64, zipf=1.1),
+                                     Routing(1, 8, 64, node_limit=2, zipf=0.8)])
+def test_sampled_copies_are_the_distinct_projections_token_by_token(routing):
+    """fanout's sampled copies (kept per-level digit keys, copies compared column by column)
+    equal the definition counted token by token: per token, the distinct classes on `classes`
+    of its experts' hosts whose digits on `moving` differ from the owner's."""
+    from synth.model import fanout
+
+    sizes = (2, 4, 8)
+    members = 64
+    nodes = members // sizes[-1]
+    experts, state = fanout._experts(routing, nodes)
+    rng = np.random.default_rng(fanout.SEED)
+    rng.bit_generator.state = state
+    owners = np.array(np.unravel_index(rng.integers(members, size=fanout.SAMPLES), sizes)).T
+    hosts = np.array(np.unravel_index(experts // (routing.experts // members), sizes)).transpose(1, 2, 0)
+    for classes, moving in (({0}, {0}), ({0, 1}, {1}), ({0, 1, 2}, {2}), ({1, 2}, {1, 2}), ({0, 2}, set())):
+        counted = sum(len({tuple(host[level] for level in sorted(classes)) for host in hosts[token]
+                           if any(host[level] != owners[token][level] for level in moving)})
+                      for token in range(fanout.SAMPLES))
+        fanout._traffic.cache_clear()
+        found = fanout.step_traffic(routing, sizes, frozenset(classes), frozenset(moving), False).copies
+        assert found == counted / fanout.SAMPLES

@@ -48,3 +48,19 @@ def test_largest_is_a_stable_sort_head(rows, columns, k, seed):
     values[values == -2] = -np.inf
     assert np.array_equal(np.sort(largest(values, k), axis=1),
                           np.sort(np.argsort(-values, axis=1, kind="stable")[:, :k], axis=1))
+
+
+
+@pytest.mark.parametrize("text", ["tokens=4,topk=8,experts=256,node-limit=4", "tokens=4,topk=3,experts=16,zipf=1.2,node-limit=2",
+                                  "tokens=4,topk=2,experts=8,weights=0/0/1/1/0/0/1/0,node-limit=1",
+                                  "tokens=4,topk=2,experts=8,weights=0/0/1/1/0/0/1/0"])
+def test_one_draw_of_keys_serves_every_node_count(text):
+    """Routing.pick from one draw of keys (what fanout keeps across node counts) is `sample`'s
+    draw for every node count, and leaves the generator where `sample` leaves it."""
+    routing = parse_routing(text)
+    keys_rng = np.random.default_rng(3)
+    keys = routing.gumbel_keys(keys_rng, 700)
+    for nodes in (1, 2, 4):  # (8 nodes of one expert each leave node-limit=1 too few: refused by both)
+        rng = np.random.default_rng(3)
+        assert np.array_equal(routing.pick(keys, nodes), routing.sample(rng, 700, nodes))
+        assert rng.bit_generator.state == keys_rng.bit_generator.state

@@ -28,7 +28,7 @@ counted over the same 2^14 drawn tokens, and capped at the capacity factor times
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import comb
 
@@ -99,14 +99,32 @@ def _inner_level(sizes) -> int:
 def _experts(routing: Routing, nodes: int) -> tuple[np.ndarray, dict]:
     """SAMPLES tokens' experts [token, k] over `nodes` nodes, and the generator's state after
     them (the draw does not depend on the members: kept once for every group shape)."""
+    if SAMPLES * routing.experts > _KEPT_KEYS:  # the keys too large to keep: drawn again
+        rng = np.random.default_rng(SEED)
+        experts = routing.sample(rng, SAMPLES, nodes)
+        return experts, rng.bit_generator.state
+    keys, state = _keys(replace(routing, tokens=1, node_limit=None, capacity=None))
+    return routing.pick(keys, nodes), state
+
+
+_KEPT_KEYS = 1 << 23  # router keys (8 bytes each) kept for every node count: up to 64 MiB
+
+
+@lru_cache(maxsize=1)
+def _keys(routing: Routing) -> tuple[list, dict]:
+    """The router's keys of SAMPLES tokens (Routing.gumbel_keys) and the generator's state after
+    them: what every node count's draw (`_experts`) picks from, drawn once."""
     rng = np.random.default_rng(SEED)
-    experts = routing.sample(rng, SAMPLES, nodes)
-    return experts, rng.bit_generator.state
+    keys = routing.gumbel_keys(rng, SAMPLES)
+    return keys, rng.bit_generator.state
 
 
 @lru_cache(maxsize=64)
 def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(host digits [token, k, level], owner digits [token, 1, level]) of SAMPLES tokens."""
+    """Per level, of SAMPLES tokens: [level, k, token] the digit of each copy's host member
+    times the level's stride (so a class's key is the sum over its levels), and [level, k,
+    token] whether that digit differs from the owner's (a copy's tokens contiguous: counted a
+    copy against another, `_distinct_count`)."""
     members = _product(sizes, range(len(sizes)))
     nodes = members // sizes[_inner_level(sizes)]
     experts, state = _experts(routing, nodes)  # [token, k]
@@ -114,19 +132,43 @@ def _drawn(routing: Routing, sizes: tuple[int, ...]) -> tuple[np.ndarray, np.nda
     rng.bit_generator.state = state
     owners = rng.integers(members, size=SAMPLES)
     hosts = experts // routing.experts_per_member(members)
-    return (np.stack(np.unravel_index(hosts, sizes), axis=-1).astype(np.int32),
-            np.stack(np.unravel_index(owners, sizes), axis=-1).astype(np.int32)[:, None, :])
+    host_digits = np.unravel_index(np.ascontiguousarray(hosts.T), sizes)  # [k, token] each
+    owner_digits = np.unravel_index(owners, sizes)
+    strides = [_product(sizes, range(level + 1, len(sizes))) for level in range(len(sizes))]
+    scaled = np.stack([digits * stride for digits, stride in zip(host_digits, strides)]).astype(np.int32)
+    differs = np.stack([host != owner[None, :] for host, owner in zip(host_digits, owner_digits)])
+    scaled.setflags(write=False)
+    differs.setflags(write=False)
+    return scaled, differs
+
+
+def _class_keys(scaled: np.ndarray, classes) -> np.ndarray:
+    """[k, token] each copy's class: its host's digits on `classes` (others 0), raveled."""
+    keys = np.zeros(scaled.shape[1:], dtype=np.int32)
+    for level in sorted(classes):
+        keys += scaled[level]
+    return keys
 
 
 def _sampled(routing, sizes, classes, moving, group) -> StepTraffic:
-    host_digits, owner_digits = _drawn(routing, sizes)
-    hosts = host_digits[..., 0]
-    in_classes = np.array([level in classes for level in range(len(sizes))])
-    in_moving = np.array([level in moving for level in range(len(sizes))])
-    projected = np.where(in_classes, host_digits, 0)
-    differs = (host_digits != owner_digits)[..., in_moving].any(axis=-1) if in_moving.any() else np.zeros(hosts.shape, bool)
-    keys = np.where(differs, np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes), -1)
-    return StepTraffic(int(_distinct(keys).sum()) / SAMPLES, group)
+    scaled, differs = _drawn(routing, sizes)
+    if not moving:
+        return StepTraffic(0 / SAMPLES, group)
+    leaves = np.logical_or.reduce([differs[level] for level in sorted(moving)])
+    return StepTraffic(_distinct_count(np.where(leaves, _class_keys(scaled, classes), -1)) / SAMPLES, group)
+
+
+def _distinct_count(keys: np.ndarray) -> int:
+    """[k, token] keys: each token's distinct non-negative keys, summed over the tokens
+    (`_distinct`'s count); for a few copies by comparing each with those before it, quicker
+    than a sort of every token's keys."""
+    if len(keys) > 16:
+        return int(_distinct(np.ascontiguousarray(keys.T)).sum())
+    first = keys >= 0
+    for j in range(1, len(keys)):
+        for i in range(j):
+            first[j] &= keys[j] != keys[i]
+    return int(first.sum())
 
 
 def _distinct(keys: np.ndarray) -> np.ndarray:
@@ -159,9 +201,7 @@ def _pair_copies(routing: Routing, sizes: tuple[int, ...], classes: frozenset[in
     if routing.node_limit is None and not routing.skewed:
         reach = np.full(members, _uniform_reach(routing, _product(sizes, classes)))
     else:
-        host_digits, _ = _drawn(routing, sizes)
-        projected = np.where(in_classes, host_digits, 0)
-        keys = np.ravel_multi_index(tuple(np.moveaxis(projected, -1, 0)), sizes)
+        keys = np.ascontiguousarray(_class_keys(_drawn(routing, sizes)[0], classes).T)  # [token, k]
         reached = keys[_distinct(keys)]  # each token's distinct classes, once
         reach = (np.bincount(reached, minlength=members) / SAMPLES)[own_class]
     copies = _product(sizes, classes - moving) * reach

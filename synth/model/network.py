@@ -382,7 +382,27 @@ class Network:
         return float(times[busiest]), busiest
 
     def link_name(self, link: int) -> str:
-        return "" if link == NO_LINK else self.link_names[link]
+        """One link's name, as `link_names` has it, found from its number (a row's explanation
+        names a few links of a system whose every name costs a second to build)."""
+        if link == NO_LINK:
+            return ""
+        if "link_names" in self.__dict__:
+            return self.link_names[link]
+        levels, index = self.topology.levels, int(link)
+        for kind, length in self._name_blocks:
+            units = int(np.prod(self.sizes[:length], dtype=np.int64))
+            per_unit = 1 if kind == "fabric" else 2 if kind == "uplinks" else 2 * self.depth
+            if index >= units * per_unit:
+                index -= units * per_unit
+                continue
+            unit, within = divmod(index, per_unit)
+            name = self._unit_name(tuple(int(c) for c in np.unravel_index(unit, self.sizes[:length])) if length else ())
+            if kind == "fabric":
+                return f"{name} {levels[length].name}-fabric"
+            if kind == "uplinks":
+                return f"{name} uplinks {('out', 'in')[within]}"
+            return f"{name} {levels[within // 2].name}-link {('out', 'in')[within % 2]}"
+        raise IndexError(f"link {link} is not one of the {len(self.capacity)} links")
 
 
 def sequential_sums(value: float, counts: np.ndarray) -> np.ndarray:

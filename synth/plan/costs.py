@@ -8,7 +8,8 @@ The step model (synth/plan/step.py) asks four questions, all for one placement o
   sharded optimizer, ZeRO-3/FSDP and the mixture-of-experts token dispatch and combine run:
   the fastest valid program of that goal over the groups' synthesis hierarchy
   (synth.search.best.BestPrograms with the goal: the ranker's best-first search over every
-  program up to `max_len` steps, local Permutes at the copy rate), beside the goal's flat call (one backend call over the group, what a
+  program up to `max_len` steps, local Permutes at the copy rate; over groups of up to
+  COSTED_WHOLE_MEMBERS, every such program costed at once, the same answer), beside the goal's flat call (one backend call over the group, what a
   framework runs), all through the same estimate as the all-reduce programs
   (synth/model/estimate.py). `Communication.synthesized` says which won, and by how much;
 * `point_to_point`: every device sending S bytes to its neighbour along an axis at once (the
@@ -37,6 +38,8 @@ import numpy as np
 
 from synth.search import BestPrograms, CandidateTimes
 from synth.search.best import grid_sizes
+from synth.search.programs import ProgramSets
+from synth.search.routed_rank import RoutedPrograms
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
 from synth.goals import ALL_REDUCE, BY_COLLECTIVE, REDUCE_SCATTER, Goal
@@ -56,6 +59,14 @@ from synth.plan.folding import DigitGroup
 from synth.topology import Topology
 
 SYNTHESIZED_ALONE = tuple(BY_COLLECTIVE[name] for name in ("ReduceScatter", "AllGather", "AllToAll"))  # priced by synthesis
+# Reduce-scatters and all-gathers over groups of at most this many members are answered by
+# costing every valid program (BestPrograms.every, exact at every size as the best-first search
+# is: the same program and times) rather than by a search per size: the tensor- and expert-
+# tensor-parallel groups of a MoE plan are asked at up to a dozen sizes each, and their few
+# programs cost less together than the searches. Larger groups (a data-parallel group of
+# thousands of members, asked at a size or two) keep the search, which costs few of their steps.
+COSTED_WHOLE = ("ReduceScatter", "AllGather")
+COSTED_WHOLE_MEMBERS = 256
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
 
 
@@ -104,6 +115,7 @@ class CommunicationCosts:
         self.backend = resolve_backend(backend)
         self.max_len = max_len
         self._contexts: dict[tuple, object] = {}
+        self._program_sets = ProgramSets()  # every ranker's valid programs: enumerated once per shape (search/programs.py)
         self._engines: dict[tuple, CostEngine] = {}  # one per context: every goal's ranker on it shares it
         self._best: dict[tuple, BestPrograms] = {}
         self._goals: dict[tuple, BestPrograms] = {}
@@ -115,14 +127,16 @@ class CommunicationCosts:
         self._schedules: dict[tuple, GradientSchedule] = {}
         # by (factors, program, bytes per bucket), then by seconds per bucket (as the step's route states them)
         self._gradients: dict[tuple, dict[float, GradientSchedule]] = {}
-        self._factors: dict[tuple, tuple[int, ...]] = {}
         self._floors: dict[tuple, object] = {}
         self._sharded_floors: dict[tuple, object] = {}  # the reduce-scatter goal's bound, by factors
         self._programs: dict[str, Program] = {}  # every program handed out, by its text (kept as objects)
         self._goal_of: dict[str, Goal] = {}  # the goal of every non-all-reduce program handed out
         self._routed: dict[tuple, Communication] = {}  # two-stage dispatch/combine, by (goal, factors, routing, host)
         self._routed_programs: dict[tuple, object] = {}  # RoutedPrograms by (goal, factors, routing per token)
+        self._routed_seconds: dict[tuple, dict] = {}  # by factors: RoutedPrograms' step times, every goal's
         self._routed_texts: set[str] = set()  # dispatch/combine programs handed out (explained by their goal)
+        self._named_engines: dict[tuple, CostEngine] = {}  # bottleneck's engines on the contexts' own devices
+        self._bottlenecks: dict[tuple, str] = {}  # bottleneck's answers by (factors, program text, goal, size)
 
     @property
     def userbuffers_level(self) -> int:
@@ -141,10 +155,10 @@ class CommunicationCosts:
         """The groups' span per system level: the product of the axes' factors at each level (or a
         folded expert group's span, synth/plan/folding.py). Every question below takes its groups
         through here, so `axes` may be either everywhere."""
-        key = (placement.matrix, placement.axis_names, axes)
-        found = self._factors.get(key)
+        spans = placement.spans
+        found = spans.get(axes)
         if found is None:
-            found = self._factors[key] = span(placement, axes)
+            found = spans[axes] = span(placement, axes)
         return found
 
     def _context(self, key: tuple[int, ...]):
@@ -168,7 +182,8 @@ class CommunicationCosts:
         key = self.factors(placement, axes)
         best = self._best.get(key)
         if best is None:
-            best = self._best[key] = BestPrograms(self._context(key), self.max_len, engine=self._engine(key))
+            best = self._best[key] = BestPrograms(self._context(key), self.max_len, engine=self._engine(key),
+                                                  sets=self._program_sets)
         return best
 
     def goal_programs(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> BestPrograms:
@@ -177,7 +192,7 @@ class CommunicationCosts:
         found = self._goals.get(key)
         if found is None:
             found = self._goals[key] = BestPrograms(self._context(key[1]), self.max_len, goal=BY_COLLECTIVE[collective],
-                                                    engine=self._engine(key[1]))
+                                                    engine=self._engine(key[1]), sets=self._program_sets)
         return found
 
     def every_goal_program(self, collective: str, placement: Placement, axes: tuple[str, ...]) -> CandidateTimes:
@@ -206,7 +221,10 @@ class CommunicationCosts:
         found = self._single.get(key)
         if found is None:
             programs = self.goal_programs(collective, placement, axes)
-            choice = programs.best(size)
+            if collective in COSTED_WHOLE and programs.context.group_size <= COSTED_WHOLE_MEMBERS:
+                choice = self.every_goal_program(collective, placement, axes)(size)  # exact too, in one batch
+            else:
+                choice = programs.best(size)
             text = self._text(choice.program)
             self._goal_of[text] = BY_COLLECTIVE[collective]
             found = Communication(text, choice.time_s, choice.baseline_time_s,
@@ -261,10 +279,10 @@ class CommunicationCosts:
         return found if found is not None else parse_program(text)
 
     def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str | Program, size: int) -> str:
-        """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
-        context = self._context(self.factors(placement, axes))
-        hierarchy = context.hierarchy
-        engine = CostEngine(context)  # the context's own devices, so links are named as they are
+        """The busiest link of the program's slowest step (for explaining a row, not for ranking).
+        Costed on the context's own devices, so links are named as they are: one engine per
+        context, and one answer per (groups, program, goal, size), asked by many rows."""
+        factors = self.factors(placement, axes)
         text = program if isinstance(program, str) else str(program)
         if text in self._routed_texts:
             return ""  # a dispatch or combine: its steps move a routing's copies, not a collective's blocks
@@ -278,9 +296,21 @@ class CommunicationCosts:
             first = program.steps[0].collective
             alone = BY_COLLECTIVE.get(first) if len(program.steps) == 1 else None
             goal = alone if alone in SYNTHESIZED_ALONE else ALL_REDUCE
+        key = (factors, text, goal, size)
+        found = self._bottlenecks.get(key)
+        if found is None:
+            found = self._bottlenecks[key] = self._bottleneck(factors, program, goal, size)
+        return found
+
+    def _bottleneck(self, factors: tuple[int, ...], program: Program, goal: Goal, size: int) -> str:
+        context = self._context(factors)
+        hierarchy = context.hierarchy
         lowered = [step for step in lower(program, hierarchy, goal).steps if step.places is None]  # no Permutes
         if not lowered:
             return ""
+        engine = self._named_engines.get(factors)
+        if engine is None:
+            engine = self._named_engines[factors] = CostEngine(context)
         costs = step_costs(engine, [step_calls(step) for step in lowered], size, [step.step for step in lowered])
         return max(costs, key=lambda c: c.time_s).bottleneck
 
@@ -303,15 +333,12 @@ class CommunicationCosts:
         return found
 
     def _two_stage(self, goal: Goal, factors: tuple[int, ...], routing, host: int) -> Communication:
-        from synth.search.rank import Ranker
-
         context = self._context(factors)
         key = (goal, factors, routing.with_tokens(1))
         programs = self._routed_programs.get(key)
-        if programs is None:
-            ranker = Ranker(context, self.max_len, engine=self._engine(factors), goal=goal,
-                            routing=routing)
-            programs = self._routed_programs[key] = ranker.routed
+        if programs is None:  # the steps' times shared by the goals on these groups (a combine's are its dispatch's)
+            programs = self._routed_programs[key] = RoutedPrograms(
+                context, goal, routing, self.max_len, self._engine(factors), self._routed_seconds.setdefault(factors, {}))
         names = context.hierarchy.level_names
         outer_names = {level.name for level in self.topology.levels[:host + 1]}
         outer = frozenset(i for i, name in enumerate(names) if name in outer_names)

@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from synth.frozen import cached_hash, state_without_hash
 from synth.errors import UsageError
 
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -54,6 +55,9 @@ OPTIMIZERS = ("adam", "sgd")
 @dataclass(frozen=True)
 class Transformer:
     """A decoder-only transformer and its batch (GPT, Llama); sizes in elements and sequences."""
+
+    __hash__ = cached_hash  # (synth/frozen.py) it keys many caches
+    __getstate__ = state_without_hash
 
     name: str
     layers: int

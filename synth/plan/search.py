@@ -442,6 +442,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
     kept: list = []  # at least the `top` fastest so far, as (key, prediction)
     fitting: list[Prediction] = []  # Pareto candidates: kept only while nobody dominates them
     pending: list = []  # (bound's key, state, degrees, placement or group's placements, settings): data parallelism
+    terms: dict = {}  # the group floors' collective terms by what they read (step.group_floor), every group's
     done = 0
     try:
         for degrees in enumerate_degrees(request.topology.device_count, request.model, request.limits):
@@ -471,7 +472,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             if grouped:
                 shown = [placement for placement in placements if request.placement_filter is None
                          or request.placement_filter(placement, degrees)]
-                classes, memo = representatives(costs, degrees, shown), {}
+                classes = representatives(costs, degrees, shown)
             for placement in placements:
                 if request.placement_filter is not None and not request.placement_filter(placement, degrees):
                     result.filtered += 1
@@ -510,7 +511,7 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
             result.dropped_memory += len(listed) * (len(grouped) - len(groups))
             for floor, setting in groups:
                 key = (floor.step_s, floor.memory.peak, degrees.text, "", setting.text)
-                pending.append((key, UNPRICED, degrees, (tuple(listed), classes, memo), setting))
+                pending.append((key, UNPRICED, degrees, (tuple(listed), classes), setting))
     except KeyboardInterrupt:  # rank what was found; the caller says the search was cut short
         if not kept and not pending:
             raise
@@ -534,8 +535,8 @@ def plan(request: PlanRequest, progress: Callable[[int, int], None] | None = Non
                 result.bounded += len(where[0]) if state == UNPRICED else len(where) if state == GROUP else 1
                 continue
             if state == UNPRICED:  # its exact floor (no lower) takes its place in the queue
-                listed, classes, memo = where
-                floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, memo)
+                listed, classes = where
+                floor = group_floor(request.model, request.compute, costs, degrees, setting, classes, terms)
                 heapq.heappush(queue, ((floor.step_s, floor.memory.peak, degrees.text, "", setting.text), index,
                                        GROUP, degrees, listed, setting))
                 continue

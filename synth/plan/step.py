@@ -62,6 +62,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from synth.frozen import cached_hash, state_without_hash
 from synth.errors import UsageError
 from synth.plan.errors import MissingFigureError
 from synth.placement import Placement
@@ -88,6 +89,9 @@ from synth.topology import Device
 @dataclass(frozen=True)
 class Settings:
     """What a framework lets a user choose besides the degrees."""
+
+    __hash__ = cached_hash  # (synth/frozen.py) it keys many caches
+    __getstate__ = state_without_hash
 
     micro_batch: int
     virtual: int = 1  # model chunks per pipeline device (1: 1F1B; > 1: interleaved)
@@ -145,6 +149,9 @@ class Compute:
     """The device's peak for the model's precision and how its kernels are timed: by shape on a
     built-in device description (`kernels`, synth/plan/kernels.py), or, for a device without
     one, every matmul at `peak x efficiency` (the topology's stated matmul_efficiency)."""
+
+    __hash__ = cached_hash  # (synth/frozen.py) it keys many caches
+    __getstate__ = state_without_hash
 
     peak_flops: float
     efficiency: float | None
@@ -625,13 +632,19 @@ def representatives(costs: CommunicationCosts, degrees: Degrees, placements) -> 
     """One placement per distinct span of the tensor-, context- and expert-parallel groups: the
     layer's own collectives (terms/tensor.py, context.py, expert.py) see the placement only
     through those spans (costs.factors), so they cost on each what they cost on its class."""
-    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp)) if size > 1]
-    axes += [degrees.expert_group()] if degrees.ep > 1 else []
-    axes += [degrees.expert_tp_group()] if degrees.etp > 1 else []
+    axes = _term_axes(degrees)
     found: dict = {}
     for placement in placements:
         found.setdefault(tuple(costs.factors(placement, axis) for axis in axes), placement)
     return tuple(found.values())
+
+
+def _term_axes(degrees: Degrees) -> list:
+    """The groups whose spans are all the tensor-, context- and expert-parallel terms read of a placement."""
+    axes = [(name,) for name, size in (("tp", degrees.tp), ("cp", degrees.cp)) if size > 1]
+    axes += [degrees.expert_group()] if degrees.ep > 1 else []
+    axes += [degrees.expert_tp_group()] if degrees.etp > 1 else []
+    return axes
 
 
 def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts, degrees: Degrees,
@@ -647,28 +660,38 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
     every stage's time (pipeline_bubble: each chain holds m t_k + the stages before k; its other
     part, the wait for the later stages less the warm-up forwards, can fall as t_k rises and is
     left out), plus the optimizer step. Lets the search skip a whole group at once (search.py).
-    `memo`: the terms per representative and what they read, shared by one degree choice's groups
-    (the placements must stay alive while it is used: it keys them by identity).
+    `memo`: the terms by what they read (the degrees they take, the spans of their groups, the
+    settings and the layer), shared by every group of a search.
     `communication=False` leaves the three collectives' terms out too (each is >= 0): a floor no
     higher, found without pricing a collective, that the search tries first (the same memory)."""
     tp, pp, cp, v = degrees.tp, degrees.pp, degrees.cp, settings.virtual
     m = microbatches_of(model, degrees, settings.micro_batch)
     stages = formulas.stage_layers(model.layers, pp)
     moe_first, moe_middle, moe_last = moe.stage_moe_layers(model, stages)
-    counts = ([(stages.first, False, moe_first)] + [(stages.middle, False, moe_middle)] * (pp - 2) if pp > 1 else [])
-    counts.append((stages.last, True, moe_last))
+    # the stages' kinds (first, middle, last): the middle stages are alike, priced once each
+    kinds = ([(stages.first, False, moe_first)] + ([(stages.middle, False, moe_middle)] if pp > 2 else [])
+             if pp > 1 else [])
+    kinds.append((stages.last, True, moe_last))
     tokens = settings.micro_batch * model.seq_len // cp
     activation = tokens * model.hidden * model.bytes_per_value
+    steady = ep_overlap_steady(m, pp, v)
+    term_axes = _term_axes(degrees)
+    variants: dict = {}  # the settings used (with or without tp overlap) -> its layer and offload copies
     least: list[float] | None = None
     for placement in placements:
-        used = settings
-        if settings.tp_overlap and any(span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level]):
-            used = _without_tp_overlap(settings)
-        layer = layer_compute(model, compute, used, tp, cp, degrees.ep, degrees.etp)
-        steady = ep_overlap_steady(m, pp, v)
-        # what the three terms read of the settings and the layer (their own modules): the same
-        # on every group of these degrees that shares it
-        key = (id(placement), used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
+        overlap_off = settings.tp_overlap and any(
+            span > 1 for span in costs.factors(placement, ("tp",))[:costs.userbuffers_level])
+        variant = variants.get(overlap_off)
+        if variant is None:
+            used = _without_tp_overlap(settings) if overlap_off else settings
+            layer = layer_compute(model, compute, used, tp, cp, degrees.ep, degrees.etp)
+            variant = variants[overlap_off] = (used, layer, offload_seconds(model, compute, used, tp, cp, layer.forward,
+                                                                             layer.backward, degrees.etp))
+        used, layer, offload_mb = variant
+        # what the three terms read (their own modules): the degrees they take, their groups' spans
+        # (costs.factors), the settings and the layer; the same on every group that shares it
+        key = (tp, cp, degrees.ep, degrees.etp, tuple(costs.factors(placement, axis) for axis in term_axes),
+               used.micro_batch, used.recompute, used.sequence_parallel, used.tp_overlap,
                used.ep_overlap, layer.forward, layer.backward, layer.scores, steady)
         terms = memo.get(key) if memo is not None else None
         if not communication:
@@ -682,10 +705,10 @@ def group_floor(model: Transformer, compute: Compute, costs: CommunicationCosts,
             if memo is not None:
                 memo[key] = terms
         tensor_layer, tensor_head, context_layer, expert_layer = terms
-        offload_mb = offload_seconds(model, compute, used, tp, cp, layer.forward, layer.backward, degrees.etp)
         times = [count * (layer.layer + tensor_layer + context_layer) + moe_count * expert_layer
-                 + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in counts]
+                 + (layer.head + tensor_head + offload_mb if head else 0.0) for count, head, moe_count in kinds]
         least = times if least is None else [min(a, b) for a, b in zip(least, times)]
+    least = ([least[0]] + [least[1]] * (pp - 2) if pp > 1 else []) + [least[-1]]  # every stage, in order
     chain, before = 0.0, 0.0
     for t in least:
         chain = max(chain, m * t + before)

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from synth.goals import ALL_REDUCE, Goal
-from synth.search.programs import ProgramSet
+from synth.search.programs import ProgramSet, ProgramSets
 from synth.search.rank import RankedProgram, Ranker
 from synth.hierarchy import SynthesisHierarchy
 from synth.language import Program
@@ -59,13 +59,14 @@ class BestPrograms:
     """The fastest program at any size on one context, with memoized answers."""
 
     def __init__(self, context: CostContext, max_len: int = 5, estimate: str | Estimate | None = None, *,
-                 goal: Goal = ALL_REDUCE, engine: CostEngine | None = None):
-        """`engine`: the context's shared engine where the caller holds it (engine_for's)."""
+                 goal: Goal = ALL_REDUCE, engine: CostEngine | None = None, sets: ProgramSets | None = None):
+        """`engine`: the context's shared engine where the caller holds it (engine_for's);
+        `sets`: the program sets shared by the caller's rankers (one enumeration per shape)."""
         if context.group_size == 1:
             raise ValueError("a reduction group of one member has no program to choose")
         self.context = context
         self.max_len = max_len
-        self.ranker = Ranker(context, max_len, estimate, engine=engine, goal=goal)
+        self.ranker = Ranker(context, max_len, estimate, sets, engine=engine, goal=goal)
         self._ranked: dict[tuple[int, int], tuple[RankedProgram, ...]] = {}
 
     @property

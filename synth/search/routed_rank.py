@@ -61,8 +61,12 @@ class RoutedPrograms:
     """Every valid dispatch or combine program on one context, priced for a routing."""
 
     def __init__(self, context: CostContext, goal, routing: Routing, max_len: int = 4,
-                 engine: CostEngine | None = None):
+                 engine: CostEngine | None = None, seconds: dict | None = None):
+        """`seconds`: a step's time by (step, bytes per member) under a uniform routing, shared by
+        the callers of one context's engine (a dispatch's steps and its combine's, run backwards,
+        are the same calls at the same bytes: priced once)."""
         self.context, self.goal, self.routing, self.max_len = context, parse_goal(goal), routing, max_len
+        self._seconds = {} if seconds is None else seconds
         hierarchy = context.hierarchy
         self.sizes = tuple(hierarchy.sizes)
         routing.experts_per_member(hierarchy.group_size)  # refuse an uneven spread before pricing
@@ -97,11 +101,19 @@ class RoutedPrograms:
                 pairs = step_pairs(routing, self.sizes, classes, moving, toward_owner)
                 seconds = weighted_step_s(self.engine, calls, pairs) if span > 0 else 0.0
             else:
-                n = self.context.group_size
-                step_calls = StepCalls("AllToAll", calls, (n,) * len(calls))
-                seconds = float(self.engine.figures([step_calls], [max(1, round(span))]).time_s[0, 0]) if span > 0 else 0.0
+                seconds = self._uniform_seconds(entry.step, calls, max(1, round(span))) if span > 0 else 0.0
             result.append(RoutedStep(entry.step, span, seconds))
         return result
+
+    def _uniform_seconds(self, step: Step, calls: tuple[tuple[int, ...], ...], size: int) -> float:
+        """The engine's time of the step's equal-split all-to-alls at `size` bytes per member."""
+        key = (step, size)
+        found = self._seconds.get(key)
+        if found is None:
+            n = self.context.group_size
+            step_calls = StepCalls("AllToAll", calls, (n,) * len(calls))
+            found = self._seconds[key] = float(self.engine.figures([step_calls], [size]).time_s[0, 0])
+        return found
 
     def time(self, program: Program, routing: Routing) -> float:
         return sum(step.time_s for step in self.steps(program, routing))
