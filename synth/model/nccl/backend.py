@@ -410,11 +410,13 @@ _LAST_TIMES: list = []  # [(arguments, answer)] of the last call: the engine ask
 def _all_to_all_times(call: CallSite, plans: tuple[Plan, ...], call_bytes: np.ndarray, flow_s: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray]:
     if _LAST_TIMES:
-        (last_call, last_plans, last_bytes, last_flow), (own, room) = _LAST_TIMES[0]
-        if last_call is call and last_plans is plans and last_bytes is call_bytes and last_flow is flow_s:
+        (last_call, last_plans, last_bytes, last_flow, last_bytes_seen, last_flow_seen), (own, room) = _LAST_TIMES[0]
+        if (last_call is call and last_plans is plans and last_bytes is call_bytes and last_flow is flow_s
+                and np.array_equal(last_bytes, last_bytes_seen) and np.array_equal(last_flow, last_flow_seen)):
             return own.copy(), room.copy()
     own, room = _times(call, plans, call_bytes, flow_s)
-    _LAST_TIMES[:] = [((call, plans, call_bytes, flow_s), (own.copy(), room.copy()))]
+    # the values as well as the arrays: a caller may refill an array in place between two calls
+    _LAST_TIMES[:] = [((call, plans, call_bytes, flow_s, call_bytes.copy(), flow_s.copy()), (own.copy(), room.copy()))]
     return own, room
 
 
