@@ -261,6 +261,10 @@ class CostEngine:
         self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
         self._shape_by_id: list[np.ndarray] = []  # [member, level] canonical coordinates
         self._sites_of: dict[tuple[str, tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]] = {}
+        # The links a regime's `link_s` covers: every link, or (translated groups) the shared
+        # links and group 0's own (`translated_columns`); `columns[i]` is column i's link.
+        self.columns = translated_columns(self.network, self.devices)
+        self.link_count = len(self.network.capacity) if self.columns is None else len(self.columns)
 
     # --- one call ------------------------------------------------------------------------------
 
@@ -418,16 +422,18 @@ class CostEngine:
         network = self.context.network_of(step.collective)
         capacity = network.capacity
         latencies, drains, links, chain_drains = [], [], [], []
-        link_s = np.zeros(len(capacity))
+        columns = self.columns
+        link_s = np.zeros(self.link_count)
+        column_capacity = capacity if columns is None else capacity[columns]
         one_group = len(self.devices) == 1
         for phase in range(max(len(p) for p in phase_latencies.values())):
             in_phase = [(start, stop) for start, stop in runs if phase < len(phase_latencies[start])]
             pairs = self._pair_loads(network, known, plans, in_phase, phase)
             if pairs is not None:
-                seconds = pairs[0] / capacity
+                seconds = pairs[0] / capacity if columns is None else pairs[0][columns] / column_capacity
                 busiest = int(np.argmax(seconds))
                 drains.append(float(seconds[busiest]))
-                links.append(busiest if seconds[busiest] > 0 else NO_LINK)
+                links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
                 link_s += seconds
                 latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
                 chain_drains.append(float(seconds.max()) if one_group else float((pairs[1] / capacity).max()))
@@ -436,19 +442,27 @@ class CostEngine:
             src = np.concatenate([part[0] for part in parts])
             dst = np.concatenate([part[1] for part in parts])
             nbytes = np.concatenate([part[2] for part in parts])
-            seconds = network.loads(src, dst, nbytes) / capacity
+            if one_group:
+                seconds = network.loads(src, dst, nbytes) / capacity
+            else:
+                src0 = np.concatenate([part[3] for part in parts])
+                dst0 = np.concatenate([part[4] for part in parts])
+                nbytes0 = np.concatenate([part[5] for part in parts])
+                alone = network.loads(src0, dst0, nbytes0)
+                if columns is None:
+                    seconds = network.loads(src, dst, nbytes) / capacity
+                else:  # the shared links from every group's flows, the devices' own from group 0's
+                    own = alone[columns[network.shared_links:]]
+                    seconds = np.concatenate([network.shared_loads(src, dst, nbytes), own]) / column_capacity
             busiest = int(np.argmax(seconds))  # the first of equals: deterministic
             drains.append(float(seconds[busiest]))
-            links.append(busiest if seconds[busiest] > 0 else NO_LINK)
+            links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
             link_s += seconds
             latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
             if one_group:  # one group: its calls alone are all the flows
                 chain_drains.append(float(seconds.max()) if len(src) else 0.0)
                 continue
-            src0 = np.concatenate([part[3] for part in parts])
-            dst0 = np.concatenate([part[4] for part in parts])
-            nbytes0 = np.concatenate([part[5] for part in parts])
-            chain_drains.append(float((network.loads(src0, dst0, nbytes0) / capacity).max()) if len(src0) else 0.0)
+            chain_drains.append(float((alone / capacity).max()) if len(src0) else 0.0)
         chosen_latency = [float(shared[start].latency[choices[start]]) for start, _ in runs]
         launch = self.backend.launch_s
         regime = StepRegime(
@@ -594,6 +608,10 @@ class CostEngine:
         chain = np.maximum(chain_latency + chain_transfer + residual, alone)
         return StepFigures(sizes, time, chain, regime, residual, alone)
 
+    def column_link(self, column: int) -> int:
+        """The link of a column of `StepRegime.link_s`."""
+        return column if self.columns is None else int(self.columns[column])
+
     def link_rows(self, regimes: np.ndarray | None = None) -> np.ndarray:
         """[regime, link] link-seconds per byte of S (for the pipelined estimate), of every regime
         or of the given ones in that order; stacked per call, not kept: a kept copy doubled
@@ -645,6 +663,36 @@ def _runs(site_ids: np.ndarray, choices) -> list[tuple[int, int]]:
     changes = np.flatnonzero((site_ids[1:] != site_ids[:-1]) | (choices[1:] != choices[:-1])) + 1
     bounds = [0, *changes.tolist(), len(site_ids)]
     return list(zip(bounds, bounds[1:]))
+
+
+def translated_columns(network, devices: np.ndarray) -> np.ndarray | None:
+    """The links `StepRegime.link_s` needs when the groups are translates of group 0, in link
+    order: every shared link (fabrics, uplinks) and group 0's devices' own links; None (every
+    link) otherwise.
+
+    A device's own links (its injection and ejection link per level) carry only its group's
+    flows. When every group splits its members alike at every level (members i and j share a
+    unit of level l in group g exactly when they do in group 0), member m's flows in group g
+    are those of group 0 at the same levels with the same bytes in the same order, so the
+    device of member m has, link for link, group 0's loads to the last bit; and when group 0's
+    device of every member is the least of the groups', each such link is the least among its
+    equals, so the busiest column is the busiest link `np.argmax` over every link would find
+    (the first of equals). The other groups' own links add no column then: a sum or a maximum
+    over the columns is the one over every link. None unless both hold."""
+    groups = len(devices)
+    if groups == 1 or not (devices[0][None, :] < devices[1:]).all():
+        return None
+    members = devices.shape[1]
+    strides = [int(np.prod(network.sizes[p:], dtype=np.int64)) for p in range(1, network.depth + 1)]
+    rows = np.arange(groups, dtype=np.int64)[:, None] * (network.device_count + 1)
+    for stride in strides:
+        # each member's first fellow member in its unit of this level, per group
+        _, first, inverse = np.unique(rows + devices // stride, return_index=True, return_inverse=True)
+        fellow = first[inverse.reshape(devices.shape)] - rows // (network.device_count + 1) * members
+        if not (fellow == fellow[0][None, :]).all():
+            return None
+    own = np.concatenate([network.inject[devices[0]].ravel(), network.eject[devices[0]].ravel()])
+    return np.concatenate([np.arange(network.shared_links, dtype=np.int64), np.sort(own)])
 
 
 def canonical_devices(context: CostContext) -> np.ndarray:

@@ -133,6 +133,7 @@ class Network:
                 self.up_out[:, length - 1] = first + 2 * (ranks // strides[length])
                 self.up_in[:, length - 1] = self.up_out[:, length - 1] + 1
                 first += 2 * units
+        self.shared_links = first  # the fabrics and uplinks: every link before the devices' own
         per_device = np.array([level.bandwidth.value for level in levels for _ in ("out", "in")], dtype=float)
         capacities.append(np.tile(per_device, self.device_count))
         self._name_blocks.append(("devices", self.depth))
@@ -288,6 +289,32 @@ class Network:
             if len(part):
                 low, high = int(part.min()), int(part.max()) + 1
                 total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
+        return total
+
+    def shared_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """`loads(src, dst, nbytes)[:shared_links]`, bit for bit, without the devices' own links:
+        the loads of the fabrics and uplinks, the links that flows of several devices share
+        (CostEngine prices the devices' links of translated groups from one group's flows)."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        nbytes = np.asarray(nbytes, dtype=float)
+        total = np.zeros(self.shared_links)
+        if src.size == 0 or not self.shared_links:
+            return total
+        level = self.first_difference(src, dst)
+        parts = []
+        for uplink_level in self.uplink_levels:
+            crossing = level <= uplink_level
+            if crossing.any():
+                parts += [(self.up_out[src[crossing], uplink_level], nbytes[crossing]),
+                          (self.up_in[dst[crossing], uplink_level], nbytes[crossing])]
+        for fabric_level in self.fabric_levels:
+            turning = level == fabric_level
+            if turning.any():
+                parts.append((self.fabric[src[turning], fabric_level], nbytes[turning]))
+        # each link is in one part: its bytes are added in flow order, as `loads` adds them
+        for part, weight in parts:
+            low, high = int(part.min()), int(part.max()) + 1
+            total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
         return total
 
     def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
