@@ -89,3 +89,21 @@ def test_translated_engine_gives_the_whole_engines_figures(name, fabric, sizes, 
         others = np.setdiff1d(np.arange(len(y.link_s)), quotient.columns)
         # every link left out carries what a kept one carries: the maximum is kept
         assert y.link_s[others].max(initial=0.0) <= x.link_s.max()
+
+
+@pytest.mark.parametrize("kind", ["merged", "split", "system"])
+def test_group_devices_are_the_hierarchys_groups(kind):
+    from synth.hierarchy import build_hierarchy, group_devices
+    from synth.placement import enumerate_placements
+    from synth.plan.degrees import Degrees
+
+    topology = _resized("dgx-h100-2x8x8", rack=4)
+    for degrees in (Degrees(8, 4, 8), Degrees(2, 2, 64), Degrees(256, 1, 1)):
+        for placement in enumerate_placements(topology, degrees.axes())[::7][:6]:
+            for axes in (("dp",), ("tp",), ("dp", "tp"), ("pp", "dp", "tp")):
+                if not set(axes) <= set(placement.axis_names):
+                    continue
+                hierarchy = build_hierarchy(placement, axes, kind)
+                found = group_devices(hierarchy)
+                assert found.dtype == np.int64
+                assert np.array_equal(found, np.array(hierarchy.groups, dtype=np.int64))

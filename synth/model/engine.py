@@ -448,12 +448,22 @@ class CostEngine:
                 src0 = np.concatenate([part[3] for part in parts])
                 dst0 = np.concatenate([part[4] for part in parts])
                 nbytes0 = np.concatenate([part[5] for part in parts])
-                alone = network.loads(src0, dst0, nbytes0)
                 if columns is None:
+                    alone = network.loads(src0, dst0, nbytes0)
                     seconds = network.loads(src, dst, nbytes) / capacity
                 else:  # the shared links from every group's flows, the devices' own from group 0's
+                    level0 = network.first_difference(src0, dst0) if len(src0) else np.zeros(0, dtype=np.int64)
+                    alone = network.loads(src0, dst0, nbytes0, level0)
+                    # a flow of group g first differs where group 0's does (translated_columns)
+                    level, at, groups = [], 0, len(self.devices)
+                    for (start, stop), part in zip(in_phase, parts):
+                        calls, count = stop - start, len(part[3])
+                        level.append(np.broadcast_to(level0[at:at + count].reshape(calls, 1, -1),
+                                                     (calls, groups, count // max(calls, 1))).ravel())
+                        at += count
+                    level = np.concatenate(level) if level else np.zeros(0, dtype=np.int64)
                     own = alone[columns[network.shared_links:]]
-                    seconds = np.concatenate([network.shared_loads(src, dst, nbytes), own]) / column_capacity
+                    seconds = np.concatenate([network.shared_loads(src, dst, nbytes, level), own]) / column_capacity
             busiest = int(np.argmax(seconds))  # the first of equals: deterministic
             drains.append(float(seconds[busiest]))
             links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
@@ -564,25 +574,27 @@ class CostEngine:
     def _known_step(self, step: StepCalls) -> _KnownStep:
         """What a step's costs need of its calls, once per step."""
         self._shape_calls(step.calls)
-        call, collective, shapes = self.call, step.collective, self._shapes
-        site_of_shape: dict[int, int] = {}  # the calls of one shape sit at one site: asked once per shape
-        distinct: dict[tuple[int, int], int] = {}
-        site_ids, firsts, kinds = [], [], []
-        for index, (members, chunks) in enumerate(zip(step.calls, step.chunks)):
-            shape_id = shapes[members]
-            site_id = site_of_shape.get(shape_id)
-            if site_id is None:
-                site_id = site_of_shape[shape_id] = call(collective, members).site_id
-            kind = distinct.setdefault((site_id, chunks), len(distinct))
-            if kind == len(firsts):
-                firsts.append(index)
-            kinds.append(kind)
-            site_ids.append(site_id)
+        call, collective, calls = self.call, step.collective, step.calls
+        shape_ids = np.fromiter(map(self._shapes.__getitem__, calls), dtype=np.int64, count=len(calls))
+        # the calls of one shape sit at one site: asked once per shape, in order of first appearance
+        shapes, first_of_shape, shape_of_call = np.unique(shape_ids, return_index=True, return_inverse=True)
+        site_of_shape = np.empty(len(shapes), dtype=np.int64)
+        for position in np.argsort(first_of_shape, kind="stable").tolist():
+            site_of_shape[position] = call(collective, calls[int(first_of_shape[position])]).site_id
+        site_ids = site_of_shape[shape_of_call.reshape(-1)]
+        # each call's kind: its (site, chunks) numbered in order of first appearance
+        chunks = np.array(step.chunks, dtype=np.int64)
+        _, first_of_kind, kind_of_call = np.unique(site_ids * (int(chunks.max()) + 1) + chunks,
+                                                    return_index=True, return_inverse=True)
+        order = np.argsort(first_of_kind, kind="stable")
+        number = np.empty(len(order), dtype=np.int64)
+        number[order] = np.arange(len(order))
+        firsts = tuple(first_of_kind[order].tolist())
         largest = step.largest
         known = self._step_calls[step] = _KnownStep(
-            step, call, np.array(kinds, dtype=np.int64), tuple(firsts),
-            any(len(call(collective, step.calls[first]).plans) > 1 for first in firsts),
-            np.array(site_ids, dtype=np.int64), [part / largest for part in step.chunks])
+            step, call, number[kind_of_call.reshape(-1)], firsts,
+            any(len(call(collective, calls[first]).plans) > 1 for first in firsts),
+            site_ids, [part / largest for part in step.chunks])
         return known
 
     def _combine(self, steps, sizes, regime, residual, alone) -> StepFigures:

@@ -257,13 +257,14 @@ class Network:
             links.insert(turn, int(self.fabric[src, level]))
         return tuple(self.link_names[link] for link in links if link is not None)
 
-    def loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        """Bytes each link carries for a batch of flows (src device, dst device, bytes)."""
+    def loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, level: np.ndarray | None = None) -> np.ndarray:
+        """Bytes each link carries for a batch of flows (src device, dst device, bytes);
+        `level`: their `first_difference` where the caller knows it."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         nbytes = np.asarray(nbytes, dtype=float)
         if src.size == 0:
             return np.zeros(len(self.capacity))
-        level = self.first_difference(src, dst)
+        level = self.first_difference(src, dst) if level is None else level
         ids = [self.inject[src, level], self.eject[dst, level]]
         weights = [nbytes, nbytes]
         for uplink_level in self.uplink_levels:
@@ -291,7 +292,8 @@ class Network:
                 total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
         return total
 
-    def shared_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    def shared_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                     level: np.ndarray | None = None) -> np.ndarray:
         """`loads(src, dst, nbytes)[:shared_links]`, bit for bit, without the devices' own links:
         the loads of the fabrics and uplinks, the links that flows of several devices share
         (CostEngine prices the devices' links of translated groups from one group's flows)."""
@@ -300,7 +302,7 @@ class Network:
         total = np.zeros(self.shared_links)
         if src.size == 0 or not self.shared_links:
             return total
-        level = self.first_difference(src, dst)
+        level = self.first_difference(src, dst) if level is None else level
         parts = []
         for uplink_level in self.uplink_levels:
             crossing = level <= uplink_level
