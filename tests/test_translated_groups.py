@@ -62,6 +62,16 @@ CASES = [
 
 @pytest.mark.parametrize("name, fabric, sizes, factors", CASES)
 def test_translated_engine_gives_the_whole_engines_figures(name, fabric, sizes, factors, monkeypatch):
+    from synth.model.network import Network
+
+    shared_pairs = []  # the all-to-alls' pairwise phases priced on the shared links alone
+    pair_loads = Network.pair_loads
+
+    def recorded(self, *args, shared_only=False):
+        shared_pairs.append(shared_only)
+        return pair_loads(self, *args, shared_only=shared_only)
+
+    monkeypatch.setattr(Network, "pair_loads", recorded)
     topology = _resized(name, fabric, **sizes)
     context = CommunicationCosts(topology)._context(factors)
     devices = canonical_devices(context)
@@ -81,6 +91,7 @@ def test_translated_engine_gives_the_whole_engines_figures(name, fabric, sizes, 
             for size in sizes_asked:
                 assert [(row.program, row.time_s) for row in a.top(size, 3)] == \
                     [(row.program, row.time_s) for row in b.top(size, 3)]
+    assert any(shared_pairs)
     assert len(quotient.regimes) == len(whole.regimes)
     for x, y in zip(quotient.regimes, whole.regimes):
         assert (x.latency_s, x.drain_s, x.links, x.chain_latency_s, x.chain_drain_s) == \

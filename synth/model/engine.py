@@ -29,6 +29,13 @@ costs each distinct step once.
 Engines are shared: two contexts whose groups sit on the system alike (the same unit pattern
 up to renumbering units inside their parents, which the network cannot tell apart) have the
 same costs, so `engine_for` keys engines by that pattern and costs it on canonical devices.
+
+Translated groups: where every group splits its members over the system's units as group 0
+does (a data-parallel group of 16,384 members on 131,072 devices has 7 such translates), a
+device's own links carry the same bytes as group 0's device of the same member rank, so the
+engine prices those from group 0's flows alone and keeps, per regime, the shared links and
+group 0's own (`translated_columns`): the same figures, to the last bit, for a sixth of the
+links (tests/test_translated_groups.py checks them against the engine over every link).
 """
 
 from __future__ import annotations
@@ -430,7 +437,7 @@ class CostEngine:
             in_phase = [(start, stop) for start, stop in runs if phase < len(phase_latencies[start])]
             pairs = self._pair_loads(network, known, plans, in_phase, phase)
             if pairs is not None:
-                seconds = pairs[0] / capacity if columns is None else pairs[0][columns] / column_capacity
+                seconds = pairs[0] / column_capacity
                 busiest = int(np.argmax(seconds))
                 drains.append(float(seconds[busiest]))
                 links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
@@ -486,8 +493,9 @@ class CostEngine:
 
     def _pair_loads(self, network, known: _KnownStep, plans, runs, phase: int):
         """(every group's, group 0's) link loads of a phase whose runs are all pairwise flows
-        of one member count and node layout, priced per class of equal flows; None otherwise
-        (or where Network.pair_loads declines), for the flows one by one."""
+        of one member count and node layout, priced per class of equal flows, every group's on
+        the engine's columns; None otherwise (or where Network.pair_loads declines), for the
+        flows one by one."""
         found = [_local_flows(plans[start])[phase] for start, _ in runs]
         if not found or not all(isinstance(local, _Pairs) for local in found):
             return None
@@ -503,6 +511,15 @@ class CostEngine:
                 intra.append(np.float64(within) * np.float64(scale))
         inter, intra, node = np.array(inter), np.array(intra), found[0].node
         groups = len(self.devices)
+        if self.columns is not None:  # translated groups: the devices' own links from group 0's (regime)
+            alone = network.pair_loads(self.devices[0, members], node, inter, intra)
+            if alone is None:
+                return None
+            shared = network.pair_loads(self.devices[:, members].reshape(-1, members.shape[1]), node,
+                                        np.tile(inter, groups), np.tile(intra, groups), shared_only=True)
+            if shared is None:
+                return None
+            return np.concatenate([shared, alone[self.columns[network.shared_links:]]]), alone
         every = network.pair_loads(self.devices[:, members].reshape(-1, members.shape[1]), node,
                                    np.tile(inter, groups), np.tile(intra, groups))
         if every is None:

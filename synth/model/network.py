@@ -319,8 +319,8 @@ class Network:
             total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
         return total
 
-    def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
-                   ) -> np.ndarray | None:
+    def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray,
+                   shared_only: bool = False) -> np.ndarray | None:
         """`loads` of every ordered pair of distinct members within each row of `sets` ([set,
         member] devices), a flow weighing `intra[set]` between members of one `node` (None: all
         one node) and `inter[set]` otherwise, priced per class of equal flows, not one by one.
@@ -332,11 +332,13 @@ class Network:
         pairs in any order: every link's bytes are then `count` equal addends, summed here one
         after the other as `np.bincount` does. None (price the flows one by one) where that does
         not hold: a node that is not a unit of the hierarchy, a link whose flows weigh differently
-        (mixed classes), or a device twice in a set."""
+        (mixed classes), or a device twice in a set. `shared_only`: the loads of the shared
+        links alone (`shared_loads`), None only where one of those mixes classes."""
         sets = np.asarray(sets, dtype=np.int64)
         count, k = sets.shape
+        length = self.shared_links if shared_only else len(self.capacity)
         if k < 2:
-            return np.zeros(len(self.capacity))
+            return np.zeros(length)
         strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
         row = np.arange(count, dtype=np.int64)[:, None] * (self.device_count + 1)
         same = []  # [p][set, member]: members of the set sharing the member's prefix of length p
@@ -357,7 +359,7 @@ class Network:
             counts.append(flows[level].ravel())
             weights.append(np.broadcast_to(weight[:, level:level + 1], sets.shape).ravel())
 
-        for level in range(self.depth):
+        for level in range(0 if shared_only else self.depth):
             add(self.inject[sets, level], level)
             add(self.eject[sets, level], level)
         for uplink_level in self.uplink_levels:
@@ -366,7 +368,9 @@ class Network:
                 add(self.up_in[sets, uplink_level], level)
         for fabric_level in self.fabric_levels:
             add(self.fabric[sets, fabric_level], fabric_level)
-        return self._summed(np.concatenate(ids), np.concatenate(counts), np.concatenate(weights))
+        if not ids:
+            return np.zeros(length)
+        return self._summed(np.concatenate(ids), np.concatenate(counts), np.concatenate(weights), length)
 
     def _class_weights(self, sets, row, strides, node, inter, intra) -> np.ndarray | None:
         """[set, level] the weight of a flow first differing at the level: `inter` above the
@@ -384,19 +388,20 @@ class Network:
                 return np.where(levels < split, inter[:, None], intra[:, None])
         return None
 
-    def _summed(self, ids: np.ndarray, counts: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
-        """Per link, `counts` addends of `weights` summed in sequence (None if a link gets two weights)."""
+    def _summed(self, ids: np.ndarray, counts: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray | None:
+        """Per link of the first `length`, `counts` addends of `weights` summed in sequence
+        (None if a link gets two weights)."""
         used = counts > 0
         ids, counts, weights = ids[used], counts[used], weights[used]
-        total = np.bincount(ids, weights=counts, minlength=len(self.capacity)).astype(np.int64)
-        low = np.full(len(self.capacity), np.inf)
-        high = np.full(len(self.capacity), -np.inf)
+        total = np.bincount(ids, weights=counts, minlength=length).astype(np.int64)
+        low = np.full(length, np.inf)
+        high = np.full(length, -np.inf)
         np.minimum.at(low, ids, weights)
         np.maximum.at(high, ids, weights)
         loaded = np.flatnonzero(total)
         if (low[loaded] != high[loaded]).any():
             return None
-        result = np.zeros(len(self.capacity))
+        result = np.zeros(length)
         for value in np.unique(low[loaded]):
             links = loaded[low[loaded] == value]
             result[links] = sequential_sums(float(value), total[links])
