@@ -268,6 +268,7 @@ class CostEngine:
         self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
         self._shape_by_id: list[np.ndarray] = []  # [member, level] canonical coordinates
         self._sites_of: dict[tuple[str, tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]] = {}
+        self._least_sites: dict[tuple[str, int], tuple[tuple[int, ...], CallSite]] = {}
         # The links a regime's `link_s` covers: every link, or (translated groups) the shared
         # links and group 0's own (`translated_columns`); `columns[i]` is column i's link.
         self.columns = translated_columns(self.network, self.devices)
@@ -316,6 +317,15 @@ class CostEngine:
             found_site = self._site_of_shape[collective, shape_id] = (
                 site, self._site_ids.setdefault(site, len(self._site_ids)))
         return found_site
+
+    def _site_of(self, collective: str, members: tuple[int, ...]) -> CallSite:
+        """`_site(...)[0]`, kept by the members tuple's identity: the search's bounds ask the
+        same few tuples (`sites`') at every size, and hashing a call of thousands of members
+        cost more than the answer. The tuple is kept with it, so its identity is not reused."""
+        found = self._least_sites.get((collective, id(members)))
+        if found is None or found[0] is not members:
+            found = self._least_sites[collective, id(members)] = (members, self._site(collective, members)[0])
+        return found[1]
 
     def call(self, collective: str, members: tuple[int, ...]) -> _Call:
         key = (collective, members)
@@ -403,7 +413,7 @@ class CostEngine:
         least_alone = getattr(self.backend, "least_alone_s", None)
         for members in calls:
             call_bytes = sizes / self.group_size
-            found = None if least_alone is None else least_alone(self._site(collective, members)[0], call_bytes)
+            found = None if least_alone is None else least_alone(self._site_of(collective, members), call_bytes)
             if found is None:  # the backend's own estimate over the call's plans
                 call = self.call(collective, members)
                 flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]

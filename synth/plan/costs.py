@@ -105,6 +105,7 @@ class CommunicationCosts:
         self.max_len = max_len
         self._contexts: dict[tuple, object] = {}
         self._engines: dict[tuple, CostEngine] = {}  # one per context: every goal's ranker on it shares it
+        self._named: dict[tuple, CostEngine] = {}  # one per context on its own devices (`bottleneck`'s link names)
         self._best: dict[tuple, BestPrograms] = {}
         self._goals: dict[tuple, BestPrograms] = {}
         self._every: dict[tuple, CandidateTimes] = {}
@@ -262,9 +263,12 @@ class CommunicationCosts:
 
     def bottleneck(self, placement: Placement, axes: tuple[str, ...], program: str | Program, size: int) -> str:
         """The busiest link of the program's slowest step (for explaining a row, not for ranking)."""
-        context = self._context(self.factors(placement, axes))
+        key = self.factors(placement, axes)
+        context = self._context(key)
         hierarchy = context.hierarchy
-        engine = CostEngine(context)  # the context's own devices, so links are named as they are
+        engine = self._named.get(key)
+        if engine is None:  # the context's own devices, so links are named as they are (one per shape)
+            engine = self._named[key] = CostEngine(context)
         text = program if isinstance(program, str) else str(program)
         if text in self._routed_texts:
             return ""  # a dispatch or combine: its steps move a routing's copies, not a collective's blocks
