@@ -455,32 +455,21 @@ class CostEngine:
                 latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
                 chain_drains.append(float(seconds.max()) if one_group else float((pairs[1] / capacity).max()))
                 continue
-            parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in in_phase]
-            src = np.concatenate([part[0] for part in parts])
-            dst = np.concatenate([part[1] for part in parts])
-            nbytes = np.concatenate([part[2] for part in parts])
-            if one_group:
-                seconds = network.loads(src, dst, nbytes) / capacity
+            if columns is not None:  # the shared links from every group's flows, the devices' own from group 0's
+                every, alone = self._translated_loads(network, known, plans, in_phase, phase)
+                seconds = every / column_capacity
+                moved = True  # group 0's loads are zeros where it moves nothing: their maximum is 0.0
             else:
-                src0 = np.concatenate([part[3] for part in parts])
-                dst0 = np.concatenate([part[4] for part in parts])
-                nbytes0 = np.concatenate([part[5] for part in parts])
-                if columns is None:
-                    alone = network.loads(src0, dst0, nbytes0)
-                    seconds = network.loads(src, dst, nbytes) / capacity
-                else:  # the shared links from every group's flows, the devices' own from group 0's
-                    level0 = network.first_difference(src0, dst0) if len(src0) else np.zeros(0, dtype=np.int64)
-                    alone = network.loads(src0, dst0, nbytes0, level0)
-                    # a flow of group g first differs where group 0's does (translated_columns)
-                    level, at, groups = [], 0, len(self.devices)
-                    for (start, stop), part in zip(in_phase, parts):
-                        calls, count = stop - start, len(part[3])
-                        level.append(np.broadcast_to(level0[at:at + count].reshape(calls, 1, -1),
-                                                     (calls, groups, count // max(calls, 1))).ravel())
-                        at += count
-                    level = np.concatenate(level) if level else np.zeros(0, dtype=np.int64)
-                    own = alone[columns[network.shared_links:]]
-                    seconds = np.concatenate([network.shared_loads(src, dst, nbytes, level), own]) / column_capacity
+                parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in in_phase]
+                src = np.concatenate([part[0] for part in parts])
+                dst = np.concatenate([part[1] for part in parts])
+                nbytes = np.concatenate([part[2] for part in parts])
+                seconds = network.loads(src, dst, nbytes) / capacity
+                if not one_group:
+                    src0 = np.concatenate([part[3] for part in parts])
+                    alone = network.loads(src0, np.concatenate([part[4] for part in parts]),
+                                          np.concatenate([part[5] for part in parts]))
+                    moved = len(src0) > 0
             busiest = int(np.argmax(seconds))  # the first of equals: deterministic
             drains.append(float(seconds[busiest]))
             links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
@@ -489,7 +478,7 @@ class CostEngine:
             if one_group:  # one group: its calls alone are all the flows
                 chain_drains.append(float(seconds.max()) if len(src) else 0.0)
                 continue
-            chain_drains.append(float((alone / capacity).max()) if len(src0) else 0.0)
+            chain_drains.append(float((alone / capacity).max()) if moved else 0.0)
         chosen_latency = [float(shared[start].latency[choices[start]]) for start, _ in runs]
         launch = self.backend.launch_s
         regime = StepRegime(
@@ -539,14 +528,46 @@ class CostEngine:
         alone = network.pair_loads(self.devices[0, members], node, inter, intra)
         return None if alone is None else (every, alone)
 
-    def _run_flows(self, known: _KnownStep, plans, start: int, stop: int, phase: int):
+    def _translated_loads(self, network, known: _KnownStep, plans, runs, phase: int):
+        """(every group's loads on the engine's columns, group 0's on every link) of a phase of
+        translated groups: group 0's flows price its own links (and so every group's, column
+        for column), every group's flows the shared links, and only where some flow crosses
+        one (a step inside the nodes of a system whose uplinks join nodes leaves them empty).
+        A flow of group g first differs where group 0's does (translated_columns)."""
+        own = [self._run_flows(known, plans, start, stop, phase, every=False) for start, stop in runs]
+        src0, dst0 = np.concatenate([part[0] for part in own]), np.concatenate([part[1] for part in own])
+        level0 = network.first_difference(src0, dst0) if len(src0) else np.zeros(0, dtype=np.int64)
+        alone = network.loads(src0, dst0, np.concatenate([part[2] for part in own]), level0)
+        crossing = len(level0) and (
+            (network.uplink_levels and int(level0.min()) <= max(network.uplink_levels))
+            or bool(np.isin(level0, network.fabric_levels).any()))
+        if not crossing:
+            shared = np.zeros(network.shared_links)
+        else:
+            parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in runs]
+            level, at, groups = [], 0, len(self.devices)
+            for (start, stop), part in zip(runs, own):
+                calls, count = stop - start, len(part[0])
+                level.append(np.broadcast_to(level0[at:at + count].reshape(calls, 1, -1),
+                                             (calls, groups, count // max(calls, 1))).ravel())
+                at += count
+            shared = network.shared_loads(np.concatenate([part[0] for part in parts]),
+                                          np.concatenate([part[1] for part in parts]),
+                                          np.concatenate([part[2] for part in parts]), np.concatenate(level))
+        return np.concatenate([shared, alone[self.columns[network.shared_links:]]]), alone
+
+    def _run_flows(self, known: _KnownStep, plans, start: int, stop: int, phase: int, every: bool = True):
         """The flows of calls[start:stop] (one site, one plan) in one phase, in call order and,
         within a call, group by group: (src, dst, bytes per byte of B_max) on every group's
-        devices, then the same on group 0's alone. One gather for the whole run."""
+        devices, then the same on group 0's alone (`every=False`: group 0's alone, first).
+        One gather for the whole run."""
         src_local, dst_local, weight = _flow_arrays(_local_flows(plans[start])[phase])
         members = known.members(start, stop)  # [call, member]
         scale = np.array(known.weights[start:stop])[:, None]
         devices = self.devices
+        if not every:
+            return (devices[0, members[:, src_local]].ravel(), devices[0, members[:, dst_local]].ravel(),
+                    (weight[None, :] * scale).ravel())
         src = devices[:, members[:, src_local]]  # [group, call, flow]
         dst = devices[:, members[:, dst_local]]
         if len(devices) == 1:  # one group: its flows are all the flows (the caller reads no second copy)
