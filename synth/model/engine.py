@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
@@ -130,14 +130,34 @@ class StepRegime:
     chain_latency_s: float  # launch + the largest latency sum of one call
     chain_drain_s: tuple[float, ...]  # per phase: seconds per byte of B_max, one group's calls alone
     extra_memory: float  # largest scratch per device, per byte of B_max
-    link_s: np.ndarray  # seconds per byte of S the step keeps each link busy (all phases, all groups)
+    # `link_s`, or (its nonzero columns, their values) where they are at most a quarter: an
+    # engine keeps thousands of regimes, most of them loading one level's links
+    stored: np.ndarray | tuple[np.ndarray, np.ndarray]
+    columns: int  # the length of `link_s`
 
-    @cached_property
+    @classmethod
+    def of(cls, link_s: np.ndarray, **fields) -> StepRegime:
+        """A regime with its `link_s` stored compactly (`stored`)."""
+        columns, stored = len(link_s), link_s
+        if 4 * np.count_nonzero(link_s) <= columns:
+            where = np.flatnonzero(link_s)
+            stored = (where.astype(np.int32 if columns < 2**31 else np.int64), link_s[where])
+        return cls(**fields, stored=stored, columns=columns)
+
+    @property
+    def link_s(self) -> np.ndarray:
+        """Seconds per byte of S the step keeps each link busy (all phases, all groups)."""
+        if isinstance(self.stored, np.ndarray):
+            return self.stored
+        found = np.zeros(self.columns)
+        found[self.stored[0]] = self.stored[1]
+        return found
+
+    @property
     def busy_links(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(the links the step keeps busy, their `link_s`), or None when that is most links:
         a prefix's link sums then grow where they change only."""
-        where = np.flatnonzero(self.link_s)
-        return None if 4 * len(where) > len(self.link_s) else (where, self.link_s[where])
+        return None if isinstance(self.stored, np.ndarray) else self.stored
 
 
 @dataclass(frozen=True)
@@ -481,11 +501,11 @@ class CostEngine:
             chain_drains.append(float((alone / capacity).max()) if moved else 0.0)
         chosen_latency = [float(shared[start].latency[choices[start]]) for start, _ in runs]
         launch = self.backend.launch_s
-        regime = StepRegime(
-            algorithm="+".join(sorted({plan.algorithm for plan in plans.values()})),
+        regime = StepRegime.of(
+            link_s * (largest / self.group_size), algorithm="+".join(sorted({plan.algorithm for plan in plans.values()})),
             latency_s=launch + sum(latencies), drain_s=tuple(drains), links=tuple(links),
             chain_latency_s=launch + max(chosen_latency), chain_drain_s=tuple(chain_drains),
-            extra_memory=max(plan.extra_memory for plan in plans.values()), link_s=link_s * (largest / self.group_size))
+            extra_memory=max(plan.extra_memory for plan in plans.values()))
         self.regimes.append(regime)
         self._regime_ids[key] = len(self.regimes) - 1
         return len(self.regimes) - 1
@@ -677,7 +697,15 @@ class CostEngine:
         or of the given ones in that order; stacked per call, not kept: a kept copy doubled
         the regimes' memory (32 MB of a 2793-configuration sweep)."""
         chosen = self.regimes if regimes is None else [self.regimes[i] for i in np.asarray(regimes).tolist()]
-        return np.stack([r.link_s for r in chosen]) if chosen else np.zeros((0, 0))
+        if not chosen:
+            return np.zeros((0, 0))
+        rows = np.zeros((len(chosen), chosen[0].columns))
+        for row, regime in zip(rows, chosen):
+            if isinstance(regime.stored, np.ndarray):
+                row[:] = regime.stored
+            else:
+                row[regime.stored[0]] = regime.stored[1]
+        return rows
 
     def call_bytes(self, step: StepCalls, size: int) -> float:
         return step.largest * size / self.group_size
