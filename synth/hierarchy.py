@@ -107,6 +107,42 @@ class SynthesisHierarchy:
         return tuple(result)
 
 
+def group_devices(hierarchy: SynthesisHierarchy) -> np.ndarray:
+    """`hierarchy.groups` as a [group, member rank] array of device ranks, computed from the
+    placement's digits without keeping its per-device tables (`Placement.digits`, `positions`,
+    `member_ranks`) or a Python integer per device: a cost context of 131,072 devices kept
+    those for the whole search, about 18 MB each. A device's group is its row-major index
+    over the other axes (`Placement.groups_over`' order), its member rank `member_ranks`'."""
+    placement = hierarchy.placement
+    matrix, level_sizes = placement.matrix, placement.level_sizes
+    ranks = np.arange(placement.device_count, dtype=np.int64)
+    axes = len(placement.axis_sizes)
+    coords = np.unravel_index(ranks, level_sizes) if level_sizes else (np.zeros_like(ranks),)
+    digits = [[None] * len(level_sizes) for _ in range(axes)]  # [axis][level] -> each device's digit
+    for level in range(len(level_sizes)):
+        split = np.unravel_index(coords[level], [matrix[a][level] for a in range(axes)])
+        for a in range(axes):
+            digits[a][level] = split[a]
+
+    def axis_coordinate(a: int) -> np.ndarray:
+        return np.ravel_multi_index(tuple(digits[a]), matrix[a]) if level_sizes else np.zeros_like(ranks)
+
+    inside = {placement.axis_index(name) for name in hierarchy.reduce_axes}
+    outside = [a for a in range(axes) if a not in inside]
+    group = (np.ravel_multi_index(tuple(axis_coordinate(a) for a in outside), [placement.axis_sizes[a] for a in outside])
+             if outside else np.zeros_like(ranks))
+    if hierarchy.levels:
+        positions = [np.ravel_multi_index(tuple(digits[a][level.system_level] for a in level.axes),
+                                          [matrix[a][level.system_level] for a in level.axes])
+                     for level in hierarchy.levels]
+        member = np.ravel_multi_index(tuple(positions), hierarchy.sizes)
+    else:
+        member = np.zeros_like(ranks)
+    devices = np.empty((placement.device_count // hierarchy.group_size, hierarchy.group_size), dtype=np.int64)
+    devices[group, member] = ranks
+    return devices
+
+
 def build_hierarchy(placement: Placement, reduce_axes: tuple[str, ...], kind: str = "merged") -> SynthesisHierarchy:
     """docs/model.md section 4: `merged` (default), `split` or `system`."""
     if kind not in HIERARCHY_KINDS:

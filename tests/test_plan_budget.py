@@ -74,9 +74,9 @@ def test_a_search_over_the_time_budget_is_refused_with_its_figures():
 
 
 def test_a_search_over_the_memory_budget_is_refused():
-    request = _request("dgx-h100-2x8x8", resize=("rack", 256), budget_s=3600, memory_budget_bytes=2**29)
+    request = _request("dgx-h100-2x8x8", resize=("rack", 256), budget_s=3600, memory_budget_bytes=2**28)
     size = estimate(request)
-    assert size.estimated_bytes > 2**29  # issue 15: accepted, then grew to gigabytes
+    assert size.estimated_bytes > 2**28  # issue 15: accepted, then grew to gigabytes
     with pytest.raises(SearchBudgetError) as caught:
         check_size(size, request)
     assert caught.value.over == "memory" and "MiB" in str(caught.value)
@@ -121,7 +121,7 @@ def test_the_command_names_its_options_and_exits_2(argv, words, capsys):
 def test_dgx_h100_rack_256_is_estimated_and_refused_over_memory(capsys):
     """Issue 15: accepted, then grew past the machine's memory. With a budget below its estimate: refused."""
     argv = ["plan", "-t", "dgx-h100-2x8x8", "--resize", "rack=256", "-m", "gpt3-175b", "--budget", "3600",
-            "--search-memory", "512MiB"]
+            "--search-memory", "256MiB"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "memory budget" in err and "MiB here" in err

@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from synth.errors import UsageError
-from synth.hierarchy import SynthesisHierarchy
+from synth.hierarchy import SynthesisHierarchy, group_devices
 from synth.model.algorithms import Backend
 from synth.model.backends import resolve_backend
 from synth.model.backend import CallModel
@@ -52,7 +52,7 @@ class CostContext:
     @cached_property
     def devices(self) -> np.ndarray:
         """[group, member rank] -> device rank."""
-        return np.array(self.hierarchy.groups, dtype=np.int64)
+        return group_devices(self.hierarchy)
 
     def network_of(self, collective: str) -> Network:
         """The network with the collective's own level figures where the topology has them

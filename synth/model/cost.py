@@ -97,7 +97,7 @@ def program_cost(context: CostContext, lowered: LoweredProgram, bytes_per_device
     steps = steps_of(lowered)
     figures = engine.figures(steps, [bytes_per_device])
     details = step_costs(engine, steps, bytes_per_device, [step.step for step in lowered.steps])
-    link_s = np.zeros(len(engine.network.capacity))
+    link_s = np.zeros(engine.link_count)
     for index in range(len(steps)):
         link_s = link_s + engine.regimes[int(figures.regime[index, 0])].link_s
     table = ProgramTable.of([steps])
@@ -109,7 +109,7 @@ def program_cost(context: CostContext, lowered: LoweredProgram, bytes_per_device
     algbw = bytes_per_device / total
     return ProgramCost(lowered.program, bytes_per_device, n, estimate.name, tuple(details), total, algbw,
                        algbw * bus_factor(n), bytes_per_device * float(link_s[busiest]), chain,
-                       engine.link_name(busiest))
+                       engine.link_name(engine.column_link(busiest)))
 
 
 def step_costs(engine: CostEngine, steps: Sequence[StepCalls], bytes_per_device: int,

@@ -29,13 +29,20 @@ costs each distinct step once.
 Engines are shared: two contexts whose groups sit on the system alike (the same unit pattern
 up to renumbering units inside their parents, which the network cannot tell apart) have the
 same costs, so `engine_for` keys engines by that pattern and costs it on canonical devices.
+
+Translated groups: where every group splits its members over the system's units as group 0
+does (a data-parallel group of 16,384 members on 131,072 devices has 7 such translates), a
+device's own links carry the same bytes as group 0's device of the same member rank, so the
+engine prices those from group 0's flows alone and keeps, per regime, the shared links and
+group 0's own (`translated_columns`): the same figures, to the last bit, for a sixth of the
+links (tests/test_translated_groups.py checks them against the engine over every link).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
@@ -123,14 +130,34 @@ class StepRegime:
     chain_latency_s: float  # launch + the largest latency sum of one call
     chain_drain_s: tuple[float, ...]  # per phase: seconds per byte of B_max, one group's calls alone
     extra_memory: float  # largest scratch per device, per byte of B_max
-    link_s: np.ndarray  # seconds per byte of S the step keeps each link busy (all phases, all groups)
+    # `link_s`, or (its nonzero columns, their values) where they are at most a quarter: an
+    # engine keeps thousands of regimes, most of them loading one level's links
+    stored: np.ndarray | tuple[np.ndarray, np.ndarray]
+    columns: int  # the length of `link_s`
 
-    @cached_property
+    @classmethod
+    def of(cls, link_s: np.ndarray, **fields) -> StepRegime:
+        """A regime with its `link_s` stored compactly (`stored`)."""
+        columns, stored = len(link_s), link_s
+        if 4 * np.count_nonzero(link_s) <= columns:
+            where = np.flatnonzero(link_s)
+            stored = (where.astype(np.int32 if columns < 2**31 else np.int64), link_s[where])
+        return cls(**fields, stored=stored, columns=columns)
+
+    @property
+    def link_s(self) -> np.ndarray:
+        """Seconds per byte of S the step keeps each link busy (all phases, all groups)."""
+        if isinstance(self.stored, np.ndarray):
+            return self.stored
+        found = np.zeros(self.columns)
+        found[self.stored[0]] = self.stored[1]
+        return found
+
+    @property
     def busy_links(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(the links the step keeps busy, their `link_s`), or None when that is most links:
         a prefix's link sums then grow where they change only."""
-        where = np.flatnonzero(self.link_s)
-        return None if 4 * len(where) > len(self.link_s) else (where, self.link_s[where])
+        return None if isinstance(self.stored, np.ndarray) else self.stored
 
 
 @dataclass(frozen=True)
@@ -261,6 +288,11 @@ class CostEngine:
         self._site_of_shape: dict[tuple[str, int], tuple[CallSite, int]] = {}
         self._shape_by_id: list[np.ndarray] = []  # [member, level] canonical coordinates
         self._sites_of: dict[tuple[str, tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]] = {}
+        self._least_sites: dict[tuple[str, int], tuple[tuple[int, ...], CallSite]] = {}
+        # The links a regime's `link_s` covers: every link, or (translated groups) the shared
+        # links and group 0's own (`translated_columns`); `columns[i]` is column i's link.
+        self.columns = translated_columns(self.network, self.devices)
+        self.link_count = len(self.network.capacity) if self.columns is None else len(self.columns)
 
     # --- one call ------------------------------------------------------------------------------
 
@@ -305,6 +337,15 @@ class CostEngine:
             found_site = self._site_of_shape[collective, shape_id] = (
                 site, self._site_ids.setdefault(site, len(self._site_ids)))
         return found_site
+
+    def _site_of(self, collective: str, members: tuple[int, ...]) -> CallSite:
+        """`_site(...)[0]`, kept by the members tuple's identity: the search's bounds ask the
+        same few tuples (`sites`') at every size, and hashing a call of thousands of members
+        cost more than the answer. The tuple is kept with it, so its identity is not reused."""
+        found = self._least_sites.get((collective, id(members)))
+        if found is None or found[0] is not members:
+            found = self._least_sites[collective, id(members)] = (members, self._site(collective, members)[0])
+        return found[1]
 
     def call(self, collective: str, members: tuple[int, ...]) -> _Call:
         key = (collective, members)
@@ -392,7 +433,7 @@ class CostEngine:
         least_alone = getattr(self.backend, "least_alone_s", None)
         for members in calls:
             call_bytes = sizes / self.group_size
-            found = None if least_alone is None else least_alone(self._site(collective, members)[0], call_bytes)
+            found = None if least_alone is None else least_alone(self._site_of(collective, members), call_bytes)
             if found is None:  # the backend's own estimate over the call's plans
                 call = self.call(collective, members)
                 flow = call.latency[None, :] + call_bytes[:, None] * call.per_byte[None, :]
@@ -418,52 +459,62 @@ class CostEngine:
         network = self.context.network_of(step.collective)
         capacity = network.capacity
         latencies, drains, links, chain_drains = [], [], [], []
-        link_s = np.zeros(len(capacity))
+        columns = self.columns
+        link_s = np.zeros(self.link_count)
+        column_capacity = capacity if columns is None else capacity[columns]
         one_group = len(self.devices) == 1
         for phase in range(max(len(p) for p in phase_latencies.values())):
             in_phase = [(start, stop) for start, stop in runs if phase < len(phase_latencies[start])]
             pairs = self._pair_loads(network, known, plans, in_phase, phase)
             if pairs is not None:
-                seconds = pairs[0] / capacity
+                seconds = pairs[0] / column_capacity
                 busiest = int(np.argmax(seconds))
                 drains.append(float(seconds[busiest]))
-                links.append(busiest if seconds[busiest] > 0 else NO_LINK)
+                links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
                 link_s += seconds
                 latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
                 chain_drains.append(float(seconds.max()) if one_group else float((pairs[1] / capacity).max()))
                 continue
-            parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in in_phase]
-            src = np.concatenate([part[0] for part in parts])
-            dst = np.concatenate([part[1] for part in parts])
-            nbytes = np.concatenate([part[2] for part in parts])
-            seconds = network.loads(src, dst, nbytes) / capacity
+            if columns is not None:  # the shared links from every group's flows, the devices' own from group 0's
+                every, alone = self._translated_loads(network, known, plans, in_phase, phase)
+                seconds = every / column_capacity
+                moved = True  # group 0's loads are zeros where it moves nothing: their maximum is 0.0
+            else:
+                parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in in_phase]
+                src = np.concatenate([part[0] for part in parts])
+                dst = np.concatenate([part[1] for part in parts])
+                nbytes = np.concatenate([part[2] for part in parts])
+                seconds = network.loads(src, dst, nbytes) / capacity
+                if not one_group:
+                    src0 = np.concatenate([part[3] for part in parts])
+                    alone = network.loads(src0, np.concatenate([part[4] for part in parts]),
+                                          np.concatenate([part[5] for part in parts]))
+                    moved = len(src0) > 0
             busiest = int(np.argmax(seconds))  # the first of equals: deterministic
             drains.append(float(seconds[busiest]))
-            links.append(busiest if seconds[busiest] > 0 else NO_LINK)
+            links.append(self.column_link(busiest) if seconds[busiest] > 0 else NO_LINK)
             link_s += seconds
             latencies.append(max(p[phase] for p in phase_latencies.values() if phase < len(p)))
             if one_group:  # one group: its calls alone are all the flows
                 chain_drains.append(float(seconds.max()) if len(src) else 0.0)
                 continue
-            src0 = np.concatenate([part[3] for part in parts])
-            dst0 = np.concatenate([part[4] for part in parts])
-            nbytes0 = np.concatenate([part[5] for part in parts])
-            chain_drains.append(float((network.loads(src0, dst0, nbytes0) / capacity).max()) if len(src0) else 0.0)
+            chain_drains.append(float((alone / capacity).max()) if moved else 0.0)
         chosen_latency = [float(shared[start].latency[choices[start]]) for start, _ in runs]
         launch = self.backend.launch_s
-        regime = StepRegime(
-            algorithm="+".join(sorted({plan.algorithm for plan in plans.values()})),
+        regime = StepRegime.of(
+            link_s * (largest / self.group_size), algorithm="+".join(sorted({plan.algorithm for plan in plans.values()})),
             latency_s=launch + sum(latencies), drain_s=tuple(drains), links=tuple(links),
             chain_latency_s=launch + max(chosen_latency), chain_drain_s=tuple(chain_drains),
-            extra_memory=max(plan.extra_memory for plan in plans.values()), link_s=link_s * (largest / self.group_size))
+            extra_memory=max(plan.extra_memory for plan in plans.values()))
         self.regimes.append(regime)
         self._regime_ids[key] = len(self.regimes) - 1
         return len(self.regimes) - 1
 
     def _pair_loads(self, network, known: _KnownStep, plans, runs, phase: int):
         """(every group's, group 0's) link loads of a phase whose runs are all pairwise flows
-        of one member count and node layout, priced per class of equal flows; None otherwise
-        (or where Network.pair_loads declines), for the flows one by one."""
+        of one member count and node layout, priced per class of equal flows, every group's on
+        the engine's columns; None otherwise (or where Network.pair_loads declines), for the
+        flows one by one."""
         found = [_local_flows(plans[start])[phase] for start, _ in runs]
         if not found or not all(isinstance(local, _Pairs) for local in found):
             return None
@@ -479,6 +530,15 @@ class CostEngine:
                 intra.append(np.float64(within) * np.float64(scale))
         inter, intra, node = np.array(inter), np.array(intra), found[0].node
         groups = len(self.devices)
+        if self.columns is not None:  # translated groups: the devices' own links from group 0's (regime)
+            alone = network.pair_loads(self.devices[0, members], node, inter, intra)
+            if alone is None:
+                return None
+            shared = network.pair_loads(self.devices[:, members].reshape(-1, members.shape[1]), node,
+                                        np.tile(inter, groups), np.tile(intra, groups), shared_only=True)
+            if shared is None:
+                return None
+            return np.concatenate([shared, alone[self.columns[network.shared_links:]]]), alone
         every = network.pair_loads(self.devices[:, members].reshape(-1, members.shape[1]), node,
                                    np.tile(inter, groups), np.tile(intra, groups))
         if every is None:
@@ -488,14 +548,46 @@ class CostEngine:
         alone = network.pair_loads(self.devices[0, members], node, inter, intra)
         return None if alone is None else (every, alone)
 
-    def _run_flows(self, known: _KnownStep, plans, start: int, stop: int, phase: int):
+    def _translated_loads(self, network, known: _KnownStep, plans, runs, phase: int):
+        """(every group's loads on the engine's columns, group 0's on every link) of a phase of
+        translated groups: group 0's flows price its own links (and so every group's, column
+        for column), every group's flows the shared links, and only where some flow crosses
+        one (a step inside the nodes of a system whose uplinks join nodes leaves them empty).
+        A flow of group g first differs where group 0's does (translated_columns)."""
+        own = [self._run_flows(known, plans, start, stop, phase, every=False) for start, stop in runs]
+        src0, dst0 = np.concatenate([part[0] for part in own]), np.concatenate([part[1] for part in own])
+        level0 = network.first_difference(src0, dst0) if len(src0) else np.zeros(0, dtype=np.int64)
+        alone = network.loads(src0, dst0, np.concatenate([part[2] for part in own]), level0)
+        crossing = len(level0) and (
+            (network.uplink_levels and int(level0.min()) <= max(network.uplink_levels))
+            or bool(np.isin(level0, network.fabric_levels).any()))
+        if not crossing:
+            shared = np.zeros(network.shared_links)
+        else:
+            parts = [self._run_flows(known, plans, start, stop, phase) for start, stop in runs]
+            level, at, groups = [], 0, len(self.devices)
+            for (start, stop), part in zip(runs, own):
+                calls, count = stop - start, len(part[0])
+                level.append(np.broadcast_to(level0[at:at + count].reshape(calls, 1, -1),
+                                             (calls, groups, count // max(calls, 1))).ravel())
+                at += count
+            shared = network.shared_loads(np.concatenate([part[0] for part in parts]),
+                                          np.concatenate([part[1] for part in parts]),
+                                          np.concatenate([part[2] for part in parts]), np.concatenate(level))
+        return np.concatenate([shared, alone[self.columns[network.shared_links:]]]), alone
+
+    def _run_flows(self, known: _KnownStep, plans, start: int, stop: int, phase: int, every: bool = True):
         """The flows of calls[start:stop] (one site, one plan) in one phase, in call order and,
         within a call, group by group: (src, dst, bytes per byte of B_max) on every group's
-        devices, then the same on group 0's alone. One gather for the whole run."""
+        devices, then the same on group 0's alone (`every=False`: group 0's alone, first).
+        One gather for the whole run."""
         src_local, dst_local, weight = _flow_arrays(_local_flows(plans[start])[phase])
         members = known.members(start, stop)  # [call, member]
         scale = np.array(known.weights[start:stop])[:, None]
         devices = self.devices
+        if not every:
+            return (devices[0, members[:, src_local]].ravel(), devices[0, members[:, dst_local]].ravel(),
+                    (weight[None, :] * scale).ravel())
         src = devices[:, members[:, src_local]]  # [group, call, flow]
         dst = devices[:, members[:, dst_local]]
         if len(devices) == 1:  # one group: its flows are all the flows (the caller reads no second copy)
@@ -550,25 +642,27 @@ class CostEngine:
     def _known_step(self, step: StepCalls) -> _KnownStep:
         """What a step's costs need of its calls, once per step."""
         self._shape_calls(step.calls)
-        call, collective, shapes = self.call, step.collective, self._shapes
-        site_of_shape: dict[int, int] = {}  # the calls of one shape sit at one site: asked once per shape
-        distinct: dict[tuple[int, int], int] = {}
-        site_ids, firsts, kinds = [], [], []
-        for index, (members, chunks) in enumerate(zip(step.calls, step.chunks)):
-            shape_id = shapes[members]
-            site_id = site_of_shape.get(shape_id)
-            if site_id is None:
-                site_id = site_of_shape[shape_id] = call(collective, members).site_id
-            kind = distinct.setdefault((site_id, chunks), len(distinct))
-            if kind == len(firsts):
-                firsts.append(index)
-            kinds.append(kind)
-            site_ids.append(site_id)
+        call, collective, calls = self.call, step.collective, step.calls
+        shape_ids = np.fromiter(map(self._shapes.__getitem__, calls), dtype=np.int64, count=len(calls))
+        # the calls of one shape sit at one site: asked once per shape, in order of first appearance
+        shapes, first_of_shape, shape_of_call = np.unique(shape_ids, return_index=True, return_inverse=True)
+        site_of_shape = np.empty(len(shapes), dtype=np.int64)
+        for position in np.argsort(first_of_shape, kind="stable").tolist():
+            site_of_shape[position] = call(collective, calls[int(first_of_shape[position])]).site_id
+        site_ids = site_of_shape[shape_of_call.reshape(-1)]
+        # each call's kind: its (site, chunks) numbered in order of first appearance
+        chunks = np.array(step.chunks, dtype=np.int64)
+        _, first_of_kind, kind_of_call = np.unique(site_ids * (int(chunks.max()) + 1) + chunks,
+                                                    return_index=True, return_inverse=True)
+        order = np.argsort(first_of_kind, kind="stable")
+        number = np.empty(len(order), dtype=np.int64)
+        number[order] = np.arange(len(order))
+        firsts = tuple(first_of_kind[order].tolist())
         largest = step.largest
         known = self._step_calls[step] = _KnownStep(
-            step, call, np.array(kinds, dtype=np.int64), tuple(firsts),
-            any(len(call(collective, step.calls[first]).plans) > 1 for first in firsts),
-            np.array(site_ids, dtype=np.int64), [part / largest for part in step.chunks])
+            step, call, number[kind_of_call.reshape(-1)], firsts,
+            any(len(call(collective, calls[first]).plans) > 1 for first in firsts),
+            site_ids, [part / largest for part in step.chunks])
         return known
 
     def _combine(self, steps, sizes, regime, residual, alone) -> StepFigures:
@@ -594,12 +688,24 @@ class CostEngine:
         chain = np.maximum(chain_latency + chain_transfer + residual, alone)
         return StepFigures(sizes, time, chain, regime, residual, alone)
 
+    def column_link(self, column: int) -> int:
+        """The link of a column of `StepRegime.link_s`."""
+        return column if self.columns is None else int(self.columns[column])
+
     def link_rows(self, regimes: np.ndarray | None = None) -> np.ndarray:
         """[regime, link] link-seconds per byte of S (for the pipelined estimate), of every regime
         or of the given ones in that order; stacked per call, not kept: a kept copy doubled
         the regimes' memory (32 MB of a 2793-configuration sweep)."""
         chosen = self.regimes if regimes is None else [self.regimes[i] for i in np.asarray(regimes).tolist()]
-        return np.stack([r.link_s for r in chosen]) if chosen else np.zeros((0, 0))
+        if not chosen:
+            return np.zeros((0, 0))
+        rows = np.zeros((len(chosen), chosen[0].columns))
+        for row, regime in zip(rows, chosen):
+            if isinstance(regime.stored, np.ndarray):
+                row[:] = regime.stored
+            else:
+                row[regime.stored[0]] = regime.stored[1]
+        return rows
 
     def call_bytes(self, step: StepCalls, size: int) -> float:
         return step.largest * size / self.group_size
@@ -645,6 +751,36 @@ def _runs(site_ids: np.ndarray, choices) -> list[tuple[int, int]]:
     changes = np.flatnonzero((site_ids[1:] != site_ids[:-1]) | (choices[1:] != choices[:-1])) + 1
     bounds = [0, *changes.tolist(), len(site_ids)]
     return list(zip(bounds, bounds[1:]))
+
+
+def translated_columns(network, devices: np.ndarray) -> np.ndarray | None:
+    """The links `StepRegime.link_s` needs when the groups are translates of group 0, in link
+    order: every shared link (fabrics, uplinks) and group 0's devices' own links; None (every
+    link) otherwise.
+
+    A device's own links (its injection and ejection link per level) carry only its group's
+    flows. When every group splits its members alike at every level (members i and j share a
+    unit of level l in group g exactly when they do in group 0), member m's flows in group g
+    are those of group 0 at the same levels with the same bytes in the same order, so the
+    device of member m has, link for link, group 0's loads to the last bit; and when group 0's
+    device of every member is the least of the groups', each such link is the least among its
+    equals, so the busiest column is the busiest link `np.argmax` over every link would find
+    (the first of equals). The other groups' own links add no column then: a sum or a maximum
+    over the columns is the one over every link. None unless both hold."""
+    groups = len(devices)
+    if groups == 1 or not (devices[0][None, :] < devices[1:]).all():
+        return None
+    members = devices.shape[1]
+    strides = [int(np.prod(network.sizes[p:], dtype=np.int64)) for p in range(1, network.depth + 1)]
+    rows = np.arange(groups, dtype=np.int64)[:, None] * (network.device_count + 1)
+    for stride in strides:
+        # each member's first fellow member in its unit of this level, per group
+        _, first, inverse = np.unique(rows + devices // stride, return_index=True, return_inverse=True)
+        fellow = first[inverse.reshape(devices.shape)] - rows // (network.device_count + 1) * members
+        if not (fellow == fellow[0][None, :]).all():
+            return None
+    own = np.concatenate([network.inject[devices[0]].ravel(), network.eject[devices[0]].ravel()])
+    return np.concatenate([np.arange(network.shared_links, dtype=np.int64), np.sort(own)])
 
 
 def canonical_devices(context: CostContext) -> np.ndarray:

@@ -195,7 +195,7 @@ class Pipelined:
 
     def start(self, engine: CostEngine, size: int) -> tuple[np.ndarray, float, float]:
         """(link-seconds per byte so far, the chain so far, the busiest link's share)."""
-        return np.zeros(len(engine.network.capacity)), 0.0, 0.0
+        return np.zeros(engine.link_count), 0.0, 0.0
 
     def extend(self, engine: CostEngine, prefix, figures: StepFigures, index: int):
         loads, chain, busiest = prefix

@@ -133,6 +133,7 @@ class Network:
                 self.up_out[:, length - 1] = first + 2 * (ranks // strides[length])
                 self.up_in[:, length - 1] = self.up_out[:, length - 1] + 1
                 first += 2 * units
+        self.shared_links = first  # the fabrics and uplinks: every link before the devices' own
         per_device = np.array([level.bandwidth.value for level in levels for _ in ("out", "in")], dtype=float)
         capacities.append(np.tile(per_device, self.device_count))
         self._name_blocks.append(("devices", self.depth))
@@ -256,13 +257,14 @@ class Network:
             links.insert(turn, int(self.fabric[src, level]))
         return tuple(self.link_names[link] for link in links if link is not None)
 
-    def loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        """Bytes each link carries for a batch of flows (src device, dst device, bytes)."""
+    def loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, level: np.ndarray | None = None) -> np.ndarray:
+        """Bytes each link carries for a batch of flows (src device, dst device, bytes);
+        `level`: their `first_difference` where the caller knows it."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         nbytes = np.asarray(nbytes, dtype=float)
         if src.size == 0:
             return np.zeros(len(self.capacity))
-        level = self.first_difference(src, dst)
+        level = self.first_difference(src, dst) if level is None else level
         ids = [self.inject[src, level], self.eject[dst, level]]
         weights = [nbytes, nbytes]
         for uplink_level in self.uplink_levels:
@@ -290,8 +292,35 @@ class Network:
                 total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
         return total
 
-    def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray
-                   ) -> np.ndarray | None:
+    def shared_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                     level: np.ndarray | None = None) -> np.ndarray:
+        """`loads(src, dst, nbytes)[:shared_links]`, bit for bit, without the devices' own links:
+        the loads of the fabrics and uplinks, the links that flows of several devices share
+        (CostEngine prices the devices' links of translated groups from one group's flows)."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        nbytes = np.asarray(nbytes, dtype=float)
+        total = np.zeros(self.shared_links)
+        if src.size == 0 or not self.shared_links:
+            return total
+        level = self.first_difference(src, dst) if level is None else level
+        parts = []
+        for uplink_level in self.uplink_levels:
+            crossing = level <= uplink_level
+            if crossing.any():
+                parts += [(self.up_out[src[crossing], uplink_level], nbytes[crossing]),
+                          (self.up_in[dst[crossing], uplink_level], nbytes[crossing])]
+        for fabric_level in self.fabric_levels:
+            turning = level == fabric_level
+            if turning.any():
+                parts.append((self.fabric[src[turning], fabric_level], nbytes[turning]))
+        # each link is in one part: its bytes are added in flow order, as `loads` adds them
+        for part, weight in parts:
+            low, high = int(part.min()), int(part.max()) + 1
+            total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
+        return total
+
+    def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray,
+                   shared_only: bool = False) -> np.ndarray | None:
         """`loads` of every ordered pair of distinct members within each row of `sets` ([set,
         member] devices), a flow weighing `intra[set]` between members of one `node` (None: all
         one node) and `inter[set]` otherwise, priced per class of equal flows, not one by one.
@@ -303,11 +332,13 @@ class Network:
         pairs in any order: every link's bytes are then `count` equal addends, summed here one
         after the other as `np.bincount` does. None (price the flows one by one) where that does
         not hold: a node that is not a unit of the hierarchy, a link whose flows weigh differently
-        (mixed classes), or a device twice in a set."""
+        (mixed classes), or a device twice in a set. `shared_only`: the loads of the shared
+        links alone (`shared_loads`), None only where one of those mixes classes."""
         sets = np.asarray(sets, dtype=np.int64)
         count, k = sets.shape
+        length = self.shared_links if shared_only else len(self.capacity)
         if k < 2:
-            return np.zeros(len(self.capacity))
+            return np.zeros(length)
         strides = [int(np.prod(self.sizes[p:], dtype=np.int64)) for p in range(self.depth + 1)]
         row = np.arange(count, dtype=np.int64)[:, None] * (self.device_count + 1)
         same = []  # [p][set, member]: members of the set sharing the member's prefix of length p
@@ -328,7 +359,7 @@ class Network:
             counts.append(flows[level].ravel())
             weights.append(np.broadcast_to(weight[:, level:level + 1], sets.shape).ravel())
 
-        for level in range(self.depth):
+        for level in range(0 if shared_only else self.depth):
             add(self.inject[sets, level], level)
             add(self.eject[sets, level], level)
         for uplink_level in self.uplink_levels:
@@ -337,7 +368,9 @@ class Network:
                 add(self.up_in[sets, uplink_level], level)
         for fabric_level in self.fabric_levels:
             add(self.fabric[sets, fabric_level], fabric_level)
-        return self._summed(np.concatenate(ids), np.concatenate(counts), np.concatenate(weights))
+        if not ids:
+            return np.zeros(length)
+        return self._summed(np.concatenate(ids), np.concatenate(counts), np.concatenate(weights), length)
 
     def _class_weights(self, sets, row, strides, node, inter, intra) -> np.ndarray | None:
         """[set, level] the weight of a flow first differing at the level: `inter` above the
@@ -355,19 +388,20 @@ class Network:
                 return np.where(levels < split, inter[:, None], intra[:, None])
         return None
 
-    def _summed(self, ids: np.ndarray, counts: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
-        """Per link, `counts` addends of `weights` summed in sequence (None if a link gets two weights)."""
+    def _summed(self, ids: np.ndarray, counts: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray | None:
+        """Per link of the first `length`, `counts` addends of `weights` summed in sequence
+        (None if a link gets two weights)."""
         used = counts > 0
         ids, counts, weights = ids[used], counts[used], weights[used]
-        total = np.bincount(ids, weights=counts, minlength=len(self.capacity)).astype(np.int64)
-        low = np.full(len(self.capacity), np.inf)
-        high = np.full(len(self.capacity), -np.inf)
+        total = np.bincount(ids, weights=counts, minlength=length).astype(np.int64)
+        low = np.full(length, np.inf)
+        high = np.full(length, -np.inf)
         np.minimum.at(low, ids, weights)
         np.maximum.at(high, ids, weights)
         loaded = np.flatnonzero(total)
         if (low[loaded] != high[loaded]).any():
             return None
-        result = np.zeros(len(self.capacity))
+        result = np.zeros(length)
         for value in np.unique(low[loaded]):
             links = loaded[low[loaded] == value]
             result[links] = sequential_sums(float(value), total[links])

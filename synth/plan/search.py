@@ -78,12 +78,14 @@ SECONDS_PER_SHAPE_DEVICE = 6.78e-6
 SECONDS_PER_SCHEDULE = 1.09e-3
 SECONDS_PER_SCHEDULE_DEVICE = 12.7e-6  # per device of a distinct span's equivalent system
 # Memory: the process's bytes before the search, then per device of the equivalent systems
-# (networks, groups, per-link tables, the engines' canonical devices). Fitted on the peak RSS of
-# the MoE plans of results/plan-speed/moe.md (30,680 to 3,176,920 such devices): no part grows
-# with the member pairs of a group (a 16,384-member data-parallel span's 2^28 pairs took no
-# more than its devices' share).
-BASE_BYTES = 163 * 2**20
-BYTES_PER_DEVICE = 2000
+# (networks, groups, per-link tables, the engines' canonical devices). Set above the peak RSS of
+# every MoE plan of results/plan-speed/moe.md (14,296 to 3,176,920 such devices; the largest
+# part per device was 735 bytes, DeepSeek-V3 on 131,072 GPUs) and of the dense plans of
+# results/plan-speed/README.md, once translated groups kept only one group's device links
+# (synth/model/engine.py: 2000 bytes before): no part grows with the member pairs of a group
+# (a 16,384-member data-parallel span's 2^28 pairs took no more than its devices' share).
+BASE_BYTES = 185 * 2**20
+BYTES_PER_DEVICE = 750
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
 MAX_VIRTUAL = 8

@@ -88,6 +88,7 @@ one group's own chain time of it, so the bound serves either estimate
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -282,6 +283,11 @@ FINISHING = {SUM_EVERYWHERE: _ends_all_reduce, SUM_BLOCKS: _ends_reduce_scatter,
              TRANSPOSED: _ends_all_to_all, ROOT_EVERYWHERE: _ends_broadcast, SUM_AT_ROOT: _ends_reduce}
 
 
+# semantics -> {(abstract state, kind id): the kind's move from it, costs aside}: a move does not
+# depend on the size, and searches at many sizes over one hierarchy ask the same moves
+_MOVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class CompletionBound:
     """`bound(a, L)` for one hierarchy and size (see the module docstring), and `edge`, the
     same bound for completions that begin with one given alphabet step."""
@@ -324,6 +330,10 @@ class CompletionBound:
         self._step_costs: dict[tuple[int, int], float] = {}
         self._kind_costs: list[dict[int, float]] = [{} for _ in self._kinds]  # per kind: chunks -> least cost
         self._movers = tuple(self._mover(kind) for kind in self._kinds)
+        moves = _MOVES.get(semantics)  # kinds are numbered in alphabet order: the same for every size
+        if moves is None or moves[0] != self._kinds:
+            moves = _MOVES[semantics] = (self._kinds, {})
+        self._raw_moves: dict[tuple[Abstract, int], tuple | None] = moves[1]
         self._moves_from: dict[Abstract, list] = {}
         self._bounds: dict[tuple[Abstract, int], float] = {}
         self._edges: dict[tuple[Abstract, int, int], float] = {}
@@ -412,7 +422,13 @@ class CompletionBound:
     def _moved(self, a: Abstract, kind_id: int):
         """A kind's move from a as (least cost, least cost when it finishes, successor or None
         when it leaves a as it is), or None when it cannot be taken."""
-        move = self._movers[kind_id](a)
+        key = (a, kind_id)
+        move = self._raw_moves.get(key, _UNSET)
+        if move is _UNSET:
+            move = self._movers[kind_id](a)
+            if move is not None and move[1] == a:  # a move that leaves a as it is
+                move = (move[0], None, move[2])
+            self._raw_moves[key] = move
         if move is None:
             return None
         span, after, finishing = move
@@ -428,7 +444,7 @@ class CompletionBound:
                 finish = self._kind_cost(kind_id, finishing)
             if cost > finish:
                 finish = cost
-        return cost, finish, None if after == a else after
+        return cost, finish, after
 
     def bound(self, a: Abstract, left: int) -> float:
         """The least an abstract path of at most `left` steps from `a` to the goal costs.
