@@ -39,6 +39,19 @@ def test_a_ring_ll128_call_over_two_h100_nodes_waits_for_its_proxy():
     assert e.time_s == pytest.approx(134e-6)
 
 
+def test_a_ring_of_24_channels_posts_every_channels_receive_alone():
+    """NCCL_MIN_CTAS=24 on 2 x 8 H100: channels 16-23 copy channels 0-7 (copyChannels, round
+    robin), so each GPU's proxy still serves 3 entries and 3 exits: ceil(2 x 24 / 8) = 6 operations
+    per step, floor 14 + 30 x 6 x 1 = 194 us. No grouped receives: a ring or tree connection owns
+    its receive comm (net.cc recvSetup: shared = 0 when a graph is given; recvProxyConnect accepts
+    one per connection), and recvProxyProgress groups only subs sharing one, so each channel's
+    receive is its own irecv and test."""
+    call = Call("AllReduce", 2, 8, 1 << 20)
+    table = tuning(RING_LL128, call)
+    assert operations_per_step(RING_LL128, call, 24) == 6
+    assert proxy_floor_s(table, RING_LL128, call, "ring", "LL128", 24) == pytest.approx(194e-6)
+
+
 def test_amd_hosts_pay_twice_the_per_step_cost():
     """getNetOverhead: 2 us per step on AMD CPUs: 14 + 30 x 4 x 2 = 254 us."""
     amd = replace(RING_LL128, cpu="amd")
