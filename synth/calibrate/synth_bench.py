@@ -28,13 +28,12 @@ ONE_STEP = re.compile(r"^\s*(\w+)\(\s*InsideGroup\(\s*([\w.]+)\s*\)\s*\)\s*;?\s*
 
 
 def _baseline_collective(call: str, where: str) -> str:
-    """The collective of a baseline row's torch call (synth/execute/report.py TORCH_CALLS)."""
-    from synth.execute.report import TORCH_CALLS
-    from synth.goals import parse_goal
+    """The collective of a baseline row's torch call (each goal's `torch_call`, what the runtime times)."""
+    from synth.goals import GOALS
 
-    for goal, name in TORCH_CALLS.items():
-        if name == call:
-            return parse_goal(goal).collective
+    for goal in GOALS.values():
+        if goal.torch_call == call:
+            return goal.collective
     raise UsageError(f"{where}: a baseline of torch.distributed.{call}, which synth does not time; give the file "
                      f"as synth bench wrote it")
 

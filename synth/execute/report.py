@@ -19,7 +19,7 @@ from pathlib import Path
 from synth.analysis.goal_rank import goal_program_times
 from synth.collectives import collective
 from synth.export.plan import ITEMSIZE, PlanEntry, buffer_count
-from synth.goals import DEFAULT_GOAL, GOALS, parse_goal
+from synth.goals import DEFAULT_GOAL, parse_goal
 from synth.lowering import lower
 from synth.model.context import cost_context
 from synth.model.cost import program_cost
@@ -97,10 +97,6 @@ def predictions(entries: list[PlanEntry], topology: Topology, backend: str,
     return result
 
 
-# The torch call the runtime times as each goal's baseline (synth/export/torch_runtime.py, flat_call).
-TORCH_CALLS = {name: goal.torch_call for name, goal in GOALS.items()}
-
-
 def rows_from_report(report: dict, entries: list[EntryInfo],
                      predicted: dict[tuple[int, int], Prediction] | None = None) -> list[BenchRow]:
     rows = []
@@ -115,7 +111,7 @@ def rows_from_report(report: dict, entries: list[EntryInfo],
     rows = _ranked(rows)
     for result in report["baselines"]:
         entry = entries[result["programs"][0]]
-        call = TORCH_CALLS[result.get("goal", DEFAULT_GOAL)]
+        call = parse_goal(result.get("goal", DEFAULT_GOAL)).torch_call  # the runtime's baseline (torch_runtime.flat_call)
         rows.append(BenchRow(entry.placement, entry.hierarchy, f"baseline {call}", f"torch.distributed.{call}",
                              result["bytes"], result["count"], result["time_us"] / 1e6, result["algbw_gbs"] * 1e9,
                              result["busbw_gbs"] * 1e9, "not run"))
