@@ -15,14 +15,13 @@ scored. The repository does not depend on LOG_DIR.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 from pathlib import Path
 
-from benchmarks.record import REPORT, header, study_dir
+from benchmarks.record import DEFAULT_LOGS, REPORT, header, log_folder, log_folder_parser, study_dir
 
 STUDY = "alltoall-fidelity"
 COLLECTIVE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|all_to_all|broadcast|reduce|sendrecv)_perf")
@@ -81,17 +80,14 @@ def render(rows: list[dict], command: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
-    parser.add_argument("-o", "--output", default="results", help="results folder")
+    parser = log_folder_parser("alltoall_fidelity", __doc__.splitlines()[0], STUDY)
     args = parser.parse_args(argv)
-    log_dir = Path(args.logs)
-    if not log_dir.is_dir():
-        print(f"no log folder {log_dir}: give the folder of nccl-tests logs", file=sys.stderr)
+    log_dir = log_folder(args.logs, "alltoall_fidelity")
+    if log_dir is None:
         return 2
     rows = inventory(log_dir)
     folder = study_dir(STUDY, args.output)
-    command = "python -m benchmarks.alltoall_fidelity" + ("" if args.logs == "../shared/nccl-logs" else " LOG_DIR")
+    command = "python -m benchmarks.alltoall_fidelity" + ("" if args.logs == DEFAULT_LOGS else " LOG_DIR")
     (folder / REPORT).write_text(render(rows, command))
     (folder / "inventory.json").write_text(json.dumps({"command": command, "logs": rows}, indent=1) + "\n")
     print(f"wrote {folder / REPORT}")

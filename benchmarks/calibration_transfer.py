@@ -33,7 +33,6 @@ rate, the A3 High topology), the probe priors and the scales tried; the report s
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -44,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.fidelity import Log, busbw, error, load_logs, predict
-from benchmarks.record import REPORT, header, study_dir
+from benchmarks.record import REPORT, header, log_folder, log_folder_parser, study_dir
 from synth.calibrate.confidence import model_error_for_group
 from synth.calibrate.transfer_error import combined, structure_sigma
 from synth.calibrate.uncertainty import interval
@@ -466,15 +465,10 @@ def compact(result: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.calibration_transfer",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
-    parser.add_argument("-o", "--output", default="results",
-                        help="the results directory (default results/); writes its calibration-transfer/ folder")
+    parser = log_folder_parser("calibration_transfer", __doc__.split("\n\n")[0], "calibration-transfer")
     args = parser.parse_args(argv)
-    log_dir = Path(args.logs)
-    if not log_dir.is_dir():
-        print(f"calibration_transfer: {log_dir} is not a folder of nccl-tests logs", file=sys.stderr)
+    log_dir = log_folder(args.logs, "calibration_transfer")
+    if log_dir is None:
         return 2
     start = time.perf_counter()
     result = study(log_dir)

@@ -27,7 +27,6 @@ tests/data/). Not a timed test: run it when the model or the logs change.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -37,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.fidelity_mechanisms import proxy_ablation
-from benchmarks.record import REPORT, header, study_dir
+from benchmarks.record import REPORT, header, log_folder, log_folder_parser, study_dir
 from synth.calibrate import read_measurements
 from synth.calibrate.groups import devices as group_devices
 from synth.calibrate.measurements import Measurement, RunInfo, Span
@@ -583,16 +582,12 @@ def render(result: dict, command: str, baseline: dict | None, floors_before: dic
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="?", default="../shared/nccl-logs", help="folder of nccl-tests logs")
-    parser.add_argument("-o", "--output", default="results",
-                        help="the results directory (default results/); writes its fidelity/ folder")
+    parser = log_folder_parser("fidelity", __doc__.split("\n\n")[0], "fidelity")
     parser.add_argument("--write-model", action="store_true",
                         help="also rewrite the held-out error table the rankings state (synth/model/heldout.py)")
     args = parser.parse_args(argv)
-    log_dir = Path(args.logs)
-    if not log_dir.is_dir():
-        print(f"fidelity: {log_dir} is not a folder of nccl-tests logs", file=sys.stderr)
+    log_dir = log_folder(args.logs, "fidelity")
+    if log_dir is None:
         return 2
     result = study(log_dir)
     command = " ".join(["python -m benchmarks.fidelity", *(sys.argv[1:] if argv is None else argv)])

@@ -36,3 +36,30 @@ def results_dir(path: str | os.PathLike = "results") -> Path:
 def study_dir(study: str, results: str | os.PathLike = "results") -> Path:
     """The folder of one study under the results directory, made if missing."""
     return results_dir(Path(results) / study)
+
+
+DEFAULT_LOGS = "../shared/nccl-logs"
+
+
+def log_folder_parser(module: str, description: str, study: str):
+    """The command line every study of a folder of nccl-tests logs takes: the folder (the shared
+    logs beside the checkout by default) and the results directory its `study` folder goes in."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=description)
+    parser.add_argument("logs", nargs="?", default=DEFAULT_LOGS, help="folder of nccl-tests logs")
+    parser.add_argument("-o", "--output", default="results",
+                        help=f"the results directory (default results/); writes its {study}/ folder")
+    return parser
+
+
+def log_folder(logs: str, module: str) -> Path | None:
+    """The logs' folder, or None after a one-line error naming it (the caller exits 2)."""
+    import sys
+
+    folder = Path(logs)
+    if not folder.is_dir():
+        print(f"{module}: {folder} is not a folder of nccl-tests logs: give the folder of nccl-tests logs",
+              file=sys.stderr)
+        return None
+    return folder
