@@ -288,3 +288,19 @@ def test_matrices_combine_each_primes_table(level_sizes, axis_sizes):
                            for l in range(len(level_sizes))) for a in range(len(axis_sizes)))
                for choice in itertools.product(*per_prime)]
     assert list(_matching(level_sizes, axis_sizes, {})) == defined
+
+
+def test_check_matrix_fast_path_agrees_with_its_rules():
+    """The quick acceptance of a well-formed matrix passes exactly what the rule-by-rule check passes."""
+    from synth.placement import _well_formed, check_matrix
+    cases = [((4, 2),), ((2, 2), (2, 1)), ((1, 2), (4, 1)), ((2, 2), (2, 2)), ((2, True), (2, 1)),
+             ((2, 0), (2, 2)), ((2,), (2, 2)), ((2, 2),), (), ((2.0, 2), (2, 1)), ([2, 2], [2, 1])]
+    for matrix in cases:
+        for level_sizes, axis_sizes in (((4, 2), (8,)), ((4, 2), (4, 2)), ((4, 2), (2, 4)), ((), ())):
+            try:
+                check_matrix(matrix, level_sizes, axis_sizes)
+                passed = True
+            except UsageError:
+                passed = False
+            if _well_formed(matrix, level_sizes, axis_sizes):
+                assert passed, (matrix, level_sizes, axis_sizes)
