@@ -49,6 +49,16 @@ class Placement:
     def __post_init__(self):
         check_matrix(self.matrix, self.level_sizes, self.axis_sizes, self.axis_names, self.level_names)
 
+    @classmethod
+    def built(cls, level_names, level_sizes, axis_names, axis_sizes, matrix) -> Placement:
+        """A placement of a matrix its maker built by the rules (`placement_matrices`), made
+        without checking them again: the planner lists tens of thousands."""
+        placement = object.__new__(cls)
+        for name, value in (("level_names", level_names), ("level_sizes", level_sizes), ("axis_names", axis_names),
+                            ("axis_sizes", axis_sizes), ("matrix", matrix)):
+            object.__setattr__(placement, name, value)
+        return placement
+
     @property
     def device_count(self) -> int:
         return product(self.level_sizes)
@@ -289,7 +299,7 @@ def generate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=
     axis_names = tuple(a.name for a in axes)
     axis_sizes = tuple(a.size for a in axes)
     for matrix in placement_matrices(topology, axes, constraints):
-        yield Placement(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix)
+        yield Placement.built(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix)
 
 
 def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[tuple[tuple[int, ...], ...]]:

@@ -304,3 +304,18 @@ def test_check_matrix_fast_path_agrees_with_its_rules():
                 passed = False
             if _well_formed(matrix, level_sizes, axis_sizes):
                 assert passed, (matrix, level_sizes, axis_sizes)
+
+
+@pytest.mark.parametrize("levels,axes", [("2,2,4", "4,4"), ("rack=2,server=2,cpu=2,gpu=4", "data=8,model=4"),
+                                         ("4,6,8", "pp=2,dp=12,tp=8"), ("2,3", "a=1,b=6")])
+def test_listed_placements_equal_checked_ones(levels, axes):
+    """The listing makes its placements without the rules' check (Placement.built): each equals
+    the placement made with it."""
+    topology = topology_from_levels(levels)
+    parsed = parse_axes(axes)
+    listed = enumerate_placements(topology, parsed)
+    assert listed
+    for placement in listed:
+        checked = make_placement(topology, parsed, placement.matrix)
+        assert checked == placement and hash(checked) == hash(placement)
+        assert checked.to_text() == placement.to_text() and checked.spans == {}
