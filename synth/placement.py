@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,16 @@ class Placement:
 
     def __post_init__(self):
         check_matrix(self.matrix, self.level_sizes, self.axis_sizes, self.axis_names, self.level_names)
+
+    @classmethod
+    def built(cls, level_names, level_sizes, axis_names, axis_sizes, matrix) -> Placement:
+        """A placement of a matrix its maker built by the rules (`placement_matrices`), made
+        without checking them again: the planner lists tens of thousands."""
+        placement = object.__new__(cls)
+        for name, value in (("level_names", level_names), ("level_sizes", level_sizes), ("axis_names", axis_names),
+                            ("axis_sizes", axis_sizes), ("matrix", matrix)):
+            object.__setattr__(placement, name, value)
+        return placement
 
     @property
     def device_count(self) -> int:
@@ -142,6 +153,8 @@ def _row_major(coords: np.ndarray, sizes: list[int]) -> np.ndarray:
 
 def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=None) -> None:
     """docs/model.md section 2's rules, each violation named with the row or column at fault."""
+    if _well_formed(matrix, level_sizes, axis_sizes):  # the planner makes tens of thousands: checked at once
+        return
     axis_names = axis_names or [f"a{i}" for i in range(len(axis_sizes))]
     level_names = level_names or [f"l{i}" for i in range(len(level_sizes))]
     if len(matrix) != len(axis_sizes):
@@ -158,6 +171,16 @@ def check_matrix(matrix, level_sizes, axis_sizes, axis_names=None, level_names=N
         column = product(matrix[a][level] for a in range(len(axis_sizes)))
         if column != size:
             raise UsageError(f"placement column {level} ({level_names[level]}) multiplies to {column}, not the level size {size}")
+
+
+def _well_formed(matrix, level_sizes, axis_sizes) -> bool:
+    """Whether `check_matrix` would pass the matrix (False: it finds what is wrong)."""
+    if not matrix or len(matrix) != len(axis_sizes) or any(len(row) != len(level_sizes) for row in matrix):
+        return False
+    if not all(type(value) is int and value >= 1 for row in matrix for value in row):
+        return False
+    return (all(math.prod(row) == size for row, size in zip(matrix, axis_sizes))
+            and all(math.prod(column) == size for column, size in zip(zip(*matrix), level_sizes)))
 
 
 def parse_matrix(text: str) -> tuple[tuple[int, ...], ...]:
@@ -276,7 +299,7 @@ def generate_placements(topology: Topology, axes: tuple[Axis, ...], constraints=
     axis_names = tuple(a.name for a in axes)
     axis_sizes = tuple(a.size for a in axes)
     for matrix in placement_matrices(topology, axes, constraints):
-        yield Placement(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix)
+        yield Placement.built(topology.level_names, topology.sizes, axis_names, axis_sizes, matrix)
 
 
 def placement_matrices(topology: Topology, axes: tuple[Axis, ...], constraints=()) -> list[tuple[tuple[int, ...], ...]]:

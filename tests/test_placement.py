@@ -288,3 +288,34 @@ def test_matrices_combine_each_primes_table(level_sizes, axis_sizes):
                            for l in range(len(level_sizes))) for a in range(len(axis_sizes)))
                for choice in itertools.product(*per_prime)]
     assert list(_matching(level_sizes, axis_sizes, {})) == defined
+
+
+def test_check_matrix_fast_path_agrees_with_its_rules():
+    """The quick acceptance of a well-formed matrix passes exactly what the rule-by-rule check passes."""
+    from synth.placement import _well_formed, check_matrix
+    cases = [((4, 2),), ((2, 2), (2, 1)), ((1, 2), (4, 1)), ((2, 2), (2, 2)), ((2, True), (2, 1)),
+             ((2, 0), (2, 2)), ((2,), (2, 2)), ((2, 2),), (), ((2.0, 2), (2, 1)), ([2, 2], [2, 1])]
+    for matrix in cases:
+        for level_sizes, axis_sizes in (((4, 2), (8,)), ((4, 2), (4, 2)), ((4, 2), (2, 4)), ((), ())):
+            try:
+                check_matrix(matrix, level_sizes, axis_sizes)
+                passed = True
+            except UsageError:
+                passed = False
+            if _well_formed(matrix, level_sizes, axis_sizes):
+                assert passed, (matrix, level_sizes, axis_sizes)
+
+
+@pytest.mark.parametrize("levels,axes", [("2,2,4", "4,4"), ("rack=2,server=2,cpu=2,gpu=4", "data=8,model=4"),
+                                         ("4,6,8", "pp=2,dp=12,tp=8"), ("2,3", "a=1,b=6")])
+def test_listed_placements_equal_checked_ones(levels, axes):
+    """The listing makes its placements without the rules' check (Placement.built): each equals
+    the placement made with it."""
+    topology = topology_from_levels(levels)
+    parsed = parse_axes(axes)
+    listed = enumerate_placements(topology, parsed)
+    assert listed
+    for placement in listed:
+        checked = make_placement(topology, parsed, placement.matrix)
+        assert checked == placement and hash(checked) == hash(placement)
+        assert checked.to_text() == placement.to_text() and checked.spans == {}

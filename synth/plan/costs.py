@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class CommunicationCosts:
         self._named_engines: dict[tuple, CostEngine] = {}  # bottleneck's engines on the contexts' own devices
         self._bottlenecks: dict[tuple, str] = {}  # bottleneck's answers by (factors, program text, goal, size)
 
-    @property
+    @cached_property
     def userbuffers_level(self) -> int:
         """The outermost level inside the domain Transformer Engine's userbuffers reach (its
         comm-GEMM overlap, Megatron's --tp-comm-overlap): a multi-host NVLink domain where the
@@ -147,7 +148,7 @@ class CommunicationCosts:
         TransformerEngine#1470, userbuffers-host.cpp has_mnnvl_fabric, and groups them by
         tensor-parallel rank, not host), else the innermost level (CUDA IPC inside a node)."""
         domains = [index for index, level in enumerate(self.topology.levels) if level.nvlink_domain]
-        return domains[0] if domains else len(self.topology.levels) - 1
+        return domains[0] if domains else len(self.topology.levels) - 1  # kept: group floors ask it per placement
 
     # --- reductions ------------------------------------------------------------------------------
 

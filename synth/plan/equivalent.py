@@ -32,6 +32,7 @@ tests/test_plan_equivalent.py checks every cost the planner asks against the who
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import lru_cache
 
 from synth.model.nccl.hardware import nccl_view
@@ -63,7 +64,7 @@ def span(placement: Placement, axes: tuple[str, ...] | DigitGroup) -> tuple[int,
     if isinstance(axes, DigitGroup):
         return axes.span(placement)
     rows = [placement.matrix[placement.axis_index(name)] for name in axes]
-    return tuple(product(row[level] for row in rows) for level in range(len(placement.level_sizes)))
+    return tuple(map(math.prod, zip(*rows))) if rows else (1,) * len(placement.level_sizes)
 
 
 @lru_cache(maxsize=64)

@@ -225,9 +225,11 @@ def operation(comm: P2pComm, nbytes: int, network: bool, itself: bool = False) -
     return Op(protocol, channels, data, posts)
 
 
+@lru_cache(maxsize=65536)
 def schedule(comm: P2pComm, classes: tuple[PeerClass, ...], nbytes: int) -> Schedule:
     """The all-to-all's schedule on its busiest GPU, from its classes of peers (every peer one
-    round of one send and one receive of `nbytes`; itself one more round, a local copy)."""
+    round of one send and one receive of `nbytes`; itself one more round, a local copy). Kept:
+    every all-to-all's time alone asks it again at each of its schedule's breakpoints."""
     ops = {network: operation(comm, nbytes, network) for network in (False, True)}
     parts = sum(c.count * ops[c.network].channels for c in classes) + operation(comm, nbytes, False, True).channels
     posts = sum(2 * c.count * ops[True].posts for c in classes if c.network)
