@@ -7,7 +7,11 @@ of every valid program of a goal, recorded with the member-by-member code (the c
 this change) by running `digest(case_times(case))` for each case. The three NCCL all-to-all
 digests were re-recorded when the all-to-all's time alone became NCCL's point-to-point schedule
 (synth/model/nccl/p2p.py: per-peer protocol, batches, kernels, proxy posts); its flows are the
-same, and its per-class schedule is checked against a per-pair one in tests/test_nccl_p2p.py."""
+same, and its per-class schedule is checked against a per-pair one in tests/test_nccl_p2p.py.
+The five NCCL all-reduce and reduce digests that take a classic tree were re-recorded when the
+tree took NCCL's mid-size correction and LL128 fill (synth/model/nccl/tables.py tree_correction,
+chunking.py ll128_tree_stages): the commit adding them alone gives these digests, and every
+speed change since leaves them bit for bit."""
 
 from __future__ import annotations
 
@@ -79,21 +83,21 @@ CASES = (
 )
 
 REFERENCE = {
-    'emu-2x2x2 allreduce nccl': '(229, 3):dba335087ef479e80b8696f48f19c414988ffbb3d03049d59da766fdd4fd259a',
-    'dgx-a100-x4 allreduce nccl': '(75, 3):f128ac74dd38e78ba5417be9650d7261baec7a18d06657979c6e41f27e9fd2cc',
+    'emu-2x2x2 allreduce nccl': '(229, 3):737441b098c597083da8d06f90b31b9252e325475a58443376303610f893a2a6',
+    'dgx-a100-x4 allreduce nccl': '(75, 3):ddcf4a6c22ce36c766bc30d5fdb311afd86863fa9e369bc4f17f8f38c01852b0',
     'dgx-a100-x4 split alltoall nccl': '(4, 3):a87dbc1e5d08c5294f51bb2105e170c7644466efcedaf71a799c14a1601bd8ca',
     'paper-fig3 reducescatter gloo': '(4, 3):b9b37d2d2383f79bb491e0c1d359cc9284b33ef5c26644778a4ae56813045dd8',
     'paper-fig3 broadcast gloo': '(6, 3):4d4a50afc671dc0520467e3d457ca39a30680bbadb20cce810c1dc28f0bbbc43',
     'paper-fig3 reduce gloo': '(73, 3):29c5699499f9d263a9906e9f9ccd34d91d4297118719cb49d9c0fff96e2a54fe',
-    'dgx-h100-2x8x8 allreduce nccl': '(33, 3):83c59af9bbcb35c64952b7eecde6f4f58bb78b1a4273b050de2f153d309c3c8a',
+    'dgx-h100-2x8x8 allreduce nccl': '(33, 3):be50158816b1498b3ddf6b73b842a6b46ecdd0a61cd5cfb4553a94ac0f50695b',
     'dgx-h100-2x8x8 allreduce nccl-flows': '(33, 3):2fffc0ac0ea41c295dd33ac797f5f32fb4206b43e72b6b48834a39a815597588',
     'dgx-h100-2x8x8 allgather nccl': '(5, 3):dbd25b11f043d3e570afdb46ef13b66b2feb14c3ff044df416c8170a5a0b992f',
     'dgx-h100-2x8x8 broadcast nccl': '(6, 3):7511ed45f6e549819039f2b228d7f574f9deec8b0ed14f98b82d5ebedc81a735',
-    'dgx-h100-2x8x8 reduce nccl': '(73, 3):bd59e8e799546e344c066eb0aabfb25a73705e4416de8426d1b44a761ad512a5',
+    'dgx-h100-2x8x8 reduce nccl': '(73, 3):ffbd6ce48f2fe7de3103cce75b347d4cda7fafb9a1f857478dd0383c9e3f85e0',
     'dgx-h100-2x8x8 alltoall nccl': '(4, 3):9e6a5725d8b92f22282474c94238f9fb66b806dd9357e923161121168d9d8edd',
     'h100 256 members reducescatter nccl': '(4, 3):4749f783df9ad733592f14250bb9c67db39d738ba777183f0215b69440f1dc30',
     'h100 256 members alltoall gloo': '(4, 3):c9afdd1fb8b299a3d49f2c6769ef6406ef1e53a2af30f3788b5cdf2928e311b3',
-    'h100 512 members allreduce nccl': '(33, 3):44cf9404ef2932ea5feeb51d1f5b4a5284b510996fe10f02bc6b3608cd918e66',
+    'h100 512 members allreduce nccl': '(33, 3):eef6121269fcd64e76c446be1906c256b0efd2e40b5f4e0674397c8e8a83e42f',
     'h100 512 members alltoall nccl': '(4, 3):c636adb0a545371cccc637c9e09149f57c3ba11fa88827ba59061785c9c579d2',
 }
 

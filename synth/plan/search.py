@@ -83,8 +83,10 @@ SECONDS_PER_SCHEDULE_DEVICE = 12.7e-6  # per device of a distinct span's equival
 # part per device was 735 bytes, DeepSeek-V3 on 131,072 GPUs) and of the dense plans of
 # results/plan-speed/README.md, once translated groups kept only one group's device links
 # (synth/model/engine.py: 2000 bytes before): no part grows with the member pairs of a group
-# (a 16,384-member data-parallel span's 2^28 pairs took no more than its devices' share).
-BASE_BYTES = 185 * 2**20
+# (a 16,384-member data-parallel span's 2^28 pairs took no more than its devices' share). The
+# base grew by 20 MiB once groups of up to 256 members had every valid program costed at once
+# (synth/plan/costs.py; a small plan's peak rose 13 MiB, DeepSeek-V3 on 2,048 GPUs to 206 MiB).
+BASE_BYTES = 205 * 2**20
 BYTES_PER_DEVICE = 750
 DEFAULT_BUDGET_S = 300.0
 MEMORY_SHARE = 0.8  # of the memory the machine has available: the default memory budget
