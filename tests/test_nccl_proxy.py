@@ -144,3 +144,19 @@ def test_an_oversubscribed_process_may_wait_a_scheduler_slice_across_nodes_only(
     assert not oversubscribed(replace(RING_LL128, gpus_per_thread=2, cpu_cores=2))
     # the stall is an interval's, not the prediction's
     assert estimate(bound, across).time_s == estimate(replace(bound, cpu_cores=None), across).time_s
+
+
+def test_the_bound_cores_are_read_written_and_checked_in_a_topology_file():
+    """`[nccl] cpu_cores` is a figure a user edits: it round-trips, and a value that is not a
+    positive whole number is refused with its name, never read as another figure."""
+    from synth.errors import UsageError
+    from synth.topology_file import load_topology, render_topology, topology_from_text
+
+    base = load_topology("dgx-h100-2x8x8")
+    bound = replace(base, nccl=replace(base.nccl, cpu_cores=2))
+    text = render_topology(bound)
+    assert topology_from_text(text, "test.toml").nccl.cpu_cores == 2
+    assert load_topology("dgx-h100-2x8x8").nccl.cpu_cores is None  # unbound unless a file says so
+    for bad in ("0", "-1", "1.5", '"two"'):
+        with pytest.raises(UsageError, match="cpu_cores"):
+            topology_from_text(text.replace("cpu_cores = 2", f"cpu_cores = {bad}"), "test.toml")
