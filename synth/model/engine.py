@@ -46,6 +46,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from synth.frozen import cached_hash, state_without_hash
 from synth.lowering import LoweredProgram, LoweredStep
 from synth.model.algorithms import Plan
 from synth.model.backend import CallSite, FlowArrays, PairwiseFlows, canonical_coords, canonical_labels
@@ -68,17 +69,10 @@ class StepCalls:
     def largest(self) -> int:
         return max(self.chunks)
 
-    def __hash__(self) -> int:
-        """Hashed once (a step keys several caches, and its thousands of member tuples make a
-        deep hash)."""
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = self.__dict__["_hash"] = hash((self.collective, self.calls, self.chunks))
-        return found
-
-    def __getstate__(self) -> dict:
-        """Pickled without the kept hash: a string's hash differs from process to process."""
-        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
+    # hashed once (synth/frozen.py): a step keys several caches, and its thousands of member
+    # tuples make a deep hash; pickled without it
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
 
 def step_calls(lowered: LoweredStep) -> StepCalls:
