@@ -27,6 +27,9 @@ def test_a_palette_gives_back_the_array_bit_for_bit():
     assert np.array_equal(palette.values[palette.codes].view(np.int64), array.view(np.int64))  # -0.0 kept
     assert Palette.of(np.arange(Palette.LARGEST, dtype=float)) is not None
     assert Palette.of(np.arange(Palette.LARGEST + 1, dtype=float)) is None
+    assert Palette.of(np.array([], dtype=float)) is None  # an empty array stays as it is
+    one = Palette.of(np.array([2.5]))
+    assert one is not None and np.array_equal(one.values[one.codes], [2.5])
 
 
 @pytest.mark.parametrize("values, kind", [((0.0, 0.0, 0.0, 2e-9), tuple), ((1e-9, 2e-9, 0.0, 1e-9), Palette),

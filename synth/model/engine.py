@@ -173,6 +173,8 @@ class Palette:
     def of(cls, array: np.ndarray) -> Palette | None:
         """The array's palette, None where it has more than LARGEST distinct values."""
         bits = np.ascontiguousarray(array, dtype=np.float64).view(np.int64)
+        if not len(bits):
+            return None  # nothing to name (kept as the empty array it is)
         codes = np.zeros(len(bits), dtype=np.uint8)
         pending = np.ones(len(bits), dtype=bool)
         values = []
