@@ -129,21 +129,26 @@ def tree_operations_per_loop(hardware: Hardware, call: Call, channels: int) -> i
     return per_channel * max(1, math.ceil(channels / max(1, nics_used(hardware, call.ranks_per_node))))
 
 
+def _bound_cpus(hardware: Hardware) -> int | None:
+    """The hardware threads a process driving several GPUs was bound to; None where it drives
+    one GPU or is not bound (each proxy thread then has a CPU)."""
+    if hardware.cpu_cores is None or hardware.gpus_per_thread <= 1:
+        return None
+    return hardware.cpu_cores * THREADS_PER_CORE
+
+
 def cpu_share(hardware: Hardware) -> float:
     """Proxy threads per CPU of the process: the GPUs one process drives over the hardware
-    threads of the cores its launcher bound it to (module docstring), at least 1; 1 where the
-    process drives one GPU or is not bound."""
-    if hardware.cpu_cores is None or hardware.gpus_per_thread <= 1:
-        return 1.0
-    return max(1.0, hardware.gpus_per_thread / (hardware.cpu_cores * THREADS_PER_CORE))
+    threads of the cores its launcher bound it to (module docstring), at least 1."""
+    cpus = _bound_cpus(hardware)
+    return 1.0 if cpus is None else max(1.0, hardware.gpus_per_thread / cpus)
 
 
 def oversubscribed(hardware: Hardware) -> bool:
     """Whether a bound process has more busy threads than CPUs: a proxy thread per GPU it
     drives and the thread launching the calls, over its cores' hardware threads."""
-    if hardware.cpu_cores is None or hardware.gpus_per_thread <= 1:
-        return False
-    return hardware.gpus_per_thread + 1 > hardware.cpu_cores * THREADS_PER_CORE
+    cpus = _bound_cpus(hardware)
+    return cpus is not None and hardware.gpus_per_thread + 1 > cpus
 
 
 def host_stall_s(hardware: Hardware, call: Call) -> float:
