@@ -265,16 +265,9 @@ class Network:
         if src.size == 0:
             return np.zeros(len(self.capacity))
         level = self.first_difference(src, dst) if level is None else level
-        ids = [self.inject[src, level], self.eject[dst, level]]
-        weights = [nbytes, nbytes]
-        for uplink_level in self.uplink_levels:
-            crossing = level <= uplink_level  # the flow leaves its units at this level and below
-            ids += [self.up_out[src[crossing], uplink_level], self.up_in[dst[crossing], uplink_level]]
-            weights += [nbytes[crossing], nbytes[crossing]]
-        for fabric_level in self.fabric_levels:
-            turning = level == fabric_level  # the flow turns at this level's switch
-            ids.append(self.fabric[src[turning], fabric_level])
-            weights.append(nbytes[turning])
+        shared_ids, shared_weights = self._shared_parts(src, dst, nbytes, level)
+        ids = [self.inject[src, level], self.eject[dst, level], *shared_ids]
+        weights = [nbytes, nbytes, *shared_weights]
         # Each link is in one of these parts only (its kind and level fix the part), so summing the
         # parts' loads adds its bytes in the same order as one bincount over them all would,
         # without a copy of every part (the copy was most of the time for millions of flows).
@@ -283,14 +276,22 @@ class Network:
         # the flows costs less than an array of every link per part.
         if sum(len(part) for part in ids) <= max(_JOINED_FLOWS, len(self.capacity)):
             return np.bincount(np.concatenate(ids), weights=np.concatenate(weights), minlength=len(self.capacity))
-        # Each part's bincount spans only its own links' ids (an uplink level's are a few
-        # thousand of a large system's): adding zeros elsewhere changes no sum.
-        total = np.zeros(len(self.capacity))
-        for part, weight in zip(ids, weights):
-            if len(part):
-                low, high = int(part.min()), int(part.max()) + 1
-                total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
-        return total
+        return _summed_parts(ids, weights, len(self.capacity))
+
+    def _shared_parts(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, level: np.ndarray
+                      ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The link ids and bytes of the flows on the shared links (uplinks, fabrics), one part per
+        kind and level of link."""
+        ids, weights = [], []
+        for uplink_level in self.uplink_levels:
+            crossing = level <= uplink_level  # the flow leaves its units at this level and below
+            ids += [self.up_out[src[crossing], uplink_level], self.up_in[dst[crossing], uplink_level]]
+            weights += [nbytes[crossing], nbytes[crossing]]
+        for fabric_level in self.fabric_levels:
+            turning = level == fabric_level  # the flow turns at this level's switch
+            ids.append(self.fabric[src[turning], fabric_level])
+            weights.append(nbytes[turning])
+        return ids, weights
 
     def shared_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                      level: np.ndarray | None = None) -> np.ndarray:
@@ -299,25 +300,11 @@ class Network:
         (CostEngine prices the devices' links of translated groups from one group's flows)."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         nbytes = np.asarray(nbytes, dtype=float)
-        total = np.zeros(self.shared_links)
         if src.size == 0 or not self.shared_links:
-            return total
+            return np.zeros(self.shared_links)
         level = self.first_difference(src, dst) if level is None else level
-        parts = []
-        for uplink_level in self.uplink_levels:
-            crossing = level <= uplink_level
-            if crossing.any():
-                parts += [(self.up_out[src[crossing], uplink_level], nbytes[crossing]),
-                          (self.up_in[dst[crossing], uplink_level], nbytes[crossing])]
-        for fabric_level in self.fabric_levels:
-            turning = level == fabric_level
-            if turning.any():
-                parts.append((self.fabric[src[turning], fabric_level], nbytes[turning]))
         # each link is in one part: its bytes are added in flow order, as `loads` adds them
-        for part, weight in parts:
-            low, high = int(part.min()), int(part.max()) + 1
-            total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
-        return total
+        return _summed_parts(*self._shared_parts(src, dst, nbytes, level), self.shared_links)
 
     def pair_loads(self, sets: np.ndarray, node: np.ndarray | None, inter: np.ndarray, intra: np.ndarray,
                    shared_only: bool = False) -> np.ndarray | None:
@@ -475,3 +462,15 @@ def sequential_sums(value: float, counts: np.ndarray) -> np.ndarray:
 def network_for(topology: Topology) -> Network:
     """One Network per topology (building the graph is the slow part; topologies are frozen)."""
     return Network(topology)
+
+
+def _summed_parts(ids: list[np.ndarray], weights: list[np.ndarray], length: int) -> np.ndarray:
+    """Bytes per link of `length` links from parts of (link ids, bytes), each link in one part.
+    Each part's bincount spans only its own links' ids (an uplink level's are a few thousand of
+    a large system's): adding zeros elsewhere changes no sum."""
+    total = np.zeros(length)
+    for part, weight in zip(ids, weights):
+        if len(part):
+            low, high = int(part.min()), int(part.max()) + 1
+            total[low:high] += np.bincount(part - low, weights=weight, minlength=high - low)
+    return total
