@@ -9,7 +9,6 @@ import math
 import pytest
 
 from synth.analysis.goal_rank import rank_goal
-from synth.goals import BY_COLLECTIVE
 from synth.hierarchy import build_hierarchy
 from synth.model.backends import resolve_backend
 from synth.model.context import cost_context
@@ -126,10 +125,10 @@ def test_small_groups_costed_whole_are_the_search_answer(name):
             factors = costs.factors(placement, axes)
             if math.prod(factors) < 2 or math.prod(factors) > plan_costs.COSTED_WHOLE_MEMBERS:
                 continue
-            for collective in plan_costs.COSTED_WHOLE:
-                search = BestPrograms(costs._context(factors), costs.max_len, goal=BY_COLLECTIVE[collective])
+            for goal in plan_costs.COSTED_WHOLE:
+                search = BestPrograms(costs._context(factors), costs.max_len, goal=goal)
                 for size in (4096, 3 * MiB + 2048, 96 * MiB):
-                    call = getattr(costs, CALLS[collective])(placement, axes, size)
+                    call = getattr(costs, CALLS[goal.collective])(placement, axes, size)
                     choice = search.best(size)
                     assert (call.program, call.time_s, call.default_time_s) == (
                         str(choice.program), choice.time_s, choice.baseline_time_s)

@@ -43,7 +43,7 @@ from synth.search.programs import ProgramSets
 from synth.search.routed_rank import RoutedPrograms
 from synth.analysis.explore import hierarchy_text
 from synth.analysis.fusion import bound_floor, merge_idle, optimal_ranges, ready_times, schedule
-from synth.goals import ALL_REDUCE, BY_COLLECTIVE, REDUCE_SCATTER, Goal
+from synth.goals import ALL_GATHER, ALL_REDUCE, BY_COLLECTIVE, REDUCE_SCATTER, Goal
 from synth.hierarchy import build_hierarchy
 from synth.language import Program, parse_program
 from synth.lowering import lower
@@ -66,7 +66,7 @@ SYNTHESIZED_ALONE = tuple(BY_COLLECTIVE[name] for name in ("ReduceScatter", "All
 # tensor-parallel groups of a MoE plan are asked at up to a dozen sizes each, and their few
 # programs cost less together than the searches. Larger groups (a data-parallel group of
 # thousands of members, asked at a size or two) keep the search, which costs few of their steps.
-COSTED_WHOLE = ("ReduceScatter", "AllGather")
+COSTED_WHOLE = (REDUCE_SCATTER, ALL_GATHER)
 COSTED_WHOLE_MEMBERS = 256
 MAX_BUCKET_TENSORS = 32  # gradients fused into at most this many pieces before the bucket DP (see step.py)
 
@@ -222,7 +222,7 @@ class CommunicationCosts:
         found = self._single.get(key)
         if found is None:
             programs = self.goal_programs(collective, placement, axes)
-            if collective in COSTED_WHOLE and programs.context.group_size <= COSTED_WHOLE_MEMBERS:
+            if BY_COLLECTIVE[collective] in COSTED_WHOLE and programs.context.group_size <= COSTED_WHOLE_MEMBERS:
                 choice = self.every_goal_program(collective, placement, axes)(size)  # exact too, in one batch
             else:
                 choice = programs.best(size)
